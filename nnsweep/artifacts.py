@@ -1,0 +1,209 @@
+"""Content-addressed artifact cache.
+
+An entry's key is the full sha256 of (model digest, canonical deployment config,
+toolchain versions). Entries are built in a temporary directory and renamed into
+place, so a reader sees a whole entry or none. Each entry records the sha256 of
+its artifact file; an entry whose file does not match is removed and rebuilt.
+
+Layout::
+
+    ROOT/artifacts/ab/abcdef.../model.pte   the artifact
+    ROOT/artifacts/ab/abcdef.../meta.json   config, partition report, io, checksum
+    ROOT/models/                            trained weights of built-in models
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from nnsweep.config import DeploymentConfig, canonical_json
+from nnsweep.convert._base import ConversionResult, IOSpec, PartitionReport
+from nnsweep.errors import CacheCorrupted
+
+__all__ = ["Artifact", "ArtifactCache", "cache_key", "toolchain_versions"]
+
+log = logging.getLogger(__name__)
+
+_META = "meta.json"
+
+
+def toolchain_versions(packages: tuple[str, ...]) -> dict[str, str]:
+    """Installed versions of ``packages`` plus Python's and nnsweep's (read without importing them)."""
+    versions = {"python": platform.python_version(), "machine": platform.machine()}
+    for name in ("nnsweep", *packages):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def cache_key(model_digest: str, config: DeploymentConfig, toolchain: dict[str, str]) -> str:
+    """Full sha256 hex digest identifying one conversion."""
+    text = canonical_json({"model": model_digest, "config": config.to_dict(), "toolchain": toolchain})
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A converted model in the cache.
+
+    Args:
+        key: the cache key.
+        path: the artifact file.
+        config: the deployment it was built for.
+        partitions: where its ops run.
+        io: its input/output representation.
+        size_bytes: artifact file size.
+        sha256: artifact file checksum.
+        convert_s: how long the conversion took.
+        toolchain: the versions it was built with.
+    """
+
+    key: str
+    path: Path
+    config: DeploymentConfig
+    partitions: PartitionReport
+    io: IOSpec
+    size_bytes: int
+    sha256: str
+    convert_s: float
+    toolchain: dict[str, str]
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "file": self.path.name,
+            "config": self.config.to_dict(),
+            "partitions": self.partitions.to_dict(),
+            "io": self.io.to_dict(),
+            "size_bytes": self.size_bytes,
+            "sha256": self.sha256,
+            "convert_s": self.convert_s,
+            "toolchain": self.toolchain,
+        }
+
+    @classmethod
+    def from_meta(cls, directory: Path, meta: dict[str, Any]) -> Artifact:
+        return cls(
+            key=meta["key"],
+            path=directory / meta["file"],
+            config=DeploymentConfig.from_dict(meta["config"]),
+            partitions=PartitionReport.from_dict(meta["partitions"]),
+            io=IOSpec.from_dict(meta["io"]),
+            size_bytes=int(meta["size_bytes"]),
+            sha256=meta["sha256"],
+            convert_s=float(meta["convert_s"]),
+            toolchain=dict(meta["toolchain"]),
+        )
+
+
+class ArtifactCache:
+    """Content-addressed store of converted models under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def models_dir(self) -> Path:
+        """Where built-in models keep their trained weights."""
+        return self.root / "models"
+
+    def _entry(self, key: str) -> Path:
+        return self.root / "artifacts" / key[:2] / key
+
+    def get(self, key: str) -> Artifact | None:
+        """The entry for ``key`` if present and intact; a corrupted entry is removed."""
+        entry = self._entry(key)
+        if not entry.exists():
+            return None
+        try:
+            artifact = self._verify(entry, key)
+        except CacheCorrupted as exc:
+            log.warning("cache entry %s is corrupted (%s); rebuilding it", key[:12], exc)
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+        return artifact
+
+    def _verify(self, entry: Path, key: str) -> Artifact:
+        try:
+            meta = json.loads((entry / _META).read_text())
+            artifact = Artifact.from_meta(entry, meta)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CacheCorrupted(f"unreadable {_META}: {exc}") from exc
+        if artifact.key != key:
+            raise CacheCorrupted(f"{_META} names key {artifact.key[:12]}")
+        if not artifact.path.is_file():
+            raise CacheCorrupted(f"{artifact.path.name} is missing")
+        if artifact.path.stat().st_size != artifact.size_bytes or _file_sha256(artifact.path) != artifact.sha256:
+            raise CacheCorrupted(f"{artifact.path.name} does not match its checksum")
+        return artifact
+
+    def get_or_build(
+        self,
+        key: str,
+        config: DeploymentConfig,
+        toolchain: dict[str, str],
+        build: Callable[[Path], ConversionResult],
+    ) -> tuple[Artifact, bool]:
+        """Return the artifact for ``key``, building it with ``build(tmp_dir)`` on a miss.
+
+        Returns:
+            The artifact and whether it came from the cache.
+        """
+        found = self.get(key)
+        if found is not None:
+            return found, True
+        staging_root = self.root / "staging"
+        staging_root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=staging_root, prefix=key[:12] + "-"))
+        try:
+            started = time.perf_counter()
+            result = build(staging)
+            elapsed = time.perf_counter() - started
+            path = staging / result.filename
+            artifact = Artifact(
+                key=key,
+                path=path,
+                config=config,
+                partitions=result.partitions,
+                io=result.io,
+                size_bytes=path.stat().st_size,
+                sha256=_file_sha256(path),
+                convert_s=elapsed,
+                toolchain=toolchain,
+            )
+            (staging / _META).write_text(json.dumps(artifact.meta(), indent=1, sort_keys=True))
+            entry = self._entry(key)
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(staging, entry)
+            except OSError:
+                # Another process built the same entry first; theirs is as good as ours.
+                found = self.get(key)
+                if found is None:
+                    raise
+                return found, True
+            return Artifact.from_meta(entry, artifact.meta()), False
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

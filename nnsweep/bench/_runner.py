@@ -1,0 +1,58 @@
+"""The runner contract: load one artifact on this machine and run it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnsweep.convert._base import IOSpec
+
+__all__ = ["Runner"]
+
+
+class Runner(ABC):
+    """Runs one deployed artifact in this process.
+
+    Call order: the constructor (no work), :meth:`load` once, :meth:`prepare` once
+    per distinct input (outside any timed region), :meth:`run` many times, and
+    :meth:`to_float` on what :meth:`run` returned. The thread count is applied by
+    the constructor's caller before anything is loaded (some runtimes cannot
+    change it afterwards). Raise :class:`~nnsweep.errors.BenchmarkError` with the
+    reason when the artifact cannot be loaded or run here.
+
+    Args:
+        path: the artifact file.
+        io: its input/output representation.
+        threads: CPU threads the runtime may use.
+        backends: the preference order the artifact was built for (runtimes that
+            choose backends at load time, such as ONNX Runtime's providers, use it).
+    """
+
+    def __init__(self, path: Path, io: IOSpec, threads: int, backends: tuple[str, ...]) -> None:
+        self.path = path
+        self.io = io
+        self.threads = threads
+        self.backends = backends
+
+    @classmethod
+    def set_threads(cls, threads: int) -> None:
+        """Apply the process-wide thread count; called once, before :meth:`load`."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the artifact and make it ready to run."""
+
+    def prepare(self, x: np.ndarray) -> Any:
+        """Turn one float input (batch of 1) into what :meth:`run` takes."""
+        return self.io.prepare_input(x)
+
+    @abstractmethod
+    def run(self, prepared: Any) -> Any:
+        """One inference."""
+
+    def to_float(self, raw: Any) -> np.ndarray:
+        """The first output of :meth:`run` as float32 logits."""
+        return self.io.float_output(np.asarray(raw))

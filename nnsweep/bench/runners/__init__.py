@@ -1,0 +1,1 @@
+"""One runner module per runtime, imported lazily through :mod:`nnsweep.runtimes`."""

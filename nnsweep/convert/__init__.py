@@ -1,0 +1,9 @@
+"""Converters: one module per runtime, imported lazily through :mod:`nnsweep.runtimes`.
+
+This package's own namespace stays light (no torch): the contract and the
+partition report only.
+"""
+
+from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport, Placement
+
+__all__ = ["ConversionResult", "Converter", "IOSpec", "PartitionReport", "Placement"]

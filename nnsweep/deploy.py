@@ -1,0 +1,129 @@
+"""Deploy one configuration: convert (through the cache), measure, evaluate.
+
+This is what ``nnsweep bench`` runs, and what a sweep runs per trial (conversion
+on a host, measurement on the device's agent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nnsweep import runtimes
+from nnsweep.artifacts import Artifact, ArtifactCache, cache_key, toolchain_versions
+from nnsweep.errors import BenchmarkError, ConversionError, TrialError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from nnsweep.bench import Evaluation, MeasureSettings, Timing
+    from nnsweep.config import DeploymentConfig
+    from nnsweep.models import ModelBundle
+
+__all__ = ["DeploymentResult", "convert", "measure", "reference_outputs"]
+
+
+def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache) -> tuple[Artifact, bool]:
+    """The artifact for ``config``, from the cache or freshly converted.
+
+    Returns:
+        The artifact and whether it was a cache hit.
+
+    Raises:
+        ConversionError: the converter failed; the message says why.
+    """
+    info = runtimes.get(config.runtime)
+    toolchain = toolchain_versions(info.packages)
+    key = cache_key(bundle.digest, config, toolchain)
+
+    def build(out_dir: Any) -> Any:
+        converter = runtimes.load_object(info.converter)()
+        try:
+            return converter.convert(bundle, config, out_dir)
+        except TrialError:
+            raise
+        except Exception as exc:  # toolchain code: whatever it raises fails this conversion only
+            raise ConversionError(f"{config.runtime} conversion failed: {type(exc).__name__}: {exc}") from exc
+
+    return cache.get_or_build(key, config, toolchain, build)
+
+
+def reference_outputs(bundle: ModelBundle) -> np.ndarray:
+    """The fp32 eager model's outputs on the evaluation inputs: what fidelity compares to."""
+    import numpy as np
+    import torch
+
+    inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
+    with torch.no_grad():
+        outs = [bundle.module(inputs[i : i + 64]) for i in range(0, len(inputs), 64)]
+    return np.concatenate([o.reshape(len(o), -1).numpy() for o in outs])
+
+
+@dataclass(frozen=True)
+class DeploymentResult:
+    """Everything measured for one configuration on one device."""
+
+    model: str
+    model_digest: str
+    artifact: Artifact
+    cache_hit: bool
+    timing: Timing
+    evaluation: Evaluation
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``nnsweep bench --json`` object."""
+        t, e = self.timing, self.evaluation
+        return {
+            "model": self.model,
+            "config": self.artifact.config.to_dict(),
+            "config_digest": self.artifact.config.digest(),
+            "latency_ms": t.latency.to_dict(),
+            "load_ms": t.load_ms,
+            "first_inference_ms": t.first_inference_ms,
+            "iterations": t.latency.count,
+            "peak_rss_mb": t.peak_rss_mb,
+            "rss_before_load_mb": t.rss_before_load_mb,
+            "threads": t.threads,
+            "loadavg_1m": t.loadavg_1m,
+            "size_bytes": self.artifact.size_bytes,
+            "accuracy": e.accuracy,
+            "fidelity": e.fidelity.to_dict(),
+            "eval_samples": e.samples,
+            "partitions": self.artifact.partitions.to_dict(),
+            "cache_hit": self.cache_hit,
+            "convert_s": self.artifact.convert_s,
+            "artifact": str(self.artifact.path),
+            "samples_ms": list(t.samples_ms),
+        }
+
+
+def measure(
+    bundle: ModelBundle,
+    artifact: Artifact,
+    settings: MeasureSettings,
+    *,
+    cache_hit: bool = False,
+    reference: np.ndarray | None = None,
+) -> DeploymentResult:
+    """Time ``artifact`` on this machine in a fresh process, then evaluate its outputs.
+
+    Raises:
+        BenchmarkError: it did not load or run, or its outputs are unusable.
+    """
+    from nnsweep.bench import evaluate, measure_in_subprocess
+
+    timing, outputs = measure_in_subprocess(
+        runtime=artifact.config.runtime,
+        artifact=artifact.path,
+        io=artifact.io,
+        threads=artifact.config.threads,
+        backends=artifact.config.backends,
+        inputs=bundle.dataset.evaluation.inputs,
+        settings=settings,
+    )
+    ref = reference_outputs(bundle) if reference is None else reference
+    try:
+        evaluation = evaluate(outputs, ref, bundle.dataset.evaluation.labels)
+    except ValueError as exc:
+        raise BenchmarkError(f"unusable outputs: {exc}") from exc
+    return DeploymentResult(bundle.name, bundle.digest, artifact, cache_hit, timing, evaluation)

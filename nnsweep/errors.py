@@ -1,0 +1,69 @@
+"""The exception tree of nnsweep: each class says who must act.
+
+::
+
+    NnsweepError
+    ├── SpecError(ValueError)           the user: bad input; abort before writing anything, exit 2
+    ├── TrialError(RuntimeError)        this trial fails with its reason; the sweep goes on
+    │   ├── ConversionError             the converter could not produce an artifact
+    │   └── BenchmarkError              the artifact did not load or run on the device
+    └── InfrastructureError(RuntimeError)   retry elsewhere; never recorded as a measurement
+        ├── AgentLost                   a device agent or its node went away
+        └── CacheCorrupted              a cache entry failed its checksum (rebuilt, not trusted)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentLost",
+    "BenchmarkError",
+    "CacheCorrupted",
+    "ConversionError",
+    "InfrastructureError",
+    "NnsweepError",
+    "SpecError",
+    "TrialError",
+]
+
+
+class NnsweepError(Exception):
+    """Base class of every error nnsweep raises on purpose."""
+
+
+class SpecError(NnsweepError, ValueError):
+    """The user's input is invalid.
+
+    Args:
+        field: the option or field path that is wrong, as the user wrote it
+            (``--runtime``, ``space.quant[2]``).
+        message: what was wrong and what is allowed.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class TrialError(NnsweepError, RuntimeError):
+    """One trial failed; the sweep records the reason and continues."""
+
+
+class ConversionError(TrialError):
+    """A converter could not turn the model into an artifact for this configuration."""
+
+
+class BenchmarkError(TrialError):
+    """An artifact failed to load, run, or produce usable outputs."""
+
+
+class InfrastructureError(NnsweepError, RuntimeError):
+    """Something around the trial failed; the trial is retried, never recorded."""
+
+
+class AgentLost(InfrastructureError):
+    """A device agent (or the node it lived on) is gone."""
+
+
+class CacheCorrupted(InfrastructureError):
+    """A cache entry does not match its recorded checksum."""

@@ -1,0 +1,196 @@
+"""Resolve a model reference to a :class:`ModelBundle`.
+
+References:
+    ``digits``, ``digits_gn``      built-in, trained on scikit-learn's bundled data
+    ``torchvision:mobilenet_v2``   a torchvision classifier (random weights unless ``weights`` is given)
+    ``package.module:function``    a user function
+    ``path/to/file.py:function``   a user function in a file
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nnsweep.errors import SpecError
+from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
+
+__all__ = ["BUILTIN", "check_reference", "load_model"]
+
+BUILTIN = ("digits", "digits_gn")  # nnsweep.models.digits.VARIANTS; kept here so checking stays light
+
+_SYNTHETIC_CALIBRATION = 32
+_SYNTHETIC_EVALUATION = 16
+_BN_RECALIBRATION_BATCHES = 8
+
+
+def check_reference(ref: str) -> str:
+    """Validate the form of a model reference without importing anything heavy.
+
+    Returns the kind: ``builtin``, ``torchvision``, ``file`` or ``module``.
+
+    Raises:
+        SpecError: the reference has no recognisable form, or a file it names is missing.
+    """
+    if not isinstance(ref, str) or not ref.strip():
+        raise SpecError("model", "is empty; give digits, torchvision:NAME, package.module:function or file.py:function")
+    if ref in BUILTIN:
+        return "builtin"
+    head, sep, func = ref.rpartition(":")
+    if not sep or not head or not func:
+        raise SpecError(
+            "model",
+            f"unknown model {ref!r}; use one of {', '.join(BUILTIN)}, torchvision:NAME, "
+            "package.module:function or path/to/file.py:function",
+        )
+    if head == "torchvision":
+        return "torchvision"
+    if head.endswith(".py"):
+        if not Path(head).is_file():
+            raise SpecError("model", f"file {head!r} does not exist")
+        return "file"
+    return "module"
+
+
+def load_model(
+    ref: str,
+    *,
+    cache_dir: Path | None = None,
+    weights: Path | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ModelBundle:
+    """Load the model ``ref`` names, with its example input and data.
+
+    Args:
+        ref: a model reference (see the module docstring).
+        cache_dir: where built-in models keep trained weights.
+        weights: a state dict on disk for torchvision models.
+        input_shape: the input shape (batch 1) when the model does not say.
+        progress: called with lines of text during long steps (training).
+
+    Raises:
+        SpecError: the reference does not resolve, or what it returns is not a model.
+    """
+    kind = check_reference(ref)
+    if kind == "builtin":
+        from nnsweep.models.digits import load_digits
+
+        return load_digits(ref, cache_dir=cache_dir, progress=progress)
+    if kind == "torchvision":
+        return _torchvision(ref.partition(":")[2], weights, input_shape)
+    return _user(ref, kind, input_shape)
+
+
+def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] | None) -> ModelBundle:
+    import torch
+    import torchvision
+
+    available = torchvision.models.list_models(module=torchvision.models)
+    if name not in available:
+        raise SpecError("model", f"torchvision has no classification model {name!r}; e.g. mobilenet_v2, resnet18")
+    torch.manual_seed(0)
+    module = torchvision.models.get_model(name, weights=None)
+    shape = input_shape or (1, 3, 224, 224)
+    example, data = _synthetic_data(shape)
+    if weights is not None:
+        if not weights.is_file():
+            raise SpecError("weights", f"file {str(weights)!r} does not exist")
+        try:
+            module.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        except Exception as exc:  # a state dict of another model or a foreign file
+            raise SpecError("weights", f"cannot load {weights} into {name}: {exc}") from exc
+    else:
+        _recalibrate_batchnorm(module, data.calibration.inputs)
+    module.eval()
+    ref = f"torchvision:{name}"
+    return ModelBundle(ref, module, example, data, module_digest(ref, module, example, data.evaluation.digest()))
+
+
+def _synthetic_data(shape: tuple[int, ...]) -> tuple[Any, Dataset]:
+    """Seeded Gaussian inputs for models that come without data (no labels: no accuracy)."""
+    import numpy as np
+    import torch
+
+    rng = np.random.RandomState(0)
+    cal = rng.standard_normal((_SYNTHETIC_CALIBRATION, *shape[1:])).astype(np.float32)
+    ev = rng.standard_normal((_SYNTHETIC_EVALUATION, *shape[1:])).astype(np.float32)
+    return torch.from_numpy(ev[:1].copy()), Dataset(calibration=Split(cal), evaluation=Split(ev))
+
+
+def _recalibrate_batchnorm(module: Any, inputs: Any) -> None:
+    """Re-estimate BatchNorm statistics on ``inputs``.
+
+    Randomly initialised torchvision nets have vanishing activations (logits near
+    1e-9) with their default running statistics, which makes every quantization
+    look equally good or bad; recomputed statistics give activations of unit scale.
+    """
+    import torch
+
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches below
+    module.train()
+    with torch.no_grad():
+        x = torch.from_numpy(inputs)
+        per = max(1, len(x) // _BN_RECALIBRATION_BATCHES)
+        for start in range(0, len(x), per):
+            module(x[start : start + per])
+    module.eval()
+
+
+def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBundle:
+    import torch
+
+    head, _, func_name = ref.rpartition(":")
+    try:
+        if kind == "file":
+            path = Path(head).resolve()
+            spec = importlib.util.spec_from_file_location(f"nnsweep_user_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(head)
+    except Exception as exc:  # the user's code: any failure to import is their input error
+        raise SpecError("model", f"{head} does not import: {type(exc).__name__}: {exc}") from exc
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise SpecError("model", f"{head} has no function {func_name!r}")
+    try:
+        result = func()
+    except Exception as exc:
+        raise SpecError("model", f"{ref}() failed: {type(exc).__name__}: {exc}") from exc
+
+    dataset: Dataset | None = None
+    if isinstance(result, tuple):
+        if not 2 <= len(result) <= 3:
+            raise SpecError("model", f"{ref}() must return a module, (module, example_input) or (module, example_input, Dataset)")
+        net, example = result[0], result[1]
+        dataset = result[2] if len(result) == 3 else None
+        if dataset is not None and not isinstance(dataset, Dataset):
+            raise SpecError("model", f"{ref}() returned {type(dataset).__name__} as data; use nnsweep.models.Dataset")
+    else:
+        net, example = result, None
+    if not isinstance(net, torch.nn.Module):
+        raise SpecError("model", f"{ref}() returned {type(net).__name__}, not a torch.nn.Module")
+    if example is None:
+        if input_shape is None:
+            raise SpecError("input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)")
+        example = torch.zeros(input_shape)
+    if not isinstance(example, torch.Tensor) or example.shape[0] != 1:
+        raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
+    if dataset is None:
+        example, dataset = _synthetic_data(tuple(example.shape))
+    net.eval()
+    digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
+    return ModelBundle(ref, net, example.contiguous(), dataset, digest)

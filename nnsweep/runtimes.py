@@ -1,0 +1,228 @@
+"""The runtime registry: what each runtime can do, and where its code lives.
+
+Capabilities are plain data so that configurations are validated without
+importing torch, ExecuTorch or ONNX Runtime. The converter and runner of a
+runtime are named by ``"module:attribute"`` and imported only when used.
+Third-party runtimes register a :class:`RuntimeInfo` through the
+``nnsweep.runtimes`` entry point group; a duplicate name is an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from nnsweep.config import Calibration, Granularity, Interface, PartitionLimits, QuantMode
+from nnsweep.errors import SpecError
+
+if TYPE_CHECKING:
+    from nnsweep.config import DeploymentConfig
+
+__all__ = ["RuntimeInfo", "get", "load_object", "names"]
+
+_ALL_GRANULARITIES = frozenset(Granularity)
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What a runtime supports, as data.
+
+    Args:
+        name: the runtime's name in configs and specs.
+        backends: every backend name the runtime knows, in its default preference order.
+        fallback: the backend that runs any op; it closes every order (``None``: no such backend).
+        modes: supported quantization modes, each with the granularities it allows.
+        unsupported: reasons for the modes it cannot do, shown to the user.
+        full_interface: modes that can take quantized inputs (``Interface.FULL``).
+        calibrations: activation calibration methods for static modes.
+        delegates: whether ops are delegated in partitions (partition limits apply).
+        engine_backends: whether backends only matter for int8 (the torch quantized engine).
+        converter: ``"module:Class"`` of its :class:`~nnsweep.convert.Converter`.
+        runner: ``"module:Class"`` of its :class:`~nnsweep.bench.Runner`.
+        packages: distributions whose versions enter the artifact cache key.
+    """
+
+    name: str
+    backends: tuple[str, ...]
+    fallback: str | None
+    modes: Mapping[QuantMode, frozenset[Granularity]]
+    unsupported: Mapping[QuantMode, str]
+    full_interface: frozenset[QuantMode]
+    calibrations: frozenset[Calibration]
+    delegates: bool
+    converter: str
+    runner: str
+    packages: tuple[str, ...]
+    engine_backends: bool = False
+    artifact_suffix: str = ".bin"
+    default_backends: tuple[str, ...] = field(default=())
+
+    def normalize(self, config: DeploymentConfig) -> tuple[tuple[str, ...], PartitionLimits]:
+        """Validate ``config`` against these capabilities and return its canonical
+        backend order and partition limits.
+
+        Raises:
+            SpecError: naming the field, what was wrong and what is allowed.
+        """
+        q = config.quant
+        if q.mode not in self.modes:
+            reason = self.unsupported.get(q.mode, "not implemented for this runtime")
+            allowed = ", ".join(m.value for m in self.modes)
+            raise SpecError("quant.mode", f"{self.name} cannot do {q.mode.value}: {reason} (allowed: {allowed})")
+        if q.granularity is not None and q.granularity not in self.modes[q.mode]:
+            allowed = ", ".join(sorted(g.value for g in self.modes[q.mode]))
+            raise SpecError(
+                "quant.granularity",
+                f"{self.name} {q.mode.value} supports {allowed}, not {q.granularity.value}",
+            )
+        if q.interface is Interface.FULL and q.mode not in self.full_interface:
+            raise SpecError(
+                "quant.interface",
+                f"{self.name} has no quantized-in/out ('full') interface for {q.mode.value}; use 'core'",
+            )
+        if q.calibration is not None and q.calibration not in self.calibrations:
+            allowed = ", ".join(sorted(c.value for c in self.calibrations))
+            raise SpecError("quant.calibration", f"{self.name} calibrates with {allowed}, not {q.calibration.value}")
+
+        backends = self._order(config.backends, q.mode)
+        partitions = config.partitions if self.delegates else PartitionLimits()
+        if not self.delegates and not config.partitions.is_default:
+            raise SpecError(
+                "partitions",
+                f"{self.name} does not delegate ops in partitions; partition limits apply to: executorch",
+            )
+        return backends, partitions
+
+    def _order(self, given: tuple[str, ...], mode: QuantMode) -> tuple[str, ...]:
+        order = given or self.default_backends or self.backends
+        unknown = [b for b in order if b not in self.backends]
+        if unknown:
+            raise SpecError(
+                "backends", f"unknown {self.name} backend {unknown[0]!r}; allowed: {', '.join(self.backends)}"
+            )
+        if len(set(order)) != len(order):
+            raise SpecError("backends", f"lists a backend twice: {','.join(order)}")
+        if self.engine_backends and not mode.is_int8:
+            return ()  # the quantized engine does not matter to float models
+        if self.fallback is not None:
+            # The fallback runs every op, so nothing after it is ever reached.
+            if self.fallback in order:
+                order = order[: order.index(self.fallback) + 1]
+            else:
+                order = (*order, self.fallback)
+        return tuple(order)
+
+
+_I8 = frozenset({Granularity.PER_CHANNEL, Granularity.PER_TENSOR})
+_NONE: frozenset[Granularity] = frozenset()
+
+_BUILTIN: dict[str, RuntimeInfo] = {
+    "executorch": RuntimeInfo(
+        name="executorch",
+        backends=("xnnpack", "portable"),
+        fallback="portable",
+        modes={
+            QuantMode.FP32: _NONE,
+            QuantMode.FP16: _NONE,
+            QuantMode.DYNAMIC_INT8: _I8,
+            QuantMode.STATIC_INT8: _I8,
+            QuantMode.QAT_INT8: _I8,
+        },
+        unsupported={},
+        full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
+        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
+        delegates=True,
+        converter="nnsweep.convert.executorch:ExecuTorchConverter",
+        runner="nnsweep.bench.runners.executorch:ExecuTorchRunner",
+        packages=("executorch", "torch", "torchao"),
+        artifact_suffix=".pte",
+    ),
+    "onnxruntime": RuntimeInfo(
+        name="onnxruntime",
+        backends=("cpu", "xnnpack", "acl", "armnn", "nnapi", "openvino", "cuda"),
+        fallback="cpu",
+        modes={
+            QuantMode.FP32: _NONE,
+            QuantMode.FP16: _NONE,
+            QuantMode.DYNAMIC_INT8: _I8,
+            QuantMode.STATIC_INT8: _I8,
+        },
+        unsupported={
+            QuantMode.QAT_INT8: "ONNX Runtime quantizes an exported graph and has no training loop; "
+            "use executorch or torch for QAT",
+        },
+        full_interface=frozenset({QuantMode.STATIC_INT8}),
+        calibrations=frozenset({Calibration.MINMAX, Calibration.ENTROPY, Calibration.PERCENTILE}),
+        delegates=False,
+        converter="nnsweep.convert.onnxruntime:OnnxRuntimeConverter",
+        runner="nnsweep.bench.runners.onnxruntime:OnnxRuntimeRunner",
+        packages=("onnxruntime", "onnx", "onnxscript", "torch"),
+        artifact_suffix=".onnx",
+        default_backends=("cpu",),
+    ),
+    "torch": RuntimeInfo(
+        name="torch",
+        backends=("x86", "fbgemm", "qnnpack", "onednn"),
+        fallback=None,
+        modes={
+            QuantMode.FP32: _NONE,
+            QuantMode.FP16: _NONE,
+            QuantMode.DYNAMIC_INT8: _I8,
+            QuantMode.STATIC_INT8: _I8,
+            QuantMode.QAT_INT8: _I8,
+        },
+        unsupported={},
+        full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
+        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
+        delegates=False,
+        converter="nnsweep.convert.torch:TorchConverter",
+        runner="nnsweep.bench.runners.torch:TorchScriptRunner",
+        packages=("torch",),
+        engine_backends=True,
+        artifact_suffix=".pt",
+        default_backends=("x86", "qnnpack"),
+    ),
+}
+
+_registry: dict[str, RuntimeInfo] | None = None
+
+
+def _load() -> dict[str, RuntimeInfo]:
+    global _registry
+    if _registry is None:
+        found = dict(_BUILTIN)
+        for entry in metadata.entry_points(group="nnsweep.runtimes"):
+            info = entry.load()
+            if not isinstance(info, RuntimeInfo):
+                raise TypeError(f"entry point {entry.name!r} must be a RuntimeInfo, got {type(info).__name__}")
+            if info.name in found:
+                raise ValueError(f"runtime {info.name!r} is registered twice (entry point {entry.value})")
+            found[info.name] = info
+        _registry = found
+    return _registry
+
+
+def names() -> tuple[str, ...]:
+    """Registered runtime names."""
+    return tuple(_load())
+
+
+def get(name: str) -> RuntimeInfo:
+    """The capabilities of runtime ``name``.
+
+    Raises:
+        SpecError: ``name`` is not registered.
+    """
+    registry = _load()
+    if name not in registry:
+        raise SpecError("runtime", f"unknown runtime {name!r}; allowed: {', '.join(registry)}")
+    return registry[name]
+
+
+def load_object(reference: str) -> Any:
+    """Import ``"package.module:attribute"`` and return the attribute."""
+    module_name, _, attr = reference.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
