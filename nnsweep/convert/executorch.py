@@ -1,0 +1,170 @@
+"""ExecuTorch: ``torch.export`` -> PT2E quantization -> ordered delegate partitioners -> ``.pte``.
+
+The backend preference order becomes the ordered partitioner list of
+``to_edge_transform_and_lower``: the first partitioner claims the ops it
+supports, the next sees what is left, and ``portable`` (ExecuTorch's own CPU
+kernels) runs everything no delegate took. Each delegate's partitioner is
+wrapped in :class:`~nnsweep.convert.partition.LimitedPartitioner` so the
+TFLite-style partition limits apply.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+from executorch.exir.backend.partitioner import Partitioner
+from torch import nn
+
+from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
+from nnsweep.convert._base import ConversionResult, Converter, IOSpec
+from nnsweep.convert.partition import LimitedPartitioner, report_from_program
+from nnsweep.convert.quantize import calibration_samples, qat_finetune
+from nnsweep.errors import ConversionError
+from nnsweep.models import ModelBundle
+
+__all__ = ["BACKEND_IDS", "ExecuTorchConverter"]
+
+# nnsweep backend name -> ExecuTorch runtime backend id (what the .pte asks the runtime for).
+BACKEND_IDS = {"xnnpack": "XnnpackBackend"}
+
+
+def _xnnpack_partitioner(quant: QuantConfig) -> Partitioner:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
+
+
+_PARTITIONERS: dict[str, Callable[[QuantConfig], Partitioner]] = {"xnnpack": _xnnpack_partitioner}
+
+
+class _HalfPrecision(nn.Module):
+    """Runs the model in fp16 behind a float32 interface (so every fp16 artifact
+    takes and returns float32, like ONNX Runtime's ``keep_io_types``)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model.half()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x.half()).float()
+
+
+def _quantizer(quant: QuantConfig) -> Any:
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e import MinMaxObserver
+
+    config = get_symmetric_quantization_config(
+        is_per_channel=quant.granularity is Granularity.PER_CHANNEL,
+        is_qat=quant.mode is QuantMode.QAT_INT8,
+        is_dynamic=quant.mode is QuantMode.DYNAMIC_INT8,
+    )
+    if quant.mode is QuantMode.STATIC_INT8 and quant.calibration is Calibration.MINMAX:
+        # XNNPACK's default static activation observer is a histogram; min/max is the other method offered.
+        spec = config.input_activation
+        act = dataclasses.replace(spec, observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12))
+        config = dataclasses.replace(config, input_activation=act, output_activation=act)
+    return XNNPACKQuantizer().set_global(config)
+
+
+def _export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torch.export.ExportedProgram:
+    if dynamic_batch:
+        # Export specialises a size-1 dimension, so trace with two samples.
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        pair = torch.cat([example, example])
+        return torch.export.export(model, (pair,), dynamic_shapes=({0: batch},), strict=False)
+    return torch.export.export(model, (example,), strict=False)
+
+
+def _quantize(bundle: ModelBundle, quant: QuantConfig) -> nn.Module:
+    """PT2E: prepare with ExecuTorch's XNNPACK quantizer, calibrate (or fine-tune), convert."""
+    from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
+
+    model = copy.deepcopy(bundle.module).eval()
+    quantizer = _quantizer(quant)
+    if quant.mode is QuantMode.QAT_INT8:
+        # A dynamic batch dimension lets QAT train on real batches; fall back to batch 1.
+        try:
+            graph = _export(model, bundle.example_input, dynamic_batch=True).module()
+            batch = 32
+        except Exception:  # models whose shapes specialise on batch 1
+            graph = _export(model, bundle.example_input, dynamic_batch=False).module()
+            batch = 1
+        prepared = prepare_qat_pt2e(graph, quantizer)
+        move_exported_model_to_train(prepared)
+        qat_finetune(prepared, bundle, quant, batch_size=batch)
+        move_exported_model_to_eval(prepared)
+    else:
+        graph = _export(model, bundle.example_input, dynamic_batch=False).module()
+        prepared = prepare_pt2e(graph, quantizer)
+        samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
+        with torch.no_grad():
+            for x in samples:
+                prepared(x)
+    converted: nn.Module = convert_pt2e(prepared)
+    return converted
+
+
+def _quantize_io(program: torch.export.ExportedProgram) -> IOSpec:
+    """Make the program take and return int8 (the ``full`` interface)."""
+    from executorch.exir.passes.quantize_io_pass import quantize_input, quantize_output
+
+    try:
+        in_scale, in_zp, _, _, in_dtype = quantize_input(program, 0)
+        out_scale, out_zp, _, _, out_dtype = quantize_output(program, 0)
+    except ValueError as exc:
+        raise ConversionError(f"cannot give this model a quantized interface: {exc}") from exc
+    return IOSpec(
+        input_dtype=str(in_dtype).removeprefix("torch."),
+        output_dtype=str(out_dtype).removeprefix("torch."),
+        input_scale=float(in_scale),
+        input_zero_point=int(in_zp),
+        output_scale=float(out_scale),
+        output_zero_point=int(out_zp),
+    )
+
+
+class ExecuTorchConverter(Converter):
+    """Lower a model to an ExecuTorch ``.pte`` with the configured delegates."""
+
+    def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+        quant = config.quant
+        example = bundle.example_input
+        model: nn.Module
+        if quant.mode is QuantMode.FP16:
+            model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
+        elif quant.mode.is_int8:
+            model = _quantize(bundle, quant)
+        else:
+            model = copy.deepcopy(bundle.module).eval()
+        program = _export(model, example, dynamic_batch=False)
+        io = _quantize_io(program) if quant.interface is Interface.FULL else IOSpec()
+
+        partitioners: list[Partitioner] = []
+        for name in config.backends:
+            if name == "portable":
+                break
+            partitioners.append(LimitedPartitioner(_PARTITIONERS[name](quant), config.partitions))
+        edge = to_edge_transform_and_lower(
+            program,
+            partitioner=partitioners,
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+        names = {backend_id: name for name, backend_id in BACKEND_IDS.items()}
+        report = report_from_program(edge.exported_program(), config.backends, names)
+        if quant.mode.is_int8:
+            # Registers the out-variants of quantize/dequantize that run outside a delegate.
+            import executorch.kernels.quantized  # noqa: F401
+        executorch_program = edge.to_executorch()
+        path = out_dir / "model.pte"
+        path.write_bytes(executorch_program.buffer)
+        return ConversionResult(filename=path.name, partitions=report, io=io)

@@ -1,0 +1,117 @@
+"""ExecuTorch delegate partitioning with TFLite-style limits, and the partition report.
+
+:class:`LimitedPartitioner` wraps a backend's partitioner and filters its result:
+partitions smaller than ``min_nodes_per_partition`` are untagged, then only the
+``max_delegated_partitions`` largest are kept (0 = no limit). Untagged nodes are
+offered to the next partitioner in the preference order, and what no delegate
+takes runs on ExecuTorch's portable CPU kernels.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from executorch.exir.backend.partitioner import Partitioner, PartitionResult
+from torch.export import ExportedProgram
+
+from nnsweep.config import PartitionLimits
+from nnsweep.convert._base import PartitionReport, Placement
+
+__all__ = ["LimitedPartitioner", "report_from_program"]
+
+_TAG = "delegation_tag"
+
+
+class LimitedPartitioner(Partitioner):
+    """Apply :class:`~nnsweep.config.PartitionLimits` to another partitioner's choice.
+
+    Args:
+        inner: the backend's own partitioner.
+        limits: the limits to apply.
+
+    Attributes:
+        dropped: sizes of the partitions this wrapper gave back, per call.
+    """
+
+    def __init__(self, inner: Partitioner, limits: PartitionLimits) -> None:
+        super().__init__(inner.spec)
+        self.inner = inner
+        self.limits = limits
+        self.dropped: list[int] = []
+
+    def ops_to_not_decompose(self, ep: ExportedProgram) -> Any:
+        return self.inner.ops_to_not_decompose(ep)
+
+    def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        return self.inner.transform_for_pre_decomposition(exported_program)
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        result = self.inner.partition(exported_program)
+        if self.limits.is_default:
+            return result
+        graph = result.tagged_exported_program.graph_module.graph
+        sizes = Counter(
+            node.meta[_TAG]
+            for node in graph.nodes
+            if node.op == "call_function" and node.meta.get(_TAG) in result.partition_tags
+        )
+        ranked = sorted(sizes, key=lambda tag: (-sizes[tag], tag))
+        keep = [tag for tag in ranked if sizes[tag] >= self.limits.min_nodes_per_partition]
+        if self.limits.max_delegated_partitions:
+            keep = keep[: self.limits.max_delegated_partitions]
+        drop = set(result.partition_tags) - set(keep)
+        self.dropped.extend(sizes[tag] for tag in drop)
+        for node in graph.nodes:
+            if node.meta.get(_TAG) in drop:
+                del node.meta[_TAG]
+        return PartitionResult(
+            tagged_exported_program=result.tagged_exported_program,
+            partition_tags={tag: spec for tag, spec in result.partition_tags.items() if tag not in drop},
+        )
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "__name__", None) or str(target)
+    # Edge ops print as "aten.convolution.default"; keep the operator, drop the overload.
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 3 else name
+
+
+_BOOKKEEPING = ("getitem", "executorch_call_delegate", "alloc", "sym_size")
+
+
+def report_from_program(program: ExportedProgram, backends: tuple[str, ...], names: dict[str, str]) -> PartitionReport:
+    """Describe where the ops of a lowered program run.
+
+    Args:
+        program: the edge program after ``to_edge_transform_and_lower``.
+        backends: the preference order used.
+        names: ExecuTorch backend id -> nnsweep backend name (``XnnpackBackend`` -> ``xnnpack``).
+    """
+    module = program.graph_module
+    placements: list[Placement] = []
+    nodes_by_backend: Counter[str] = Counter()
+    fallback: Counter[str] = Counter()
+    for node in module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = getattr(node.target, "__name__", str(node.target))
+        if "executorch_call_delegate" in target:
+            lowered = getattr(module, node.args[0].target)
+            backend = names.get(lowered.backend_id, lowered.backend_id)
+            inner = lowered.original_module.graph_module.graph
+            count = sum(1 for n in inner.nodes if n.op == "call_function" and "getitem" not in str(n.target))
+            placements.append(Placement(backend, count))
+            nodes_by_backend[backend] += count
+        elif not any(word in target for word in _BOOKKEEPING):
+            fallback[_op_name(node.target)] += 1
+    if fallback:
+        nodes_by_backend["portable"] += sum(fallback.values())
+    placements.sort(key=lambda p: -p.nodes)
+    return PartitionReport(
+        backends=backends,
+        nodes_by_backend=dict(nodes_by_backend),
+        partitions=tuple(placements),
+        fallback_ops=dict(fallback),
+    )
