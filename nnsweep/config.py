@@ -121,33 +121,32 @@ class QuantConfig:
     CALIBRATION_BATCH_SIZE = 16
 
     def __post_init__(self) -> None:
-        mode = _enum_value(QuantMode, self.mode, "quant.mode")
         set_ = object.__setattr__
+        mode = _enum_value(QuantMode, self.mode, "quant.mode")
         set_(self, "mode", mode)
-        # Clear what does not apply, so equal deployments have equal digests.
-        if mode.is_int8 and self.granularity is not None:
-            set_(self, "granularity", _enum_value(Granularity, self.granularity, "quant.granularity"))
-        elif mode.is_int8:
-            set_(self, "granularity", Granularity.PER_CHANNEL)
-        else:
-            set_(self, "granularity", None)
-        if mode.is_static:
-            set_(self, "calibration", _enum_value(Calibration, self.calibration or "minmax", "quant.calibration"))
-            set_(self, "interface", _enum_value(Interface, self.interface or "core", "quant.interface"))
-            batches = 8 if self.calibration_batches is None else self.calibration_batches
-            if not isinstance(batches, int) or isinstance(batches, bool) or batches < 1:
-                raise SpecError("quant.calibration_batches", f"must be an integer >= 1, got {batches!r}")
-            set_(self, "calibration_batches", batches)
-        else:
-            for name in ("calibration", "interface", "calibration_batches"):
+        # Check every value given, then clear what does not apply to this mode, so
+        # equal deployments have equal digests.
+        for name, kind in (("granularity", Granularity), ("calibration", Calibration), ("interface", Interface)):
+            value = getattr(self, name)
+            if value is not None:
+                set_(self, name, _enum_value(kind, value, f"quant.{name}"))
+        for name in ("calibration_batches", "qat_epochs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise SpecError(f"quant.{name}", f"must be an integer >= 1, got {value!r}")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        relevant = {
+            "granularity": mode.is_int8,
+            "calibration": mode.is_static,
+            "calibration_batches": mode.is_static,
+            "interface": mode.is_static,
+            "qat_epochs": mode is QuantMode.QAT_INT8,
+        }
+        for name, applies in relevant.items():
+            if not applies:
                 set_(self, name, None)
-        if mode is QuantMode.QAT_INT8:
-            epochs = 3 if self.qat_epochs is None else self.qat_epochs
-            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-                raise SpecError("quant.qat_epochs", f"must be an integer >= 1, got {epochs!r}")
-            set_(self, "qat_epochs", epochs)
-        else:
-            set_(self, "qat_epochs", None)
+            elif getattr(self, name) is None:
+                set_(self, name, defaults[name])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,306 @@
+"""The ``nnsweep`` command.
+
+This is the only module that reads environment variables and configures
+logging. Heavy libraries are imported inside the subcommands that need them, so
+``nnsweep --help`` and argument errors stay instant.
+
+Exit codes: 0 success · 1 the work failed (a conversion or benchmark) · 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from nnsweep.errors import NnsweepError, SpecError, TrialError
+
+__all__ = ["main"]
+
+log = logging.getLogger("nnsweep")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+# DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
+_BENCH_OPTIONS = {
+    "runtime": "--runtime",
+    "backends": "--backends",
+    "quant.mode": "--quant",
+    "quant.granularity": "--granularity",
+    "quant.calibration": "--calibration",
+    "quant.calibration_batches": "--calibration-batches",
+    "quant.interface": "--interface",
+    "quant.qat_epochs": "--qat-epochs",
+    "partitions": "--max-partitions/--min-nodes",
+    "partitions.max_delegated_partitions": "--max-partitions",
+    "partitions.min_nodes_per_partition": "--min-nodes",
+    "threads": "--threads",
+    "warmup": "--warmup",
+    "iters": "--iters",
+    "min_duration_s": "--min-duration",
+    "timeout_s": "--timeout",
+    "model": "--model",
+    "weights": "--weights",
+    "input_shape": "--input-shape",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def default_cache_dir() -> Path:
+    """``$NNSWEEP_CACHE``, else ``$XDG_CACHE_HOME/nnsweep``, else ``~/.cache/nnsweep``."""
+    if os.environ.get("NNSWEEP_CACHE"):
+        return Path(os.environ["NNSWEEP_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nnsweep"
+
+
+def _positive_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of integers (e.g. 1,3,224,224)") from None
+    if not shape or any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be >= 1")
+    return shape
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(
+        prog="nnsweep",
+        description="Find, for every target device, the best way to deploy a PyTorch model.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="artifact and model cache (default: $NNSWEEP_CACHE or ~/.cache/nnsweep)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    bench = sub.add_parser(
+        "bench",
+        help="convert one configuration and measure it on this machine",
+        description="Convert a model for one deployment configuration (through the artifact cache), "
+        "measure latency and memory in a fresh process, and evaluate accuracy and fidelity "
+        "against the fp32 model on the same inputs.",
+    )
+    bench.add_argument("--model", default="digits", help="digits, digits_gn, torchvision:NAME, pkg.mod:fn or file.py:fn")
+    bench.add_argument("--weights", type=Path, help="state dict for a torchvision model (default: random weights)")
+    bench.add_argument("--input-shape", type=_positive_shape, help="input shape for user models, e.g. 1,3,224,224")
+    bench.add_argument("--config", type=Path, help="a configuration file (YAML or JSON, as `nnsweep best` prints)")
+    bench.add_argument("--runtime", help="executorch, onnxruntime or torch (default: executorch)")
+    bench.add_argument("--backends", help="comma list in preference order, e.g. xnnpack,portable")
+    bench.add_argument("--quant", help="fp32, fp16, dynamic_int8, static_int8 or qat_int8 (default: fp32)")
+    bench.add_argument("--granularity", help="per_tensor or per_channel (int8 modes; default per_channel)")
+    bench.add_argument("--calibration", help="minmax, histogram, entropy or percentile (static int8)")
+    bench.add_argument("--calibration-batches", type=int, help="calibration batches of 16 samples (default 8)")
+    bench.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
+    bench.add_argument("--qat-epochs", type=int, help="fine-tuning epochs for qat_int8 (default 3)")
+    bench.add_argument("--max-partitions", type=int, help="keep the N largest delegated partitions (0 = no limit)")
+    bench.add_argument("--min-nodes", type=int, help="smaller delegated partitions fall back (default 1)")
+    bench.add_argument("--threads", type=int, help="CPU threads (default 1)")
+    bench.add_argument("--warmup", type=int, default=5, help="warm-up runs (default 5)")
+    bench.add_argument("--iters", type=int, default=200, help="timed runs (default 200)")
+    bench.add_argument("--min-duration", type=float, default=0.0, help="time at least this many seconds")
+    bench.add_argument("--timeout", type=float, default=600.0, help="give up on the measurement after this many s")
+    bench.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    bench.set_defaults(handler=_cmd_bench)
+    return parser
+
+
+def _bench_config(args: argparse.Namespace) -> Any:
+    from nnsweep.config import DeploymentConfig
+
+    data: dict[str, Any] = {}
+    if args.config is not None:
+        data = _read_config_file(args.config)
+    quant = dict(data.get("quant") or {})
+    parts = dict(data.get("partitions") or {})
+    if args.runtime is not None:
+        data["runtime"] = args.runtime
+    data.setdefault("runtime", "executorch")
+    if args.backends is not None:
+        data["backends"] = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for option, key in (
+        ("quant", "mode"),
+        ("granularity", "granularity"),
+        ("calibration", "calibration"),
+        ("calibration_batches", "calibration_batches"),
+        ("interface", "interface"),
+        ("qat_epochs", "qat_epochs"),
+    ):
+        if getattr(args, option) is not None:
+            quant[key] = getattr(args, option)
+    if args.max_partitions is not None:
+        parts["max_delegated_partitions"] = args.max_partitions
+    if args.min_nodes is not None:
+        parts["min_nodes_per_partition"] = args.min_nodes
+    if args.threads is not None:
+        data["threads"] = args.threads
+    data["quant"], data["partitions"] = quant, parts
+    return DeploymentConfig.from_dict(data)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    if not path.is_file():
+        raise SpecError("config", f"file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError("config", f"{path} is not valid YAML/JSON: {exc}") from exc
+    if isinstance(data, dict) and "config" in data and isinstance(data["config"], dict):
+        data = data["config"]  # accept the whole `nnsweep bench --json` / `nnsweep best` object
+    if not isinstance(data, dict):
+        raise SpecError("config", f"{path} must hold a mapping with runtime, backends, quant, ...")
+    return data
+
+
+def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.models import check_reference
+
+    try:
+        config = _bench_config(args)
+        settings = MeasureSettings(
+            warmup=args.warmup, iters=args.iters, min_duration_s=args.min_duration, timeout_s=args.timeout
+        )
+        check_reference(args.model)
+        if args.weights is not None and not args.weights.is_file():
+            raise SpecError("weights", f"file {str(args.weights)!r} does not exist")
+    except SpecError as exc:
+        return _usage_error(exc)
+
+    from nnsweep import deploy
+    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.models import load_model
+
+    cache = ArtifactCache(cache_dir)
+    status = _Status(enabled=not args.json)
+    try:
+        bundle = load_model(
+            args.model,
+            cache_dir=cache.models_dir,
+            weights=args.weights,
+            input_shape=args.input_shape,
+            progress=status.line,
+        )
+    except SpecError as exc:
+        return _usage_error(exc)
+    status.line(f"converting {bundle.name} for {config.label()} ...")
+    try:
+        artifact, hit = deploy.convert(bundle, config, cache)
+        status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...")
+        result = deploy.measure(bundle, artifact, settings, cache_hit=hit)
+    except TrialError as exc:
+        sys.stderr.write(f"nnsweep bench: failed: {exc}\n")
+        return EXIT_FAILED
+    status.clear()
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+    else:
+        sys.stdout.write(_bench_summary(result) + "\n")
+    return EXIT_OK
+
+
+def _bench_summary(result: Any) -> str:
+    """A summary a ``benchmark_model`` user would recognise, then the partition report."""
+    t, e, a = result.timing, result.evaluation, result.artifact
+    lat = t.latency
+    lines = [
+        "STARTING!",
+        f"Model: {result.model} (digest {result.model_digest[:12]})",
+        f"Config: {a.config.label()}",
+        f"Artifact: {a.path} ({a.size_bytes:,} bytes; "
+        + ("cache hit" if result.cache_hit else f"converted in {a.convert_s:.1f} s")
+        + ")",
+        f"Num threads: [{t.threads}]  Loadavg (1 min): {t.loadavg_1m:.2f}",
+        f"Init: {t.load_ms * 1000:.0f} us, First inference: {t.first_inference_ms * 1000:.0f} us, "
+        f"Timed runs: {lat.count}",
+        f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
+        f"p99 {lat.p99 * 1000:.1f}  std {lat.std * 1000:.1f}  min {lat.min * 1000:.1f}  max {lat.max * 1000:.1f}",
+        f"Peak memory footprint (MB): {t.peak_rss_mb:.1f} (process; {t.rss_before_load_mb:.1f} before loading the model)",
+    ]
+    f = e.fidelity
+    if e.accuracy is not None:
+        lines.append(f"Accuracy (top-1, {e.samples} evaluation samples): {e.accuracy * 100:.2f} %")
+    else:
+        lines.append(f"Accuracy: n/a (no labelled data; fidelity on {e.samples} inputs)")
+    sqnr = "inf (identical)" if f.sqnr_db == float("inf") else f"{f.sqnr_db:.1f} dB"
+    lines.append(
+        f"Fidelity vs fp32: top-1 agreement {f.top1_agreement * 100:.1f} %, max abs err {f.max_abs_err:.3g}, "
+        f"mean abs err {f.mean_abs_err:.3g}, SQNR {sqnr}"
+    )
+    lines.append(a.partitions.render())
+    return "\n".join(lines)
+
+
+class _Status:
+    """One transient progress line on stderr (only when it is a terminal or enabled)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+
+    def line(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            sys.stderr.write("\r\x1b[2K" + text)
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self.tty:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+
+
+def _usage_error(exc: SpecError, options: dict[str, str] | None = None) -> int:
+    options = _BENCH_OPTIONS if options is None else options
+    field = options.get(exc.field, exc.field)
+    sys.stderr.write(f"nnsweep: error: {field}: {exc.message}\n")
+    return EXIT_USAGE
+
+
+def _setup_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``nnsweep`` command; returns the exit code."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    cache_dir = args.cache_dir or default_cache_dir()
+    try:
+        code: int = args.handler(args, cache_dir)
+    except SpecError as exc:
+        return _usage_error(exc)
+    except NnsweepError as exc:
+        sys.stderr.write(f"nnsweep: error: {exc}\n")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        sys.stderr.write("nnsweep: interrupted\n")
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
