@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nnsweep.artifacts import ArtifactCache, cache_key, toolchain_versions
+from nnsweep.config import DeploymentConfig, QuantConfig
+from nnsweep.convert import ConversionResult, PartitionReport
+
+CFG = DeploymentConfig("executorch", ("xnnpack",))
+TOOLS = {"torch": "2.14.1", "executorch": "1.5.1"}
+
+
+def _builder(payload: bytes, calls: list[int]):  # type: ignore[no-untyped-def]
+    def build(out: Path) -> ConversionResult:
+        calls.append(1)
+        (out / "model.pte").write_bytes(payload)
+        return ConversionResult("model.pte", PartitionReport(CFG.backends, {"xnnpack": 3}))
+
+    return build
+
+
+def test_key_is_a_full_sha256_over_model_config_and_toolchain() -> None:
+    key = cache_key("m" * 64, CFG, TOOLS)
+    assert len(key) == 64 and int(key, 16) >= 0
+    assert cache_key("n" * 64, CFG, TOOLS) != key
+    assert cache_key("m" * 64, DeploymentConfig("executorch", ("portable",)), TOOLS) != key
+    assert cache_key("m" * 64, CFG, {**TOOLS, "executorch": "1.6.0"}) != key
+
+
+def test_toolchain_versions_are_read_from_installed_metadata() -> None:
+    versions = toolchain_versions(("executorch", "no-such-package"))
+    assert versions["executorch"] == "1.5.1"
+    assert versions["no-such-package"] == "absent"
+    assert "python" in versions and "nnsweep" in versions
+
+
+def test_miss_builds_hit_reuses(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+    calls: list[int] = []
+    key = cache_key("m" * 64, CFG, TOOLS)
+    first, hit1 = cache.get_or_build(key, CFG, TOOLS, _builder(b"abc", calls))
+    second, hit2 = cache.get_or_build(key, CFG, TOOLS, _builder(b"xyz", calls))
+    assert (hit1, hit2) == (False, True)
+    assert calls == [1]
+    assert second.path.read_bytes() == b"abc"
+    assert second.config == CFG and second.partitions.nodes_by_backend == {"xnnpack": 3}
+    assert not list((tmp_path / "staging").iterdir())  # nothing half-written left behind
+
+
+@pytest.mark.parametrize("damage", ["payload", "truncate", "meta", "missing"])
+def test_corrupted_entry_is_detected_and_rebuilt(tmp_path: Path, damage: str) -> None:
+    cache = ArtifactCache(tmp_path)
+    calls: list[int] = []
+    key = cache_key("m" * 64, CFG, TOOLS)
+    artifact, _ = cache.get_or_build(key, CFG, TOOLS, _builder(b"good bytes", calls))
+    if damage == "payload":
+        artifact.path.write_bytes(b"evil bytes")  # same size, other content
+    elif damage == "truncate":
+        artifact.path.write_bytes(b"good")
+    elif damage == "meta":
+        (artifact.path.parent / "meta.json").write_text("{not json")
+    else:
+        artifact.path.unlink()
+    assert cache.get(key) is None
+    rebuilt, hit = cache.get_or_build(key, CFG, TOOLS, _builder(b"good bytes", calls))
+    assert not hit and calls == [1, 1]
+    assert rebuilt.path.read_bytes() == b"good bytes"
+
+
+def test_failed_build_leaves_no_entry(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+    key = cache_key("m" * 64, CFG, TOOLS)
+
+    def broken(out: Path) -> ConversionResult:
+        (out / "model.pte").write_bytes(b"partial")
+        raise RuntimeError("converter died")
+
+    with pytest.raises(RuntimeError):
+        cache.get_or_build(key, CFG, TOOLS, broken)
+    assert cache.get(key) is None
+    assert not list((tmp_path / "staging").iterdir())
+
+
+def test_meta_records_config_and_checksum(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+    cfg = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8"))
+    key = cache_key("m" * 64, cfg, TOOLS)
+    artifact, _ = cache.get_or_build(key, cfg, TOOLS, _builder(b"abc", []))
+    meta = json.loads((artifact.path.parent / "meta.json").read_text())
+    assert meta["config"]["quant"]["mode"] == "static_int8"
+    assert meta["sha256"] == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert meta["toolchain"] == TOOLS

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import pytest
+
+from nnsweep.config import (
+    Calibration,
+    DeploymentConfig,
+    Granularity,
+    Interface,
+    PartitionLimits,
+    QuantConfig,
+    QuantMode,
+)
+from nnsweep.errors import SpecError
+
+
+def test_fallback_closes_every_order_and_cuts_what_follows_it() -> None:
+    assert DeploymentConfig("executorch", ("xnnpack",)).backends == ("xnnpack", "portable")
+    # portable runs every op, so a backend after it is never reached
+    assert DeploymentConfig("executorch", ("portable", "xnnpack")).backends == ("portable",)
+    assert DeploymentConfig("onnxruntime").backends == ("cpu",)
+
+
+def test_irrelevant_fields_are_cleared_so_equal_deployments_share_a_digest() -> None:
+    a = DeploymentConfig("executorch", quant=QuantConfig(QuantMode.FP32, Granularity.PER_TENSOR))
+    b = DeploymentConfig("executorch", quant=QuantConfig(QuantMode.FP32, Granularity.PER_CHANNEL))
+    assert a == b and a.digest() == b.digest()
+    assert a.quant.granularity is None and a.quant.calibration is None
+    # the torch quantized engine does not matter to float models
+    assert DeploymentConfig("torch", ("qnnpack",)).backends == ()
+    assert DeploymentConfig("torch", ("qnnpack",), QuantConfig("static_int8")).backends == ("qnnpack",)
+
+
+def test_digest_changes_with_every_relevant_field() -> None:
+    base = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8"))
+    variants = [
+        DeploymentConfig("executorch", ("portable",), QuantConfig("static_int8")),
+        DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", Granularity.PER_TENSOR)),
+        DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", calibration=Calibration.HISTOGRAM)),
+        DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", calibration_batches=2)),
+        DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", interface=Interface.FULL)),
+        DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8"), PartitionLimits(2, 1)),
+        DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8"), threads=2),
+    ]
+    digests = {base.digest(), *(v.digest() for v in variants)}
+    assert len(digests) == len(variants) + 1
+    assert all(len(d) == 64 for d in digests)
+
+
+def test_round_trip_through_dict_and_canonical_json() -> None:
+    cfg = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("qat_int8", qat_epochs=2), PartitionLimits(3, 2))
+    again = DeploymentConfig.from_dict(cfg.to_dict())
+    assert again == cfg
+    assert again.canonical_json() == cfg.canonical_json()
+    assert " " not in cfg.canonical_json()
+    assert cfg.flat()["quant.mode"] == "qat_int8"
+    assert cfg.flat()["backends"] == "xnnpack,portable"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "text"),
+    [
+        ({"runtime": "tflite"}, "runtime", "allowed: executorch, onnxruntime, torch"),
+        ({"runtime": "executorch", "backends": ("gpu",)}, "backends", "allowed: xnnpack, portable"),
+        ({"runtime": "executorch", "backends": ("xnnpack", "xnnpack")}, "backends", "twice"),
+        ({"runtime": "onnxruntime", "quant": QuantConfig("qat_int8")}, "quant.mode", "no training loop"),
+        (
+            {"runtime": "onnxruntime", "quant": QuantConfig("static_int8", calibration=Calibration.HISTOGRAM)},
+            "quant.calibration",
+            "entropy",
+        ),
+        (
+            {"runtime": "torch", "quant": QuantConfig("static_int8", calibration=Calibration.ENTROPY)},
+            "quant.calibration",
+            "histogram",
+        ),
+        ({"runtime": "torch", "partitions": PartitionLimits(1, 1)}, "partitions", "apply to: executorch"),
+        ({"runtime": "executorch", "threads": 0}, "threads", ">= 1"),
+    ],
+)
+def test_impossible_combinations_are_rejected_with_the_reason(kwargs: dict, field: str, text: str) -> None:
+    with pytest.raises(SpecError) as info:
+        DeploymentConfig(**kwargs)
+    assert info.value.field == field
+    assert text in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: QuantConfig("int4"), "quant.mode"),
+        (lambda: QuantConfig("static_int8", "per_row"), "quant.granularity"),
+        (lambda: QuantConfig("fp32", "per_row"), "quant.granularity"),  # wrong even where it does not apply
+        (lambda: QuantConfig("static_int8", calibration_batches=0), "quant.calibration_batches"),
+        (lambda: PartitionLimits(-1, 1), "partitions.max_delegated_partitions"),
+        (lambda: PartitionLimits(0, 0), "partitions.min_nodes_per_partition"),
+    ],
+)
+def test_bad_values_name_their_field(make, field: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SpecError) as info:
+        make()
+    assert info.value.field == field
+    assert isinstance(info.value, ValueError)
+
+
+def test_from_dict_rejects_unknown_fields() -> None:
+    with pytest.raises(SpecError, match="quant.bits"):
+        DeploymentConfig.from_dict({"runtime": "executorch", "quant": {"bits": 4}})
+    with pytest.raises(SpecError, match="colour"):
+        DeploymentConfig.from_dict({"runtime": "executorch", "colour": "red"})
+
+
+def test_configs_are_frozen() -> None:
+    cfg = DeploymentConfig("executorch")
+    with pytest.raises(AttributeError):
+        cfg.threads = 4  # type: ignore[misc]

@@ -1,0 +1,102 @@
+"""Real ExecuTorch conversions of the digits models, run with ExecuTorch's runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnsweep import deploy
+from nnsweep.bench import MeasureSettings, evaluate
+from nnsweep.bench._harness import run_all
+from nnsweep.bench.runners.executorch import ExecuTorchRunner
+from nnsweep.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
+
+
+
+def _accuracy(bundle, cache, config: DeploymentConfig):  # type: ignore[no-untyped-def]
+    """Convert, run the .pte in this process on the evaluation split, evaluate."""
+    artifact, _ = deploy.convert(bundle, config, cache)
+    runner = ExecuTorchRunner(artifact.path, artifact.io, config.threads, config.backends)
+    runner.load()
+    outputs = run_all(runner, bundle.dataset.evaluation.inputs)
+    return artifact, evaluate(outputs, deploy.reference_outputs(bundle), bundle.dataset.evaluation.labels)
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from nnsweep.artifacts import ArtifactCache
+
+    return ArtifactCache(tmp_path_factory.mktemp("et-cache"))
+
+
+@pytest.fixture(scope="module")
+def fp32(digits, shared_cache):  # type: ignore[no-untyped-def]
+    return _accuracy(digits, shared_cache, DeploymentConfig("executorch", ("xnnpack",)))
+
+
+def test_fp32_xnnpack_takes_the_whole_digits_graph(digits, fp32) -> None:  # type: ignore[no-untyped-def]
+    artifact, ev = fp32
+    assert artifact.path.suffix == ".pte" and artifact.size_bytes > 10_000
+    assert artifact.partitions.count == 1 and artifact.partitions.fallback_ops == {}
+    assert ev.accuracy is not None and ev.accuracy >= 0.95
+    assert ev.fidelity.top1_agreement == 1.0 and ev.fidelity.sqnr_db > 80
+
+
+@pytest.mark.parametrize("granularity", [Granularity.PER_TENSOR, Granularity.PER_CHANNEL])
+def test_static_int8_stays_within_one_point_of_fp32(digits, shared_cache, fp32, granularity) -> None:  # type: ignore[no-untyped-def]
+    config = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", granularity))
+    artifact, ev = _accuracy(digits, shared_cache, config)
+    assert ev.accuracy >= fp32[1].accuracy - 0.01
+    assert 20 < ev.fidelity.sqnr_db < 80  # really quantized, and still close
+    assert artifact.size_bytes < fp32[0].size_bytes * 0.7  # int8 weights
+
+
+def test_full_interface_takes_int8_and_matches_core(digits, shared_cache) -> None:  # type: ignore[no-untyped-def]
+    core_artifact, core = _accuracy(digits, shared_cache, DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8")))
+    full_cfg = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", interface=Interface.FULL))
+    artifact, full = _accuracy(digits, shared_cache, full_cfg)
+    assert artifact.io.input_dtype == "int8" and artifact.io.input_scale and artifact.io.output_scale
+    assert core_artifact.io.input_scale is None
+    assert abs(full.accuracy - core.accuracy) <= 0.005
+
+
+@pytest.mark.parametrize("mode", ["fp16", "dynamic_int8", "qat_int8"])
+def test_other_modes_convert_and_keep_accuracy(digits, shared_cache, fp32, mode: str) -> None:  # type: ignore[no-untyped-def]
+    _, ev = _accuracy(digits, shared_cache, DeploymentConfig("executorch", ("xnnpack",), QuantConfig(mode)))
+    assert ev.accuracy >= fp32[1].accuracy - 0.02
+
+
+def test_portable_only_runs_int8_without_a_delegate(digits, shared_cache) -> None:  # type: ignore[no-untyped-def]
+    artifact, ev = _accuracy(digits, shared_cache, DeploymentConfig("executorch", ("portable",), QuantConfig("static_int8")))
+    assert artifact.partitions.count == 0
+    assert artifact.partitions.fallback_ops["quantized_decomposed.quantize_per_tensor"] > 0
+    assert ev.accuracy >= 0.94
+
+
+def test_partition_limits_change_placement_on_digits_gn(digits_gn, shared_cache) -> None:  # type: ignore[no-untyped-def]
+    all_parts, _ = deploy.convert(digits_gn, DeploymentConfig("executorch", ("xnnpack",)), shared_cache)
+    one, _ = deploy.convert(
+        digits_gn, DeploymentConfig("executorch", ("xnnpack",), partitions=PartitionLimits(1, 1)), shared_cache
+    )
+    assert all_parts.partitions.count > 3  # group norm between the blocks splits the graph
+    assert one.partitions.count == 1
+    assert one.partitions.sizes == all_parts.partitions.sizes[:1]
+    assert "aten.convolution" in one.partitions.fallback_ops
+
+
+def test_measure_in_a_child_process_reports_every_figure(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.artifacts import ArtifactCache
+
+    cache = ArtifactCache(tmp_path)
+    config = DeploymentConfig("executorch", ("xnnpack",), threads=2)
+    artifact, hit = deploy.convert(digits, config, cache)
+    result = deploy.measure(digits, artifact, MeasureSettings(warmup=2, iters=30), cache_hit=hit)
+    d = result.to_dict()
+    assert d["iterations"] == 30 and len(d["samples_ms"]) == 30 and d["threads"] == 2
+    lat = d["latency_ms"]
+    assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert d["load_ms"] > 0 and d["first_inference_ms"] > 0 and d["peak_rss_mb"] > 50
+    assert d["accuracy"] >= 0.95 and d["cache_hit"] is False
+    assert np.isfinite(d["fidelity"]["max_abs_err"])
