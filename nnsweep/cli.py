@@ -118,6 +118,43 @@ def _build_parser() -> _Parser:
     bench.add_argument("--timeout", type=float, default=600.0, help="give up on the measurement after this many s")
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     bench.set_defaults(handler=_cmd_bench)
+
+    run = sub.add_parser(
+        "run",
+        help="run a sweep: an Optuna study per device, measured on its agent, logged to MLflow",
+        description="Run the sweep SPEC (YAML). Interrupt it at any time and run it again to continue: "
+        "finished trials are kept, interrupted ones are measured again.",
+    )
+    run.add_argument("spec", type=Path, help="sweep YAML, e.g. sweeps/quickstart.yaml")
+    run.add_argument("--address", help="join this Ray cluster (HOST:PORT) instead of starting a local one")
+    run.add_argument(
+        "--executor",
+        choices=["ray", "local"],
+        default="ray",
+        help="ray (default): agents and conversion workers on Ray; local: threads in this process",
+    )
+    run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    run.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    run.set_defaults(handler=_cmd_run)
+
+    best = sub.add_parser(
+        "best",
+        help="print the best configuration of a finished sweep (input for `nnsweep bench --config`)",
+        description="Print the chosen configuration per device from the sweep's Optuna studies.",
+    )
+    best.add_argument("spec", type=Path)
+    best.add_argument("--device", help="only this device (default: every device of the spec)")
+    best.add_argument("--format", choices=["yaml", "json"], default="yaml")
+    best.set_defaults(handler=_cmd_best)
+
+    ui = sub.add_parser(
+        "ui",
+        help="start the MLflow UI on 127.0.0.1 for a sweep's tracking store",
+        description="Start `mlflow ui` against the sweep's tracking URI (sqlite by default).",
+    )
+    ui.add_argument("spec", type=Path)
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(handler=_cmd_ui)
     return parser
 
 
@@ -278,9 +315,185 @@ def _usage_error(exc: SpecError, options: dict[str, str] | None = None) -> int:
     return EXIT_USAGE
 
 
+_SPEC_OPTIONS: dict[str, str] = {}  # sweep errors name the YAML field path as written
+
+
+def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.spec import load_spec
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        return _usage_error(exc, _SPEC_OPTIONS)
+
+    from nnsweep.execution import Executor, LocalExecutor
+    from nnsweep.sweep import Sweep
+
+    executor: Executor
+    if args.executor == "local":
+        if args.address:
+            return _usage_error(SpecError("--address", "needs --executor ray"), _SPEC_OPTIONS)
+        executor = LocalExecutor()
+    else:
+        from nnsweep.execution.ray_cluster import RayExecutor
+
+        executor = RayExecutor(address=args.address)
+    tracker = _tracker(spec, enabled=not args.no_tracking)
+    display = _ProgressDisplay(enabled=not args.json)
+    sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update)
+    try:
+        results = sweep.run()
+    except KeyboardInterrupt:
+        display.close()
+        sys.stderr.write("nnsweep run: interrupted; run the same command again to continue\n")
+        executor.shutdown()
+        return 130
+    finally:
+        display.close()
+    executor.shutdown()
+    if args.json:
+        out = [
+            {
+                "device": r.device,
+                "capabilities": r.capabilities.to_dict(),
+                "best": r.best.to_dict() if r.best else None,
+                "pareto": [p.number for p in r.pareto],
+                "trials": [t.to_dict() for t in r.records],
+            }
+            for r in results
+        ]
+        sys.stdout.write(json.dumps(out) + "\n")
+    else:
+        sys.stdout.write(_results_text(spec, results) + "\n")
+    return EXIT_OK
+
+
+def _tracker(spec: Any, enabled: bool) -> Any:
+    from nnsweep.tracking import MlflowTracker, NullTracker
+
+    if not enabled:
+        return NullTracker()
+    return MlflowTracker(spec.tracking.uri, spec.tracking.experiment, spec.name)
+
+
+def _results_text(spec: Any, results: Any) -> str:
+    from nnsweep.report import render_table
+
+    blocks = []
+    for r in results:
+        cap = r.capabilities
+        title = f"== {r.device}: {cap.arch}, {cap.cpu}, {cap.cores} cores — Pareto front (feasible)"
+        blocks.append(render_table(r.pareto, spec.objectives, title=title))
+        if r.best is not None:
+            blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}")
+        else:
+            blocks.append(f"Best on {r.device}: none (no feasible measured trial)")
+        counts = {s: sum(1 for t in r.records if t.status.value == s) for s in ("ok", "reused", "failed")}
+        blocks.append(
+            f"Trials: {len(r.records)} ({counts['ok']} measured, {counts['reused']} reused, {counts['failed']} failed)"
+        )
+    blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
+    return "\n\n".join(blocks)
+
+
+def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.report import best_trial
+    from nnsweep.spec import load_spec
+    from nnsweep.sweep import open_study, study_records
+
+    try:
+        spec = load_spec(args.spec)
+        if args.device is not None and args.device not in spec.devices:
+            raise SpecError("--device", f"{args.device!r} is not a device of {spec.name}: {', '.join(spec.devices)}")
+    except SpecError as exc:
+        return _usage_error(exc, _SPEC_OPTIONS)
+    devices = [args.device] if args.device else list(spec.devices)
+    chosen: dict[str, Any] = {}
+    for device in devices:
+        try:
+            study = open_study(spec, device, create=False)
+        except KeyError:
+            sys.stderr.write(f"nnsweep best: no study for {device}: run `nnsweep run {args.spec}` first\n")
+            return EXIT_FAILED
+        best = best_trial(study_records(study), spec.objectives)
+        if best is None:
+            sys.stderr.write(f"nnsweep best: {device} has no feasible measured trial yet\n")
+            return EXIT_FAILED
+        chosen[device] = {"trial": best.number, "metrics": dict(best.metrics), "config": best.config.to_dict()}
+    # One device: the config alone, so the output feeds `nnsweep bench --config` directly.
+    payload = chosen[devices[0]] if len(devices) == 1 else chosen
+    if args.format == "json":
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
+    return EXIT_OK
+
+
+def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
+    import subprocess
+
+    from nnsweep.spec import load_spec
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        return _usage_error(exc, _SPEC_OPTIONS)
+    cmd = [
+        sys.executable, "-m", "mlflow", "ui",
+        "--backend-store-uri", spec.tracking.uri,
+        "--host", "127.0.0.1",
+        "--port", str(args.port),
+        "--workers", "1",
+    ]  # fmt: skip
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    sys.stderr.write(f"MLflow UI for {spec.name}: http://127.0.0.1:{args.port}  (Ctrl-C to stop)\n")
+    return subprocess.call(cmd, env=env)
+
+
+class _ProgressDisplay:
+    """Per-device progress lines: rewritten in place on a terminal, one line per change otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self._lines = 0
+        self._last: dict[str, tuple[int, str]] = {}
+
+    def update(self, devices: list[Any]) -> None:
+        if not self.enabled:
+            return
+        texts = []
+        for d in devices:
+            state = "LOST" if d.lost else d.activity
+            text = f"{d.device}: {d.done}/{d.budget} trials ({d.failed} failed, {d.reused} reused) · {state}"
+            if d.best:
+                text += f"\n    best so far: {d.best}"
+            texts.append((d.device, d.done, text))
+        if self.tty:
+            if self._lines:
+                sys.stderr.write(f"\x1b[{self._lines}F\x1b[J")
+            block = "\n".join(t for _, _, t in texts)
+            sys.stderr.write(block + "\n")
+            self._lines = block.count("\n") + 1
+        else:
+            for device, done, text in texts:
+                first = text.splitlines()[0]
+                if self._last.get(device) != (done, first.split("·")[0]):
+                    self._last[device] = (done, first.split("·")[0])
+                    sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        self._lines = 0
+
+
 def _setup_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # torch warns about its own pytree registrations on every import of torchao; not ours to act on.
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -104,9 +104,9 @@ class QuantConfig:
     Args:
         mode: the numeric representation.
         granularity: weight scales per tensor or per output channel (int8 modes).
-        calibration: activation range method (static modes).
+        calibration: activation range method (``static_int8``).
         calibration_batches: calibration batches of :data:`CALIBRATION_BATCH_SIZE`
-            samples (static modes).
+            samples (``static_int8``).
         interface: ``core`` or ``full`` (static modes).
         qat_epochs: fine-tuning epochs with fake quantization (``qat_int8``).
     """
@@ -137,8 +137,9 @@ class QuantConfig:
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         relevant = {
             "granularity": mode.is_int8,
-            "calibration": mode.is_static,
-            "calibration_batches": mode.is_static,
+            # QAT learns its ranges while fine-tuning: no calibration pass
+            "calibration": mode is QuantMode.STATIC_INT8,
+            "calibration_batches": mode is QuantMode.STATIC_INT8,
             "interface": mode.is_static,
             "qat_epochs": mode is QuantMode.QAT_INT8,
         }

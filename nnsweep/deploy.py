@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
     from nnsweep.models import ModelBundle
 
-__all__ = ["DeploymentResult", "convert", "measure", "reference_outputs"]
+__all__ = ["DeploymentResult", "assemble", "convert", "measure", "reference_outputs"]
 
 
 def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache) -> tuple[Artifact, bool]:
@@ -110,7 +110,7 @@ def measure(
     Raises:
         BenchmarkError: it did not load or run, or its outputs are unusable.
     """
-    from nnsweep.bench import evaluate, measure_in_subprocess
+    from nnsweep.bench import measure_in_subprocess
 
     timing, outputs = measure_in_subprocess(
         runtime=artifact.config.runtime,
@@ -122,8 +122,27 @@ def measure(
         settings=settings,
     )
     ref = reference_outputs(bundle) if reference is None else reference
+    return assemble(bundle, artifact, timing, outputs, ref, cache_hit=cache_hit)
+
+
+def assemble(
+    bundle: ModelBundle,
+    artifact: Artifact,
+    timing: Timing,
+    outputs: np.ndarray,
+    reference: np.ndarray,
+    *,
+    cache_hit: bool,
+) -> DeploymentResult:
+    """Evaluate a device's ``outputs`` against the fp32 ``reference`` and combine with its timing.
+
+    Raises:
+        BenchmarkError: the outputs are unusable (wrong shape, NaN).
+    """
+    from nnsweep.bench import evaluate
+
     try:
-        evaluation = evaluate(outputs, ref, bundle.dataset.evaluation.labels)
+        evaluation = evaluate(outputs, reference, bundle.dataset.evaluation.labels)
     except ValueError as exc:
         raise BenchmarkError(f"unusable outputs: {exc}") from exc
     return DeploymentResult(bundle.name, bundle.digest, artifact, cache_hit, timing, evaluation)

@@ -1,0 +1,44 @@
+"""The device agent: one per device, one measurement at a time."""
+
+from __future__ import annotations
+
+import time
+
+from nnsweep.agents._capabilities import Capabilities
+from nnsweep.agents._transport import LocalTransport, MeasureReply, MeasureRequest, Transport
+
+__all__ = ["DeviceAgent"]
+
+
+class DeviceAgent:
+    """Measures artifacts on one device through its transport.
+
+    On Ray it runs as an actor with ``max_concurrency=1`` and the resource
+    ``device:<name>``, so the device never runs two benchmarks at once; the
+    same class runs in-process for the local executor and in tests.
+
+    Args:
+        device: the device's name.
+        transport: how to reach it (default: this machine).
+    """
+
+    def __init__(self, device: str, transport: Transport | None = None) -> None:
+        self.device = device
+        self.transport = transport or LocalTransport()
+        self._capabilities: Capabilities | None = None
+        self.busy_s = 0.0
+
+    def capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            self._capabilities = self.transport.probe(self.device)
+        return self._capabilities
+
+    def measure(self, request: MeasureRequest) -> MeasureReply:
+        started = time.perf_counter()
+        try:
+            return self.transport.measure(request)
+        finally:
+            self.busy_s += time.perf_counter() - started
+
+    def ping(self) -> str:
+        return self.device

@@ -1,0 +1,105 @@
+"""Probe this machine: ``python -m nnsweep.agents._probe DEVICE [MACHINE]`` prints capabilities as JSON.
+
+Runs in its own process so the agent that asks stays free of torch and the
+runtimes (each import costs hundreds of MB), and so a runtime that fails to
+load is simply absent rather than fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+
+from nnsweep.agents._capabilities import Capabilities
+
+__all__ = ["probe"]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "processor\t: arm")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_mb() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _executorch() -> tuple[str, ...] | None:
+    try:
+        from executorch.runtime import Runtime
+    except ImportError:
+        return None
+    registered = set(Runtime.get().backend_registry.registered_backend_names)
+    names = {"XnnpackBackend": "xnnpack"}
+    return (*(name for rid, name in names.items() if rid in registered), "portable")
+
+
+def _onnxruntime() -> tuple[str, ...] | None:
+    try:
+        import onnxruntime
+
+        from nnsweep.bench.runners.onnxruntime import PROVIDERS
+    except ImportError:
+        return None
+
+    available = set(onnxruntime.get_available_providers())
+    found = [name for name, provider in PROVIDERS.items() if provider in available and name != "cpu"]
+    return (*found, "cpu")
+
+
+def _torch() -> tuple[str, ...] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    engines = set(torch.backends.quantized.supported_engines)
+    return tuple(e for e in ("x86", "fbgemm", "qnnpack", "onednn") if e in engines)
+
+
+def probe(device: str, machine: str | None = None) -> Capabilities:
+    """Capabilities of this machine as device ``device``."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name, check in (("executorch", _executorch), ("onnxruntime", _onnxruntime), ("torch", _torch)):
+        backends = check()
+        if backends:
+            found[name] = backends
+    versions = {}
+    for package in ("nnsweep", "torch", "executorch", "onnxruntime", "ray"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    versions["python"] = platform.python_version()
+    return Capabilities(
+        device=device,
+        machine=machine or socket.gethostname(),
+        arch=platform.machine(),
+        cpu=_cpu_model(),
+        cores=os.cpu_count() or 1,
+        memory_mb=_memory_mb(),
+        runtimes=found,
+        versions=versions,
+    )
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    caps = probe(args[0], args[1] if len(args) > 1 else None)
+    sys.stdout.write(json.dumps(caps.to_dict()) + "\n")

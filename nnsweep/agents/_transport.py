@@ -1,0 +1,104 @@
+"""How an agent reaches its device: the one seam that makes devices swappable.
+
+A transport probes the device once and measures artifacts on it. ``local`` runs
+the measurement in a fresh process on this machine; the bridge transports
+(adb, ssh) push the artifact and run the runtime's own benchmark tool there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nnsweep.agents._capabilities import Capabilities
+from nnsweep.bench import MeasureSettings, Timing, measure_in_subprocess
+from nnsweep.convert._base import IOSpec
+from nnsweep.errors import InfrastructureError
+
+__all__ = ["LocalTransport", "MeasureReply", "MeasureRequest", "Transport"]
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """One artifact to measure on a device (sent over Ray, so it carries the bytes)."""
+
+    runtime: str
+    artifact_name: str
+    artifact_bytes: bytes
+    io: IOSpec
+    threads: int
+    backends: tuple[str, ...]
+    inputs: np.ndarray
+    settings: MeasureSettings
+
+
+@dataclass(frozen=True)
+class MeasureReply:
+    """What the device saw: timings, and the outputs on every input (for evaluation)."""
+
+    timing: Timing
+    outputs: np.ndarray
+    estimated: bool = False
+
+
+class Transport(ABC):
+    """Reaches one device.
+
+    Call order: :meth:`probe` once when the agent starts, then :meth:`measure`
+    once per trial, never two at a time (the agent serialises them).
+    """
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def probe(self, device: str) -> Capabilities:
+        """What the device has."""
+
+    @abstractmethod
+    def measure(self, request: MeasureRequest) -> MeasureReply:
+        """Measure one artifact; raise :class:`~nnsweep.errors.BenchmarkError` if it fails."""
+
+
+class LocalTransport(Transport):
+    """The device is this machine: measure in a fresh child process.
+
+    Args:
+        machine: name of the physical machine (defaults to the host name); two
+            devices with the same machine never measure at the same time.
+    """
+
+    name = "local"
+
+    def __init__(self, machine: str | None = None) -> None:
+        self.machine = machine
+
+    def probe(self, device: str) -> Capabilities:
+        cmd = [sys.executable, "-m", "nnsweep.agents._probe", device]
+        if self.machine:
+            cmd.append(self.machine)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+        if proc.returncode != 0:
+            raise InfrastructureError(f"probing {device} failed: {proc.stderr.strip()[-500:]}")
+        return Capabilities.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+    def measure(self, request: MeasureRequest) -> MeasureReply:
+        with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
+            path = Path(tmp) / request.artifact_name
+            path.write_bytes(request.artifact_bytes)
+            timing, outputs = measure_in_subprocess(
+                runtime=request.runtime,
+                artifact=path,
+                io=request.io,
+                threads=request.threads,
+                backends=request.backends,
+                inputs=request.inputs,
+                settings=request.settings,
+            )
+        return MeasureReply(timing=timing, outputs=outputs)

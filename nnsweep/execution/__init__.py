@@ -1,0 +1,6 @@
+"""Executors: the coordinator's seam to workers and device agents (local threads or Ray)."""
+
+from nnsweep.execution._base import ConvertRequest, Executor, ModelSource
+from nnsweep.execution.local import LocalExecutor
+
+__all__ = ["ConvertRequest", "Executor", "LocalExecutor", "ModelSource"]

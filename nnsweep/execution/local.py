@@ -1,0 +1,55 @@
+"""Run everything in this process (threads): for tests and machines without Ray."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
+from nnsweep.artifacts import Artifact
+from nnsweep.execution._base import ConvertRequest, Executor
+from nnsweep.execution._converter import ConverterWorker
+
+__all__ = ["LocalExecutor"]
+
+
+class LocalExecutor(Executor):
+    """Conversions in a worker thread of this process, each device's agent in its own thread.
+
+    Args:
+        transports: device -> transport (default: :class:`LocalTransport` on this machine).
+    """
+
+    def __init__(self, transports: dict[str, Transport] | None = None) -> None:
+        self._transports = dict(transports or {})
+        self._agents: dict[str, DeviceAgent] = {}
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._converter = ConverterWorker()
+        self._convert_pool = ThreadPoolExecutor(1, thread_name_prefix="nnsweep-convert")
+
+    def start(self, devices: Sequence[str]) -> None:
+        for device in devices:
+            self._agents[device] = DeviceAgent(device, self._transports.get(device, LocalTransport()))
+            self._pools[device] = ThreadPoolExecutor(1, thread_name_prefix=f"nnsweep-{device}")
+
+    def capabilities(self, device: str) -> Capabilities:
+        return self._agents[device].capabilities()
+
+    def convert(self, request: ConvertRequest) -> Future[tuple[Artifact, bool]]:
+        return self._convert_pool.submit(self._converter.convert, request)
+
+    def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
+        return self._pools[device].submit(self._agents[device].measure, request)
+
+    @property
+    def converter_machine(self) -> str:
+        return socket.gethostname()
+
+    def busy_seconds(self) -> dict[str, float]:
+        return {name: agent.busy_s for name, agent in self._agents.items()}
+
+    def shutdown(self) -> None:
+        self._convert_pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self._pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)

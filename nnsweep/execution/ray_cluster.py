@@ -1,0 +1,158 @@
+"""Run conversions and measurements on a Ray cluster (a local one by default).
+
+Each device gets one :class:`~nnsweep.agents.DeviceAgent` actor with
+``max_concurrency=1``, placed by the custom resource ``device:<name>``: a board
+joins the cluster offering ``device:<its name>``, and its agent lands there.
+Conversions run on actors that need the ``nnsweep-converter`` resource, which
+only host nodes offer (boards carry runtimes, not the conversion toolchain).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
+from nnsweep.artifacts import Artifact
+from nnsweep.errors import AgentLost, InfrastructureError
+from nnsweep.execution._base import ConvertRequest, Executor
+from nnsweep.execution._converter import ConverterWorker
+
+__all__ = ["CONVERTER_RESOURCE", "RayExecutor", "device_resource"]
+
+log = logging.getLogger(__name__)
+
+CONVERTER_RESOURCE = "nnsweep-converter"
+NAMESPACE = "nnsweep"
+
+
+def device_resource(device: str) -> str:
+    return f"device:{device}"
+
+
+def _relay(source: Future[Any]) -> Future[Any]:
+    """A future that re-raises Ray's wrapped errors as nnsweep's: a dead actor is
+    :class:`AgentLost`; an error raised inside a task comes back as itself."""
+    import ray.exceptions
+
+    out: Future[Any] = Future()
+
+    def done(f: Future[Any]) -> None:
+        exc = f.exception()
+        if exc is None:
+            out.set_result(f.result())
+        elif isinstance(exc, ray.exceptions.RayActorError):
+            out.set_exception(AgentLost(f"agent lost: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
+        elif isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, Exception):
+            out.set_exception(exc.cause)
+        else:
+            out.set_exception(exc)
+
+    source.add_done_callback(done)
+    return out
+
+
+class RayExecutor(Executor):
+    """Executor on Ray.
+
+    Args:
+        address: an existing cluster (``HOST:PORT``); ``None`` starts a local one
+            whose only device is ``host``.
+        converters: conversion actors to start (local cluster: CPUs - 1, at least 1).
+        transports: device -> transport for bridge devices driven from a host.
+    """
+
+    def __init__(
+        self, address: str | None = None, converters: int | None = None, transports: dict[str, Transport] | None = None
+    ) -> None:
+        self.address = address
+        self._wanted_converters = converters
+        self._transports = dict(transports or {})
+        self._agents: dict[str, Any] = {}
+        self._converters: list[Any] = []
+        self._next = 0
+        self._started_ray = False
+        self._machine = ""
+
+    def start(self, devices: Sequence[str]) -> None:
+        import os
+
+        import ray
+
+        if not ray.is_initialized():
+            if self.address is None:
+                cpus = os.cpu_count() or 2
+                slots = self._wanted_converters or max(1, cpus - 1)
+                ray.init(
+                    namespace=NAMESPACE,
+                    resources={device_resource("host"): 1, CONVERTER_RESOURCE: slots},
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                    configure_logging=False,
+                )
+            else:
+                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+            self._started_ray = True
+        available = ray.cluster_resources()
+        for device in devices:
+            if device_resource(device) not in available and device not in self._transports:
+                raise InfrastructureError(
+                    f"no node of the cluster offers device {device!r}; start its agent with "
+                    f"`nnsweep agent join --address HEAD:PORT --device {device}`"
+                )
+        slots = int(available.get(CONVERTER_RESOURCE, 0))
+        if slots < 1:
+            raise InfrastructureError(f"no node offers the {CONVERTER_RESOURCE} resource: conversions have nowhere to run")
+        slots = min(slots, self._wanted_converters or slots)
+        worker = ray.remote(ConverterWorker).options(num_cpus=1, resources={CONVERTER_RESOURCE: 1})
+        self._converters = [worker.remote() for _ in range(slots)]
+        self._machine = ray.get(self._converters[0].machine.remote())
+        for device in devices:
+            transport = self._transports.get(device, LocalTransport())
+            # A bridge device is driven from a host; a Ray-node device hosts its own agent.
+            resources = {CONVERTER_RESOURCE: 0.001} if device in self._transports else {device_resource(device): 1}
+            self._agents[device] = (
+                ray.remote(DeviceAgent)
+                .options(num_cpus=0, max_concurrency=1, resources=resources, max_restarts=0)
+                .remote(device, transport)
+            )
+
+    def capabilities(self, device: str) -> Capabilities:
+        import ray
+
+        try:
+            caps: Capabilities = ray.get(self._agents[device].capabilities.remote(), timeout=600)
+        except ray.exceptions.RayActorError as exc:
+            raise AgentLost(f"agent of {device} died while probing: {exc}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            raise exc.cause if isinstance(exc.cause, Exception) else exc
+        return caps
+
+    def convert(self, request: ConvertRequest) -> Future[tuple[Artifact, bool]]:
+        worker = self._converters[self._next % len(self._converters)]
+        self._next += 1
+        return _relay(worker.convert.remote(request).future())
+
+    def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
+        return _relay(self._agents[device].measure.remote(request).future())
+
+    @property
+    def converter_machine(self) -> str:
+        return self._machine
+
+    @property
+    def converter_slots(self) -> int:
+        return len(self._converters)
+
+    def shutdown(self) -> None:
+        import ray
+
+        for actor in [*self._agents.values(), *self._converters]:
+            ray.kill(actor, no_restart=True)
+        self._agents.clear()
+        self._converters.clear()
+        if self._started_ray:
+            ray.shutdown()

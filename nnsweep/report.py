@@ -1,0 +1,101 @@
+"""Pareto fronts, the best configuration per device, and the text tables of a sweep."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from nnsweep.results import TrialRecord
+from nnsweep.spec import Objective
+
+__all__ = ["best_trial", "pareto_front", "render_table"]
+
+
+def _vector(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[float, ...] | None:
+    """Objective values turned so that larger is better; ``None`` if one is missing."""
+    out = []
+    for obj in objectives:
+        value = record.metrics.get(obj.metric)
+        if value is None or not math.isfinite(value):
+            return None
+        out.append(value if obj.direction == "maximize" else -value)
+    return tuple(out)
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+
+
+def pareto_front(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:
+    """The feasible measured trials no other feasible trial dominates, fastest first.
+
+    Trials that reuse another trial's measurement are left out (the original stands
+    for them), and so are trials whose objectives are missing.
+    """
+    candidates = [
+        (r, v)
+        for r in records
+        if r.status.value == "ok" and r.feasible is not False and (v := _vector(r, objectives)) is not None
+    ]
+    front = [r for r, v in candidates if not any(_dominates(w, v) for _, w in candidates)]
+    # One entry per distinct objective vector: equal points add nothing to a front.
+    seen: set[tuple[float, ...]] = set()
+    unique = []
+    for r in sorted(front, key=lambda r: _sort_key(r, objectives)):
+        vec = _vector(r, objectives)
+        if vec is not None and vec not in seen:
+            seen.add(vec)
+            unique.append(r)
+    return unique
+
+
+def _sort_key(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[float, ...]:
+    vec = _vector(record, objectives) or ()
+    order = [i for i, o in enumerate(objectives) if o.direction == "minimize"]
+    order += [i for i, o in enumerate(objectives) if o.direction == "maximize"]
+    return tuple(-vec[i] for i in order) + (record.number,)
+
+
+def best_trial(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> TrialRecord | None:
+    """The configuration to deploy: on the feasible Pareto front, the one that is best
+    on the first objective to minimise (latency, usually), ties broken by the others;
+    with only objectives to maximise, the best on the first of them."""
+    front = pareto_front(records, objectives)
+    return front[0] if front else None
+
+
+def _fmt(value: float | None, metric: str) -> str:
+    if value is None:
+        return "-"
+    if metric == "accuracy" or metric == "top1_agreement":
+        return f"{value * 100:.2f}%"
+    if metric.endswith("_ms"):
+        return f"{value:.4f}" if value < 1 else f"{value:.2f}"
+    if metric == "size_bytes":
+        return f"{value / 1024:.0f}K"
+    return f"{value:.3g}"
+
+
+def render_table(records: Sequence[TrialRecord], objectives: Sequence[Objective], *, title: str = "") -> str:
+    """A fixed-width table of ``records`` (trial, configuration, objectives, speedup, status)."""
+    metrics = [o.metric for o in objectives]
+    extra = [m for m in ("latency_p90_ms", "size_bytes", "partition_count", "speedup_vs_fp32") if m not in metrics]
+    headers = ["#", "configuration", *metrics, *extra, "status"]
+    rows = []
+    for r in records:
+        status = r.status.value
+        if r.status.value == "reused" and r.reused_from is not None:
+            status = f"= #{r.reused_from}"
+        if r.feasible is False:
+            status += " (infeasible)"
+        if r.estimated:
+            status += " (estimate)"
+        if r.reason and r.status.value == "failed":
+            status += f": {r.reason[:60]}"
+        rows.append([str(r.number), r.config.label(), *(_fmt(r.metrics.get(m), m) for m in (*metrics, *extra)), status])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = [title] if title else []
+    lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""What one trial produced: the record the coordinator, the tracker and the report share."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nnsweep.config import DeploymentConfig
+
+__all__ = ["TrialRecord", "TrialStatus", "metrics_from_result"]
+
+
+class TrialStatus(str, enum.Enum):
+    """``ok``: measured · ``reused``: an identical deployment was measured before ·
+    ``failed``: conversion or benchmark failed (the reason says why) ·
+    ``interrupted``: the sweep stopped mid-trial (requeued; never a measurement)."""
+
+    OK = "ok"
+    REUSED = "reused"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def measured(self) -> bool:
+        return self in (TrialStatus.OK, TrialStatus.REUSED)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial on one device.
+
+    Args:
+        sweep: the sweep's name.
+        device: the device it ran on.
+        number: the Optuna trial number in that device's study.
+        config: the deployment.
+        status: see :class:`TrialStatus`.
+        metrics: flat metric name -> value (``latency_p50_ms``, ``accuracy``, ...); empty when failed.
+        reason: why it failed (failed/interrupted trials).
+        partitions: the partition report (``PartitionReport.to_dict()``).
+        samples_ms: per-run latencies, kept so a noisy measurement can be recognised.
+        feasible: whether it met the sweep's constraints (``None`` when not measured).
+        reused_from: the trial whose measurement this one reuses.
+        estimated: the latency is a compiler estimate, not a measurement.
+        tags: extra labels (artifact digest, cache hit, ...).
+    """
+
+    sweep: str
+    device: str
+    number: int
+    config: DeploymentConfig
+    status: TrialStatus
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    reason: str | None = None
+    partitions: Mapping[str, Any] = field(default_factory=dict)
+    samples_ms: tuple[float, ...] = ()
+    feasible: bool | None = None
+    reused_from: int | None = None
+    estimated: bool = False
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sweep": self.sweep,
+            "device": self.device,
+            "number": self.number,
+            "config": self.config.to_dict(),
+            "status": self.status.value,
+            "metrics": dict(self.metrics),
+            "reason": self.reason,
+            "partitions": dict(self.partitions),
+            "samples_ms": list(self.samples_ms),
+            "feasible": self.feasible,
+            "reused_from": self.reused_from,
+            "estimated": self.estimated,
+            "tags": dict(self.tags),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrialRecord:
+        return cls(
+            sweep=d["sweep"],
+            device=d["device"],
+            number=int(d["number"]),
+            config=DeploymentConfig.from_dict(d["config"]),
+            status=TrialStatus(d["status"]),
+            metrics=dict(d.get("metrics") or {}),
+            reason=d.get("reason"),
+            partitions=dict(d.get("partitions") or {}),
+            samples_ms=tuple(d.get("samples_ms") or ()),
+            feasible=d.get("feasible"),
+            reused_from=d.get("reused_from"),
+            estimated=bool(d.get("estimated", False)),
+            tags=dict(d.get("tags") or {}),
+        )
+
+
+def metrics_from_result(result: Mapping[str, Any]) -> dict[str, float]:
+    """Flatten a ``DeploymentResult.to_dict()`` into the metric names sweeps use.
+
+    ``accuracy`` falls back to top-1 agreement with fp32 for models without labels,
+    so an ``accuracy`` objective works for every model (the tag ``accuracy_source`` says which).
+    """
+    lat = result["latency_ms"]
+    fid = result["fidelity"]
+    out: dict[str, float] = {f"latency_{k}_ms": float(v) for k, v in lat.items()}
+    out.update(
+        {
+            "load_ms": float(result["load_ms"]),
+            "first_inference_ms": float(result["first_inference_ms"]),
+            "peak_rss_mb": float(result["peak_rss_mb"]),
+            "size_bytes": float(result["size_bytes"]),
+            "top1_agreement": float(fid["top1_agreement"]),
+            "max_abs_err": float(fid["max_abs_err"]),
+            "mean_abs_err": float(fid["mean_abs_err"]),
+            "loadavg_1m": float(result["loadavg_1m"]),
+            "threads": float(result["threads"]),
+            "partition_count": float(result["partitions"]["count"]),
+        }
+    )
+    if fid.get("sqnr_db") is not None:
+        out["sqnr_db"] = float(fid["sqnr_db"])
+    acc = result.get("accuracy")
+    out["accuracy"] = float(acc) if acc is not None else float(fid["top1_agreement"])
+    return out

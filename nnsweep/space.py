@@ -1,0 +1,210 @@
+"""The search space of one device, and the Optuna trial -> DeploymentConfig mapping.
+
+A device's space is the sweep's space narrowed to what the device has (its
+agent's capabilities). It is define-by-run with conditional dimensions:
+granularity only for int8 modes, calibration and interface only for static
+modes, partition limits only where the runtime delegates. Each runtime's
+dimensions carry the runtime in their name (``executorch.quant``), so no
+categorical ever changes its choices within a study (Optuna raises on that).
+
+A backend preference order is one categorical over whole orders
+(``"xnnpack>portable"``): with the handful of backends a runtime has, the
+orders are few, and TPE models them as plain categories.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nnsweep import runtimes
+from nnsweep.config import (
+    Calibration,
+    DeploymentConfig,
+    Granularity,
+    Interface,
+    PartitionLimits,
+    QuantConfig,
+    QuantMode,
+)
+from nnsweep.errors import SpecError
+from nnsweep.spec import IntRange, SweepSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["DeviceSpace", "RuntimeChoices", "baseline_configs", "device_space", "params_for", "suggest"]
+
+ORDER_SEP = ">"
+
+
+@dataclass(frozen=True)
+class RuntimeChoices:
+    """What one runtime may choose on one device."""
+
+    modes: tuple[QuantMode, ...]
+    granularities: tuple[Granularity, ...]
+    calibrations: tuple[Calibration, ...]
+    interfaces: tuple[Interface, ...]
+    orders: tuple[str, ...]
+    max_partitions: tuple[int, ...]
+    min_nodes: IntRange
+    delegates: bool
+
+
+@dataclass(frozen=True)
+class DeviceSpace:
+    """The sweep's space on one device."""
+
+    device: str
+    runtimes: tuple[str, ...]
+    choices: Mapping[str, RuntimeChoices]
+    threads: tuple[int, ...]
+
+
+def _orders(runtime: str, wanted: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[str, ...]:
+    info = runtimes.get(runtime)
+    if wanted is None:
+        base = tuple(b for b in (info.default_backends or info.backends) if b in available)
+        return (ORDER_SEP.join(base),) if base else ()
+    usable = tuple(b for b in wanted if b in available)
+    if not usable:
+        return ()
+    seen: dict[str, None] = {}
+    for perm in itertools.permutations(usable):
+        if info.fallback in perm:  # nothing after the fallback is ever reached
+            perm = perm[: perm.index(info.fallback) + 1]
+        seen.setdefault(ORDER_SEP.join(perm), None)
+    return tuple(seen)
+
+
+def device_space(spec: SweepSpec, device: str, available: Mapping[str, tuple[str, ...]], cores: int) -> DeviceSpace:
+    """Narrow ``spec.space`` to a device that offers ``available`` (runtime -> backends).
+
+    The fp32 mode is always included: it is the baseline that the accuracy
+    constraint and the speedups refer to.
+
+    Raises:
+        SpecError: the device offers none of the sweep's runtimes.
+    """
+    s = spec.space
+    choices: dict[str, RuntimeChoices] = {}
+    for name in s.runtimes:
+        if name not in available:
+            continue
+        info = runtimes.get(name)
+        orders = _orders(name, s.backends.get(name), available[name])
+        if not orders:
+            continue
+        calibrations = tuple(c for c in s.calibration if c in info.calibrations)
+        modes = [m for m in s.quant if m in info.modes and (m is not QuantMode.STATIC_INT8 or calibrations)]
+        if QuantMode.FP32 not in modes:
+            modes.insert(0, QuantMode.FP32)
+        has_full = bool(info.full_interface)
+        choices[name] = RuntimeChoices(
+            modes=tuple(modes),
+            granularities=s.granularity,
+            calibrations=calibrations or (next(iter(info.calibrations)),),
+            interfaces=tuple(i for i in s.interface if i is Interface.CORE or has_full) or (Interface.CORE,),
+            orders=orders,
+            max_partitions=s.max_delegated_partitions,
+            min_nodes=s.min_nodes_per_partition,
+            delegates=info.delegates,
+        )
+    if not choices:
+        raise SpecError(
+            "space.runtime",
+            f"device {device!r} offers none of {', '.join(s.runtimes)} (it has: {', '.join(available) or 'nothing'})",
+        )
+    threads = tuple(t for t in s.threads if t <= max(cores, 1)) or (min(s.threads),)
+    return DeviceSpace(device=device, runtimes=tuple(choices), choices=choices, threads=threads)
+
+
+def _pick(trial: optuna.Trial, name: str, options: tuple[Any, ...]) -> Any:
+    if len(options) == 1:
+        return options[0]
+    values = [o.value if hasattr(o, "value") else o for o in options]
+    chosen = trial.suggest_categorical(name, values)
+    return options[values.index(chosen)]
+
+
+def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
+    """Ask ``trial`` for one configuration of ``space``.
+
+    Raises:
+        SpecError: the sampled combination is not valid for the runtime (the
+            caller fails that trial; with the filtering above this should not happen).
+    """
+    runtime = _pick(trial, "runtime", space.runtimes)
+    c = space.choices[runtime]
+    mode: QuantMode = _pick(trial, f"{runtime}.quant", c.modes)
+    granularity = _pick(trial, f"{runtime}.granularity", c.granularities) if mode.is_int8 else None
+    calibration = _pick(trial, f"{runtime}.calibration", c.calibrations) if mode is QuantMode.STATIC_INT8 else None
+    interface = _pick(trial, f"{runtime}.interface", c.interfaces) if mode.is_static else None
+    if interface is Interface.FULL and mode not in runtimes.get(runtime).full_interface:
+        interface = Interface.CORE
+    order = _pick(trial, f"{runtime}.backends", c.orders)
+    backends = tuple(order.split(ORDER_SEP))
+    limits = PartitionLimits()
+    fallback = runtimes.get(runtime).fallback
+    if c.delegates and backends[0] != fallback:
+        max_p = _pick(trial, f"{runtime}.max_delegated_partitions", c.max_partitions)
+        if c.min_nodes.low == c.min_nodes.high:
+            min_n = c.min_nodes.low
+        else:
+            min_n = trial.suggest_int(f"{runtime}.min_nodes_per_partition", c.min_nodes.low, c.min_nodes.high)
+        limits = PartitionLimits(max_p, min_n)
+    threads = _pick(trial, "threads", space.threads)
+    quant = QuantConfig(mode=mode, granularity=granularity, calibration=calibration, interface=interface)
+    return DeploymentConfig(runtime, backends, quant, limits, threads)
+
+
+def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
+    """The trial parameters that make :func:`suggest` return ``config`` (for ``enqueue_trial``)."""
+    rt = config.runtime
+    c = space.choices[rt]
+    q = config.quant
+    params: dict[str, Any] = {}
+
+    def put(name: str, options: tuple[Any, ...], value: Any) -> None:
+        # A value outside the choices cannot be enqueued (Optuna raises); the sampler picks instead.
+        if len(options) > 1 and value in options:
+            params[name] = value.value if hasattr(value, "value") else value
+
+    put("runtime", space.runtimes, rt)
+    put(f"{rt}.quant", c.modes, q.mode)
+    if q.granularity is not None:
+        put(f"{rt}.granularity", c.granularities, q.granularity)
+    if q.calibration is not None:
+        put(f"{rt}.calibration", c.calibrations, q.calibration)
+    if q.interface is not None:
+        put(f"{rt}.interface", c.interfaces, q.interface)
+    order = next((o for o in c.orders if _order_matches(o, config)), c.orders[0])
+    put(f"{rt}.backends", c.orders, order)
+    if c.delegates and order.split(ORDER_SEP)[0] != runtimes.get(rt).fallback:
+        put(f"{rt}.max_delegated_partitions", c.max_partitions, config.partitions.max_delegated_partitions)
+        min_n = config.partitions.min_nodes_per_partition
+        if c.min_nodes.low != c.min_nodes.high and c.min_nodes.low <= min_n <= c.min_nodes.high:
+            params[f"{rt}.min_nodes_per_partition"] = min_n
+    put("threads", space.threads, config.threads)
+    return params
+
+
+def _order_matches(order: str, config: DeploymentConfig) -> bool:
+    candidate = DeploymentConfig(config.runtime, tuple(order.split(ORDER_SEP)), config.quant, config.partitions, 1)
+    return candidate.backends == config.backends
+
+
+def baseline_configs(space: DeviceSpace) -> list[DeploymentConfig]:
+    """What every device measures first: the fp32 baseline (``torch`` eager when it is in
+    the space, else the first runtime), then each runtime's default deployment (fp32,
+    its first backend order, no partition limits)."""
+    threads = space.threads[0]
+    order = sorted(space.runtimes, key=lambda r: (r != "torch", space.runtimes.index(r)))
+    configs = []
+    for rt in order:
+        backends = tuple(space.choices[rt].orders[0].split(ORDER_SEP))
+        configs.append(DeploymentConfig(rt, backends, QuantConfig(QuantMode.FP32), PartitionLimits(), threads))
+    return configs
