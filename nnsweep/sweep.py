@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
@@ -81,7 +82,11 @@ def open_study(spec: SweepSpec, device: str, *, create: bool = True) -> optuna.S
     storage = _storage(spec)
     if not create:
         return optuna.load_study(study_name=study_name(spec, device), storage=storage)
-    sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=8, multivariate=True, group=True)
+    with warnings.catch_warnings():
+        # Multivariate TPE with groups models the conditional space (per-runtime
+        # dimensions) jointly; Optuna 5 still labels both options experimental.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=8, multivariate=True, group=True)
     return optuna.create_study(
         storage=storage,
         study_name=study_name(spec, device),

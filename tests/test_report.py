@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from nnsweep.config import DeploymentConfig
+from nnsweep.report import best_trial, pareto_front, render_table
+from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.spec import Objective
+
+OBJ = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
+
+
+def _rec(n: int, acc: float, lat: float, status: TrialStatus = TrialStatus.OK, feasible: bool | None = True) -> TrialRecord:
+    return TrialRecord(
+        "s", "host", n, DeploymentConfig("executorch"), status, {"accuracy": acc, "latency_p50_ms": lat}, feasible=feasible
+    )
+
+
+def test_front_drops_dominated_infeasible_reused_and_failed() -> None:
+    records = [
+        _rec(0, 0.98, 1.0),
+        _rec(1, 0.97, 0.5),
+        _rec(2, 0.96, 0.6),  # dominated by 1
+        _rec(3, 0.99, 0.1, feasible=False),  # would dominate all, but breaks the constraint
+        _rec(4, 0.97, 0.5, TrialStatus.REUSED),
+        TrialRecord("s", "host", 5, DeploymentConfig("torch"), TrialStatus.FAILED, reason="boom"),
+        _rec(6, 0.97, 0.5),  # same point as 1: adds nothing
+    ]
+    front = pareto_front(records, OBJ)
+    assert [r.number for r in front] == [1, 0]  # fastest first
+    assert best_trial(records, OBJ).number == 1  # type: ignore[union-attr]
+
+
+def test_no_feasible_trial_means_no_best() -> None:
+    assert best_trial([_rec(0, 0.9, 1.0, feasible=False)], OBJ) is None
+
+
+def test_table_shows_status_and_reasons() -> None:
+    text = render_table(
+        [_rec(0, 0.98, 1.0), TrialRecord("s", "host", 1, DeploymentConfig("torch"), TrialStatus.FAILED, reason="no kernel")],
+        OBJ,
+    )
+    assert "98.00%" in text and "failed: no kernel" in text
+    assert text.splitlines()[0].split()[:4] == ["#", "configuration", "accuracy", "latency_p50_ms"]

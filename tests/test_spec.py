@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from nnsweep.config import Granularity, QuantMode
+from nnsweep.errors import SpecError
+from nnsweep.spec import load_spec, parse_spec
+
+ISSUE_EXAMPLE = {
+    "name": "quickstart",
+    "model": "digits",
+    "devices": ["host"],
+    "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
+    "constraints": {"max_accuracy_drop": 0.01},
+    "space": {
+        "runtime": ["executorch", "onnxruntime", "torch"],
+        "quant": ["fp32", "dynamic_int8", "static_int8"],
+        "granularity": ["per_tensor", "per_channel"],
+        "backends": {"executorch": ["xnnpack", "portable"], "torch": ["x86", "qnnpack"]},
+        "max_delegated_partitions": [0, 1, 2, 4],
+        "min_nodes_per_partition": {"low": 1, "high": 16},
+        "threads": [1, 2],
+    },
+    "budget": {"trials": 24, "timeout_s": 900},
+    "measure": {"warmup": 5, "iters": 200},
+    "tracking": {"uri": "sqlite:///mlflow.db", "experiment": "quickstart"},
+    "storage": "journal",
+}
+
+
+def test_the_issue_example_parses_into_frozen_typed_data() -> None:
+    spec = parse_spec(ISSUE_EXAMPLE)
+    assert spec.space.quant == (QuantMode.FP32, QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8)
+    assert spec.space.granularity == (Granularity.PER_TENSOR, Granularity.PER_CHANNEL)
+    assert spec.space.backends["torch"] == ("x86", "qnnpack")
+    assert (spec.space.min_nodes_per_partition.low, spec.space.min_nodes_per_partition.high) == (1, 16)
+    assert [(o.metric, o.direction) for o in spec.objectives] == [("accuracy", "maximize"), ("latency_p50_ms", "minimize")]
+    assert spec.max_accuracy_drop == 0.01 and spec.budget.trials == 24
+    with pytest.raises(AttributeError):
+        spec.name = "other"  # type: ignore[misc]
+
+
+def test_defaults_fill_a_minimal_spec() -> None:
+    spec = parse_spec({"name": "m", "model": "digits"})
+    assert spec.devices == ("host",)
+    assert spec.tracking.uri == "sqlite:///mlflow.db" and spec.tracking.experiment == "m"
+    assert spec.storage == "journal" and spec.iters == 200 and spec.warmup == 5
+
+
+def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
+    data = copy.deepcopy(ISSUE_EXAMPLE)
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "text"),
+    [
+        (["model"], KeyError, "model", "is required"),
+        (["model"], "nosuch", "model", "torchvision:NAME"),
+        (["space", "runtime"], ["executorch", "tflite"], "space.runtime[1]", "allowed: executorch"),
+        (["space", "quant"], [], "space.quant", "at least 1"),
+        (["space", "quant"], ["int4"], "space.quant[0]", "static_int8"),
+        (["budget", "trials"], -3, "budget.trials", "greater than or equal to 1"),
+        (["colour"], "red", "colour", "unknown key"),
+        (["space", "shape"], [1], "space.shape", "unknown key"),
+        (["space", "backends", "executorch"], ["gpu"], "space.backends.executorch[0]", "allowed: xnnpack"),
+        (["space", "min_nodes_per_partition"], {"low": 5, "high": 2}, "space.min_nodes_per_partition", "above"),
+        (["space", "max_delegated_partitions"], [0, -1], "space.max_delegated_partitions", ">= 0"),
+        (["objectives"], {"speed": "maximize"}, "objectives.speed", "allowed: accuracy"),
+        (["objectives"], {"accuracy": "up"}, "objectives.accuracy", "maximize"),
+        (["measure", "iters"], 0, "measure.iters", "greater than or equal to 1"),
+        (["storage"], "somewhere", "storage", "journal"),
+        (["devices"], ["host", "host"], "devices", "twice"),
+    ],
+)
+def test_bad_specs_name_the_field(path: list, value: object, field: str, text: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(SpecError) as info:
+        parse_spec(_mutated(path, value))
+    assert info.value.field == field
+    assert text in info.value.message
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodel: digits\nspace: {runtime: [executorch\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(bad)
+    assert info.value.field == "spec" and "line" in info.value.message
+
+
+def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="does not exist"):
+        load_spec(tmp_path / "none.yaml")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec(listed)
+
+
+def test_user_model_file_is_resolved_beside_the_spec(tmp_path: Path) -> None:
+    (tmp_path / "net.py").write_text("def build():\n    raise RuntimeError\n")
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text("name: u\nmodel: net.py:build\n")
+    assert load_spec(spec_file).model == f"{tmp_path}/net.py:build"

@@ -1,0 +1,139 @@
+"""The coordinator on real conversions and measurements (local executor: threads)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from nnsweep.errors import ConversionError
+from nnsweep.execution import ConvertRequest, LocalExecutor
+from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.spec import parse_spec
+from nnsweep.sweep import Sweep, open_study, study_records
+
+pytestmark = pytest.mark.integration
+
+
+class RecordingTracker:
+    """Stands at the tracker seam: remembers what the coordinator reported."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.started: list[tuple[str, int]] = []
+        self.finished: list[TrialRecord] = []
+        self.front: dict[str, tuple[list[int], int | None]] = {}
+        self.closed: dict[str, str] = {}
+        self.stop_after = stop_after
+
+    def open_device(self, device: str, info: dict) -> None:  # type: ignore[type-arg]
+        assert "arch" in info
+
+    def start_trial(self, device: str, number: int, config: object) -> None:
+        self.started.append((device, number))
+
+    def finish_trial(self, record: TrialRecord) -> None:
+        self.finished.append(record)
+        if self.stop_after is not None and len(self.finished) == self.stop_after:
+            raise KeyboardInterrupt  # as if the user pressed Ctrl-C right here
+
+    def mark_front(self, device: str, pareto: list[int], best: int | None) -> None:
+        self.front[device] = (list(pareto), best)
+
+    def close_device(self, device: str, status: str = "FINISHED") -> None:
+        self.closed[device] = status
+
+
+def _spec(tmp_path: Path, trials: int, **space: object) -> object:
+    base = {"runtime": ["executorch"], "quant": ["fp32", "static_int8"], "threads": [1]}
+    base.update(space)
+    return parse_spec(
+        {
+            "name": "t",
+            "model": "digits",
+            "budget": {"trials": trials},
+            "measure": {"warmup": 1, "iters": 20},
+            "constraints": {"max_accuracy_drop": 0.01},
+            "space": base,
+        }
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) -> Path:
+    monkeypatch.chdir(tmp_path)  # the spec's state (.nnsweep/) lives in the working directory
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)  # digits is trained once per session
+    return tmp_path
+
+
+def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(workdir, trials=5)
+    tracker = RecordingTracker()
+    results = Sweep(spec, LocalExecutor(), tracker, workdir / "cache").run()  # type: ignore[arg-type]
+    (host,) = results
+    assert len(host.records) == 5 and len(tracker.finished) == 5
+    statuses = Counter(r.status for r in host.records)
+    assert statuses[TrialStatus.OK] >= 2  # fp32 baseline and static int8 at least
+    assert statuses[TrialStatus.FAILED] == 0
+    for r in host.records:
+        if r.status is TrialStatus.OK:
+            assert r.metrics["latency_p50_ms"] > 0 and 0.9 < r.metrics["accuracy"] <= 1
+            assert r.feasible is not None and len(r.samples_ms) == 20
+        if r.status is TrialStatus.REUSED:
+            earlier = next(x for x in host.records if x.number == r.reused_from)
+            assert earlier.metrics["latency_p50_ms"] == r.metrics["latency_p50_ms"]
+    # measured once per distinct deployment
+    digests = [r.config.digest() for r in host.records if r.status is TrialStatus.OK]
+    assert len(digests) == len(set(digests))
+    assert host.baseline is not None and host.baseline.number == 0
+    assert host.best is not None and host.best.feasible
+    assert tracker.front["host"][1] == host.best.number and tracker.closed["host"] == "FINISHED"
+
+
+def test_interrupted_sweep_resumes_to_exactly_the_budget(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(workdir, trials=4)
+    first = RecordingTracker(stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        Sweep(spec, LocalExecutor(), first, workdir / "cache").run()  # type: ignore[arg-type]
+    assert first.closed["host"] == "KILLED"
+    # A coordinator killed with SIGKILL leaves a RUNNING trial behind: make one.
+    study = open_study(spec, "host")  # type: ignore[arg-type]
+    left_running = study.ask()
+    left_running.suggest_categorical("executorch.quant", ["fp32", "static_int8"])
+
+    second = RecordingTracker()
+    results = Sweep(spec, LocalExecutor(), second, workdir / "cache").run()  # type: ignore[arg-type]
+    records = results[0].records
+    counted = [r for r in records if r.status is not TrialStatus.INTERRUPTED]
+    assert len(counted) == spec.budget.trials  # type: ignore[attr-defined]
+    numbers = [r.number for r in records]
+    assert len(numbers) == len(set(numbers))
+    # nothing finished in the first run was run again
+    finished_first = {r.number for r in first.finished if r.status is not TrialStatus.INTERRUPTED}
+    assert not finished_first & {n for _, n in second.started}
+    assert left_running.number not in {r.number for r in counted}
+    assert len(study_records(open_study(spec, "host"))) == len(records)  # type: ignore[arg-type]
+
+
+class FailingConversions(LocalExecutor):
+    """Stands at the executor seam: static int8 conversions fail, as a broken toolchain would."""
+
+    def convert(self, request: ConvertRequest) -> Future:  # type: ignore[type-arg]
+        if request.config.quant.mode.value == "static_int8":
+            failed: Future = Future()  # type: ignore[type-arg]
+            failed.set_exception(ConversionError("static int8 toolchain unavailable"))
+            return failed
+        return super().convert(request)
+
+
+def test_failed_conversion_fails_that_trial_and_the_sweep_goes_on(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(workdir, trials=4, quant=["static_int8", "fp32"])
+    tracker = RecordingTracker()
+    results = Sweep(spec, FailingConversions(), tracker, workdir / "cache").run()  # type: ignore[arg-type]
+    records = results[0].records
+    failed = [r for r in records if r.status is TrialStatus.FAILED]
+    assert failed and all("toolchain unavailable" in (r.reason or "") for r in failed)
+    assert any(r.status is TrialStatus.OK for r in records)
+    assert len(records) == 4
