@@ -97,7 +97,9 @@ def _build_parser() -> _Parser:
         "measure latency and memory in a fresh process, and evaluate accuracy and fidelity "
         "against the fp32 model on the same inputs.",
     )
-    bench.add_argument("--model", default="digits", help="digits, digits_gn, torchvision:NAME, pkg.mod:fn or file.py:fn")
+    bench.add_argument(
+        "--model", default="digits", help="digits, digits_gn, torchvision:NAME, pkg.mod:fn or file.py:fn"
+    )
     bench.add_argument("--weights", type=Path, help="state dict for a torchvision model (default: random weights)")
     bench.add_argument("--input-shape", type=_positive_shape, help="input shape for user models, e.g. 1,3,224,224")
     bench.add_argument("--config", type=Path, help="a configuration file (YAML or JSON, as `nnsweep best` prints)")
@@ -270,7 +272,8 @@ def _bench_summary(result: Any) -> str:
         f"Timed runs: {lat.count}",
         f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
         f"p99 {lat.p99 * 1000:.1f}  std {lat.std * 1000:.1f}  min {lat.min * 1000:.1f}  max {lat.max * 1000:.1f}",
-        f"Peak memory footprint (MB): {t.peak_rss_mb:.1f} (process; {t.rss_before_load_mb:.1f} before loading the model)",
+        f"Peak memory footprint (MB): {t.peak_rss_mb:.1f} "
+        f"(process; {t.rss_before_load_mb:.1f} before loading the model)",
     ]
     f = e.fidelity
     if e.accuracy is not None:

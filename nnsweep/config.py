@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-class QuantMode(str, enum.Enum):
+class QuantMode(enum.StrEnum):
     """How weights and activations are represented."""
 
     FP32 = "fp32"
@@ -60,14 +60,14 @@ class QuantMode(str, enum.Enum):
         return self in (QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
 
 
-class Granularity(str, enum.Enum):
+class Granularity(enum.StrEnum):
     """Weight quantization granularity."""
 
     PER_TENSOR = "per_tensor"
     PER_CHANNEL = "per_channel"
 
 
-class Interface(str, enum.Enum):
+class Interface(enum.StrEnum):
     """What a quantized model takes and returns (the NNAPI preparation script's terms).
 
     ``core``: float in and out, quantize/dequantize inside the model.
@@ -78,7 +78,7 @@ class Interface(str, enum.Enum):
     FULL = "full"
 
 
-class Calibration(str, enum.Enum):
+class Calibration(enum.StrEnum):
     """How activation ranges are chosen from calibration data."""
 
     MINMAX = "minmax"

@@ -53,7 +53,7 @@ def _sort_key(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[flo
     vec = _vector(record, objectives) or ()
     order = [i for i, o in enumerate(objectives) if o.direction == "minimize"]
     order += [i for i, o in enumerate(objectives) if o.direction == "maximize"]
-    return tuple(-vec[i] for i in order) + (record.number,)
+    return (*(-vec[i] for i in order), record.number)
 
 
 def best_trial(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> TrialRecord | None:

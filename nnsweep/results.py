@@ -12,7 +12,7 @@ from nnsweep.config import DeploymentConfig
 __all__ = ["TrialRecord", "TrialStatus", "metrics_from_result"]
 
 
-class TrialStatus(str, enum.Enum):
+class TrialStatus(enum.StrEnum):
     """``ok``: measured · ``reused``: an identical deployment was measured before ·
     ``failed``: conversion or benchmark failed (the reason says why) ·
     ``interrupted``: the sweep stopped mid-trial (requeued; never a measurement)."""

@@ -109,10 +109,8 @@ class RuntimeInfo:
             return ()  # the quantized engine does not matter to float models
         if self.fallback is not None:
             # The fallback runs every op, so nothing after it is ever reached.
-            if self.fallback in order:
-                order = order[: order.index(self.fallback) + 1]
-            else:
-                order = (*order, self.fallback)
+            fb = self.fallback
+            order = order[: order.index(fb) + 1] if fb in order else (*order, fb)
         return tuple(order)
 
 

@@ -144,6 +144,10 @@ class SweepSpec:
     source: Path | None = field(default=None, compare=False)
 
 
+def _default_objectives() -> dict[str, Literal["maximize", "minimize"]]:
+    return {"accuracy": "maximize", "latency_p50_ms": "minimize"}
+
+
 def _pydantic_models() -> Any:
     """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed)."""
     from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -204,7 +208,7 @@ def _pydantic_models() -> Any:
         input_shape: list[int] | None = None
         devices: list[str] = Field(default_factory=lambda: ["host"], min_length=1)
         objectives: dict[str, Literal["maximize", "minimize"]] = Field(
-            default_factory=lambda: {"accuracy": "maximize", "latency_p50_ms": "minimize"}, min_length=1
+            default_factory=_default_objectives, min_length=1
         )
         constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
         space: SpaceIn = Field(default_factory=SpaceIn)
@@ -304,7 +308,9 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
             raise SpecError(f"space.backends.{rt}", "is empty; list at least one backend")
         for i, b in enumerate(names):
             if b not in allowed:
-                raise SpecError(f"space.backends.{rt}[{i}]", f"unknown {rt} backend {b!r}; allowed: {', '.join(allowed)}")
+                raise SpecError(
+                    f"space.backends.{rt}[{i}]", f"unknown {rt} backend {b!r}; allowed: {', '.join(allowed)}"
+                )
         _check_unique(names, f"space.backends.{rt}")
         backends[rt] = tuple(names)
     if isinstance(s.min_nodes_per_partition, list):

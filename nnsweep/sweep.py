@@ -222,7 +222,10 @@ class Sweep:
 
         cache = ArtifactCache(self.source.cache_root)
         self._bundle = load_model(
-            self.source.ref, cache_dir=cache.models_dir, weights=self.source.weights, input_shape=self.source.input_shape
+            self.source.ref,
+            cache_dir=cache.models_dir,
+            weights=self.source.weights,
+            input_shape=self.source.input_shape,
         )
         self._reference = deploy.reference_outputs(self._bundle)
 
@@ -296,7 +299,7 @@ class Sweep:
                 for dev in self._devices.values():
                     self._fill(dev)
                 self._schedule()
-                pending = [*self._conversions.values(), *self._measures]
+                pending: list[Future[Any]] = [*self._conversions.values(), *self._measures]
                 if not pending:
                     if all(not d.flights for d in self._devices.values()):
                         break

@@ -41,7 +41,7 @@ def test_miss_builds_hit_reuses(tmp_path: Path) -> None:
     cache = ArtifactCache(tmp_path)
     calls: list[int] = []
     key = cache_key("m" * 64, CFG, TOOLS)
-    first, hit1 = cache.get_or_build(key, CFG, TOOLS, _builder(b"abc", calls))
+    _, hit1 = cache.get_or_build(key, CFG, TOOLS, _builder(b"abc", calls))
     second, hit2 = cache.get_or_build(key, CFG, TOOLS, _builder(b"xyz", calls))
     assert (hit1, hit2) == (False, True)
     assert calls == [1]

@@ -104,7 +104,7 @@ def test_bad_values_name_their_field(make, field: str) -> None:  # type: ignore[
 
 
 def test_from_dict_rejects_unknown_fields() -> None:
-    with pytest.raises(SpecError, match="quant.bits"):
+    with pytest.raises(SpecError, match=r"quant\.bits"):
         DeploymentConfig.from_dict({"runtime": "executorch", "quant": {"bits": 4}})
     with pytest.raises(SpecError, match="colour"):
         DeploymentConfig.from_dict({"runtime": "executorch", "colour": "red"})

@@ -14,7 +14,6 @@ from nnsweep.bench.runners.executorch import ExecuTorchRunner
 from nnsweep.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 
 
-
 def _accuracy(bundle, cache, config: DeploymentConfig):  # type: ignore[no-untyped-def]
     """Convert, run the .pte in this process on the evaluation split, evaluate."""
     artifact, _ = deploy.convert(bundle, config, cache)
@@ -54,7 +53,9 @@ def test_static_int8_stays_within_one_point_of_fp32(digits, shared_cache, fp32, 
 
 
 def test_full_interface_takes_int8_and_matches_core(digits, shared_cache) -> None:  # type: ignore[no-untyped-def]
-    core_artifact, core = _accuracy(digits, shared_cache, DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8")))
+    core_artifact, core = _accuracy(
+        digits, shared_cache, DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8"))
+    )
     full_cfg = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", interface=Interface.FULL))
     artifact, full = _accuracy(digits, shared_cache, full_cfg)
     assert artifact.io.input_dtype == "int8" and artifact.io.input_scale and artifact.io.output_scale
@@ -69,7 +70,9 @@ def test_other_modes_convert_and_keep_accuracy(digits, shared_cache, fp32, mode:
 
 
 def test_portable_only_runs_int8_without_a_delegate(digits, shared_cache) -> None:  # type: ignore[no-untyped-def]
-    artifact, ev = _accuracy(digits, shared_cache, DeploymentConfig("executorch", ("portable",), QuantConfig("static_int8")))
+    artifact, ev = _accuracy(
+        digits, shared_cache, DeploymentConfig("executorch", ("portable",), QuantConfig("static_int8"))
+    )
     assert artifact.partitions.count == 0
     assert artifact.partitions.fallback_ops["quantized_decomposed.quantize_per_tensor"] > 0
     assert ev.accuracy >= 0.94

@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-import nnsweep
-
 HEAVY = ("torch", "ray", "mlflow", "optuna", "executorch", "onnxruntime", "torchvision")
 PACKAGES = ["nnsweep", "nnsweep.convert", "nnsweep.bench", "nnsweep.models", "nnsweep.errors", "nnsweep.config"]
 

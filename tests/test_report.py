@@ -8,9 +8,17 @@ from nnsweep.spec import Objective
 OBJ = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
 
 
-def _rec(n: int, acc: float, lat: float, status: TrialStatus = TrialStatus.OK, feasible: bool | None = True) -> TrialRecord:
+def _rec(
+    n: int, acc: float, lat: float, status: TrialStatus = TrialStatus.OK, feasible: bool | None = True
+) -> TrialRecord:
     return TrialRecord(
-        "s", "host", n, DeploymentConfig("executorch"), status, {"accuracy": acc, "latency_p50_ms": lat}, feasible=feasible
+        "s",
+        "host",
+        n,
+        DeploymentConfig("executorch"),
+        status,
+        {"accuracy": acc, "latency_p50_ms": lat},
+        feasible=feasible,
     )
 
 
@@ -35,7 +43,10 @@ def test_no_feasible_trial_means_no_best() -> None:
 
 def test_table_shows_status_and_reasons() -> None:
     text = render_table(
-        [_rec(0, 0.98, 1.0), TrialRecord("s", "host", 1, DeploymentConfig("torch"), TrialStatus.FAILED, reason="no kernel")],
+        [
+            _rec(0, 0.98, 1.0),
+            TrialRecord("s", "host", 1, DeploymentConfig("torch"), TrialStatus.FAILED, reason="no kernel"),
+        ],
         OBJ,
     )
     assert "98.00%" in text and "failed: no kernel" in text

@@ -37,7 +37,10 @@ def test_the_issue_example_parses_into_frozen_typed_data() -> None:
     assert spec.space.granularity == (Granularity.PER_TENSOR, Granularity.PER_CHANNEL)
     assert spec.space.backends["torch"] == ("x86", "qnnpack")
     assert (spec.space.min_nodes_per_partition.low, spec.space.min_nodes_per_partition.high) == (1, 16)
-    assert [(o.metric, o.direction) for o in spec.objectives] == [("accuracy", "maximize"), ("latency_p50_ms", "minimize")]
+    assert [(o.metric, o.direction) for o in spec.objectives] == [
+        ("accuracy", "maximize"),
+        ("latency_p50_ms", "minimize"),
+    ]
     assert spec.max_accuracy_drop == 0.01 and spec.budget.trials == 24
     with pytest.raises(AttributeError):
         spec.name = "other"  # type: ignore[misc]

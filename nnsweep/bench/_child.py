@@ -24,9 +24,7 @@ def _measure(request: dict) -> dict:  # type: ignore[type-arg]
     runner_cls = runtimes.load_object(info.runner)
     threads = int(request["threads"])
     runner_cls.set_threads(threads)
-    runner = runner_cls(
-        Path(request["artifact"]), IOSpec.from_dict(request["io"]), threads, tuple(request["backends"])
-    )
+    runner = runner_cls(Path(request["artifact"]), IOSpec.from_dict(request["io"]), threads, tuple(request["backends"]))
     inputs = np.load(request["inputs"])
     settings = MeasureSettings(**request["settings"])
     timing = time_runner(runner, inputs[:1], settings)

@@ -37,7 +37,7 @@ class Runner(ABC):
         self.threads = threads
         self.backends = backends
 
-    @classmethod
+    @classmethod  # noqa: B027  (an optional hook: most runtimes take threads per session)
     def set_threads(cls, threads: int) -> None:
         """Apply the process-wide thread count; called once, before :meth:`load`."""
 

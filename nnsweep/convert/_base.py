@@ -125,13 +125,9 @@ class PartitionReport:
     def render(self) -> str:
         """A few lines for a terminal."""
         lines = [f"Backend order: {' > '.join(self.backends) or '(runtime default)'}"]
-        lines.append(
-            "Nodes by backend: " + ", ".join(f"{k}={v}" for k, v in self.nodes_by_backend.items())
-        )
+        lines.append("Nodes by backend: " + ", ".join(f"{k}={v}" for k, v in self.nodes_by_backend.items()))
         if self.partitions:
-            lines.append(
-                f"Delegated partitions: {self.count} (sizes {', '.join(str(s) for s in self.sizes)})"
-            )
+            lines.append(f"Delegated partitions: {self.count} (sizes {', '.join(str(s) for s in self.sizes)})")
         else:
             lines.append("Delegated partitions: 0")
         if self.fallback_ops:

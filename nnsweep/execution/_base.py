@@ -71,5 +71,5 @@ class Executor(ABC):
         """How many conversions may run at once."""
         return 1
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> None:  # noqa: B027 (an optional hook)
         """Release workers and agents."""

@@ -105,7 +105,9 @@ class RayExecutor(Executor):
                 )
         slots = int(available.get(CONVERTER_RESOURCE, 0))
         if slots < 1:
-            raise InfrastructureError(f"no node offers the {CONVERTER_RESOURCE} resource: conversions have nowhere to run")
+            raise InfrastructureError(
+                f"no node offers the {CONVERTER_RESOURCE} resource: conversions have nowhere to run"
+            )
         slots = min(slots, self._wanted_converters or slots)
         worker = ray.remote(ConverterWorker).options(num_cpus=1, resources={CONVERTER_RESOURCE: 1})
         self._converters = [worker.remote() for _ in range(slots)]
@@ -128,7 +130,7 @@ class RayExecutor(Executor):
         except ray.exceptions.RayActorError as exc:
             raise AgentLost(f"agent of {device} died while probing: {exc}") from exc
         except ray.exceptions.RayTaskError as exc:
-            raise exc.cause if isinstance(exc.cause, Exception) else exc
+            raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
         return caps
 
     def convert(self, request: ConvertRequest) -> Future[tuple[Artifact, bool]]:

@@ -174,7 +174,9 @@ def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBund
     dataset: Dataset | None = None
     if isinstance(result, tuple):
         if not 2 <= len(result) <= 3:
-            raise SpecError("model", f"{ref}() must return a module, (module, example_input) or (module, example_input, Dataset)")
+            raise SpecError(
+                "model", f"{ref}() must return a module, (module, example_input) or (module, example_input, Dataset)"
+            )
         net, example = result[0], result[1]
         dataset = result[2] if len(result) == 3 else None
         if dataset is not None and not isinstance(dataset, Dataset):
@@ -185,7 +187,9 @@ def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBund
         raise SpecError("model", f"{ref}() returned {type(net).__name__}, not a torch.nn.Module")
     if example is None:
         if input_shape is None:
-            raise SpecError("input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)")
+            raise SpecError(
+                "input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)"
+            )
         example = torch.zeros(input_shape)
     if not isinstance(example, torch.Tensor) or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")

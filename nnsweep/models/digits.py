@@ -30,7 +30,7 @@ from torch import nn
 from nnsweep._atomic import atomic_path
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
 
-__all__ = ["DigitsNet", "VARIANTS", "digits_dataset", "load_digits"]
+__all__ = ["VARIANTS", "DigitsNet", "digits_dataset", "load_digits"]
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ def digits_dataset() -> Dataset:
     parts: list[list[int]] = [[], [], []]
     for label in range(10):
         idx = rng.permutation(np.flatnonzero(y == label))
-        cut1 = int(round(len(idx) * _SPLIT[0]))
-        cut2 = cut1 + int(round(len(idx) * _SPLIT[1]))
+        cut1 = round(len(idx) * _SPLIT[0])
+        cut2 = cut1 + round(len(idx) * _SPLIT[1])
         for part, chunk in zip(parts, (idx[:cut1], idx[cut1:cut2], idx[cut2:]), strict=True):
             part.extend(chunk.tolist())
     train, cal, ev = (np.array(sorted(p)) for p in parts)
