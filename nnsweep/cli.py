@@ -340,6 +340,10 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     else:
         from nnsweep.execution.ray_cluster import RayExecutor
 
+        if args.address:
+            # Ray 2.60 clusters use token authentication; a client must ask for it
+            # (the token itself comes from ~/.ray/auth_token or RAY_AUTH_TOKEN).
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
         executor = RayExecutor(address=args.address)
     tracker = _tracker(spec, enabled=not args.no_tracking)
     display = _ProgressDisplay(enabled=not args.json)

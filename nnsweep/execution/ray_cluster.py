@@ -62,12 +62,20 @@ class RayExecutor(Executor):
             whose only device is ``host``.
         converters: conversion actors to start (local cluster: CPUs - 1, at least 1).
         transports: device -> transport for bridge devices driven from a host.
+        machines: device -> machine name, for devices that share a physical machine
+            but should be treated as separate ones (benchmarks of the coordinator
+            itself; their latencies are then not isolated).
     """
 
     def __init__(
-        self, address: str | None = None, converters: int | None = None, transports: dict[str, Transport] | None = None
+        self,
+        address: str | None = None,
+        converters: int | None = None,
+        transports: dict[str, Transport] | None = None,
+        machines: dict[str, str] | None = None,
     ) -> None:
         self.address = address
+        self._machines = dict(machines or {})
         self._wanted_converters = converters
         self._transports = dict(transports or {})
         self._agents: dict[str, Any] = {}
@@ -113,7 +121,7 @@ class RayExecutor(Executor):
         self._converters = [worker.remote() for _ in range(slots)]
         self._machine = ray.get(self._converters[0].machine.remote())
         for device in devices:
-            transport = self._transports.get(device, LocalTransport())
+            transport = self._transports.get(device) or LocalTransport(self._machines.get(device))
             # A bridge device is driven from a host; a Ray-node device hosts its own agent.
             resources = {CONVERTER_RESOURCE: 0.001} if device in self._transports else {device_resource(device): 1}
             self._agents[device] = (
