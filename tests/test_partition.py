@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -73,3 +76,17 @@ def test_min_nodes_above_every_partition_delegates_nothing(unlimited) -> None:  
     report, _ = _lower(PartitionLimits(min_nodes_per_partition=unlimited.sizes[0] + 1))
     assert report.count == 0
     assert set(report.nodes_by_backend) == {"portable"}
+
+
+def test_dropping_a_partition_that_holds_a_kept_whole_op_still_lowers(digits_gn) -> None:  # type: ignore[no-untyped-def]
+    """XNNPACK keeps aten.linear whole; a limit that drops the classifier's partition must
+    leave a graph the portable kernels can run (found by a sweep: max 2, min 5 nodes)."""
+    from nnsweep import deploy
+    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.config import DeploymentConfig
+
+    cache = ArtifactCache(Path(tempfile.mkdtemp()))
+    config = DeploymentConfig("executorch", ("xnnpack",), partitions=PartitionLimits(2, 5))
+    artifact, _ = deploy.convert(digits_gn, config, cache)
+    assert artifact.partitions.count <= 2
+    assert any(op.startswith("aten.") for op in artifact.partitions.fallback_ops)

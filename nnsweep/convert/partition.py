@@ -41,7 +41,13 @@ class LimitedPartitioner(Partitioner):
         self.dropped: list[int] = []
 
     def ops_to_not_decompose(self, ep: ExportedProgram) -> Any:
-        return self.inner.ops_to_not_decompose(ep)
+        # A backend may keep ops such as aten.linear whole because it will take them;
+        # if a limit then drops that partition, nothing could run the op (the portable
+        # kernels need it decomposed). Decomposition happens before partitioning, so
+        # with limits in force every op is decomposed (the backend takes the pieces).
+        if self.limits.is_default:
+            return self.inner.ops_to_not_decompose(ep)
+        return ([], None)
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         return self.inner.transform_for_pre_decomposition(exported_program)
