@@ -143,7 +143,7 @@ class MlflowTracker:
                 self.client.set_terminated(child.info.run_id, status="KILLED")
 
     def _child(self, device: str, number: int, config: DeploymentConfig) -> str:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
         key = (device, number)
         if key in self._children:
