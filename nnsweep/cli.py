@@ -157,6 +157,43 @@ def _build_parser() -> _Parser:
     ui.add_argument("spec", type=Path)
     ui.add_argument("--port", type=int, default=5000)
     ui.set_defaults(handler=_cmd_ui)
+
+    devices = sub.add_parser(
+        "devices",
+        help="list the devices a cluster offers, with what each can run",
+        description="Start each device's agent, probe it, and print its capabilities.",
+    )
+    devices.add_argument("--address", help="a Ray cluster (HOST:PORT); default: this machine only")
+    devices.add_argument("--json", action="store_true")
+    devices.set_defaults(handler=_cmd_devices)
+
+    agent = sub.add_parser("agent", help="start Ray nodes: the head, or a board that joins it")
+    agent_sub = agent.add_subparsers(dest="agent_command", metavar="ACTION", parser_class=_Parser)
+    agent_sub.required = True
+    head = agent_sub.add_parser(
+        "head",
+        help="start the head node: conversions run here, and it is device `host`",
+        description="Runs `ray start --head` with the resources nnsweep needs. Boards then join it.",
+    )
+    head.add_argument("--port", type=int, default=6379)
+    head.add_argument("--converters", type=int, default=1, help="conversions that may run at once")
+    head.add_argument("--device", default="host", help="this machine's device name (default host)")
+    head.add_argument("--no-device", action="store_true", help="this machine converts but is not a device")
+    head.add_argument("--block", action="store_true", help="stay in the foreground (for systemd)")
+    head.set_defaults(handler=_cmd_agent_head)
+    join = agent_sub.add_parser(
+        "join",
+        help="join a head as a device (run this on the board)",
+        description="Runs `ray start --address HEAD:PORT` offering the resource device:NAME, with Ray's "
+        "token authentication (the head's token: --token-file, $RAY_AUTH_TOKEN or ~/.ray/auth_token).",
+    )
+    join.add_argument("--address", required=True, help="the head's HOST:PORT")
+    join.add_argument("--device", required=True, help="this device's name in sweeps")
+    join.add_argument("--machine", help="physical machine name (default: host name)")
+    join.add_argument("--token-file", type=Path, help="file holding the head's Ray auth token")
+    join.add_argument("--dashboard-agent-port", type=int, help="needed for a second node on one machine")
+    join.add_argument("--block", action="store_true", help="stay in the foreground (for systemd)")
+    join.set_defaults(handler=_cmd_agent_join)
     return parser
 
 
@@ -396,9 +433,11 @@ def _results_text(spec: Any, results: Any) -> str:
         else:
             blocks.append(f"Best on {r.device}: none (no feasible measured trial)")
         counts = {s: sum(1 for t in r.records if t.status.value == s) for s in ("ok", "reused", "failed")}
-        blocks.append(
-            f"Trials: {len(r.records)} ({counts['ok']} measured, {counts['reused']} reused, {counts['failed']} failed)"
-        )
+        interrupted = sum(1 for t in r.records if t.status.value == "interrupted")
+        line = f"Trials: {counts['ok']} measured, {counts['reused']} reused, {counts['failed']} failed"
+        if interrupted:
+            line += f" (+{interrupted} interrupted and run again)"
+        blocks.append(line)
     blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
     return "\n\n".join(blocks)
 
@@ -457,6 +496,78 @@ def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     sys.stderr.write(f"MLflow UI for {spec.name}: http://127.0.0.1:{args.port}  (Ctrl-C to stop)\n")
     return subprocess.call(cmd, env=env)
+
+
+def _cmd_devices(args: argparse.Namespace, cache_dir: Path) -> int:
+    if args.address:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        from nnsweep.execution.ray_cluster import RayExecutor
+
+        executor = RayExecutor(address=args.address)
+        try:
+            found = executor.probe(executor.cluster_devices())
+        finally:
+            executor.shutdown()
+        caps = list(found.values())
+    else:
+        from nnsweep.agents import LocalTransport
+
+        caps = [LocalTransport().probe("host")]
+    if args.json:
+        sys.stdout.write(json.dumps([c.to_dict() for c in caps]) + "\n")
+        return EXIT_OK
+    for c in caps:
+        sys.stdout.write(
+            f"{c.device}: {c.arch}, {c.cpu}, {c.cores} cores, {c.memory_mb} MB, machine {c.machine}, "
+            f"transport {c.transport}\n"
+        )
+        for runtime, backends in c.runtimes.items():
+            sys.stdout.write(f"    {runtime}: {', '.join(backends)}\n")
+    return EXIT_OK
+
+
+def _ray_start(cmd: list[str], env: dict[str, str]) -> int:
+    import shutil
+    import subprocess
+
+    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    if ray is None:
+        sys.stderr.write("nnsweep agent: the `ray` command is not installed here\n")
+        return EXIT_FAILED
+    return subprocess.call([ray, *cmd[1:]], env=env)
+
+
+def _cmd_agent_head(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.agents._node import head_command
+
+    try:
+        cmd = head_command(
+            args.port, args.converters, host_device=None if args.no_device else args.device, block=args.block
+        )
+    except SpecError as exc:
+        return _usage_error(exc, {})
+    return _ray_start(cmd, dict(os.environ))
+
+
+def _cmd_agent_join(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.agents._node import join_command
+
+    try:
+        cmd = join_command(
+            args.address,
+            args.device,
+            machine=args.machine,
+            dashboard_agent_port=args.dashboard_agent_port,
+            block=args.block,
+        )
+        env = dict(os.environ, RAY_AUTH_MODE="token")
+        if args.token_file is not None:
+            if not args.token_file.is_file():
+                raise SpecError("--token-file", f"{str(args.token_file)!r} does not exist")
+            env["RAY_AUTH_TOKEN"] = args.token_file.read_text().strip()
+    except SpecError as exc:
+        return _usage_error(exc, {})
+    return _ray_start(cmd, env)
 
 
 class _ProgressDisplay:

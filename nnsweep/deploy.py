@@ -37,7 +37,10 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
     key = cache_key(bundle.digest, config, toolchain)
 
     def build(out_dir: Any) -> Any:
-        converter = runtimes.load_object(info.converter)()
+        try:
+            converter = runtimes.load_object(info.converter)()
+        except ImportError as exc:
+            raise ConversionError(f"the {config.runtime} converter cannot be loaded here: {exc}") from exc
         try:
             return converter.convert(bundle, config, out_dir)
         except TrialError:

@@ -158,6 +158,7 @@ class _Flight:
     measure_started: float = 0.0
     duplicate_of: _Flight | None = None
     overhead_s: float = 0.0
+    hung: bool = False
 
 
 @dataclass
@@ -176,6 +177,8 @@ class _Device:
     held: list[tuple[_Flight, TrialRecord]] = field(default_factory=list)
     deadline: float | None = None
     lost: bool = False
+    lost_since: float = 0.0
+    next_revive: float = 0.0
 
 
 class Sweep:
@@ -188,6 +191,10 @@ class Sweep:
         cache_root: the artifact cache shared by the coordinator and the conversion workers.
         progress: called with a snapshot of every device whenever something changes.
         depth: trials in flight per device (converting ahead while it measures).
+        lost_timeout_s: how long to wait for a lost device to come back once every
+            other device is done (its study resumes on the next run either way).
+        hang_grace_s: a measurement with no result this long after its own
+            timeout is declared hung: the trial fails and the agent is restarted.
     """
 
     def __init__(
@@ -199,7 +206,11 @@ class Sweep:
         *,
         progress: Callable[[list[DeviceProgress]], None] | None = None,
         depth: int = 2,
+        lost_timeout_s: float = 300.0,
+        hang_grace_s: float = 60.0,
     ) -> None:
+        self.lost_timeout_s = lost_timeout_s
+        self.hang_grace_s = hang_grace_s
         self.spec = spec
         self.executor = executor
         self.tracker = tracker
@@ -296,13 +307,17 @@ class Sweep:
         self._report_progress()
         try:
             while True:
+                self._revive_lost()
+                self._watchdog()
                 for dev in self._devices.values():
                     self._fill(dev)
                 self._schedule()
                 pending: list[Future[Any]] = [*self._conversions.values(), *self._measures]
                 if not pending:
-                    if all(not d.flights for d in self._devices.values()):
+                    if self._all_done():
                         break
+                    time.sleep(0.5)  # only lost devices are left: wait for them to come back
+                    self._report_progress()
                     continue
                 done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -313,6 +328,44 @@ class Sweep:
             raise
         self.stats.finished_at = time.monotonic()
         return self._finish()
+
+    def _all_done(self) -> bool:
+        """Nothing in flight anywhere, and no lost device still worth waiting for."""
+        now = time.monotonic()
+        for dev in self._devices.values():
+            if dev.lost:
+                others_busy = any(not d.lost and (d.flights or self._remaining(d)) for d in self._devices.values())
+                waiting = others_busy or now - dev.lost_since < self.lost_timeout_s
+                if waiting and dev.done + len(dev.held) < self.spec.budget.trials:
+                    return False
+                continue
+            if dev.flights:
+                return False
+        return True
+
+    def _revive_lost(self) -> None:
+        now = time.monotonic()
+        for dev in self._devices.values():
+            if not dev.lost or now < dev.next_revive:
+                continue
+            dev.next_revive = now + 5.0
+            if self.executor.revive(dev.name):
+                dev.lost = False
+                log.warning("%s is back; resuming its study", dev.name)
+
+    def _watchdog(self) -> None:
+        limit = self.settings.timeout_s + self.hang_grace_s
+        now = time.monotonic()
+        for flight in self._measures.values():
+            if not flight.hung and now - flight.measure_started > limit:
+                flight.hung = True
+                log.warning(
+                    "%s: trial %d gave no result in %.0f s; restarting its agent",
+                    flight.device,
+                    flight.trial.number,
+                    now - flight.measure_started,
+                )
+                self.executor.abandon(flight.device)
 
     def _remaining(self, dev: _Device) -> bool:
         if dev.lost or (dev.deadline is not None and time.monotonic() > dev.deadline):
@@ -413,7 +466,15 @@ class Sweep:
                 self._finish_flight(dev, flight, TrialStatus.FAILED, reason=str(exc))
                 return
             except InfrastructureError as exc:
-                self._requeue(dev, flight, str(exc))
+                if flight.hung:
+                    reason = f"benchmark hung: no result within {self.settings.timeout_s + self.hang_grace_s:.0f} s"
+                    self._finish_flight(dev, flight, TrialStatus.FAILED, reason=reason)
+                    self.executor.revive(dev.name)
+                else:
+                    self._requeue(dev, flight, str(exc))
+                return
+            except Exception as exc:  # raised on a worker: an unforeseen failure fails this trial only
+                self._finish_flight(dev, flight, TrialStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
                 return
             self._complete_measured(dev, flight, reply)
             return
@@ -429,6 +490,11 @@ class Sweep:
         except InfrastructureError as exc:
             log.warning("conversion worker failed (%s); converting again", exc)
             return  # the flights still lack an artifact, so _schedule submits again
+        except Exception as exc:  # raised on a worker: an unforeseen failure fails these trials only
+            for flight in waiting:
+                reason = f"conversion failed: {type(exc).__name__}: {exc}"
+                self._finish_flight(self._devices[flight.device], flight, TrialStatus.FAILED, reason=reason)
+            return
         self.stats.cache_hits += int(hit)
         for flight in waiting:
             flight.artifact, flight.cache_hit = artifact, hit
@@ -623,6 +689,8 @@ class Sweep:
         attrs = {_ROLE: flight.role} if flight.role else {}
         dev.study.enqueue_trial(flight.trial.params, user_attrs=attrs)
         dev.lost = True
+        dev.lost_since = time.monotonic()
+        dev.next_revive = dev.lost_since + 2.0
         log.warning("%s lost (%s); trial %d requeued", dev.name, reason, flight.trial.number)
 
     def _interrupt(self) -> None:
@@ -638,6 +706,10 @@ class Sweep:
     def _finish(self) -> list[DeviceResult]:
         results = []
         for dev in self._devices.values():
+            for flight in list(dev.flights):  # a device that never came back: run these next time
+                self._finish_flight(dev, flight, TrialStatus.INTERRUPTED, reason=f"{dev.name} lost")
+                attrs = {_ROLE: flight.role} if flight.role else {}
+                dev.study.enqueue_trial(flight.trial.params, user_attrs=attrs)
             for flight, record in list(dev.held):
                 self._tell(dev, flight, record)
             dev.held.clear()

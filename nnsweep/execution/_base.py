@@ -71,5 +71,15 @@ class Executor(ABC):
         """How many conversions may run at once."""
         return 1
 
+    def revive(self, device: str) -> bool:
+        """Start a new agent for a device whose agent was lost, if the device is back.
+
+        Returns whether an agent runs again. Executors that cannot lose agents keep the default.
+        """
+        return False
+
+    def abandon(self, device: str) -> None:  # noqa: B027 (an optional hook)
+        """Stop the device's agent (a hung measurement); its pending futures fail with AgentLost."""
+
     def shutdown(self) -> None:  # noqa: B027 (an optional hook)
         """Release workers and agents."""

@@ -84,7 +84,7 @@ class RayExecutor(Executor):
         self._started_ray = False
         self._machine = ""
 
-    def start(self, devices: Sequence[str]) -> None:
+    def _connect(self) -> None:
         import os
 
         import ray
@@ -104,6 +104,33 @@ class RayExecutor(Executor):
             else:
                 ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
             self._started_ray = True
+
+    def cluster_devices(self) -> list[str]:
+        """The devices the cluster's live nodes offer (``device:<name>`` resources)."""
+        import ray
+
+        self._connect()
+        names = {
+            resource.removeprefix("device:")
+            for node in ray.nodes()
+            if node.get("Alive")
+            for resource in node.get("Resources", {})
+            if resource.startswith("device:")
+        }
+        return sorted(names)
+
+    def probe(self, devices: Sequence[str]) -> dict[str, Capabilities]:
+        """Start agents for ``devices`` (no conversion workers) and ask each what it has."""
+        self._connect()
+        self._label_machines()
+        for device in devices:
+            self._spawn(device)
+        return {device: self.capabilities(device) for device in devices}
+
+    def start(self, devices: Sequence[str]) -> None:
+        import ray
+
+        self._connect()
         available = ray.cluster_resources()
         for device in devices:
             if device_resource(device) not in available and device not in self._transports:
@@ -111,6 +138,7 @@ class RayExecutor(Executor):
                     f"no node of the cluster offers device {device!r}; start its agent with "
                     f"`nnsweep agent join --address HEAD:PORT --device {device}`"
                 )
+        self._label_machines()
         slots = int(available.get(CONVERTER_RESOURCE, 0))
         if slots < 1:
             raise InfrastructureError(
@@ -121,14 +149,59 @@ class RayExecutor(Executor):
         self._converters = [worker.remote() for _ in range(slots)]
         self._machine = ray.get(self._converters[0].machine.remote())
         for device in devices:
-            transport = self._transports.get(device) or LocalTransport(self._machines.get(device))
-            # A bridge device is driven from a host; a Ray-node device hosts its own agent.
-            resources = {CONVERTER_RESOURCE: 0.001} if device in self._transports else {device_resource(device): 1}
-            self._agents[device] = (
-                ray.remote(DeviceAgent)
-                .options(num_cpus=0, max_concurrency=1, resources=resources, max_restarts=0)
-                .remote(device, transport)
-            )
+            self._spawn(device)
+
+    def _spawn(self, device: str) -> None:
+        import ray
+
+        transport = self._transports.get(device) or LocalTransport(self._machines.get(device))
+        # A bridge device is driven from a host; a Ray-node device hosts its own agent.
+        resources = {CONVERTER_RESOURCE: 0.001} if device in self._transports else {device_resource(device): 1}
+        self._agents[device] = (
+            ray.remote(DeviceAgent)
+            .options(num_cpus=0, max_concurrency=1, resources=resources, max_restarts=0)
+            .remote(device, transport)
+        )
+
+    def _label_machines(self) -> None:
+        """Machine names from node labels (``nnsweep-machine``, set by ``nnsweep agent join``)."""
+        import ray
+
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            machine = (node.get("Labels") or {}).get("nnsweep-machine")
+            for resource in node.get("Resources", {}):
+                if resource.startswith("device:") and machine:
+                    self._machines.setdefault(resource.removeprefix("device:"), machine)
+
+    def _offered(self, device: str) -> bool:
+        import ray
+
+        return any(node.get("Alive") and device_resource(device) in node.get("Resources", {}) for node in ray.nodes())
+
+    def revive(self, device: str) -> bool:
+        import ray
+
+        if device not in self._transports and not self._offered(device):
+            return False  # its node has not rejoined
+        old = self._agents.pop(device, None)
+        if old is not None:
+            ray.kill(old, no_restart=True)
+        self._label_machines()
+        self._spawn(device)
+        try:
+            ray.get(self._agents[device].ping.remote(), timeout=60)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return False
+        return True
+
+    def abandon(self, device: str) -> None:
+        import ray
+
+        agent = self._agents.get(device)
+        if agent is not None:
+            ray.kill(agent, no_restart=True)
 
     def capabilities(self, device: str) -> Capabilities:
         import ray
