@@ -36,7 +36,7 @@ from nnsweep.agents._node import head_command, join_command
 from nnsweep.execution.ray_cluster import RayExecutor
 from nnsweep.spec import parse_spec
 from nnsweep.sweep import Sweep
-from nnsweep.tracking import MlflowTracker
+from nnsweep.tracking import BackgroundTracker, MlflowTracker
 
 
 def _free_port() -> int:
@@ -138,10 +138,11 @@ def main() -> None:
             name = "overhead-" + label.split()[0]
             spec = _spec(name, args.trials, args.min_duration)
             executor = RayExecutor(address=address)
-            tracker = MlflowTracker("sqlite:///mlflow.db", name, name)
+            tracker = BackgroundTracker(MlflowTracker("sqlite:///mlflow.db", name, name))  # as `nnsweep run`
             sweep = Sweep(spec, executor, tracker, cache)  # type: ignore[arg-type]
             started = time.monotonic()
             sweep.run()
+            tracker.close()
             _report(label, sweep, time.monotonic() - started)
             executor.shutdown()
     finally:

@@ -390,11 +390,12 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     except KeyboardInterrupt:
         display.close()
         sys.stderr.write("nnsweep run: interrupted; run the same command again to continue\n")
-        executor.shutdown()
         return 130
     finally:
         display.close()
-    executor.shutdown()
+        if hasattr(tracker, "close"):
+            tracker.close()  # write what is still queued
+        executor.shutdown()
     if args.json:
         out = [
             {
@@ -413,11 +414,11 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
 
 
 def _tracker(spec: Any, enabled: bool) -> Any:
-    from nnsweep.tracking import MlflowTracker, NullTracker
+    from nnsweep.tracking import BackgroundTracker, MlflowTracker, NullTracker
 
     if not enabled:
         return NullTracker()
-    return MlflowTracker(spec.tracking.uri, spec.tracking.experiment, spec.name)
+    return BackgroundTracker(MlflowTracker(spec.tracking.uri, spec.tracking.experiment, spec.name))
 
 
 def _results_text(spec: Any, results: Any) -> str:

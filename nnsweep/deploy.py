@@ -6,6 +6,7 @@ on a host, measurement on the device's agent).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
     from nnsweep.models import ModelBundle
 
-__all__ = ["DeploymentResult", "assemble", "convert", "measure", "reference_outputs"]
+__all__ = ["DeploymentResult", "artifact_key", "assemble", "cached", "convert", "measure", "reference_outputs"]
 
 
 def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache) -> tuple[Artifact, bool]:
@@ -33,8 +34,7 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
         ConversionError: the converter failed; the message says why.
     """
     info = runtimes.get(config.runtime)
-    toolchain = toolchain_versions(info.packages)
-    key = cache_key(bundle.digest, config, toolchain)
+    key, toolchain = artifact_key(bundle.digest, config)
 
     def build(out_dir: Any) -> Any:
         try:
@@ -49,6 +49,22 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
             raise ConversionError(f"{config.runtime} conversion failed: {type(exc).__name__}: {exc}") from exc
 
     return cache.get_or_build(key, config, toolchain, build)
+
+
+@functools.lru_cache(maxsize=32)
+def _toolchain(runtime: str) -> tuple[tuple[str, str], ...]:
+    return tuple(toolchain_versions(runtimes.get(runtime).packages).items())
+
+
+def artifact_key(model_digest: str, config: DeploymentConfig) -> tuple[str, dict[str, str]]:
+    """The cache key of ``config``'s artifact, and the toolchain versions it includes."""
+    toolchain = dict(_toolchain(config.runtime))
+    return cache_key(model_digest, config, toolchain), toolchain
+
+
+def cached(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache) -> Artifact | None:
+    """The artifact for ``config`` if this machine's cache already holds it (no conversion)."""
+    return cache.get(artifact_key(bundle.digest, config)[0])
 
 
 def reference_outputs(bundle: ModelBundle) -> np.ndarray:

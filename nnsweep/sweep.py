@@ -205,7 +205,7 @@ class Sweep:
         cache_root: Path,
         *,
         progress: Callable[[list[DeviceProgress]], None] | None = None,
-        depth: int = 2,
+        depth: int = 3,
         lost_timeout_s: float = 300.0,
         hang_grace_s: float = 60.0,
     ) -> None:
@@ -257,6 +257,7 @@ class Sweep:
         from optuna.trial import TrialState
 
         trials = dev.study.get_trials(deepcopy=False)
+        logged = self.tracker.logged(dev.name)
         if not trials:
             for i, config in enumerate(baseline_configs(dev.space)):
                 role = "baseline" if i == 0 else "default"
@@ -275,6 +276,8 @@ class Sweep:
             if record is None or not t.state.is_finished():
                 continue
             self._account(dev, record, t.user_attrs.get(_ROLE))
+            if t.number not in logged:
+                self.tracker.finish_trial(record)  # the study is the record of truth: backfill the tracker
 
     def _account(self, dev: _Device, record: TrialRecord, role: str | None) -> None:
         if record.status is TrialStatus.INTERRUPTED:
@@ -424,15 +427,29 @@ class Sweep:
             return
         for dev in self._devices.values():
             for flight in dev.flights:
-                if len(self._conversions) >= self.executor.converter_slots:
-                    return
                 if flight.artifact is not None or flight.duplicate_of is not None or flight.digest in self._conversions:
                     continue
                 started = time.perf_counter()
+                hit = self._cached(flight.config)
+                if hit is not None:  # converted before: no worker, no CPU, no isolation wait
+                    flight.artifact, flight.cache_hit = hit, True
+                    self.stats.conversions += 1
+                    self.stats.cache_hits += 1
+                    flight.overhead_s += time.perf_counter() - started
+                    continue
+                if len(self._conversions) >= self.executor.converter_slots:
+                    return
                 request = ConvertRequest(self.source, flight.config)
                 self._conversions[flight.digest] = self.executor.convert(request)
                 self.stats.conversions += 1
                 flight.overhead_s += time.perf_counter() - started
+
+    def _cached(self, config: DeploymentConfig) -> Artifact | None:
+        from nnsweep import deploy
+        from nnsweep.artifacts import ArtifactCache
+
+        assert self._bundle is not None
+        return deploy.cached(self._bundle, config, ArtifactCache(self.source.cache_root))
 
     def _start_measure(self, dev: _Device, flight: _Flight) -> None:
         assert self._bundle is not None and flight.artifact is not None  # set before any flight exists

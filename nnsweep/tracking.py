@@ -9,7 +9,11 @@ tags, so a resumed sweep reuses its parent runs and never duplicates a trial's r
 from __future__ import annotations
 
 import json
+import logging
 import math
+import queue
+import tempfile
+import threading
 import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -20,7 +24,7 @@ from nnsweep.results import TrialRecord, TrialStatus
 if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
 
-__all__ = ["MlflowTracker", "NullTracker", "Tracker", "absolute_sqlite_uri"]
+__all__ = ["BackgroundTracker", "MlflowTracker", "NullTracker", "Tracker", "absolute_sqlite_uri"]
 
 _SWEEP, _DEVICE, _KIND, _TRIAL = "nnsweep.sweep", "nnsweep.device", "nnsweep.kind", "nnsweep.trial"
 _TAG_LIMIT = 5000  # MLflow's maximum tag value length (characters)
@@ -47,6 +51,10 @@ class Tracker(Protocol):
 
     def close_device(self, device: str, status: str = "FINISHED") -> None: ...
 
+    def logged(self, device: str) -> set[int]:
+        """Trials of ``device`` already recorded (the coordinator backfills the others)."""
+        ...
+
 
 class NullTracker:
     """Records nothing (``nnsweep run --no-tracking``)."""
@@ -65,6 +73,78 @@ class NullTracker:
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         return None
+
+    def logged(self, device: str) -> set[int]:
+        return set()
+
+
+class BackgroundTracker:
+    """Runs another tracker's calls on one background thread, in order.
+
+    The coordinator hands over a trial's record in microseconds instead of waiting
+    ~75 ms for MLflow's database and artifact writes. Calls that end a device
+    (:meth:`mark_front`, :meth:`close_device`) wait until everything before them is
+    written. A failed write is logged and dropped: the Optuna study is the record of
+    truth, and the next run of the sweep backfills trials missing from the tracker.
+
+    Args:
+        inner: the tracker that does the writing.
+    """
+
+    def __init__(self, inner: Tracker) -> None:
+        self.inner = inner
+        self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="nnsweep-tracking", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is not None:
+                    name, args = item
+                    try:
+                        getattr(self.inner, name)(*args)
+                    except Exception as exc:  # tracking must never stop a sweep; see the class docstring
+                        logging.getLogger(__name__).warning("tracking %s failed: %s", name, exc)
+            finally:
+                self._queue.task_done()
+            if item is None:
+                return
+
+    def _later(self, name: str, *args: Any) -> None:
+        self._queue.put((name, args))
+
+    def flush(self) -> None:
+        """Wait until every call so far is written."""
+        self._queue.join()
+
+    def open_device(self, device: str, info: Mapping[str, str]) -> None:
+        self.flush()
+        self.inner.open_device(device, info)
+
+    def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
+        self._later("start_trial", device, number, config)
+
+    def finish_trial(self, record: TrialRecord) -> None:
+        self._later("finish_trial", record)
+
+    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
+        self.flush()
+        self.inner.mark_front(device, pareto, best)
+
+    def close_device(self, device: str, status: str = "FINISHED") -> None:
+        self.flush()
+        self.inner.close_device(device, status)
+
+    def logged(self, device: str) -> set[int]:
+        self.flush()
+        return self.inner.logged(device)
+
+    def close(self) -> None:
+        """Write what is queued and stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
 
 
 def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -88,6 +168,7 @@ class MlflowTracker:
         self._experiment_id: str | None = None
         self._parents: dict[str, str] = {}
         self._children: dict[tuple[str, int], str] = {}
+        self._finished: set[tuple[str, int]] = set()
 
     @property
     def client(self) -> Any:
@@ -138,7 +219,9 @@ class MlflowTracker:
         for child in self._search(f"{base} and tags.`{_KIND}` = 'trial'"):
             number = int(child.data.tags[_TRIAL])
             self._children[(device, number)] = child.info.run_id
-            if child.info.status == "RUNNING":
+            if child.info.status != "RUNNING":
+                self._finished.add((device, number))
+            else:
                 self.client.set_tag(child.info.run_id, "status", TrialStatus.INTERRUPTED.value)
                 self.client.set_terminated(child.info.run_id, status="KILLED")
 
@@ -192,12 +275,17 @@ class MlflowTracker:
             tags["reused_from"] = str(record.reused_from)
         metrics = [Metric(k, v, stamp, 0) for k, v in _finite(record.metrics).items()]
         self.client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v[:_TAG_LIMIT]) for k, v in tags.items()])
-        self.client.log_dict(run_id, record.config.to_dict(), "config.json")
+        files: dict[str, Any] = {"config.json": record.config.to_dict()}
         if parts:
-            self.client.log_dict(run_id, dict(parts), "partitions.json")
+            files["partitions.json"] = dict(parts)
         if record.samples_ms:
-            self.client.log_text(run_id, json.dumps(list(record.samples_ms)), "latency_samples.json")
+            files["latency_samples.json"] = list(record.samples_ms)
+        with tempfile.TemporaryDirectory(prefix="nnsweep-run-") as tmp:
+            for name, content in files.items():
+                (Path(tmp) / name).write_text(json.dumps(content, indent=1))
+            self.client.log_artifacts(run_id, tmp)  # one call: each log_* looks the run up again
         self.client.set_terminated(run_id, status=_END_STATUS[record.status], end_time=stamp)
+        self._finished.add((record.device, record.number))
 
     def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
         from mlflow.entities import RunTag
@@ -216,6 +304,10 @@ class MlflowTracker:
         parent = self._parents.get(device)
         if parent is not None:
             self.client.set_terminated(parent, status=status)
+
+    def logged(self, device: str) -> set[int]:
+        """Trial numbers of the device whose runs are finished (known after :meth:`open_device`)."""
+        return {number for dev, number in self._finished if dev == device}
 
     def log_device_artifact(self, device: str, path: Path) -> None:
         """Attach a file (the HTML report, a Pareto plot) to the device's parent run."""

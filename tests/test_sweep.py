@@ -44,6 +44,9 @@ class RecordingTracker:
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         self.closed[device] = status
 
+    def logged(self, device: str) -> set[int]:
+        return {r.number for r in self.finished if r.device == device}
+
 
 def _spec(tmp_path: Path, trials: int, **space: object) -> object:
     base = {"runtime": ["executorch"], "quant": ["fp32", "static_int8"], "threads": [1]}

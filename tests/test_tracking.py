@@ -89,3 +89,17 @@ def test_null_tracker_accepts_the_protocol() -> None:
     t.finish_trial(_ok(0))
     t.mark_front("host", [0], 0)
     t.close_device("host")
+
+
+def test_background_tracker_writes_in_order_and_flushes(store: str) -> None:
+    from nnsweep.tracking import BackgroundTracker
+
+    t = BackgroundTracker(MlflowTracker(store, "exp", "sw"))
+    t.open_device("host", {})
+    for n in range(3):
+        t.start_trial("host", n, CFG)
+        t.finish_trial(_ok(n))
+    assert t.logged("host") == {0, 1, 2}  # logged() waits for the queue
+    t.close_device("host")
+    t.close()
+    assert {r.info.status for r in _runs(store)} == {"FINISHED"}
