@@ -107,7 +107,12 @@ def _report(label: str, sweep: Sweep, wall: float) -> None:
     if over:
         p90 = over[int(0.9 * (len(over) - 1))]
         median = statistics.median(over)
-        print(f"coordinator overhead per trial: median {median:.1f} ms, p90 {p90:.1f} ms, max {over[-1]:.1f} ms")
+        print(f"coordinator overhead per trial (wall): median {median:.1f} ms, p90 {p90:.1f} ms, max {over[-1]:.1f} ms")
+        cpu = sorted(st.overhead_cpu_ms)
+        print(
+            f"coordinator overhead per trial (its thread's CPU time): median {statistics.median(cpu):.1f} ms, "
+            f"p90 {cpu[int(0.9 * (len(cpu) - 1))]:.1f} ms"
+        )
     for device, busy in sorted(st.busy_s.items()):
         span = st.finished_at - st.first_measure_at[device]
         print(f"utilization {device}: {busy:.0f} s measuring / {span:.0f} s after its first = {busy / span:.0%}")

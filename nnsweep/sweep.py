@@ -124,7 +124,8 @@ class DeviceProgress:
 class SweepStats:
     """Coordinator figures for ``benchmarks/sweep_overhead.py``."""
 
-    overhead_ms: list[float] = field(default_factory=list)  # ask + dispatch + tell + log, per trial
+    overhead_ms: list[float] = field(default_factory=list)  # ask + dispatch + tell + log, per trial (wall)
+    overhead_cpu_ms: list[float] = field(default_factory=list)  # the same in the coordinator thread's CPU time
     busy_s: dict[str, float] = field(default_factory=dict)  # device -> time spent measuring
     first_measure_at: dict[str, float] = field(default_factory=dict)
     finished_at: float = 0.0
@@ -158,7 +159,13 @@ class _Flight:
     measure_started: float = 0.0
     duplicate_of: _Flight | None = None
     overhead_s: float = 0.0
+    overhead_cpu_s: float = 0.0
     hung: bool = False
+
+    def add_overhead(self, started: tuple[float, float]) -> None:
+        wall, cpu = _clocks()
+        self.overhead_s += wall - started[0]
+        self.overhead_cpu_s += cpu - started[1]
 
 
 @dataclass
@@ -377,7 +384,7 @@ class Sweep:
 
     def _fill(self, dev: _Device) -> None:
         while len(dev.flights) < self.depth and self._remaining(dev):
-            started = time.perf_counter()
+            started = _clocks()
             trial = dev.study.ask()
             role = trial.user_attrs.get(_ROLE)
             try:
@@ -394,7 +401,7 @@ class Sweep:
             twin = next((f for f in dev.flights if f.digest == digest and f.duplicate_of is None), None)
             flight.duplicate_of = twin
             self.tracker.start_trial(dev.name, trial.number, config)
-            flight.overhead_s += time.perf_counter() - started
+            flight.add_overhead(started)
             dev.flights.append(flight)
 
     def _machine_busy(self, machine: str) -> bool:
@@ -414,14 +421,14 @@ class Sweep:
             ready = next((f for f in dev.flights if f.artifact is not None and f.duplicate_of is None), None)
             if ready is None:
                 continue
-            started = time.perf_counter()
+            started = _clocks()
             earlier = dev.by_artifact.get((ready.artifact.sha256, ready.config.threads))  # type: ignore[union-attr]
             if earlier is not None:
                 dev.flights.remove(ready)
                 self._complete_reused(dev, ready, earlier)
                 continue
             self._start_measure(dev, ready)
-            ready.overhead_s += time.perf_counter() - started
+            ready.add_overhead(started)
         # Conversions: never while the conversion machine measures.
         if self._machine_busy(self.executor.converter_machine):
             return
@@ -429,20 +436,20 @@ class Sweep:
             for flight in dev.flights:
                 if flight.artifact is not None or flight.duplicate_of is not None or flight.digest in self._conversions:
                     continue
-                started = time.perf_counter()
+                started = _clocks()
                 hit = self._cached(flight.config)
                 if hit is not None:  # converted before: no worker, no CPU, no isolation wait
                     flight.artifact, flight.cache_hit = hit, True
                     self.stats.conversions += 1
                     self.stats.cache_hits += 1
-                    flight.overhead_s += time.perf_counter() - started
+                    flight.add_overhead(started)
                     continue
                 if len(self._conversions) >= self.executor.converter_slots:
                     return
                 request = ConvertRequest(self.source, flight.config)
                 self._conversions[flight.digest] = self.executor.convert(request)
                 self.stats.conversions += 1
-                flight.overhead_s += time.perf_counter() - started
+                flight.add_overhead(started)
 
     def _cached(self, config: DeploymentConfig) -> Artifact | None:
         from nnsweep import deploy
@@ -519,7 +526,7 @@ class Sweep:
     def _complete_measured(self, dev: _Device, flight: _Flight, reply: MeasureReply) -> None:
         from nnsweep import deploy
 
-        started = time.perf_counter()
+        started = _clocks()
         assert self._bundle is not None and self._reference is not None and flight.artifact is not None
         try:
             result = deploy.assemble(
@@ -547,7 +554,7 @@ class Sweep:
             estimated=reply.estimated,
             tags=tags,
         )
-        flight.overhead_s += time.perf_counter() - started
+        flight.add_overhead(started)
         self._settle(dev, flight, record)
 
     def _complete_reused(self, dev: _Device, flight: _Flight, earlier: TrialRecord) -> None:
@@ -588,7 +595,7 @@ class Sweep:
         )
 
     def _tell(self, dev: _Device, flight: _Flight, record: TrialRecord) -> None:
-        started = time.perf_counter()
+        started = _clocks()
         metrics = dict(record.metrics)
         base = dev.baseline
         feasible: bool | None = None
@@ -622,8 +629,9 @@ class Sweep:
                 dev.by_artifact.setdefault((sha, flight.config.threads), record)
         self._account_told(dev, record)
         self.tracker.finish_trial(record)
-        flight.overhead_s += time.perf_counter() - started
+        flight.add_overhead(started)
         self.stats.overhead_ms.append(flight.overhead_s * 1000)
+        self.stats.overhead_cpu_ms.append(flight.overhead_cpu_s * 1000)
         if flight in dev.flights:
             dev.flights.remove(flight)
         self._resolve_twins(dev, flight, record)
@@ -764,6 +772,12 @@ class Sweep:
                 )
             )
         self.progress(snapshot)
+
+
+def _clocks() -> tuple[float, float]:
+    """Wall time and this thread's CPU time: on a machine whose cores also measure and
+    convert, the wall time of the coordinator's work includes waiting for a core."""
+    return time.perf_counter(), time.thread_time()
 
 
 def _replace(record: TrialRecord, **changes: Any) -> TrialRecord:
