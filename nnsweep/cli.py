@@ -304,7 +304,7 @@ def _bench_summary(result: Any) -> str:
         f"Artifact: {a.path} ({a.size_bytes:,} bytes; "
         + ("cache hit" if result.cache_hit else f"converted in {a.convert_s:.1f} s")
         + ")",
-        f"Num threads: [{t.threads}]  Loadavg (1 min): {t.loadavg_1m:.2f}",
+        f"Num threads: [{t.threads}]  Loadavg (1 min): " + ("n/a" if t.loadavg_1m is None else f"{t.loadavg_1m:.2f}"),
         f"Init: {t.load_ms * 1000:.0f} us, First inference: {t.first_inference_ms * 1000:.0f} us, "
         f"Timed runs: {lat.count}",
         f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
@@ -366,14 +366,16 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
 
+    from nnsweep.agents import bridge_transport
     from nnsweep.execution import Executor, LocalExecutor
     from nnsweep.sweep import Sweep
 
+    transports = {name: bridge_transport(bridge) for name, bridge in spec.bridges.items()}
     executor: Executor
     if args.executor == "local":
         if args.address:
             return _usage_error(SpecError("--address", "needs --executor ray"), _SPEC_OPTIONS)
-        executor = LocalExecutor()
+        executor = LocalExecutor(transports)
     else:
         from nnsweep.execution.ray_cluster import RayExecutor
 
@@ -381,7 +383,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
             # Ray 2.60 clusters use token authentication; a client must ask for it
             # (the token itself comes from ~/.ray/auth_token or RAY_AUTH_TOKEN).
             os.environ.setdefault("RAY_AUTH_MODE", "token")
-        executor = RayExecutor(address=args.address)
+        executor = RayExecutor(address=args.address, transports=transports)
     tracker = _tracker(spec, enabled=not args.no_tracking)
     display = _ProgressDisplay(enabled=not args.json)
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update)

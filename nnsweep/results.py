@@ -115,11 +115,12 @@ def metrics_from_result(result: Mapping[str, Any]) -> dict[str, float]:
             "top1_agreement": float(fid["top1_agreement"]),
             "max_abs_err": float(fid["max_abs_err"]),
             "mean_abs_err": float(fid["mean_abs_err"]),
-            "loadavg_1m": float(result["loadavg_1m"]),
             "threads": float(result["threads"]),
             "partition_count": float(result["partitions"]["count"]),
         }
     )
+    if result.get("loadavg_1m") is not None:
+        out["loadavg_1m"] = float(result["loadavg_1m"])
     if fid.get("sqnr_db") is not None:
         out["sqnr_db"] = float(fid["sqnr_db"])
     acc = result.get("accuracy")

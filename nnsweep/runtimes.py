@@ -59,6 +59,15 @@ class RuntimeInfo:
     engine_backends: bool = False
     artifact_suffix: str = ".bin"
     default_backends: tuple[str, ...] = field(default=())
+    whole_model: Mapping[str, Mapping[QuantMode, frozenset[Granularity]]] = field(default_factory=dict)
+    """Backends that take the whole model when first in the order, each with the modes
+    (and granularities) it can do: these replace :attr:`modes` for such a config."""
+
+    def modes_for(self, backends: tuple[str, ...]) -> Mapping[QuantMode, frozenset[Granularity]]:
+        """The modes this runtime can do with ``backends`` first in its order."""
+        if backends and backends[0] in self.whole_model:
+            return self.whole_model[backends[0]]
+        return self.modes
 
     def normalize(self, config: DeploymentConfig) -> tuple[tuple[str, ...], PartitionLimits]:
         """Validate ``config`` against these capabilities and return its canonical
@@ -68,15 +77,19 @@ class RuntimeInfo:
             SpecError: naming the field, what was wrong and what is allowed.
         """
         q = config.quant
-        if q.mode not in self.modes:
+        modes = self.modes_for(config.backends)
+        who = f"{self.name} with {config.backends[0]}" if modes is not self.modes else self.name
+        if q.mode not in modes:
             reason = self.unsupported.get(q.mode, "not implemented for this runtime")
-            allowed = ", ".join(m.value for m in self.modes)
-            raise SpecError("quant.mode", f"{self.name} cannot do {q.mode.value}: {reason} (allowed: {allowed})")
-        if q.granularity is not None and q.granularity not in self.modes[q.mode]:
-            allowed = ", ".join(sorted(g.value for g in self.modes[q.mode]))
+            if modes is not self.modes:
+                reason = f"{config.backends[0]} takes the whole model and does not do it"
+            allowed = ", ".join(m.value for m in modes)
+            raise SpecError("quant.mode", f"{who} cannot do {q.mode.value}: {reason} (allowed: {allowed})")
+        if q.granularity is not None and q.granularity not in modes[q.mode]:
+            allowed = ", ".join(sorted(g.value for g in modes[q.mode]))
             raise SpecError(
                 "quant.granularity",
-                f"{self.name} {q.mode.value} supports {allowed}, not {q.granularity.value}",
+                f"{who} {q.mode.value} supports {allowed}, not {q.granularity.value}",
             )
         if q.interface is Interface.FULL and q.mode not in self.full_interface:
             raise SpecError(
@@ -106,7 +119,8 @@ class RuntimeInfo:
         if len(set(order)) != len(order):
             raise SpecError("backends", f"lists a backend twice: {','.join(order)}")
         if self.engine_backends and not mode.is_int8:
-            return ()  # the quantized engine does not matter to float models
+            # The quantized engine does not matter to float models; a whole-model backend does.
+            return (order[0],) if order[0] in self.whole_model else ()
         if self.fallback is not None:
             # The fallback runs every op, so nothing after it is ever reached.
             fb = self.fallback
@@ -163,7 +177,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "torch": RuntimeInfo(
         name="torch",
-        backends=("x86", "fbgemm", "qnnpack", "onednn"),
+        backends=("x86", "fbgemm", "qnnpack", "onednn", "nnapi"),
         fallback=None,
         modes={
             QuantMode.FP32: _NONE,
@@ -182,6 +196,15 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         engine_backends=True,
         artifact_suffix=".pt",
         default_backends=("x86", "qnnpack"),
+        # PyTorch Mobile's NNAPI path (the seeds' workflow): convert_model_to_nnapi takes
+        # the whole model, fp32 or int8 with per-tensor weights only.
+        whole_model={
+            "nnapi": {
+                QuantMode.FP32: _NONE,
+                QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR}),
+                QuantMode.QAT_INT8: frozenset({Granularity.PER_TENSOR}),
+            }
+        },
     ),
 }
 

@@ -139,14 +139,15 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     """
     runtime = _pick(trial, "runtime", space.runtimes)
     c = space.choices[runtime]
-    mode: QuantMode = _pick(trial, f"{runtime}.quant", c.modes)
-    granularity = _pick(trial, f"{runtime}.granularity", c.granularities) if mode.is_int8 else None
+    order = _pick(trial, f"{runtime}.backends", c.orders)
+    backends = tuple(order.split(ORDER_SEP))
+    prefix, modes, granularities = _mode_choices(runtime, c, backends)
+    mode: QuantMode = _pick(trial, f"{prefix}.quant", modes)
+    granularity = _pick(trial, f"{prefix}.granularity", granularities) if mode.is_int8 else None
     calibration = _pick(trial, f"{runtime}.calibration", c.calibrations) if mode is QuantMode.STATIC_INT8 else None
     interface = _pick(trial, f"{runtime}.interface", c.interfaces) if mode.is_static else None
     if interface is Interface.FULL and mode not in runtimes.get(runtime).full_interface:
         interface = Interface.CORE
-    order = _pick(trial, f"{runtime}.backends", c.orders)
-    backends = tuple(order.split(ORDER_SEP))
     limits = PartitionLimits()
     fallback = runtimes.get(runtime).fallback
     if c.delegates and backends[0] != fallback:
@@ -159,6 +160,25 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     threads = _pick(trial, "threads", space.threads)
     quant = QuantConfig(mode=mode, granularity=granularity, calibration=calibration, interface=interface)
     return DeploymentConfig(runtime, backends, quant, limits, threads)
+
+
+def _mode_choices(
+    runtime: str, c: RuntimeChoices, backends: tuple[str, ...]
+) -> tuple[str, tuple[QuantMode, ...], tuple[Granularity, ...]]:
+    """Parameter prefix, modes and granularities for this order.
+
+    A backend that takes the whole model (NNAPI) allows fewer modes; its choices get
+    their own parameter names (``torch.nnapi.quant``), so no parameter ever changes
+    its choices within a study.
+    """
+    info = runtimes.get(runtime)
+    table = info.modes_for(backends)
+    if table is info.modes:
+        return runtime, c.modes, c.granularities
+    modes = tuple(m for m in c.modes if m in table) or (QuantMode.FP32,)
+    int8 = [g for m, g in table.items() if m.is_int8]
+    grans = tuple(g for g in c.granularities if all(g in allowed for allowed in int8))
+    return f"{runtime}.{backends[0]}", modes, grans or (Granularity.PER_TENSOR,)
 
 
 def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
@@ -174,9 +194,10 @@ def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
             params[name] = value.value if hasattr(value, "value") else value
 
     put("runtime", space.runtimes, rt)
-    put(f"{rt}.quant", c.modes, q.mode)
+    prefix, modes, granularities = _mode_choices(rt, c, config.backends)
+    put(f"{prefix}.quant", modes, q.mode)
     if q.granularity is not None:
-        put(f"{rt}.granularity", c.granularities, q.granularity)
+        put(f"{prefix}.granularity", granularities, q.granularity)
     if q.calibration is not None:
         put(f"{rt}.calibration", c.calibrations, q.calibration)
     if q.interface is not None:

@@ -24,6 +24,7 @@ from nnsweep.errors import SpecError
 
 __all__ = [
     "METRICS",
+    "Bridge",
     "Budget",
     "IntRange",
     "Objective",
@@ -107,6 +108,29 @@ class Tracking:
 
 
 @dataclass(frozen=True)
+class Bridge:
+    """A device driven from a host over adb or ssh (it cannot run Ray itself).
+
+    Args:
+        transport: ``adb`` or ``ssh``.
+        target: the adb serial (``None``: the only device attached) or ssh's ``user@host``.
+        tools: runtime -> path of its benchmark tool on the device.
+        push_tools: runtime -> a tool binary on the host to push there first.
+        executable: the adb/ssh command (default: found on PATH).
+        workdir: a writable directory on the device.
+        repeats: tool runs per measurement (their means are the latency samples).
+    """
+
+    transport: Literal["adb", "ssh"]
+    target: str | None
+    tools: Mapping[str, str]
+    push_tools: Mapping[str, Path]
+    executable: str | None
+    workdir: str | None
+    repeats: int
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep.
 
@@ -141,6 +165,7 @@ class SweepSpec:
     state_dir: Path
     weights: Path | None = None
     input_shape: tuple[int, ...] | None = None
+    bridges: Mapping[str, Bridge] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
 
 
@@ -201,6 +226,16 @@ def _pydantic_models() -> Any:
     class ConstraintsIn(_Strict):
         max_accuracy_drop: float | None = Field(default=None, ge=0, le=1)
 
+    class BridgeIn(_Strict):
+        transport: Literal["adb", "ssh"]
+        serial: str | None = None
+        host: str | None = None
+        executable: str | None = None
+        tools: dict[str, str] = Field(default_factory=dict)
+        push_tools: dict[str, str] = Field(default_factory=dict)
+        workdir: str | None = None
+        repeats: int = Field(default=5, ge=1)
+
     class SpecIn(_Strict):
         name: str
         model: str
@@ -216,6 +251,7 @@ def _pydantic_models() -> Any:
         measure: MeasureIn = Field(default_factory=MeasureIn)
         tracking: TrackingIn = Field(default_factory=TrackingIn)
         storage: str = "journal"
+        bridges: dict[str, BridgeIn] = Field(default_factory=dict)
 
     return SpecIn
 
@@ -331,6 +367,33 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     _check_unique(list(raw.devices), "devices")
     if raw.input_shape is not None and (not raw.input_shape or min(raw.input_shape) < 1):
         raise SpecError("input_shape", "every dimension must be >= 1")
+    bridges = {}
+    for name, b in raw.bridges.items():
+        path = f"bridges.{name}"
+        if name not in raw.devices:
+            raise SpecError(path, f"{name!r} is not in devices ({', '.join(raw.devices)})")
+        if b.transport == "ssh" and not b.host:
+            raise SpecError(f"{path}.host", "is required for transport ssh (user@host)")
+        if b.transport == "adb" and b.host:
+            raise SpecError(f"{path}.host", "is for ssh; adb devices are chosen by serial")
+        for runtime in (*b.tools, *b.push_tools):
+            if runtime not in ("torch", "litert"):
+                raise SpecError(f"{path}.tools.{runtime}", "no benchmark tool is known for it; known: torch, litert")
+        missing = [rt for rt in b.push_tools if rt not in b.tools and b.transport == "ssh"]
+        if missing:
+            raise SpecError(f"{path}.tools.{missing[0]}", "give the path on the device to push the tool to")
+        for runtime, local in b.push_tools.items():
+            if not (base / local).is_file():
+                raise SpecError(f"{path}.push_tools.{runtime}", f"file {local!r} does not exist")
+        bridges[name] = Bridge(
+            transport=b.transport,
+            target=b.serial if b.transport == "adb" else b.host,
+            tools=dict(b.tools),
+            push_tools={rt: base / p for rt, p in b.push_tools.items()},
+            executable=b.executable,
+            workdir=b.workdir,
+            repeats=b.repeats,
+        )
     storage = raw.storage
     if storage != "journal" and "://" not in storage:
         raise SpecError("storage", "use 'journal' or a database URL such as sqlite:///optuna.db or postgresql://...")
@@ -363,6 +426,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         state_dir=Path.cwd() / ".nnsweep" / raw.name,
         weights=(base / raw.weights) if raw.weights else None,
         input_shape=tuple(raw.input_shape) if raw.input_shape else None,
+        bridges=bridges,
         source=source,
     )
 

@@ -22,16 +22,18 @@ trials are never re-run and the budget counts each configuration once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nnsweep import runtimes
 from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
 from nnsweep.artifacts import Artifact
 from nnsweep.bench import MeasureSettings
@@ -228,6 +230,10 @@ class Sweep:
         self.stats = SweepStats()
         self._devices: dict[str, _Device] = {}
         self._conversions: dict[str, Future[tuple[Artifact, bool]]] = {}
+        # Devices whose tool only times: their artifacts are run on this host for outputs.
+        self._to_evaluate: list[tuple[_Flight, MeasureReply]] = []
+        self._evaluations: dict[Future[Any], tuple[_Flight, MeasureReply]] = {}
+        self._host_pool: ThreadPoolExecutor | None = None
         self._measures: dict[Future[MeasureReply], _Flight] = {}
         self._bundle: ModelBundle | None = None
         self._reference: np.ndarray | None = None
@@ -322,7 +328,7 @@ class Sweep:
                 for dev in self._devices.values():
                     self._fill(dev)
                 self._schedule()
-                pending: list[Future[Any]] = [*self._conversions.values(), *self._measures]
+                pending: list[Future[Any]] = [*self._conversions.values(), *self._measures, *self._evaluations]
                 if not pending:
                     if self._all_done():
                         break
@@ -409,7 +415,7 @@ class Sweep:
 
     def _schedule(self) -> None:
         # Measurements first: a device waiting on a ready artifact is wasted time.
-        converting_here = bool(self._conversions)
+        converting_here = bool(self._conversions) or bool(self._evaluations)
         for dev in self._devices.values():
             if dev.lost or any(f.measuring is not None for f in dev.flights):
                 continue
@@ -429,9 +435,14 @@ class Sweep:
                 continue
             self._start_measure(dev, ready)
             ready.add_overhead(started)
-        # Conversions: never while the conversion machine measures.
+        # Conversions and host evaluations: never while the conversion machine measures.
         if self._machine_busy(self.executor.converter_machine):
             return
+        while self._to_evaluate:
+            flight, reply = self._to_evaluate.pop(0)
+            if self._host_pool is None:
+                self._host_pool = ThreadPoolExecutor(1, thread_name_prefix="nnsweep-evaluate")
+            self._evaluations[self._host_pool.submit(self._outputs_on_host, flight)] = (flight, reply)
         for dev in self._devices.values():
             for flight in dev.flights:
                 if flight.artifact is not None or flight.duplicate_of is not None or flight.digest in self._conversions:
@@ -477,7 +488,52 @@ class Sweep:
         self._measures[flight.measuring] = flight
 
     # --------------------------------------------------------------- results
+    def _outputs_on_host(self, flight: _Flight) -> Any:
+        """Run the artifact once per evaluation input on this host, for its outputs only.
+
+        A whole-model backend that exists only on the device (NNAPI) cannot run here:
+        its twin without that backend (the same quantized model on CPU kernels) does.
+        """
+        from nnsweep import deploy
+        from nnsweep.artifacts import ArtifactCache
+        from nnsweep.bench import measure_in_subprocess
+
+        assert self._bundle is not None and flight.artifact is not None
+        a = flight.artifact
+        info = runtimes.get(a.config.runtime)
+        if a.config.backends[:1] and a.config.backends[0] in info.whole_model:
+            rest = a.config.backends[1:] or (info.default_backends[-1:] if a.config.quant.mode.is_int8 else ())
+            twin = dataclasses.replace(a.config, backends=rest)
+            a, _ = deploy.convert(self._bundle, twin, ArtifactCache(self.source.cache_root))
+        _, outputs = measure_in_subprocess(
+            runtime=a.config.runtime,
+            artifact=a.path,
+            io=a.io,
+            threads=a.config.threads,
+            backends=a.config.backends,
+            inputs=self._bundle.dataset.evaluation.inputs,
+            settings=MeasureSettings(warmup=0, iters=1, timeout_s=self.settings.timeout_s),
+        )
+        return outputs
+
+    @staticmethod
+    def _host_twin(config: DeploymentConfig) -> str:
+        whole = runtimes.get(config.runtime).whole_model
+        if config.backends[:1] and config.backends[0] in whole:
+            return f"the same model without {config.backends[0]}, on CPU kernels"
+        return "the same artifact"
+
     def _handle(self, future: Future[Any]) -> None:
+        if future in self._evaluations:
+            flight, timed = self._evaluations.pop(future)
+            dev = self._devices[flight.device]
+            try:
+                outputs = future.result()
+            except TrialError as exc:
+                self._finish_flight(dev, flight, TrialStatus.FAILED, reason=f"evaluation on the host: {exc}")
+                return
+            self._complete_measured(dev, flight, dataclasses.replace(timed, outputs=outputs), on_host=True)
+            return
         if future in self._measures:
             flight = self._measures.pop(future)
             dev = self._devices[flight.device]
@@ -499,6 +555,9 @@ class Sweep:
                 return
             except Exception as exc:  # raised on a worker: an unforeseen failure fails this trial only
                 self._finish_flight(dev, flight, TrialStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
+                return
+            if reply.outputs is None:
+                self._to_evaluate.append((flight, reply))  # timed on the device; outputs from this host
                 return
             self._complete_measured(dev, flight, reply)
             return
@@ -523,11 +582,12 @@ class Sweep:
         for flight in waiting:
             flight.artifact, flight.cache_hit = artifact, hit
 
-    def _complete_measured(self, dev: _Device, flight: _Flight, reply: MeasureReply) -> None:
+    def _complete_measured(self, dev: _Device, flight: _Flight, reply: MeasureReply, on_host: bool = False) -> None:
         from nnsweep import deploy
 
         started = _clocks()
         assert self._bundle is not None and self._reference is not None and flight.artifact is not None
+        assert reply.outputs is not None  # outputs come from the device or from _outputs_on_host
         try:
             result = deploy.assemble(
                 self._bundle, flight.artifact, reply.timing, reply.outputs, self._reference, cache_hit=flight.cache_hit
@@ -540,7 +600,9 @@ class Sweep:
         tags = {
             "artifact_sha256": flight.artifact.sha256,
             "cache_hit": str(flight.cache_hit).lower(),
-            "accuracy_source": "labels" if data["accuracy"] is not None else "fp32 agreement",
+            "accuracy_source": ("labels" if data["accuracy"] is not None else "fp32 agreement")
+            + (f" (outputs from a host run of {self._host_twin(flight.config)})" if on_host else ""),
+            "latency_source": reply.source,
         }
         record = TrialRecord(
             sweep=self.spec.name,
@@ -781,6 +843,4 @@ def _clocks() -> tuple[float, float]:
 
 
 def _replace(record: TrialRecord, **changes: Any) -> TrialRecord:
-    import dataclasses
-
     return dataclasses.replace(record, **changes)

@@ -4,6 +4,15 @@ One MLflow experiment per sweep, one parent run per (sweep, device), one child
 run per trial. Everything goes through ``MlflowClient`` with explicit run ids and
 batched ``log_batch`` calls, from the coordinator only. Runs are found again by
 tags, so a resumed sweep reuses its parent runs and never duplicates a trial's run.
+
+Where artifacts go: with a local sqlite store MLflow 3.17 would put them in
+``<working directory>/mlruns/<experiment id>`` (the client's default artifact root,
+resolved against whatever directory the first client happened to start in), which
+is neither beside the database nor stable between runs. :class:`MlflowTracker`
+creates the experiment with an explicit location instead: ``mlartifacts/<experiment>``
+beside the database file, an absolute path that ``mlflow ui --backend-store-uri
+sqlite:///…`` reads directly. Remote stores (``http(s)://``, databases) keep MLflow's
+default.
 """
 
 from __future__ import annotations
@@ -12,22 +21,30 @@ import json
 import logging
 import math
 import queue
+import re
+import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote
 
 from nnsweep.results import TrialRecord, TrialStatus
 
 if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
 
-__all__ = ["BackgroundTracker", "MlflowTracker", "NullTracker", "Tracker", "absolute_sqlite_uri"]
+__all__ = ["BackgroundTracker", "MlflowTracker", "NullTracker", "Tracker", "absolute_sqlite_uri", "artifact_location"]
+
+_log = logging.getLogger(__name__)
 
 _SWEEP, _DEVICE, _KIND, _TRIAL = "nnsweep.sweep", "nnsweep.device", "nnsweep.kind", "nnsweep.trial"
-_TAG_LIMIT = 5000  # MLflow's maximum tag value length (characters)
+# MLflow 3.17's limits (mlflow.utils.validation): tag/param value lengths, params + tags per log_batch.
+_TAG_LIMIT = 8000
+_PARAM_LIMIT = 6000
+_BATCH_LIMIT = 100
 _END_STATUS = {
     TrialStatus.OK: "FINISHED",
     TrialStatus.REUSED: "FINISHED",
@@ -37,22 +54,67 @@ _END_STATUS = {
 
 
 class Tracker(Protocol):
-    """Where the coordinator reports a sweep. Call order per device: :meth:`open_device`,
-    then :meth:`start_trial`/:meth:`finish_trial` per trial, :meth:`mark_front`,
-    :meth:`close_device`."""
+    """Where the coordinator reports a sweep.
 
-    def open_device(self, device: str, info: Mapping[str, str]) -> None: ...
+    Call order per device: :meth:`open_device`; then per trial :meth:`start_trial`
+    (optional) and :meth:`finish_trial`; at the end :meth:`mark_front` and
+    :meth:`close_device`. :meth:`logged`, :meth:`trial_links` and
+    :meth:`log_device_artifact` may be called any time after :meth:`open_device`.
+    """
 
-    def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None: ...
+    def open_device(self, device: str, info: Mapping[str, str]) -> None:
+        """Start (or resume) recording ``device``.
 
-    def finish_trial(self, record: TrialRecord) -> None: ...
+        Args:
+            device: the device's name.
+            info: its capabilities as text (arch, cpu, runtimes, ...), recorded as tags.
+        """
+        ...
 
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None: ...
+    def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
+        """A trial was dispatched.
 
-    def close_device(self, device: str, status: str = "FINISHED") -> None: ...
+        Args:
+            device: the device it runs on.
+            number: the Optuna trial number in that device's study.
+            config: the deployment being tried.
+        """
+        ...
+
+    def finish_trial(self, record: TrialRecord) -> None:
+        """A trial ended (measured, reused, failed or interrupted); records its outcome."""
+        ...
+
+    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
+        """Label the device's Pareto-optimal trials and its best trial.
+
+        Args:
+            device: the device.
+            pareto: trial numbers on the Pareto front.
+            best: the trial chosen as best, if any.
+        """
+        ...
+
+    def close_device(self, device: str, status: str = "FINISHED") -> None:
+        """Stop recording ``device``; ``status`` is ``FINISHED``, ``FAILED`` or ``KILLED``."""
+        ...
 
     def logged(self, device: str) -> set[int]:
         """Trials of ``device`` already recorded (the coordinator backfills the others)."""
+        ...
+
+    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
+        """Attach a file or folder (the HTML report, a Pareto plot) to the device's record.
+
+        Args:
+            device: the device.
+            name: where it lands among the record's artifacts (``pareto.html``, ``plots/front.png``).
+            path: the local file or folder.
+        """
+        ...
+
+    def trial_links(self, device: str) -> dict[int, str]:
+        """Trial number -> link to the trial's record, relative to the tracking UI's root."""
         ...
 
 
@@ -77,15 +139,22 @@ class NullTracker:
     def logged(self, device: str) -> set[int]:
         return set()
 
+    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
+        return None
+
+    def trial_links(self, device: str) -> dict[int, str]:
+        return {}
+
 
 class BackgroundTracker:
     """Runs another tracker's calls on one background thread, in order.
 
     The coordinator hands over a trial's record in microseconds instead of waiting
-    ~75 ms for MLflow's database and artifact writes. Calls that end a device
-    (:meth:`mark_front`, :meth:`close_device`) wait until everything before them is
-    written. A failed write is logged and dropped: the Optuna study is the record of
-    truth, and the next run of the sweep backfills trials missing from the tracker.
+    for MLflow's database and artifact writes. Calls that end a device or read back
+    (:meth:`mark_front`, :meth:`close_device`, :meth:`logged`, :meth:`trial_links`,
+    :meth:`log_device_artifact`) wait until everything before them is written. A
+    failed write is logged and dropped: the Optuna study is the record of truth, and
+    the next run of the sweep backfills trials missing from the tracker.
 
     Args:
         inner: the tracker that does the writing.
@@ -106,7 +175,7 @@ class BackgroundTracker:
                     try:
                         getattr(self.inner, name)(*args)
                     except Exception as exc:  # tracking must never stop a sweep; see the class docstring
-                        logging.getLogger(__name__).warning("tracking %s failed: %s", name, exc)
+                        _log.warning("tracking %s failed: %s", name, exc)
             finally:
                 self._queue.task_done()
             if item is None:
@@ -141,23 +210,37 @@ class BackgroundTracker:
         self.flush()
         return self.inner.logged(device)
 
+    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
+        self.flush()  # synchronous: the caller may delete the file right after
+        self.inner.log_device_artifact(device, name, path)
+
+    def trial_links(self, device: str) -> dict[int, str]:
+        self.flush()
+        return self.inner.trial_links(device)
+
     def close(self) -> None:
         """Write what is queued and stop the thread."""
         self._queue.put(None)
         self._thread.join()
 
 
-def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
-
-
 class MlflowTracker:
-    """Logs a sweep to MLflow.
+    """Logs a sweep to MLflow: an experiment per sweep, a parent run per device, a child run per trial.
+
+    Run ids are cached in memory: after :meth:`open_device` (which searches the
+    experiment once, to resume), a trial costs two writes to start (create the run,
+    one ``log_batch`` of params) and five to finish (one ``log_batch``, three small
+    JSON artifacts, the terminal status). Not thread-safe: call it from one thread
+    at a time (wrap it in :class:`BackgroundTracker` to take it off the caller's path).
 
     Args:
-        uri: tracking URI (``sqlite:///mlflow.db``, ``http://host:5000``, ``postgresql+psycopg2://…``).
-        experiment: experiment name (created if missing).
+        uri: tracking URI (``sqlite:///mlflow.db`` — relative to the working directory,
+            resolved now — ``sqlite:////abs/x.db``, ``http://host:5000``, ``postgresql+psycopg2://…``).
+        experiment: experiment name (created if missing; see :func:`artifact_location`).
         sweep: the sweep's name (tags find runs again on resume).
+
+    Example:
+        >>> tracker = MlflowTracker("sqlite:///mlflow.db", "quickstart", "quickstart")  # writes nothing yet
     """
 
     def __init__(self, uri: str, experiment: str, sweep: str) -> None:
@@ -168,11 +251,12 @@ class MlflowTracker:
         self._experiment_id: str | None = None
         self._parents: dict[str, str] = {}
         self._children: dict[tuple[str, int], str] = {}
-        self._finished: set[tuple[str, int]] = set()
+        self._status: dict[tuple[str, int], str] = {}  # MLflow run status of each known child
+        self._labels: dict[tuple[str, int], str] = {}  # config label of each known child
 
     @property
     def client(self) -> Any:
-        # Created on first use: constructing the tracker must not write anything.
+        """The ``MlflowClient``, created on first use: constructing the tracker writes nothing."""
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
@@ -181,58 +265,111 @@ class MlflowTracker:
 
     @property
     def experiment_id(self) -> str:
+        """The sweep's experiment, created on first use (restored if it was deleted)."""
         if self._experiment_id is None:
             found = self.client.get_experiment_by_name(self.experiment_name)
             if found is None:
-                self._experiment_id = self.client.create_experiment(
-                    self.experiment_name,
-                    tags={_SWEEP: self.sweep, "mlflow.note.content": f"nnsweep sweep {self.sweep}"},
+                self._experiment_id = str(
+                    self.client.create_experiment(
+                        self.experiment_name,
+                        artifact_location=artifact_location(self.uri, self.experiment_name),
+                        tags={_SWEEP: self.sweep, "mlflow.note.content": f"nnsweep sweep {self.sweep}"},
+                    )
                 )
             else:
-                self._experiment_id = found.experiment_id
+                if found.lifecycle_stage == "deleted":
+                    _log.warning("MLflow experiment %r was deleted; restoring it", self.experiment_name)
+                    self.client.restore_experiment(found.experiment_id)
+                self._experiment_id = str(found.experiment_id)
         return self._experiment_id
 
     def _search(self, filter_string: str) -> list[Any]:
         runs: list[Any] = []
         token = None
         while True:
-            page = self.client.search_runs([self.experiment_id], filter_string, max_results=1000, page_token=token)
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string,
+                max_results=1000,
+                order_by=["attributes.start_time ASC"],
+                page_token=token,
+            )
             runs.extend(page)
             token = page.token
             if not token:
                 return runs
 
-    def open_device(self, device: str, info: Mapping[str, str]) -> None:
-        """Get or create the device's parent run; close its children left RUNNING as KILLED."""
-        from mlflow.entities import RunTag
+    def _log_batch(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float] | None = None,
+        params: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        """One ``log_batch`` (more only past MLflow's 100 params + tags per batch)."""
+        from mlflow.entities import Metric, Param, RunTag
 
-        base = f"tags.`{_SWEEP}` = '{self.sweep}' and tags.`{_DEVICE}` = '{device}'"
-        parents = self._search(f"{base} and tags.`{_KIND}` = 'device'")
-        tags = {_SWEEP: self.sweep, _DEVICE: device, _KIND: "device", "device": device, **info}
+        stamp = _now_ms()
+        ms = [Metric(k, v, stamp, 0) for k, v in (metrics or {}).items()]
+        ps = [Param(k, _clip(v, _PARAM_LIMIT)) for k, v in (params or {}).items()]
+        ts = [RunTag(k, _clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items()]
+        while True:
+            p_now, ps = ps[:_BATCH_LIMIT], ps[_BATCH_LIMIT:]
+            t_now, ts = ts[: _BATCH_LIMIT - len(p_now)], ts[_BATCH_LIMIT - len(p_now) :]
+            self.client.log_batch(run_id, metrics=ms, params=p_now, tags=t_now)
+            ms = []
+            if not ps and not ts:
+                return
+
+    def _filter(self, device: str, kind: str) -> str:
+        # Names reach here validated by nnsweep.spec ([A-Za-z0-9_.-]): nothing to escape.
+        return f"tags.`{_SWEEP}` = '{self.sweep}' and tags.`{_DEVICE}` = '{device}' and tags.`{_KIND}` = '{kind}'"
+
+    def open_device(self, device: str, info: Mapping[str, str]) -> None:
+        """Get or create the device's parent run (set RUNNING) and load its trials' run ids.
+
+        Child runs left RUNNING by a sweep that was killed are terminated as ``KILLED``.
+        """
+        tags = {_SWEEP: self.sweep, _DEVICE: device, _KIND: "device", "device": device}
+        tags.update({str(k): str(v) for k, v in info.items()})
+        parents = self._search(self._filter(device, "device"))
         if parents:
-            run_id = parents[0].info.run_id
-            self.client.update_run(run_id, status="RUNNING")
+            run_id = str(parents[0].info.run_id)
+            if parents[0].info.status != "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
         else:
-            run_id = self.client.create_run(self.experiment_id, tags=tags, run_name=device).info.run_id
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:_TAG_LIMIT]) for k, v in tags.items()])
+            run_id = str(self.client.create_run(self.experiment_id, run_name=device, tags=tags).info.run_id)
+        self._log_batch(run_id, tags=tags)  # capabilities may have changed since the last run
         self._parents[device] = run_id
-        for child in self._search(f"{base} and tags.`{_KIND}` = 'trial'"):
+        for child in self._search(self._filter(device, "trial")):
             number = int(child.data.tags[_TRIAL])
-            self._children[(device, number)] = child.info.run_id
-            if child.info.status != "RUNNING":
-                self._finished.add((device, number))
-            else:
-                self.client.set_tag(child.info.run_id, "status", TrialStatus.INTERRUPTED.value)
-                self.client.set_terminated(child.info.run_id, status="KILLED")
+            key = (device, number)
+            if key in self._children:
+                continue  # a duplicate from an older version: keep the first
+            run_id = str(child.info.run_id)
+            self._children[key] = run_id
+            self._labels[key] = child.data.tags.get("config") or (child.info.run_name or "").removeprefix(
+                f"{device} #{number} "
+            )
+            status = str(child.info.status)
+            if status == "RUNNING":
+                self._log_batch(run_id, tags={"status": TrialStatus.INTERRUPTED.value})
+                self.client.set_terminated(run_id, status="KILLED")
+                status = "KILLED"
+            self._status[key] = status
+
+    def _parent(self, device: str) -> str:
+        if device not in self._parents:
+            self.open_device(device, {})
+        return self._parents[device]
 
     def _child(self, device: str, number: int, config: DeploymentConfig) -> str:
-        from mlflow.entities import Param
-
         key = (device, number)
         if key in self._children:
             return self._children[key]
+        label = config.label()
         tags = {
-            "mlflow.parentRunId": self._parents[device],
+            "mlflow.parentRunId": self._parent(device),
             _SWEEP: self.sweep,
             _DEVICE: device,
             _KIND: "trial",
@@ -240,84 +377,104 @@ class MlflowTracker:
             "device": device,
             "runtime": config.runtime,
             "backends": ",".join(config.backends),
+            "config": label,
             "status": "running",
         }
-        run = self.client.create_run(
-            self.experiment_id, run_name=f"{device} #{number} {config.label()}", tags=tags, start_time=_now_ms()
+        run_id = str(
+            self.client.create_run(self.experiment_id, run_name=f"{device} #{number} {label}", tags=tags).info.run_id
         )
-        params = {**config.flat(), "config_digest": config.digest()}
-        self.client.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
-        self._children[key] = run.info.run_id
-        return str(run.info.run_id)
+        self._log_batch(run_id, params={**config.flat(), "config_digest": config.digest()})
+        self._children[key] = run_id
+        self._status[key] = "RUNNING"
+        self._labels[key] = label
+        return run_id
 
     def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
+        """Create the trial's child run (or reuse the one a previous run of the sweep made)."""
         self._child(device, number, config)
 
     def finish_trial(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric, RunTag
+        """Log the trial's metrics, tags and JSON artifacts, then end its run.
 
+        The run ends ``FINISHED`` (ok, reused), ``FAILED`` or ``KILLED`` (interrupted).
+        Non-finite metrics (an infinite SQNR of an exact model) are left out.
+        """
         run_id = self._child(record.device, record.number, record.config)
-        stamp = _now_ms()
-        parts = record.partitions
         tags = {
             "status": record.status.value,
             "estimated": str(record.estimated).lower(),
-            **{k: str(v) for k, v in record.tags.items()},
+            **{str(k): str(v) for k, v in record.tags.items()},
         }
+        parts = record.partitions
         if parts:
             sizes = ",".join(str(s) for s in parts.get("sizes", []))
             tags["partitions"] = f"{parts.get('count', 0)}" + (f" (sizes {sizes})" if sizes else "")
         if record.reason:
-            tags["failure_reason"] = record.reason[:_TAG_LIMIT]
+            tags["failure_reason"] = record.reason
         if record.feasible is not None:
             tags["feasible"] = str(record.feasible).lower()
         if record.reused_from is not None:
             tags["reused_from"] = str(record.reused_from)
-        metrics = [Metric(k, v, stamp, 0) for k, v in _finite(record.metrics).items()]
-        self.client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v[:_TAG_LIMIT]) for k, v in tags.items()])
-        files: dict[str, Any] = {"config.json": record.config.to_dict()}
+        self._log_batch(run_id, metrics=_finite(record.metrics), tags=tags)
+        # The artifact repository is looked up (one get_run) for the first file and cached by MLflow.
+        self.client.log_dict(run_id, record.config.to_dict(), "config.json")
         if parts:
-            files["partitions.json"] = dict(parts)
+            self.client.log_dict(run_id, dict(parts), "partitions.json")
         if record.samples_ms:
-            files["latency_samples.json"] = list(record.samples_ms)
-        with tempfile.TemporaryDirectory(prefix="nnsweep-run-") as tmp:
-            for name, content in files.items():
-                (Path(tmp) / name).write_text(json.dumps(content, indent=1))
-            self.client.log_artifacts(run_id, tmp)  # one call: each log_* looks the run up again
-        self.client.set_terminated(run_id, status=_END_STATUS[record.status], end_time=stamp)
-        self._finished.add((record.device, record.number))
+            self.client.log_text(run_id, json.dumps(list(record.samples_ms)), "latency_samples.json")
+        status = _END_STATUS[record.status]
+        self.client.set_terminated(run_id, status=status)
+        self._status[(record.device, record.number)] = status
 
     def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
-        from mlflow.entities import RunTag
-
+        """Tag the device's finished trial runs ``pareto`` and ``best`` (``true``/``false``);
+        put ``best_trial`` and ``best_config`` on the parent run."""
         front = set(pareto)
         for (dev, number), run_id in self._children.items():
-            if dev != device:
-                continue
-            tags = [RunTag("pareto", str(number in front).lower()), RunTag("best", str(number == best).lower())]
-            self.client.log_batch(run_id, tags=tags)
-        parent = self._parents.get(device)
-        if parent is not None:
-            self.client.set_tag(parent, "best_trial", "" if best is None else str(best))
+            if dev == device and self._status.get((dev, number)) == "FINISHED":
+                self._log_batch(
+                    run_id, tags={"pareto": str(number in front).lower(), "best": str(number == best).lower()}
+                )
+        label = "" if best is None else self._labels.get((device, best), "")
+        self._log_batch(
+            self._parent(device), tags={"best_trial": "" if best is None else str(best), "best_config": label}
+        )
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
+        """End the device's parent run with ``status`` (``FINISHED``, ``FAILED``, ``KILLED``)."""
         parent = self._parents.get(device)
         if parent is not None:
             self.client.set_terminated(parent, status=status)
 
     def logged(self, device: str) -> set[int]:
-        """Trial numbers of the device whose runs are finished (known after :meth:`open_device`)."""
-        return {number for dev, number in self._finished if dev == device}
+        """Trial numbers of the device whose runs have ended (known after :meth:`open_device`)."""
+        return {number for (dev, number), status in self._status.items() if dev == device and status != "RUNNING"}
 
-    def log_device_artifact(self, device: str, path: Path) -> None:
-        """Attach a file (the HTML report, a Pareto plot) to the device's parent run."""
-        self.client.log_artifact(self._parents[device], str(path))
+    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
+        """Attach a file or folder (the HTML report, a Pareto plot) to the device's parent run.
+
+        Args:
+            device: the device.
+            name: its path among the run's artifacts (``report.html``, ``plots/front.png``).
+            path: the local file or folder.
+        """
+        run_id = self._parent(device)
+        folder, _, leaf = name.strip("/").rpartition("/")
+        if path.is_dir():
+            self.client.log_artifacts(run_id, str(path), name.strip("/"))
+        elif leaf == path.name:
+            self.client.log_artifact(run_id, str(path), folder or None)
+        else:
+            with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
+                renamed = Path(tmp) / leaf
+                shutil.copyfile(path, renamed)
+                self.client.log_artifact(run_id, str(renamed), folder or None)
 
     def trial_links(self, device: str) -> dict[int, str]:
         """Trial number -> the MLflow UI's path to its run (``#/experiments/<id>/runs/<run>``)."""
         return {
             number: f"#/experiments/{self.experiment_id}/runs/{run_id}"
-            for (dev, number), run_id in self._children.items()
+            for (dev, number), run_id in sorted(self._children.items())
             if dev == device
         }
 
@@ -325,13 +482,67 @@ class MlflowTracker:
 def absolute_sqlite_uri(uri: str, base: Path | None = None) -> str:
     """``sqlite:///mlflow.db`` (relative to the working directory) as an absolute URI.
 
-    MLflow caches database engines by URI, so a relative one would keep pointing
-    at the first directory it was used from.
+    MLflow reads ``sqlite:///x.db`` relative to the working directory and
+    ``sqlite:////abs/x.db`` as absolute. It caches database engines by URI, so a
+    relative one would keep pointing at the first directory it was used from.
+
+    Args:
+        uri: any tracking URI; only relative sqlite ones change.
+        base: the directory a relative path is relative to (default: the working directory).
+
+    Example:
+        >>> absolute_sqlite_uri("sqlite:///runs/mlflow.db", Path("/work"))
+        'sqlite:////work/runs/mlflow.db'
     """
     prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/") and not uri.startswith(prefix + ":memory:"):
         return prefix + str((base or Path.cwd()) / uri[len(prefix) :])
     return uri
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Where a new experiment's artifacts go: ``mlartifacts/<experiment>`` beside a sqlite database.
+
+    MLflow's own default for a local sqlite store is ``./mlruns/<experiment id>`` in the
+    working directory of the first client, wherever the database is. Runs get their
+    own subfolders (``<run id>/artifacts``), so two experiments whose names map to the
+    same folder do not collide.
+
+    Args:
+        uri: the tracking URI (relative sqlite URIs are resolved against the working directory).
+        experiment: the experiment's name.
+
+    Returns:
+        An absolute ``file://`` URI, or ``None`` (MLflow's default) for anything that is not
+        a sqlite file: a tracking server keeps its own artifact store, and a file store keeps
+        artifacts inside its directory.
+
+    Example:
+        >>> artifact_location("sqlite:////data/sweeps/mlflow.db", "digits/fast")
+        'file:///data/sweeps/mlartifacts/digits_fast'
+    """
+    uri = absolute_sqlite_uri(uri)
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    db = unquote(uri[len(prefix) :].split("?", 1)[0])
+    if not db or db == ":memory:":
+        return None
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip(".") or "experiment"
+    return (Path(db).parent / "mlartifacts" / folder).as_uri()
+
+
+def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        number = float(value)
+        if math.isfinite(number):
+            out[key] = number
+    return out
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _now_ms() -> int:

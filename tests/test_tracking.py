@@ -1,16 +1,25 @@
-"""MLflow tracking on a real sqlite store."""
+"""MLflow tracking on a real sqlite store in tmp_path."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nnsweep.config import DeploymentConfig, QuantConfig
 from nnsweep.results import TrialRecord, TrialStatus
-from nnsweep.tracking import MlflowTracker, NullTracker, absolute_sqlite_uri
+from nnsweep.tracking import (
+    BackgroundTracker,
+    MlflowTracker,
+    NullTracker,
+    absolute_sqlite_uri,
+    artifact_location,
+)
 
 CFG = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8"))
+FP32 = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("fp32"))
 
 
 @pytest.fixture
@@ -19,87 +28,224 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "sqlite:///mlflow.db"  # relative, as specs write it: the tracker resolves it
 
 
-def _ok(number: int, latency: float = 0.5) -> TrialRecord:
+def _ok(number: int, latency: float = 0.5, config: DeploymentConfig = CFG) -> TrialRecord:
     return TrialRecord(
-        "sw", "host", number, CFG, TrialStatus.OK,
-        metrics={"accuracy": 0.97, "latency_p50_ms": latency, "sqnr_db": float("inf")},
-        partitions={"count": 2, "sizes": [12, 3]}, samples_ms=(0.5, 0.6), feasible=True,
+        "sw", "host", number, config, TrialStatus.OK,
+        metrics={"accuracy": 0.97, "latency_p50_ms": latency, "sqnr_db": float("inf"), "max_abs_err": float("nan")},
+        partitions={"count": 3, "sizes": [12, 7, 2]}, samples_ms=(0.5, 0.6), feasible=True,
         tags={"artifact_sha256": "ab" * 32},
     )  # fmt: skip
 
 
-def _runs(uri: str) -> list:  # type: ignore[type-arg]
+def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(absolute_sqlite_uri(uri))
-    exp = client.get_experiment_by_name("exp")
-    return client.search_runs([exp.experiment_id]) if exp else []
+    return MlflowClient(absolute_sqlite_uri(uri))
 
 
-def test_parent_and_child_runs_carry_params_metrics_tags_and_artifacts(store: str) -> None:
-    from mlflow.tracking import MlflowClient
+def _runs(uri: str, experiment: str = "exp") -> list[Any]:
+    client = _client(uri)
+    exp = client.get_experiment_by_name(experiment)
+    return list(client.search_runs([exp.experiment_id])) if exp else []
 
+
+def _by_trial(uri: str) -> dict[str, Any]:
+    return {r.data.tags.get("nnsweep.trial", "parent"): r for r in _runs(uri)}
+
+
+def test_parent_and_child_runs_carry_params_metrics_tags_and_artifacts(store: str, tmp_path: Path) -> None:
     t = MlflowTracker(store, "exp", "sw")
-    t.open_device("host", {"arch": "x86_64"})
+    t.open_device("host", {"arch": "x86_64", "runtimes": "executorch,torch"})
     t.start_trial("host", 0, CFG)
     t.finish_trial(_ok(0))
-    t.finish_trial(TrialRecord("sw", "host", 1, CFG, TrialStatus.FAILED, reason="no kernel for aten.foo"))
-    t.mark_front("host", [0], 0)
     t.close_device("host")
-    runs = {r.data.tags.get("nnsweep.trial", "parent"): r for r in _runs(store)}
-    parent, ok, failed = runs["parent"], runs["0"], runs["1"]
-    assert parent.data.tags["arch"] == "x86_64" and parent.info.status == "FINISHED"
-    assert ok.data.tags["mlflow.parentRunId"] == parent.info.run_id
-    assert ok.data.params["quant.mode"] == "static_int8" and ok.data.params["config_digest"] == CFG.digest()
-    assert ok.data.metrics["latency_p50_ms"] == 0.5 and "sqnr_db" not in ok.data.metrics  # inf is not logged
-    assert ok.data.tags["partitions"] == "2 (sizes 12,3)" and ok.data.tags["runtime"] == "executorch"
-    assert (ok.data.tags["pareto"], ok.data.tags["best"]) == ("true", "true")
-    assert failed.info.status == "FAILED" and failed.data.tags["failure_reason"] == "no kernel for aten.foo"
-    assert failed.data.tags["pareto"] == "false"
-    files = {f.path for f in MlflowClient(absolute_sqlite_uri(store)).list_artifacts(ok.info.run_id)}
-    assert files == {"config.json", "partitions.json", "latency_samples.json"}
+
+    runs = _by_trial(store)
+    assert set(runs) == {"parent", "0"}
+    parent, child = runs["parent"], runs["0"]
+    assert parent.info.run_name == "host" and parent.info.status == "FINISHED"
+    assert parent.data.tags["arch"] == "x86_64" and parent.data.tags["nnsweep.kind"] == "device"
+    assert child.info.run_name == f"host #0 {CFG.label()}" and child.info.status == "FINISHED"
+    tags = child.data.tags
+    assert tags["mlflow.parentRunId"] == parent.info.run_id
+    assert (tags["nnsweep.sweep"], tags["nnsweep.device"], tags["nnsweep.kind"]) == ("sw", "host", "trial")
+    assert (tags["runtime"], tags["backends"], tags["status"]) == ("executorch", "xnnpack,portable", "ok")
+    assert (tags["partitions"], tags["feasible"], tags["estimated"]) == ("3 (sizes 12,7,2)", "true", "false")
+    assert tags["artifact_sha256"] == "ab" * 32 and "failure_reason" not in tags
+    assert child.data.params == {**CFG.flat(), "config_digest": CFG.digest()}
+    assert child.data.metrics == {"accuracy": 0.97, "latency_p50_ms": 0.5}  # inf and nan are left out
+
+    client = _client(store)
+    assert {f.path for f in client.list_artifacts(child.info.run_id)} == {
+        "config.json",
+        "partitions.json",
+        "latency_samples.json",
+    }
+    got = Path(client.download_artifacts(child.info.run_id, "", str(tmp_path / "dl")))
+    assert DeploymentConfig.from_dict(json.loads((got / "config.json").read_text())) == CFG
+    assert json.loads((got / "partitions.json").read_text()) == {"count": 3, "sizes": [12, 7, 2]}
+    assert json.loads((got / "latency_samples.json").read_text()) == [0.5, 0.6]
+
+
+def test_artifacts_land_beside_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # MLflow's default would be ./mlruns here
+    uri = f"sqlite:///{tmp_path / 'store' / 'x.db'}"  # sqlite:////abs/...
+    (tmp_path / "store").mkdir()
+    t = MlflowTracker(uri, "my sweep/v1", "sw")
+    t.open_device("host", {})
+    t.finish_trial(_ok(0))
+    exp = _client(uri).get_experiment_by_name("my sweep/v1")
+    assert exp.artifact_location == (tmp_path / "store" / "mlartifacts" / "my_sweep_v1").as_uri()
+    run_id = t.trial_links("host")[0].rsplit("/", 1)[1]
+    assert (tmp_path / "store" / "mlartifacts" / "my_sweep_v1" / run_id / "artifacts" / "config.json").is_file()
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("sqlite:////data/x.db", "file:///data/mlartifacts/exp"),
+        ("sqlite:////data/x.db?timeout=30", "file:///data/mlartifacts/exp"),
+        ("sqlite:///runs/x.db", "file:///cwd/runs/mlartifacts/exp"),
+        ("sqlite:///:memory:", None),
+        ("http://127.0.0.1:5000", None),
+        ("postgresql+psycopg2://u@db/mlflow", None),
+    ],
+)
+def test_artifact_location(uri: str, expected: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Path, "cwd", classmethod(lambda cls: Path("/cwd")))
+    assert artifact_location(uri, "exp") == expected
+
+
+def test_failed_interrupted_and_reused_trials(store: str) -> None:
+    t = MlflowTracker(store, "exp", "sw")
+    t.open_device("host", {})
+    t.start_trial("host", 0, CFG)
+    t.finish_trial(TrialRecord("sw", "host", 0, CFG, TrialStatus.FAILED, reason="no kernel for aten.foo\n" * 1000))
+    t.start_trial("host", 1, CFG)
+    t.finish_trial(TrialRecord("sw", "host", 1, CFG, TrialStatus.INTERRUPTED, reason="agent lost"))
+    reused = TrialRecord("sw", "host", 2, CFG, TrialStatus.REUSED, metrics={"accuracy": 0.9}, reused_from=0)
+    t.finish_trial(reused)  # never started: the run is created on the way
+    runs = _by_trial(store)
+    failed = runs["0"]
+    assert failed.info.status == "FAILED" and failed.data.tags["status"] == "failed"
+    reason = failed.data.tags["failure_reason"]
+    assert reason.startswith("no kernel for aten.foo\n") and len(reason) == 8000 and reason.endswith("…")
+    assert failed.data.metrics == {}
+    assert runs["1"].info.status == "KILLED" and runs["1"].data.tags["status"] == "interrupted"
+    assert runs["2"].info.status == "FINISHED" and runs["2"].data.tags["reused_from"] == "0"
+    assert runs["2"].data.params["config_digest"] == CFG.digest()
+    assert t.logged("host") == {0, 1, 2}
 
 
 def test_resume_reuses_runs_and_kills_those_left_running(store: str) -> None:
     first = MlflowTracker(store, "exp", "sw")
-    first.open_device("host", {})
+    first.open_device("host", {"cpu": "old"})
     first.start_trial("host", 0, CFG)
     first.finish_trial(_ok(0))
-    first.start_trial("host", 1, CFG)  # the process dies here: run 1 stays RUNNING
+    first.start_trial("host", 1, CFG)  # the process dies here: run 1 and the parent stay RUNNING
+    first.close_device("host")
+    before = _by_trial(store)
 
     second = MlflowTracker(store, "exp", "sw")
-    second.open_device("host", {})
+    second.open_device("host", {"cpu": "new"})
+    after = _by_trial(store)
+    assert after["parent"].info.run_id == before["parent"].info.run_id
+    assert after["parent"].info.status == "RUNNING" and after["parent"].data.tags["cpu"] == "new"
+    assert after["1"].info.status == "KILLED" and after["1"].data.tags["status"] == "interrupted"
+    assert second.logged("host") == {0, 1}
+
     second.start_trial("host", 0, CFG)  # already there: no duplicate
+    second.finish_trial(_ok(1))  # the same number again: the same run
+    second.start_trial("host", 2, CFG)
     runs = _runs(store)
-    assert len(runs) == 3  # one parent, two trials
-    by_trial = {r.data.tags.get("nnsweep.trial"): r for r in runs}
-    assert by_trial["1"].info.status == "KILLED"
-    assert by_trial["0"].info.status == "FINISHED"
+    assert len(runs) == 4  # one parent, three trials
+    by_trial = {r.data.tags.get("nnsweep.trial", "parent"): r for r in runs}
+    assert by_trial["0"].info.run_id == before["0"].info.run_id
+    assert by_trial["1"].info.run_id == before["1"].info.run_id and by_trial["1"].info.status == "FINISHED"
+    assert by_trial["2"].info.status == "RUNNING"
+    eid = by_trial["0"].info.experiment_id
+    assert second.trial_links("host") == {
+        n: f"#/experiments/{eid}/runs/{by_trial[str(n)].info.run_id}" for n in (0, 1, 2)
+    }
+    other = MlflowTracker(store, "exp", "another-sweep")  # same experiment, another sweep: its own runs
+    other.open_device("host", {})
+    assert other.logged("host") == set() and len(_runs(store)) == 5
+
+
+def test_mark_front_tags_finished_trials_and_the_parent(store: str) -> None:
+    t = MlflowTracker(store, "exp", "sw")
+    t.open_device("host", {})
+    t.finish_trial(_ok(0, 0.5))
+    t.finish_trial(_ok(1, 0.4, config=FP32))
+    t.finish_trial(_ok(2, 0.9))
+    t.finish_trial(TrialRecord("sw", "host", 3, CFG, TrialStatus.FAILED, reason="boom"))
+    t.start_trial("host", 4, CFG)  # still running
+
+    resumed = MlflowTracker(store, "exp", "sw")  # labels and statuses come back from the store
+    resumed.open_device("host", {})
+    resumed.mark_front("host", [0, 1], 1)
+    runs = _by_trial(store)
+    assert {n: (runs[n].data.tags["pareto"], runs[n].data.tags["best"]) for n in "012"} == {
+        "0": ("true", "false"),
+        "1": ("true", "true"),
+        "2": ("false", "false"),
+    }
+    assert "pareto" not in runs["3"].data.tags and "pareto" not in runs["4"].data.tags  # FAILED, KILLED
+    assert runs["parent"].data.tags["best_trial"] == "1"
+    assert runs["parent"].data.tags["best_config"] == FP32.label()
+
+    resumed.mark_front("host", [0], None)  # a later front moves the tags
+    runs = _by_trial(store)
+    assert runs["1"].data.tags["pareto"] == "false" and runs["1"].data.tags["best"] == "false"
+    assert runs["parent"].data.tags["best_trial"] == ""
+
+
+def test_device_artifacts_and_many_capability_tags(store: str, tmp_path: Path) -> None:
+    t = MlflowTracker(store, "exp", "sw")
+    info = {f"cap.{i}": str(i) for i in range(150)}  # more than MLflow's 100 tags per log_batch
+    t.open_device("host", info)
+    report = tmp_path / "report-tmp123.html"
+    report.write_text("<html></html>")
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "front.json").write_text("{}")
+    t.log_device_artifact("host", "report.html", report)
+    t.log_device_artifact("host", "pareto/plots", plots)
+    parent = _by_trial(store)["parent"]
+    assert all(parent.data.tags[k] == v for k, v in info.items())
+    client = _client(store)
+    assert {f.path for f in client.list_artifacts(parent.info.run_id)} == {"report.html", "pareto"}
+    assert [f.path for f in client.list_artifacts(parent.info.run_id, "pareto/plots")] == ["pareto/plots/front.json"]
 
 
 def test_constructing_a_tracker_writes_nothing(store: str, tmp_path: Path) -> None:
     MlflowTracker(store, "exp", "sw")
-    assert not (tmp_path / "mlflow.db").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_null_tracker_accepts_the_protocol() -> None:
+def test_null_tracker_records_nothing(store: str, tmp_path: Path) -> None:
     t = NullTracker()
-    t.open_device("host", {})
+    t.open_device("host", {"arch": "x86_64"})
     t.start_trial("host", 0, CFG)
     t.finish_trial(_ok(0))
     t.mark_front("host", [0], 0)
+    t.log_device_artifact("host", "report.html", tmp_path / "missing.html")
+    assert t.logged("host") == set() and t.trial_links("host") == {}
     t.close_device("host")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_background_tracker_writes_in_order_and_flushes(store: str) -> None:
-    from nnsweep.tracking import BackgroundTracker
-
     t = BackgroundTracker(MlflowTracker(store, "exp", "sw"))
     t.open_device("host", {})
     for n in range(3):
         t.start_trial("host", n, CFG)
         t.finish_trial(_ok(n))
     assert t.logged("host") == {0, 1, 2}  # logged() waits for the queue
+    assert set(t.trial_links("host")) == {0, 1, 2}
     t.close_device("host")
     t.close()
     assert {r.info.status for r in _runs(store)} == {"FINISHED"}

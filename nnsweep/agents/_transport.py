@@ -41,11 +41,20 @@ class MeasureRequest:
 
 @dataclass(frozen=True)
 class MeasureReply:
-    """What the device saw: timings, and the outputs on every input (for evaluation)."""
+    """What the device saw.
+
+    Args:
+        timing: the latency figures.
+        outputs: the outputs on every input, for evaluation; ``None`` when the device's
+            tool only times (the coordinator then evaluates the artifact on the host).
+        estimated: the latency is a compiler's estimate, not a measurement.
+        source: how the latency was obtained (``local``, ``adb: mean of 40 runs x 5``, ...).
+    """
 
     timing: Timing
-    outputs: np.ndarray
+    outputs: np.ndarray | None
     estimated: bool = False
+    source: str = "local"
 
 
 class Transport(ABC):

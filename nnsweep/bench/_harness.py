@@ -55,7 +55,7 @@ class Timing:
     peak_rss_mb: float
     rss_before_load_mb: float
     threads: int
-    loadavg_1m: float
+    loadavg_1m: float | None  # None where the tool that measured cannot tell (bridge devices)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -80,7 +80,7 @@ class Timing:
             peak_rss_mb=float(d["peak_rss_mb"]),  # type: ignore[arg-type]
             rss_before_load_mb=float(d["rss_before_load_mb"]),  # type: ignore[arg-type]
             threads=int(d["threads"]),  # type: ignore[call-overload]
-            loadavg_1m=float(d["loadavg_1m"]),  # type: ignore[arg-type]
+            loadavg_1m=None if d.get("loadavg_1m") is None else float(d["loadavg_1m"]),  # type: ignore[arg-type]
         )
 
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from nnsweep.bench.runners.torch import pick_engine
 from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
-from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport
+from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport, Placement
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.errors import ConversionError
 from nnsweep.models import ModelBundle
@@ -166,6 +166,8 @@ class TorchConverter(Converter):
     """Eager PyTorch models (fp32, fp16, int8 with a quantized engine), traced to TorchScript."""
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+        if config.backends[:1] == ("nnapi",):
+            return _convert_nnapi(bundle, config, out_dir)
         quant = config.quant
         notes: list[str] = []
         engine, skipped = pick_engine(config.backends)
@@ -209,3 +211,77 @@ class TorchConverter(Converter):
         traced.save(str(path))
         report = _report(traced, engine if quant.mode.is_int8 else None, config.backends, notes)
         return ConversionResult(filename=path.name, partitions=report, io=io)
+
+
+class _NnapiQuantizationWrapper(nn.Module):
+    """Float in and out around a quantized NNAPI model: the seeds' "core" interface."""
+
+    def __init__(self, scale: float, zero_point: int, core: nn.Module) -> None:
+        super().__init__()
+        self.scale = scale
+        self.zero_point = zero_point
+        self.core = core
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = torch.quantize_per_tensor(
+            x.contiguous(memory_format=torch.channels_last), self.scale, self.zero_point, torch.quint8
+        )
+        return self.core(q).dequantize()
+
+
+def _convert_nnapi(bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+    """PyTorch Mobile + NNAPI, as the seeds' preparation script does it: quantize with
+    QNNPACK's semantics (NNAPI's int8 is per-tensor, full uint8 range), trace with a
+    channels-last input marked ``nnapi_nhwc``, ``convert_model_to_nnapi``, wrap for
+    the "core" interface, bundle an input, save for the lite interpreter. The model
+    runs only on Android (libneuralnetworks.so): measure it over the adb bridge.
+    """
+    from torch.backends._nnapi.prepare import convert_model_to_nnapi
+    from torch.utils.bundled_inputs import augment_model_with_bundled_inputs
+
+    quant = config.quant
+    io = IOSpec()
+    example = bundle.example_input
+    with _engine("qnnpack"), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit and the NNAPI converter are deprecated; Mobile still loads them
+        if quant.mode.is_static:
+            model = _static(bundle, quant, "qnnpack")
+            io = _strip_io_quantization(model)  # type: ignore[arg-type]
+            scale, zero_point = io.input_scale or 1.0, io.input_zero_point or 0
+            core_input = torch.quantize_per_tensor(example, scale, zero_point, torch.quint8)
+        else:
+            model = copy.deepcopy(bundle.module).eval()
+            core_input = example
+        core_input = core_input.contiguous(memory_format=torch.channels_last)
+        core_input.nnapi_nhwc = True  # type: ignore[attr-defined]
+        traced = torch.jit.trace(model, core_input, check_trace=False)
+        ops = _report(traced, None, config.backends, []).nodes_by_backend.get("cpu", 0)
+        try:
+            nnapi = convert_model_to_nnapi(traced, core_input)
+        except Exception as exc:  # the converter's own message names the op it cannot take
+            raise ConversionError(f"NNAPI conversion failed: {type(exc).__name__}: {exc}") from exc
+        if quant.mode.is_static and quant.interface is not Interface.FULL:
+            module = torch.jit.script(_NnapiQuantizationWrapper(scale, zero_point, nnapi))
+            io, bundled = IOSpec(), example
+        else:
+            module, bundled = nnapi, core_input
+            if quant.mode.is_static:
+                out = model(torch.quantize_per_tensor(example, scale, zero_point, torch.quint8))
+                io = IOSpec(
+                    **{
+                        **io.to_dict(),
+                        "output_scale": out.q_scale(),
+                        "output_zero_point": out.q_zero_point(),
+                        "channels_last": True,
+                    }
+                )
+        augment_model_with_bundled_inputs(module, [(bundled,)])  # speed_benchmark_torch --use_bundled_input=0
+        path = out_dir / "model.ptl"
+        module._save_for_lite_interpreter(str(path))
+    report = PartitionReport(
+        backends=config.backends,
+        nodes_by_backend={"nnapi": ops},
+        partitions=(Placement("nnapi", ops),),
+        notes=("the whole model is handed to NNAPI; the device's NNAPI driver places its ops",),
+    )
+    return ConversionResult(filename=path.name, partitions=report, io=io)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
@@ -21,7 +21,7 @@ class LocalExecutor(Executor):
         transports: device -> transport (default: :class:`LocalTransport` on this machine).
     """
 
-    def __init__(self, transports: dict[str, Transport] | None = None) -> None:
+    def __init__(self, transports: Mapping[str, Transport] | None = None) -> None:
         self._transports = dict(transports or {})
         self._agents: dict[str, DeviceAgent] = {}
         self._pools: dict[str, ThreadPoolExecutor] = {}

@@ -10,7 +10,7 @@ only host nodes offer (boards carry runtimes, not the conversion toolchain).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -71,7 +71,7 @@ class RayExecutor(Executor):
         self,
         address: str | None = None,
         converters: int | None = None,
-        transports: dict[str, Transport] | None = None,
+        transports: Mapping[str, Transport] | None = None,
         machines: dict[str, str] | None = None,
     ) -> None:
         self.address = address

@@ -39,6 +39,8 @@ class TorchScriptRunner(Runner):
         torch.set_num_interop_threads(1)
 
     def load(self) -> None:
+        if self.backends[:1] == ("nnapi",):
+            raise BenchmarkError("NNAPI models run only on Android (libneuralnetworks.so): measure over the adb bridge")
         if self.backends:
             engine, _ = pick_engine(self.backends)
             if engine is None:

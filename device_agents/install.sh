@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install an nnsweep device agent on a Linux board (aarch64, 64-bit OS; Ray has no
+# 32-bit wheels). The agent extra installs the runtimes only: Ray, PyTorch, ExecuTorch,
+# ONNX Runtime. Conversion, Optuna and MLflow stay on the host.
+#
+#   ./install.sh [SOURCE]      SOURCE: a path or URL pip understands (default: this checkout)
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+source="${1:-$here}"
+prefix="${NNSWEEP_AGENT_HOME:-$HOME/nnsweep-agent}"
+
+python3 -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "nnsweep needs Python 3.11")'
+case "$(uname -m)" in
+  aarch64|x86_64) ;;
+  *) echo "unsupported architecture $(uname -m): Ray needs a 64-bit OS" >&2; exit 2 ;;
+esac
+python3 -m venv "$prefix/venv"
+"$prefix/venv/bin/python" -m pip install --disable-pip-version-check "${source}[agent]"
+echo "installed: $prefix/venv/bin/nnsweep"
+echo "join a head: $prefix/venv/bin/nnsweep agent join --address HEAD:6379 --device \$(hostname) --token-file ~/.ray/auth_token"

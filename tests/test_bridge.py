@@ -1,0 +1,183 @@
+"""The bridge agent: real command lines and parsers, a fake `adb` standing in for the phone."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnsweep.agents import AdbTransport, MeasureRequest, parse_benchmark_model, parse_speed_benchmark_torch
+from nnsweep.bench import MeasureSettings
+from nnsweep.convert import IOSpec
+from nnsweep.errors import AgentLost, BenchmarkError
+
+FAKE_ADB = Path(__file__).parent / "fakes" / "adb"
+
+# The seeds' example outputs, verbatim.
+SPEED_BENCHMARK_TORCH = """Starting benchmark.
+
+Running warmup runs.
+
+Main runs.
+
+Main run finished. Microseconds per iter: 36012.7. Iters per second: 27.768
+"""
+BENCHMARK_MODEL = """STARTING!
+The input model file size (MB): 4.27635
+Initialized session in 3.84ms.
+Running benchmark for at least 1 iterations and at least 0.5 seconds but terminate if exceeding 150 seconds.
+count=1 curr=6036807
+count 1 curr 6036807
+Running benchmark for at least 50 iterations and at least 1 seconds but terminate if exceeding 150 seconds.
+count 361 first 2795 curr 2704 min 2653 max 2849 avg 2693.12 std 21
+Inference timings in us: Init: 3840, First inference: 6036807, Warmup (avg): 6.03681e+06, Inference (avg): 2693.12
+Note: as the benchmark tool itself affects memory footprint, the following is only APPROXIMATE to the actual memory footprint of the model at runtime. Take the information at your discretion.
+Peak memory footprint (MB): init 2.75391 overall 29.0273
+"""
+
+
+def test_speed_benchmark_torch_output_is_parsed() -> None:
+    assert parse_speed_benchmark_torch(SPEED_BENCHMARK_TORCH).mean_us == 36012.7
+
+
+def test_benchmark_model_output_is_parsed() -> None:
+    run = parse_benchmark_model(BENCHMARK_MODEL)
+    assert run.mean_us == 2693.12 and run.init_us == 3840 and run.first_us == 6036807
+    assert run.warmup_mean_us == pytest.approx(6.03681e6)
+    assert (run.count, run.min_us, run.max_us, run.std_us) == (361, 2653, 2849, 21)
+    assert run.peak_memory_mb == pytest.approx(29.0273)
+
+
+@pytest.mark.parametrize("parse", [parse_speed_benchmark_torch, parse_benchmark_model])
+def test_a_failed_tool_run_is_a_benchmark_error(parse) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(BenchmarkError, match="printed no result"):
+        parse("terminate called after throwing an instance of 'c10::Error'\n  what():  open file failed")
+
+
+@pytest.fixture
+def phone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake phone's storage; its adb log is phone/adb.log."""
+    root = tmp_path / "phone"
+    root.mkdir()
+    monkeypatch.setenv("FAKE_ADB_ROOT", str(root))
+    monkeypatch.setenv("FAKE_ADB_LOG", str(root / "adb.log"))
+    monkeypatch.setenv("FAKE_ADB_SERIAL", "R58N123")
+    return root
+
+
+def _tool(tmp_path: Path) -> Path:
+    binary = tmp_path / "speed_benchmark_torch"
+    binary.write_bytes(b"\x7fELF (stands in for the aarch64 binary)")
+    return binary
+
+
+def _transport(tmp_path: Path, serial: str = "R58N123") -> AdbTransport:
+    return AdbTransport(serial=serial, adb=str(FAKE_ADB), push_tools={"torch": _tool(tmp_path)}, repeats=4)
+
+
+def _commands(phone: Path) -> list[list[str]]:
+    return [shlex.split(line) for line in (phone / "adb.log").read_text().splitlines()]
+
+
+def test_probe_reads_the_phone_and_pushes_the_tool(phone: Path, tmp_path: Path) -> None:
+    caps = _transport(tmp_path).probe("pixel")
+    assert (caps.arch, caps.cores, caps.memory_mb) == ("aarch64", 8, 7680)
+    assert caps.cpu == "Qualcomm Technologies, Inc SM8250"
+    assert caps.runtimes == {"torch": ("nnapi", "qnnpack")}
+    assert caps.transport == "adb" and caps.machine == "adb:R58N123"
+    assert (phone / "data/local/tmp/speed_benchmark_torch").exists()
+    assert ["-s", "R58N123", "push", str(tmp_path / "speed_benchmark_torch"), "/data/local/tmp/speed_benchmark_torch"] in _commands(phone)
+
+
+def test_measure_pushes_runs_the_seeds_command_and_cleans_up(phone: Path, tmp_path: Path) -> None:
+    transport = _transport(tmp_path)
+    request = MeasureRequest(
+        runtime="torch",
+        artifact_name="model.pt",
+        artifact_bytes=b"torchscript bytes",
+        io=IOSpec(),
+        threads=2,
+        backends=("qnnpack",),
+        inputs=np.zeros((3, 1, 8, 8), np.float32),
+        settings=MeasureSettings(warmup=5, iters=200),
+    )
+    reply = transport.measure(request)
+    assert reply.outputs is None  # the tool only times: outputs come from a host run
+    assert reply.timing.samples_ms == (36012.7 / 2 / 1000,) * 4
+    assert math.isclose(reply.timing.latency.p50, 18.00635)
+    assert reply.source == "adb: mean of 50 runs x 4"
+    runs = [c for c in _commands(phone) if c[2] == "shell" and "speed_benchmark_torch" in c[3]]
+    assert shlex.split(runs[0][3]) == [
+        "/data/local/tmp/speed_benchmark_torch",
+        "--pthreadpool_size=2",
+        "--model=/data/local/tmp/nnsweep/model.pt",
+        "--use_bundled_input=0",
+        "--warmup=5",
+        "--iter=50",
+    ]
+    assert "--warmup=0" in runs[1][3]  # the device is warm after the first run
+    assert not (phone / "data/local/tmp/nnsweep/model.pt").exists()
+
+
+def test_a_missing_phone_is_an_agent_loss_not_a_failed_trial(phone: Path, tmp_path: Path) -> None:
+    with pytest.raises(AgentLost, match="unreachable"):
+        _transport(tmp_path, serial="GONE").probe("pixel")
+
+
+def test_a_runtime_without_a_tool_fails_the_trial(phone: Path, tmp_path: Path) -> None:
+    request = MeasureRequest("executorch", "m.pte", b"x", IOSpec(), 1, (), np.zeros((1, 1)), MeasureSettings())
+    with pytest.raises(BenchmarkError, match="no benchmark tool for executorch"):
+        _transport(tmp_path).measure(request)
+
+
+@pytest.mark.integration
+def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
+    phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    from nnsweep.execution import LocalExecutor
+    from nnsweep.results import TrialStatus
+    from nnsweep.spec import parse_spec
+    from nnsweep.sweep import Sweep
+    from nnsweep.tracking import MlflowTracker
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)
+    (tmp_path / "speed_benchmark_torch").write_bytes(b"\x7fELF")
+    spec = parse_spec(
+        {
+            "name": "phone",
+            "model": "digits",
+            "devices": ["pixel"],
+            "space": {"runtime": ["torch"], "quant": ["fp32", "static_int8"], "threads": [1]},
+            "budget": {"trials": 2},
+            "bridges": {
+                "pixel": {
+                    "transport": "adb",
+                    "serial": "R58N123",
+                    "executable": str(FAKE_ADB),
+                    "push_tools": {"torch": "speed_benchmark_torch"},
+                    "repeats": 2,
+                }
+            },
+        },
+        source=tmp_path / "spec.yaml",
+    )
+    from nnsweep.agents import bridge_transport
+
+    tracker = MlflowTracker("sqlite:///mlflow.db", "phone", "phone")
+    results = Sweep(spec, LocalExecutor({"pixel": bridge_transport(spec.bridges["pixel"])}), tracker, tmp_path / "cache").run()  # type: ignore[arg-type]
+    records = results[0].records
+    assert [r.status for r in records] == [TrialStatus.OK, TrialStatus.OK]
+    assert all(r.metrics["latency_p50_ms"] == pytest.approx(36.0127) for r in records)  # parsed from the tool
+    assert all(r.metrics["accuracy"] > 0.95 for r in records)  # outputs from a host run of the same artifact
+    runs = tracker.client.search_runs([tracker.experiment_id], "tags.`nnsweep.kind` = 'trial'")
+    assert len(runs) == 2
+    for run in runs:
+        assert run.data.metrics["latency_p50_ms"] == pytest.approx(36.0127)
+        assert run.data.tags["latency_source"] == "adb: mean of 100 runs x 2"
+        assert "host run of the same artifact" in run.data.tags["accuracy_source"]
+    assert any(c[2] == "push" and c[3].endswith("model.pt") for c in _commands(phone))

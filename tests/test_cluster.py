@@ -1,0 +1,178 @@
+"""A real two-node Ray cluster on this machine: a head (device ``host``) and a node
+started as ``nnsweep agent join`` starts a board (device ``board-sim``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from nnsweep.agents._node import head_command, join_command
+
+pytestmark = [pytest.mark.ray, pytest.mark.integration, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ray_bin() -> str:
+    return str(Path(sys.executable).parent / "ray")
+
+
+class Cluster:
+    """Ray nodes in their own process groups: stopping them touches no other cluster."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = dict(os.environ, RAY_AUTH_MODE="token")
+        self.tmp = tmp
+        self.nodes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _start(self, name: str, cmd: list[str]) -> None:
+        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the node's lifetime)
+        self.nodes[name] = subprocess.Popen(
+            [_ray_bin(), *cmd[1:]], env=self.env, start_new_session=True, stdout=log, stderr=log
+        )
+
+    def start_head(self) -> None:
+        self._start("head", head_command(self.port, converters=1, block=True))
+        self.wait_for("host")
+
+    def join_board(self) -> None:
+        self._start("board", join_command(self.address, "board-sim", dashboard_agent_port=_free_port(), block=True))
+        self.wait_for("board-sim")
+
+    def kill(self, name: str) -> None:
+        node = self.nodes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)
+        node.wait(timeout=30)
+
+    def wait_for(self, device: str, timeout: float = 120) -> None:
+        probe = f"import ray; ray.init(address='{self.address}'); print('device:{device}' in ray.cluster_resources())"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = subprocess.run([sys.executable, "-c", probe], env=self.env, capture_output=True, text=True)
+            if out.stdout.strip().endswith("True"):
+                return
+            time.sleep(1)
+        raise TimeoutError(f"{device} did not join")
+
+    def stop(self) -> None:
+        for name in list(self.nodes):
+            self.kill(name)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the test process is a Ray client too
+    c = Cluster(tmp_path)
+    c.start_head()
+    c.join_board()
+    try:
+        yield c
+    finally:
+        import ray
+
+        ray.shutdown()
+        c.stop()
+
+
+def _spec(trials: int) -> object:
+    from nnsweep.spec import parse_spec
+
+    return parse_spec(
+        {
+            "name": "two",
+            "model": "digits",
+            "devices": ["host", "board-sim"],
+            "space": {"runtime": ["executorch"], "quant": ["fp32", "static_int8"], "threads": [1]},
+            "budget": {"trials": trials},
+            "measure": {"warmup": 1, "iters": 20, "min_duration_s": 3.0},
+        }
+    )
+
+
+def test_devices_lists_both_nodes_with_capabilities(cluster: Cluster) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nnsweep.cli", "devices", "--address", cluster.address, "--json"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = {c["device"]: c for c in json.loads(proc.stdout)}
+    assert set(found) == {"host", "board-sim"}
+    for caps in found.values():
+        assert "xnnpack" in caps["runtimes"]["executorch"] and caps["cores"] >= 1
+
+
+def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    from nnsweep.execution.ray_cluster import RayExecutor
+    from nnsweep.results import TrialStatus
+    from nnsweep.sweep import Sweep, open_study
+    from nnsweep.tracking import MlflowTracker
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)
+
+    class KillsTheBoardOnce(RayExecutor):
+        """Stands at the executor seam: the board's node dies during its second measurement."""
+
+        calls = 0
+
+        def measure(self, device: str, request: object) -> Future:  # type: ignore[type-arg, override]
+            future = super().measure(device, request)  # type: ignore[arg-type]
+            if device == "board-sim":
+                KillsTheBoardOnce.calls += 1
+                if KillsTheBoardOnce.calls == 2:
+                    threading.Timer(1.5, self._kill_and_rejoin).start()
+            return future
+
+        def _kill_and_rejoin(self) -> None:
+            cluster.kill("board")
+            time.sleep(10)
+            cluster.join_board()
+
+    spec = _spec(trials=3)
+    tracker = MlflowTracker("sqlite:///mlflow.db", "two", "two")
+    executor = KillsTheBoardOnce(address=cluster.address)
+    try:
+        results = Sweep(spec, executor, tracker, tmp_path / "cache", lost_timeout_s=240).run()  # type: ignore[arg-type]
+    finally:
+        executor.shutdown()
+    by_device = {r.device: r for r in results}
+    board = by_device["board-sim"].records
+    interrupted = [r for r in board if r.status is TrialStatus.INTERRUPTED]
+    assert interrupted and "agent lost" in (interrupted[0].reason or "")
+    assert len([r for r in board if r.status is not TrialStatus.INTERRUPTED]) == 3  # resumed after rejoining
+    assert len([r for r in by_device["host"].records if r.status is not TrialStatus.INTERRUPTED]) == 3
+    # one study and one MLflow parent run per device; no run left RUNNING; no duplicate trial runs
+    for device in ("host", "board-sim"):
+        assert open_study(spec, device, create=False).study_name == f"two/{device}"  # type: ignore[arg-type]
+    runs = tracker.client.search_runs([tracker.experiment_id])
+    assert sorted(r.info.run_name for r in runs if r.data.tags.get("nnsweep.kind") == "device") == ["board-sim", "host"]
+    assert all(r.info.status != "RUNNING" for r in runs)
+    keys = [(r.data.tags["nnsweep.device"], r.data.tags["nnsweep.trial"]) for r in runs if "nnsweep.trial" in r.data.tags]
+    assert len(keys) == len(set(keys))
+    killed = [r for r in runs if r.info.status == "KILLED"]
+    assert len(killed) == len(interrupted)
