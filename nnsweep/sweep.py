@@ -163,6 +163,7 @@ class _Flight:
     overhead_s: float = 0.0
     overhead_cpu_s: float = 0.0
     hung: bool = False
+    timed: bool = False  # measured on a device that only times; waiting for outputs from the host
 
     def add_overhead(self, started: tuple[float, float]) -> None:
         wall, cpu = _clocks()
@@ -424,7 +425,9 @@ class Sweep:
                 continue
             if machine == self.executor.converter_machine and converting_here:
                 continue
-            ready = next((f for f in dev.flights if f.artifact is not None and f.duplicate_of is None), None)
+            ready = next(
+                (f for f in dev.flights if f.artifact is not None and f.duplicate_of is None and not f.timed), None
+            )
             if ready is None:
                 continue
             started = _clocks()
@@ -557,6 +560,7 @@ class Sweep:
                 self._finish_flight(dev, flight, TrialStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
                 return
             if reply.outputs is None:
+                flight.timed = True
                 self._to_evaluate.append((flight, reply))  # timed on the device; outputs from this host
                 return
             self._complete_measured(dev, flight, reply)
@@ -820,6 +824,8 @@ class Sweep:
                 activity = "measuring " + next(f.config.label() for f in dev.flights if f.measuring is not None)
             elif any(f.digest in self._conversions for f in dev.flights):
                 activity = "converting"
+            elif any(f.timed for f in dev.flights):
+                activity = "evaluating on the host"
             elif dev.flights:
                 activity = "waiting"
             best_text = None

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -42,9 +43,11 @@ class Cluster:
         self.env = dict(os.environ, RAY_AUTH_MODE="token")
         self.tmp = tmp
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: list[IO[bytes]] = []
 
     def _start(self, name: str, cmd: list[str]) -> None:
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the node's lifetime)
+        self.logs.append(log)
         self.nodes[name] = subprocess.Popen(
             [_ray_bin(), *cmd[1:]], env=self.env, start_new_session=True, stdout=log, stderr=log
         )
@@ -76,6 +79,8 @@ class Cluster:
     def stop(self) -> None:
         for name in list(self.nodes):
             self.kill(name)
+        for log in self.logs:
+            log.close()
 
 
 @pytest.fixture

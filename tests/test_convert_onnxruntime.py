@@ -1,81 +1,216 @@
-"""Real ONNX Runtime conversions of digits (export, quantization, provider placement)."""
+"""Real ONNX Runtime conversions of digits: export, each quantization mode, the full
+interface, provider placement, and the runner (measured in its own process)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 from nnsweep import deploy
-from nnsweep.bench import evaluate
+from nnsweep.artifacts import Artifact, ArtifactCache
+from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.onnxruntime import OnnxRuntimeRunner, providers_for
 from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig
+from nnsweep.convert._base import IOSpec
+from nnsweep.deploy import DeploymentResult
+from nnsweep.errors import BenchmarkError
+
+SETTINGS = MeasureSettings(warmup=1, iters=5)
+
+
+def _config(mode: str = "fp32", backends: tuple[str, ...] = ("cpu",), **quant: object) -> DeploymentConfig:
+    return DeploymentConfig("onnxruntime", backends, quant=QuantConfig(mode, **quant))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from nnsweep.artifacts import ArtifactCache
-
+def ort_cache(tmp_path_factory: pytest.TempPathFactory) -> ArtifactCache:
     return ArtifactCache(tmp_path_factory.mktemp("ort-cache"))
 
 
-def _run(bundle, cache, config: DeploymentConfig):  # type: ignore[no-untyped-def]
-    artifact, _ = deploy.convert(bundle, config, cache)
-    runner = OnnxRuntimeRunner(artifact.path, artifact.io, 1, config.backends)
-    runner.load()
-    outputs = run_all(runner, bundle.dataset.evaluation.inputs)
-    return artifact, evaluate(outputs, deploy.reference_outputs(bundle), bundle.dataset.evaluation.labels)
+@pytest.fixture(scope="module")
+def reference(digits) -> np.ndarray:  # type: ignore[no-untyped-def]
+    return deploy.reference_outputs(digits)
 
 
 @pytest.fixture(scope="module")
-def fp32(digits, shared_cache):  # type: ignore[no-untyped-def]
-    return _run(digits, shared_cache, DeploymentConfig("onnxruntime"))
+def measured(digits, ort_cache, reference) -> Callable[[DeploymentConfig], DeploymentResult]:  # type: ignore[no-untyped-def]
+    """Convert through the cache and measure in a child process, once per config in this module."""
+    done: dict[str, DeploymentResult] = {}
+
+    def get(config: DeploymentConfig) -> DeploymentResult:
+        if config.digest() not in done:
+            artifact, hit = deploy.convert(digits, config, ort_cache)
+            done[config.digest()] = deploy.measure(digits, artifact, SETTINGS, cache_hit=hit, reference=reference)
+        return done[config.digest()]
+
+    return get
 
 
-def test_fp32_export_matches_eager_and_runs_on_cpu(fp32) -> None:  # type: ignore[no-untyped-def]
-    artifact, ev = fp32
-    assert artifact.path.suffix == ".onnx"
-    assert ev.fidelity.max_abs_err < 1e-3 and ev.accuracy >= 0.95
-    assert set(artifact.partitions.nodes_by_backend) == {"cpu"}
+def _graph(artifact: Artifact) -> onnx.GraphProto:
+    return onnx.load(str(artifact.path)).graph
 
 
-def test_an_unavailable_provider_falls_through_and_is_reported(digits, shared_cache) -> None:  # type: ignore[no-untyped-def]
+def _ops(artifact: Artifact) -> set[str]:
+    return {n.op_type for n in _graph(artifact).node}
+
+
+def _weight_dtypes(artifact: Artifact) -> set[str]:
+    """Element types of the Conv and Gemm weights (the initializers of rank 2 and more)."""
+    return {str(numpy_helper.to_array(i).dtype) for i in _graph(artifact).initializer if len(i.dims) >= 2}
+
+
+@pytest.mark.parametrize(
+    ("mode", "ops", "weights"),
+    [
+        ("fp32", {"Conv", "Gemm"}, {"float32"}),
+        ("fp16", {"Conv", "Cast"}, {"float16"}),
+        ("dynamic_int8", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}, {"int8"}),
+        ("static_int8", {"QuantizeLinear", "DequantizeLinear"}, {"int8"}),
+    ],
+)
+def test_each_mode_converts_runs_and_keeps_accuracy(  # type: ignore[no-untyped-def]
+    digits, measured, mode: str, ops: set[str], weights: set[str]
+) -> None:
+    fp32 = measured(_config())
+    result = measured(_config(mode))
+    artifact, timing, ev = result.artifact, result.timing, result.evaluation
+
+    assert sorted(p.name for p in artifact.path.parent.iterdir() if p.suffix == ".onnx") == ["model.onnx"]
+    assert ops <= _ops(artifact)
+    assert _weight_dtypes(artifact) == weights
+    io_types = {v.type.tensor_type.elem_type for v in (*_graph(artifact).input, *_graph(artifact).output)}
+    assert io_types == {onnx.TensorProto.FLOAT} and artifact.io == IOSpec()  # float in and out
+
+    assert timing.latency.count == SETTINGS.iters and 0 < timing.latency.p50 < 100 and timing.threads == 1
+    assert ev.samples == len(digits.dataset.evaluation.labels) and ev.accuracy is not None and ev.accuracy >= 0.95
+    assert ev.accuracy >= fp32.evaluation.accuracy - 0.01  # type: ignore[operator]
+    if mode == "fp32":
+        assert ev.fidelity.max_abs_err < 1e-4 and ev.fidelity.top1_agreement == 1.0
+    else:
+        assert artifact.size_bytes < 0.75 * fp32.artifact.size_bytes
+        assert 20 < ev.fidelity.sqnr_db < 100  # quantization error is there, and small
+
+    report = artifact.partitions
+    assert set(report.nodes_by_backend) == {"cpu"} and report.nodes_by_backend["cpu"] > 0
+    assert report.partitions == () and report.fallback_ops == {} and report.notes == ()
+
+
+def test_static_per_channel_within_one_point_of_fp32(measured) -> None:  # type: ignore[no-untyped-def]
+    fp32 = measured(_config()).evaluation
+    int8 = measured(_config("static_int8", granularity=Granularity.PER_CHANNEL)).evaluation
+    assert abs(int8.accuracy - fp32.accuracy) <= 0.01  # type: ignore[operator]
+    assert int8.fidelity.top1_agreement >= 0.98
+
+
+def test_full_interface_takes_uint8_and_matches_core(measured) -> None:  # type: ignore[no-untyped-def]
+    core = measured(_config("static_int8"))
+    full = measured(_config("static_int8", interface=Interface.FULL))
+    io = full.artifact.io
+    assert (io.input_dtype, io.output_dtype) == ("uint8", "uint8")
+    assert io.input_scale and io.input_scale > 0 and io.output_scale and io.output_scale > 0
+    assert io.input_zero_point is not None and 0 <= io.input_zero_point <= 255
+    graph = _graph(full.artifact)
+    assert graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    assert graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    assert not any(n.op_type == "QuantizeLinear" and graph.input[0].name in n.input for n in graph.node)
+    assert full.evaluation.accuracy == core.evaluation.accuracy
+    assert abs(full.evaluation.fidelity.sqnr_db - core.evaluation.fidelity.sqnr_db) < 0.5
+
+
+def test_full_interface_outputs_equal_core_outputs(digits, measured) -> None:  # type: ignore[no-untyped-def]
+    """Quantizing outside the model (IOSpec) is what the removed QuantizeLinear did inside."""
+    outs = []
+    for interface in (Interface.CORE, Interface.FULL):
+        artifact = measured(_config("static_int8", interface=interface)).artifact
+        runner = OnnxRuntimeRunner(artifact.path, artifact.io, 1, artifact.config.backends)
+        runner.load()
+        outs.append(run_all(runner, digits.dataset.evaluation.inputs[:64]))
+    assert np.abs(outs[0] - outs[1]).max() <= 1e-5
+
+
+def test_unavailable_provider_is_noted_and_its_nodes_fall_back_to_cpu(measured) -> None:  # type: ignore[no-untyped-def]
     assert providers_for(("xnnpack", "cpu")) == (["CPUExecutionProvider"], ["xnnpack"])
-    artifact, _ = _run(digits, shared_cache, DeploymentConfig("onnxruntime", ("xnnpack", "cpu")))
-    assert artifact.partitions.notes and "xnnpack" in artifact.partitions.notes[0]
-    assert set(artifact.partitions.nodes_by_backend) == {"cpu"}
-    assert artifact.partitions.fallback_ops  # every node fell back to cpu, by op type
+    on_cpu = measured(_config()).artifact.partitions
+    result = measured(_config(backends=("xnnpack", "cpu")))
+    report = result.artifact.partitions
+    assert report.backends == ("xnnpack", "cpu")
+    assert report.nodes_by_backend == on_cpu.nodes_by_backend  # nothing went anywhere else
+    assert sum(report.fallback_ops.values()) == report.nodes_by_backend["cpu"]
+    assert report.fallback_ops["Conv"] == 7  # digits: stem + three depthwise-separable blocks
+    assert report.partitions == ()
+    assert len(report.notes) == 1 and report.notes[0].startswith("xnnpack: XnnpackExecutionProvider is not available")
+    assert result.evaluation.accuracy == measured(_config()).evaluation.accuracy
 
 
-@pytest.mark.parametrize("granularity", [Granularity.PER_TENSOR, Granularity.PER_CHANNEL])
-@pytest.mark.parametrize("calibration", [Calibration.MINMAX, Calibration.ENTROPY, Calibration.PERCENTILE])
-def test_static_qdq_within_one_point(digits, shared_cache, fp32, granularity, calibration) -> None:  # type: ignore[no-untyped-def]
-    config = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", granularity, calibration))
-    artifact, ev = _run(digits, shared_cache, config)
-    assert ev.accuracy >= fp32[1].accuracy - 0.01
-    assert 20 < ev.fidelity.sqnr_db < 80
-    assert artifact.size_bytes < fp32[0].size_bytes
+def test_granularity_changes_the_weight_scales(digits, ort_cache) -> None:  # type: ignore[no-untyped-def]
+    scales = {}
+    for granularity in (Granularity.PER_TENSOR, Granularity.PER_CHANNEL):
+        artifact, _ = deploy.convert(digits, _config("static_int8", granularity=granularity), ort_cache)
+        graph = _graph(artifact)
+        inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        # The DequantizeLinear of each int8 weight: its scale has one entry per output channel or one in all.
+        scales[granularity] = [
+            inits[n.input[1]].size
+            for n in graph.node
+            if n.op_type == "DequantizeLinear" and n.input[0] in inits and inits[n.input[0]].dtype == np.int8
+        ]
+        assert len(scales[granularity]) == 8  # 7 Conv + 1 Gemm
+    assert set(scales[Granularity.PER_TENSOR]) == {1}
+    assert sorted(scales[Granularity.PER_CHANNEL]) == [10, 16, 16, 32, 32, 64, 64, 128]  # output channels
 
 
-def test_full_interface_takes_uint8(digits, shared_cache) -> None:  # type: ignore[no-untyped-def]
-    _, core = _run(digits, shared_cache, DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8")))
-    artifact, full = _run(
-        digits,
-        shared_cache,
-        DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", interface=Interface.FULL)),
-    )
-    assert artifact.io.input_dtype == "uint8" and artifact.io.output_dtype == "uint8"
-    assert artifact.io.input_scale and artifact.io.output_scale
-    assert abs(full.accuracy - core.accuracy) <= 0.005
+@pytest.mark.parametrize("calibration", [Calibration.ENTROPY, Calibration.PERCENTILE])
+def test_calibration_method_narrows_activation_ranges(measured, calibration: Calibration) -> None:  # type: ignore[no-untyped-def]
+    """Entropy and percentile clip the calibrated range inside min/max: smaller scales,
+    at least somewhere (ORT's entropy defaults alone would reproduce min/max exactly)."""
+
+    def activation_scales(artifact: Artifact) -> dict[str, float]:
+        graph = _graph(artifact)
+        inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        return {n.input[1]: float(inits[n.input[1]]) for n in graph.node if n.op_type == "QuantizeLinear"}
+
+    minmax = activation_scales(measured(_config("static_int8")).artifact)
+    result = measured(_config("static_int8", calibration=calibration))
+    other = activation_scales(result.artifact)
+    assert other.keys() == minmax.keys()
+    assert all(other[k] <= minmax[k] * (1 + 1e-6) for k in minmax)
+    assert any(other[k] < minmax[k] * 0.95 for k in minmax)
+    assert result.evaluation.accuracy >= measured(_config()).evaluation.accuracy - 0.01
 
 
-@pytest.mark.parametrize("mode", ["fp16", "dynamic_int8"])
-def test_fp16_and_dynamic(digits, shared_cache, fp32, mode: str) -> None:  # type: ignore[no-untyped-def]
-    _, ev = _run(digits, shared_cache, DeploymentConfig("onnxruntime", quant=QuantConfig(mode)))
-    assert ev.accuracy >= fp32[1].accuracy - 0.01
-
-
-def test_group_norm_model_quantizes(digits_gn, shared_cache) -> None:  # type: ignore[no-untyped-def]
+def test_group_norm_model_quantizes(digits_gn, ort_cache) -> None:  # type: ignore[no-untyped-def]
     """GroupNorm exports as InstanceNormalization, whose per-channel parameters ORT's QDQ
     quantizer cannot share ("shared mode is not supported for weight"): found by the quickstart."""
-    _, ev = _run(digits_gn, shared_cache, DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8")))
-    assert ev.accuracy >= 0.95
+    artifact, _ = deploy.convert(digits_gn, _config("static_int8"), ort_cache)
+    runner = OnnxRuntimeRunner(artifact.path, artifact.io, 1, artifact.config.backends)
+    runner.load()
+    outputs = run_all(runner, digits_gn.dataset.evaluation.inputs)
+    assert (outputs.argmax(1) == digits_gn.dataset.evaluation.labels).mean() >= 0.95
+    assert "InstanceNormalization" in _ops(artifact)
+
+
+def test_runner_applies_threads_and_reports_an_unloadable_model(measured, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    artifact = measured(_config()).artifact
+    runner = OnnxRuntimeRunner(artifact.path, artifact.io, 2, ("cpu",))
+    runner.load()
+    assert runner._session.get_session_options().intra_op_num_threads == 2
+    assert runner._session.get_providers() == ["CPUExecutionProvider"]
+
+    broken = tmp_path / "model.onnx"
+    broken.write_bytes(b"not a protobuf")
+    with pytest.raises(BenchmarkError, match=r"cannot load model\.onnx: InvalidProtobuf"):
+        OnnxRuntimeRunner(broken, IOSpec(), 1, ("cpu",)).load()
+
+
+def test_runner_module_does_not_import_torch() -> None:
+    """Boards run this module with onnxruntime and numpy only."""
+    code = "import sys, nnsweep.bench.runners.onnxruntime; sys.exit(int('torch' in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

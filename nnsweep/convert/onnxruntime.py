@@ -1,8 +1,8 @@
 """ONNX Runtime: ``torch.onnx.export`` -> ``onnxruntime.quantization`` -> providers in preference order.
 
-Which provider runs each node is read from a real session's profile (the
-profiler records the provider of every node it runs), so the partition report
-shows the placement ONNX Runtime chose, not a guess.
+Which provider runs each node is read from a real session's profile (the profiler
+records the provider of every node it runs), so the partition report shows the
+placement ONNX Runtime chose on the converting machine, not a guess.
 """
 
 from __future__ import annotations
@@ -12,24 +12,26 @@ import copy
 import io
 import json
 import tempfile
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+from onnx import numpy_helper
+from onnx.external_data_helper import uses_external_data
 from onnxruntime.quantization import (
     CalibrationDataReader,
     CalibrationMethod,
     QuantFormat,
     QuantType,
+    create_calibrator,
     quant_pre_process,
     quantize_dynamic,
     quantize_static,
+    save_tensors_data,
 )
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
@@ -42,24 +44,51 @@ from nnsweep.models import ModelBundle
 
 __all__ = ["OnnxRuntimeConverter"]
 
+# torch 2.14 exports opset 18 with dynamo=True and onnxruntime 1.32 runs it (checked on digits).
 _OPSET = 18
-_NAMES = {provider: name for name, provider in PROVIDERS.items()}
+_FILENAME = "model.onnx"
+_BACKEND_OF = {provider: name for name, provider in PROVIDERS.items()}
+# Calibrator and its settings per method. quantize_static does not pass num_bins on to
+# the entropy calibrator, whose default of 128 bins over 128 quantized bins leaves its KL
+# search one candidate, the min/max range: entropy would silently equal minmax (ORT 1.32).
+# 512 bins search thresholds in steps of 1/256 of the largest value; ORT's search is pure
+# Python and quadratic in the bins (2048, TensorRT's figure, took 0.45 s per tensor here,
+# 512 took 0.07 s, with the same accuracy on digits).
+_CALIBRATORS: dict[Calibration, tuple[CalibrationMethod, dict[str, object]]] = {
+    Calibration.MINMAX: (CalibrationMethod.MinMax, {}),
+    Calibration.ENTROPY: (CalibrationMethod.Entropy, {"num_bins": 512, "num_quantized_bins": 128}),
+    Calibration.PERCENTILE: (CalibrationMethod.Percentile, {}),  # 99.999th percentile of |x|, 2048 bins
+}
+# ORT's default static op list minus InstanceNormalization: the QDQ quantizer cannot share
+# its per-channel scale and bias ("shared mode is not supported for weight"), and GroupNorm
+# exports as it, so it stays float between a DequantizeLinear and a QuantizeLinear.
+_STATIC_OPS = sorted((set(QLinearOpsRegistry) | set(QDQRegistry)) - {"InstanceNormalization"})
 
 
 def _export(bundle: ModelBundle, path: Path) -> None:
-    model = copy.deepcopy(bundle.module).eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporter narrates its own progress as warnings
-        program = torch.onnx.export(
-            model, (bundle.example_input,), dynamo=True, opset_version=_OPSET, external_data=False, verbose=False
-        )
-    if program is None:
-        raise ConversionError("torch.onnx.export returned no program")
+    """The float model as one self-contained ONNX file (batch 1, as the example input)."""
+    model = copy.deepcopy(bundle.module).eval()  # export must not touch the bundle's module
+    program = torch.onnx.export(
+        model, (bundle.example_input,), dynamo=True, opset_version=_OPSET, external_data=False, verbose=False
+    )
+    if program is None:  # only when given a file name, which we do not
+        raise ConversionError("torch.onnx.export returned no ONNXProgram")
     program.save(str(path), external_data=False)
 
 
+def _check_self_contained(path: Path) -> None:
+    model = onnx.load(str(path), load_external_data=False)
+    external = [t.name for t in model.graph.initializer if uses_external_data(t)]
+    if external:
+        raise ConversionError(f"{path.name} keeps {len(external)} weights outside the file (first: {external[0]})")
+
+
+def _input_name(path: Path) -> str:
+    return onnx.load(str(path), load_external_data=False).graph.input[0].name
+
+
 class _Reader(CalibrationDataReader):  # type: ignore[misc]
-    """Calibration samples for ``quantize_static``."""
+    """Feeds the calibration samples to ``quantize_static``, one batch-1 input at a time."""
 
     def __init__(self, name: str, samples: Iterator[torch.Tensor]) -> None:
         self._items = iter([{name: s.numpy()} for s in samples])
@@ -71,78 +100,113 @@ class _Reader(CalibrationDataReader):  # type: ignore[misc]
 def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfig) -> None:
     per_channel = quant.granularity is Granularity.PER_CHANNEL
     with tempfile.TemporaryDirectory() as tmp:
+        # Shape inference and ORT's basic graph optimisations first, as ORT recommends:
+        # the quantizer only quantizes tensors whose shapes it knows. Symbolic shape
+        # inference is for dynamic (transformer) shapes; ours are all static.
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         if quant.mode is QuantMode.DYNAMIC_INT8:
+            # Weights int8 (per channel or per tensor); activations quantized to uint8 at
+            # run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger.
             quantize_dynamic(str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
             return
-        method = {
-            Calibration.MINMAX: CalibrationMethod.MinMax,
-            Calibration.ENTROPY: CalibrationMethod.Entropy,
-            Calibration.PERCENTILE: CalibrationMethod.Percentile,
-        }[quant.calibration or Calibration.MINMAX]
-        name = ort.InferenceSession(str(prepared), providers=["CPUExecutionProvider"]).get_inputs()[0].name
-        reader = _Reader(name, calibration_samples(bundle, quant))
-        # ORT's default op list, minus InstanceNormalization: its per-channel scale and
-        # bias hit "shared mode is not supported for weight" (GroupNorm exports as it),
-        # so it stays float between dequantize/quantize.
-        ops = sorted((set(QLinearOpsRegistry) | set(QDQRegistry)) - {"InstanceNormalization"})
-        # QDQ with uint8 activations and int8 weights: the combination ORT's x86 and Arm
-        # int8 kernels are fastest at (signed weights, unsigned activations: u8s8).
-        # The entropy and percentile calibrators print their progress; keep stdout for our output.
+        method, options = _CALIBRATORS[quant.calibration or Calibration.MINMAX]
+        ranges = Path(tmp) / "ranges.json"
+        # The entropy and percentile calibrators print progress to stdout, which belongs to
+        # the CLI (``--json``): capture it.
         with contextlib.redirect_stdout(io.StringIO()):
-            quantize_static(
-                str(prepared),
-                str(target),
-                reader,
-                quant_format=QuantFormat.QDQ,
-                per_channel=per_channel,
-                activation_type=QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
+            calibrator = create_calibrator(
+                prepared,
+                _STATIC_OPS,
+                augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                 calibrate_method=method,
-                op_types_to_quantize=ops,
+                extra_options=options,
             )
+            calibrator.collect_data(_Reader(_input_name(prepared), calibration_samples(bundle, quant)))
+            save_tensors_data(calibrator.compute_data(), ranges)
+        # uint8 activations (asymmetric) and int8 weights, full range: ORT's documented choice
+        # for x86 with VNNI (this machine has avx512_vnni), and its Arm CPU kernels run it too.
+        # Symmetric int8 activations gave the same outputs and latency on digits here (ORT's
+        # x86 kernels run u8s8). On x86 without VNNI ORT advises reduce_range=True against
+        # int16 saturation; the config does not name the target's ISA, so the fidelity gate
+        # has to catch that case.
+        quantize_static(
+            str(prepared),
+            str(target),
+            None,  # the ranges come from the calibration above
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=method,
+            calibration_cache_path=ranges,
+            op_types_to_quantize=_STATIC_OPS,
+        )
 
 
 def _to_fp16(source: Path, target: Path) -> None:
+    # Imported here: onnxruntime.transformers is a large subpackage only fp16 needs.
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    # keep_io_types: the model still takes and returns float32 (Casts at its edges).
     model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
     onnx.save(model, str(target))
 
 
-def _strip_io_quantization(path: Path) -> IOSpec:
-    """Make a QDQ model take and return its quantized tensors (the ``full`` interface)."""
-    from onnx import numpy_helper
+def _qparams(node: onnx.NodeProto, inits: dict[str, np.ndarray]) -> tuple[float, np.ndarray]:
+    """The scalar scale and zero point of a Quantize/DequantizeLinear node."""
+    scale = inits.get(node.input[1])
+    # ONNX: a missing zero point means 0 of type uint8.
+    zero_point = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+    if scale is None or zero_point is None or scale.size != 1 or zero_point.size != 1:
+        raise ConversionError(
+            f"{node.op_type} {node.name!r} has no constant per-tensor scale/zero point: use interface core"
+        )
+    return float(scale.reshape(())), zero_point.reshape(())
 
+
+def _strip_io_quantization(path: Path) -> IOSpec:
+    """Make a QDQ model take and return its quantized tensors (the ``full`` interface).
+
+    Removes the QuantizeLinear that reads the graph input and the DequantizeLinear that
+    writes the graph output; the caller quantizes and dequantizes with their parameters.
+    """
     model = onnx.load(str(path))
     graph = model.graph
-    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    if len(graph.input) != 1 or len(graph.output) != 1:
+        raise ConversionError("the full interface needs a model with one input and one output: use interface core")
     graph_in, graph_out = graph.input[0], graph.output[0]
-    first_q = [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == graph_in.name]
-    last_dq = [n for n in graph.node if n.op_type == "DequantizeLinear" and n.output[0] == graph_out.name]
-    if len(first_q) != 1 or len(last_dq) != 1:
-        raise ConversionError("the model's input/output are not a single Quantize/DequantizeLinear: use interface core")
-    q, dq = first_q[0], last_dq[0]
-    in_scale, in_zp = float(inits[q.input[1]]), inits[q.input[2]]
-    out_scale, out_zp = float(inits[dq.input[1]]), inits[dq.input[2]]
-    for node in graph.node:  # consumers of the quantized input now read the graph input
-        for i, name in enumerate(node.input):
-            if name == q.output[0]:
-                node.input[i] = graph_in.name
-    quantized_out = dq.input[0]
+    readers = [n for n in graph.node if graph_in.name in n.input]
+    writers = [n for n in graph.node if graph_out.name in n.output]
+    if len(readers) != 1 or readers[0].op_type != "QuantizeLinear":
+        raise ConversionError("the model input does not go through one QuantizeLinear alone: use interface core")
+    if len(writers) != 1 or writers[0].op_type != "DequantizeLinear":
+        raise ConversionError("the model output does not come from a DequantizeLinear: use interface core")
+    q, dq = readers[0], writers[0]
+    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    in_scale, in_zp = _qparams(q, inits)
+    out_scale, out_zp = _qparams(dq, inits)
+
+    quantized_in, quantized_out = q.output[0], dq.input[0]
     graph.node.remove(q)
     graph.node.remove(dq)
     for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == quantized_in:
+                node.input[i] = graph_in.name
+            elif name == quantized_out:
+                node.input[i] = graph_out.name
         for i, name in enumerate(node.output):
             if name == quantized_out:
                 node.output[i] = graph_out.name
-        for i, name in enumerate(node.input):
-            if name == quantized_out:
-                node.input[i] = graph_out.name
-    elem = onnx.helper.np_dtype_to_tensor_dtype(in_zp.dtype)
-    graph_in.type.tensor_type.elem_type = elem
+    graph_in.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(in_zp.dtype)
     graph_out.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(out_zp.dtype)
+    stale = [v for v in graph.value_info if v.name in (quantized_in, quantized_out)]
+    for value in stale:
+        graph.value_info.remove(value)
+    used = {name for node in graph.node for name in node.input}
+    for init in [i for i in graph.initializer if i.name not in used]:
+        graph.initializer.remove(init)  # the removed nodes' scales and zero points
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return IOSpec(
@@ -155,10 +219,14 @@ def _strip_io_quantization(path: Path) -> IOSpec:
     )
 
 
-def _placement(path: Path, spec: IOSpec, bundle: ModelBundle, order: tuple[str, ...], threads: int) -> PartitionReport:
-    """Run the model once with profiling and read which provider ran each node."""
+def _placement(path: Path, spec: IOSpec, bundle: ModelBundle, order: tuple[str, ...]) -> PartitionReport:
+    """Run the model once with profiling and read which provider ran each node.
+
+    The nodes counted are those ONNX Runtime executes after its graph optimisations
+    (fused operators, layout transposes and reorders included), on this machine.
+    """
     providers, skipped = providers_for(order)
-    options = session_options(threads)
+    options = session_options(1)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "profile")
@@ -166,43 +234,78 @@ def _placement(path: Path, spec: IOSpec, bundle: ModelBundle, order: tuple[str, 
         x = spec.prepare_input(bundle.example_input.numpy())
         session.run(None, {session.get_inputs()[0].name: x})
         events = json.loads(Path(session.end_profiling()).read_text())
-    by_provider: Counter[str] = Counter()
+    nodes: Counter[str] = Counter()
     ops: dict[str, Counter[str]] = {}
     sequence: list[str] = []
     for event in events:
         args = event.get("args", {})
+        # One "<node>_kernel_time" event per node run; fence events carry no provider.
         if event.get("cat") != "Node" or "provider" not in args or not event["name"].endswith("_kernel_time"):
             continue
-        backend = _NAMES.get(args["provider"], args["provider"])
-        by_provider[backend] += 1
+        backend = _BACKEND_OF.get(args["provider"], args["provider"])
+        nodes[backend] += 1
         ops.setdefault(backend, Counter())[args.get("op_name", "?")] += 1
         sequence.append(backend)
-    notes = [f"{name}: provider not available on this machine; its nodes fall through" for name in skipped]
-    # Nodes on the CPU provider fell back when the order asked for another provider first.
+    if not nodes:
+        raise ConversionError("the ONNX Runtime profile recorded no nodes; cannot report their placement")
+
+    notes = []
+    for name in skipped:
+        later = [b for b in order[order.index(name) + 1 :] if b not in skipped]
+        notes.append(
+            f"{name}: {PROVIDERS[name]} is not available on the machine that converted this model; "
+            f"its nodes fall through to {later[0] if later else 'cpu'}"
+        )
+    # CPU nodes fell back when the order asked for another provider first.
     fallback = dict(ops.get("cpu", {})) if order and order[0] != "cpu" else {}
-    placements: list[list[Any]] = []  # runs of consecutive nodes on one non-CPU provider
+    # A non-CPU provider's runs of consecutive nodes in execution order: the groups it took.
+    runs: list[Placement] = []
     previous = None
     for backend in sequence:
-        if backend != "cpu" and backend == previous:
-            placements[-1][1] += 1
-        elif backend != "cpu":
-            placements.append([backend, 1])
+        if backend != "cpu":
+            if backend == previous:
+                runs[-1] = Placement(backend, runs[-1].nodes + 1)
+            else:
+                runs.append(Placement(backend, 1))
         previous = backend
+    placements = sorted(runs, key=lambda p: -p.nodes)
     return PartitionReport(
         backends=order,
-        nodes_by_backend=dict(by_provider),
-        partitions=tuple(sorted((Placement(b, n) for b, n in placements), key=lambda p: -p.nodes)),
+        nodes_by_backend=dict(nodes),
+        partitions=tuple(placements),
         fallback_ops=fallback,
         notes=tuple(notes),
     )
 
 
 class OnnxRuntimeConverter(Converter):
-    """Export to ONNX, quantize with ``onnxruntime.quantization``, report provider placement."""
+    """Export to ONNX, quantize with ``onnxruntime.quantization``, report provider placement.
+
+    Every mode starts from ``torch.onnx.export(dynamo=True)`` (opset 18, batch 1, weights
+    inside the file). Then:
+
+    - ``fp32``: the exported model.
+    - ``fp16``: weights and activations float16 (``convert_float_to_float16``), float32
+      inputs and outputs through Casts at the edges.
+    - ``dynamic_int8``: int8 weights (per channel or per tensor), uint8 activations
+      quantized at run time (``quantize_dynamic``: ConvInteger, MatMulInteger).
+    - ``static_int8``: QDQ format with uint8 activations calibrated on the calibration
+      split (minmax, entropy or percentile) and int8 weights (``quantize_static``).
+      Interface ``full`` removes the input QuantizeLinear and output DequantizeLinear:
+      the model takes and returns uint8, and :class:`IOSpec` carries their scales.
+
+    The backend order becomes the session's providers list; the partition report
+    comes from profiling one run with the providers this machine has.
+    """
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+        """Write ``model.onnx`` for ``config`` into ``out_dir`` and describe it.
+
+        Raises:
+            ConversionError: the model cannot be deployed this way; the message says why.
+        """
         quant = config.quant
-        path = out_dir / "model.onnx"
+        path = out_dir / _FILENAME
         with tempfile.TemporaryDirectory() as tmp:
             exported = Path(tmp) / "exported.onnx"
             _export(bundle, exported)
@@ -212,6 +315,7 @@ class OnnxRuntimeConverter(Converter):
                 _quantize(exported, path, bundle, quant)
             else:
                 path.write_bytes(exported.read_bytes())
+        _check_self_contained(path)
         spec = _strip_io_quantization(path) if quant.interface is Interface.FULL else IOSpec()
-        report = _placement(path, spec, bundle, config.backends, config.threads)
+        report = _placement(path, spec, bundle, config.backends)
         return ConversionResult(filename=path.name, partitions=report, io=spec)
