@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,8 @@ class Artifact:
         sha256: artifact file checksum.
         convert_s: how long the conversion took.
         toolchain: the versions it was built with.
+        sidecars: name -> (file, sha256) of extra files that travel with the artifact.
+        estimates: compiler estimates for the target (see ConversionResult).
     """
 
     key: str
@@ -89,6 +91,8 @@ class Artifact:
     sha256: str
     convert_s: float
     toolchain: dict[str, str]
+    sidecars: dict[str, tuple[Path, str]] = field(default_factory=dict)
+    estimates: dict[str, float] = field(default_factory=dict)
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -101,6 +105,8 @@ class Artifact:
             "sha256": self.sha256,
             "convert_s": self.convert_s,
             "toolchain": self.toolchain,
+            "sidecars": {name: [path.name, sha] for name, (path, sha) in self.sidecars.items()},
+            "estimates": dict(self.estimates),
         }
 
     @classmethod
@@ -115,6 +121,8 @@ class Artifact:
             sha256=meta["sha256"],
             convert_s=float(meta["convert_s"]),
             toolchain=dict(meta["toolchain"]),
+            sidecars={name: (directory / file, sha) for name, (file, sha) in meta.get("sidecars", {}).items()},
+            estimates={k: float(v) for k, v in meta.get("estimates", {}).items()},
         )
 
 
@@ -157,6 +165,9 @@ class ArtifactCache:
             raise CacheCorrupted(f"{artifact.path.name} is missing")
         if artifact.path.stat().st_size != artifact.size_bytes or _file_sha256(artifact.path) != artifact.sha256:
             raise CacheCorrupted(f"{artifact.path.name} does not match its checksum")
+        for path, sha in artifact.sidecars.values():
+            if not path.is_file() or _file_sha256(path) != sha:
+                raise CacheCorrupted(f"{path.name} is missing or does not match its checksum")
         return artifact
 
     def get_or_build(
@@ -192,6 +203,8 @@ class ArtifactCache:
                 sha256=_file_sha256(path),
                 convert_s=elapsed,
                 toolchain=toolchain,
+                sidecars={name: (staging / f, _file_sha256(staging / f)) for name, f in result.sidecars.items()},
+                estimates=dict(result.estimates),
             )
             (staging / _META).write_text(json.dumps(artifact.meta(), indent=1, sort_keys=True))
             entry = self._entry(key)

@@ -366,11 +366,12 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
 
-    from nnsweep.agents import bridge_transport
+    from nnsweep.agents import VelaEstimateTransport, bridge_transport
     from nnsweep.execution import Executor, LocalExecutor
     from nnsweep.sweep import Sweep
 
-    transports = {name: bridge_transport(bridge) for name, bridge in spec.bridges.items()}
+    transports: dict[str, Any] = {name: bridge_transport(bridge) for name, bridge in spec.bridges.items()}
+    transports.update({name: VelaEstimateTransport(target) for name, target in spec.npus.items()})
     executor: Executor
     if args.executor == "local":
         if args.address:
@@ -389,6 +390,8 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update)
     try:
         results = sweep.run()
+    except SpecError as exc:  # found only once the devices are known (e.g. a device offers none of the runtimes)
+        return _usage_error(exc, _SPEC_OPTIONS)
     except KeyboardInterrupt:
         display.close()
         sys.stderr.write("nnsweep run: interrupted; run the same command again to continue\n")

@@ -7,6 +7,7 @@ on a host, measurement on the device's agent).
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,13 +43,18 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
         except ImportError as exc:
             raise ConversionError(f"the {config.runtime} converter cannot be loaded here: {exc}") from exc
         try:
-            return converter.convert(bundle, config, out_dir)
+            # torch.export and FX tracing keep process-global state: one conversion at a time per process.
+            with _CONVERT_LOCK:
+                return converter.convert(bundle, config, out_dir)
         except TrialError:
             raise
         except Exception as exc:  # toolchain code: whatever it raises fails this conversion only
             raise ConversionError(f"{config.runtime} conversion failed: {type(exc).__name__}: {exc}") from exc
 
     return cache.get_or_build(key, config, toolchain, build)
+
+
+_CONVERT_LOCK = threading.Lock()
 
 
 @functools.lru_cache(maxsize=32)

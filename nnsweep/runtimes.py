@@ -21,7 +21,7 @@ from nnsweep.errors import SpecError
 if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
 
-__all__ = ["RuntimeInfo", "get", "load_object", "names"]
+__all__ = ["ETHOS_U_TARGETS", "RuntimeInfo", "get", "load_object", "names"]
 
 _ALL_GRANULARITIES = frozenset(Granularity)
 
@@ -82,7 +82,7 @@ class RuntimeInfo:
         if q.mode not in modes:
             reason = self.unsupported.get(q.mode, "not implemented for this runtime")
             if modes is not self.modes:
-                reason = f"{config.backends[0]} takes the whole model and does not do it"
+                reason = f"not with {config.backends[0]} first in the order"
             allowed = ", ".join(m.value for m in modes)
             raise SpecError("quant.mode", f"{who} cannot do {q.mode.value}: {reason} (allowed: {allowed})")
         if q.granularity is not None and q.granularity not in modes[q.mode]:
@@ -131,10 +131,27 @@ class RuntimeInfo:
 _I8 = frozenset({Granularity.PER_CHANNEL, Granularity.PER_TENSOR})
 _NONE: frozenset[Granularity] = frozenset()
 
+# Arm Ethos-U NPU configurations ExecuTorch's Arm backend compiles for (with Vela).
+ETHOS_U_TARGETS = (
+    "ethos-u55-32",
+    "ethos-u55-64",
+    "ethos-u55-128",
+    "ethos-u55-256",
+    "ethos-u65-256",
+    "ethos-u65-512",
+    "ethos-u85-128",
+    "ethos-u85-256",
+    "ethos-u85-512",
+    "ethos-u85-1024",
+    "ethos-u85-2048",
+)
+# An Ethos-U NPU runs integer graphs only: fp32, fp16 and dynamic int8 are not in its space.
+_ETHOS_MODES = {QuantMode.STATIC_INT8: _I8, QuantMode.QAT_INT8: _I8}
+
 _BUILTIN: dict[str, RuntimeInfo] = {
     "executorch": RuntimeInfo(
         name="executorch",
-        backends=("xnnpack", "portable"),
+        backends=("xnnpack", *ETHOS_U_TARGETS, "portable"),
         fallback="portable",
         modes={
             QuantMode.FP32: _NONE,
@@ -149,8 +166,10 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         delegates=True,
         converter="nnsweep.convert.executorch:ExecuTorchConverter",
         runner="nnsweep.bench.runners.executorch:ExecuTorchRunner",
-        packages=("executorch", "torch", "torchao"),
+        packages=("executorch", "torch", "torchao", "ethos-u-vela", "tosa-tools"),
         artifact_suffix=".pte",
+        default_backends=("xnnpack", "portable"),
+        whole_model={target: _ETHOS_MODES for target in ETHOS_U_TARGETS},
     ),
     "onnxruntime": RuntimeInfo(
         name="onnxruntime",

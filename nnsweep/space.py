@@ -214,18 +214,33 @@ def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
 
 
 def _order_matches(order: str, config: DeploymentConfig) -> bool:
-    candidate = DeploymentConfig(config.runtime, tuple(order.split(ORDER_SEP)), config.quant, config.partitions, 1)
+    try:
+        candidate = DeploymentConfig(config.runtime, tuple(order.split(ORDER_SEP)), config.quant, config.partitions, 1)
+    except SpecError:
+        return False  # this order cannot run the config's mode at all
     return candidate.backends == config.backends
 
 
 def baseline_configs(space: DeviceSpace) -> list[DeploymentConfig]:
     """What every device measures first: the fp32 baseline (``torch`` eager when it is in
     the space, else the first runtime), then each runtime's default deployment (fp32,
-    its first backend order, no partition limits)."""
+    its first backend order that runs fp32, no partition limits).
+
+    A device that runs no fp32 at all (an NPU) gets its runtimes' first int8
+    deployment instead; the caller marks none of them as the fp32 baseline.
+    """
     threads = space.threads[0]
     order = sorted(space.runtimes, key=lambda r: (r != "torch", space.runtimes.index(r)))
     configs = []
     for rt in order:
-        backends = tuple(space.choices[rt].orders[0].split(ORDER_SEP))
-        configs.append(DeploymentConfig(rt, backends, QuantConfig(QuantMode.FP32), PartitionLimits(), threads))
+        info = runtimes.get(rt)
+        orders = [tuple(o.split(ORDER_SEP)) for o in space.choices[rt].orders]
+        floats = [o for o in orders if QuantMode.FP32 in info.modes_for(o)]
+        if floats:
+            quant = QuantConfig(QuantMode.FP32)
+            backends = floats[0]
+        else:
+            backends = orders[0]
+            quant = QuantConfig(next(m for m in space.choices[rt].modes if m in info.modes_for(backends)))
+        configs.append(DeploymentConfig(rt, backends, quant, PartitionLimits(), threads))
     return configs

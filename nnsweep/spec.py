@@ -146,6 +146,8 @@ class SweepSpec:
         warmup, iters, min_duration_s, timeout_s: measurement settings.
         tracking: MLflow tracking URI and experiment.
         storage: ``journal`` (a file beside the spec's state) or an RDB URL for Optuna.
+        bridges: devices driven over adb/ssh (see :class:`Bridge`).
+        npus: device -> Ethos-U configuration, for estimate-only NPU devices.
         state_dir: where the sweep keeps its Optuna journal and bookkeeping.
     """
 
@@ -166,6 +168,7 @@ class SweepSpec:
     weights: Path | None = None
     input_shape: tuple[int, ...] | None = None
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
+    npus: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
 
 
@@ -236,6 +239,9 @@ def _pydantic_models() -> Any:
         workdir: str | None = None
         repeats: int = Field(default=5, ge=1)
 
+    class NpuIn(_Strict):
+        target: str
+
     class SpecIn(_Strict):
         name: str
         model: str
@@ -252,6 +258,7 @@ def _pydantic_models() -> Any:
         tracking: TrackingIn = Field(default_factory=TrackingIn)
         storage: str = "journal"
         bridges: dict[str, BridgeIn] = Field(default_factory=dict)
+        npus: dict[str, NpuIn] = Field(default_factory=dict)
 
     return SpecIn
 
@@ -394,6 +401,16 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
             workdir=b.workdir,
             repeats=b.repeats,
         )
+    npus: dict[str, str] = {}
+    for name, npu in raw.npus.items():
+        if name not in raw.devices:
+            raise SpecError(f"npus.{name}", f"{name!r} is not in devices ({', '.join(raw.devices)})")
+        if name in bridges:
+            raise SpecError(f"npus.{name}", "is already a bridge device")
+        if npu.target not in runtimes.ETHOS_U_TARGETS:
+            targets = ", ".join(runtimes.ETHOS_U_TARGETS)
+            raise SpecError(f"npus.{name}.target", f"unknown Ethos-U configuration {npu.target!r}; allowed: {targets}")
+        npus[name] = npu.target
     storage = raw.storage
     if storage != "journal" and "://" not in storage:
         raise SpecError("storage", "use 'journal' or a database URL such as sqlite:///optuna.db or postgresql://...")
@@ -427,6 +444,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         weights=(base / raw.weights) if raw.weights else None,
         input_shape=tuple(raw.input_shape) if raw.input_shape else None,
         bridges=bridges,
+        npus=npus,
         source=source,
     )
 

@@ -37,7 +37,7 @@ from nnsweep import runtimes
 from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
 from nnsweep.artifacts import Artifact
 from nnsweep.bench import MeasureSettings
-from nnsweep.config import DeploymentConfig
+from nnsweep.config import DeploymentConfig, QuantMode
 from nnsweep.errors import InfrastructureError, SpecError, TrialError
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.report import best_trial, pareto_front
@@ -274,7 +274,7 @@ class Sweep:
         logged = self.tracker.logged(dev.name)
         if not trials:
             for i, config in enumerate(baseline_configs(dev.space)):
-                role = "baseline" if i == 0 else "default"
+                role = "baseline" if i == 0 and config.quant.mode is QuantMode.FP32 else "default"
                 dev.study.enqueue_trial(params_for(config, dev.space), user_attrs={_ROLE: role})
             return
         for t in trials:
@@ -484,6 +484,8 @@ class Sweep:
             backends=artifact.config.backends,
             inputs=self._bundle.dataset.evaluation.inputs,
             settings=self.settings,
+            sidecars={name: path.read_bytes() for name, (path, _) in artifact.sidecars.items()},
+            estimates=dict(artifact.estimates),
         )
         flight.measuring = self.executor.measure(dev.name, request)
         flight.measure_started = time.monotonic()
@@ -523,7 +525,7 @@ class Sweep:
     def _host_twin(config: DeploymentConfig) -> str:
         whole = runtimes.get(config.runtime).whole_model
         if config.backends[:1] and config.backends[0] in whole:
-            return f"the same model without {config.backends[0]}, on CPU kernels"
+            return f"the same configuration without {config.backends[0]}, on CPU kernels"
         return "the same artifact"
 
     def _handle(self, future: Future[Any]) -> None:
@@ -601,6 +603,8 @@ class Sweep:
             return
         data = result.to_dict()
         metrics = metrics_from_result(data)
+        # A compiler's figures are logged under their own names, never as measurements.
+        metrics.update({f"estimate_{k}": float(v) for k, v in reply.estimates.items()})
         tags = {
             "artifact_sha256": flight.artifact.sha256,
             "cache_hit": str(flight.cache_hit).lower(),

@@ -3,6 +3,7 @@
 from nnsweep.agents._agent import DeviceAgent
 from nnsweep.agents._bridge import AdbTransport, BridgeTransport, SshTransport, bridge_transport
 from nnsweep.agents._capabilities import Capabilities
+from nnsweep.agents._npu import VelaEstimateTransport
 from nnsweep.agents._tools import ToolRun, parse_benchmark_model, parse_speed_benchmark_torch
 from nnsweep.agents._transport import LocalTransport, MeasureReply, MeasureRequest, Transport
 
@@ -17,6 +18,7 @@ __all__ = [
     "SshTransport",
     "ToolRun",
     "Transport",
+    "VelaEstimateTransport",
     "bridge_transport",
     "parse_benchmark_model",
     "parse_speed_benchmark_torch",

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,8 @@ class MeasureRequest:
     backends: tuple[str, ...]
     inputs: np.ndarray
     settings: MeasureSettings
+    sidecars: Mapping[str, bytes] = field(default_factory=dict)
+    estimates: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -49,12 +52,14 @@ class MeasureReply:
             tool only times (the coordinator then evaluates the artifact on the host).
         estimated: the latency is a compiler's estimate, not a measurement.
         source: how the latency was obtained (``local``, ``adb: mean of 40 runs x 5``, ...).
+        estimates: a compiler's estimates for the target (cycles, memory), logged as such.
     """
 
     timing: Timing
     outputs: np.ndarray | None
     estimated: bool = False
     source: str = "local"
+    estimates: Mapping[str, float] = field(default_factory=dict)
 
 
 class Transport(ABC):

@@ -145,11 +145,17 @@ class ConversionResult:
         filename: the artifact file, relative to the output directory.
         partitions: where the ops run.
         io: the deployed model's input/output representation.
+        sidecars: name -> file in the output directory that travels with the artifact
+            (e.g. the integer TOSA graph an NPU compiler consumed, for host evaluation).
+        estimates: figures a compiler estimated for its target (never measurements),
+            e.g. Vela's ``inference_time_ms``, ``cycles_total``, ``sram_kib``.
     """
 
     filename: str
     partitions: PartitionReport
     io: IOSpec = IOSpec()
+    sidecars: Mapping[str, str] = field(default_factory=dict)
+    estimates: Mapping[str, float] = field(default_factory=dict)
 
 
 class Converter(ABC):

@@ -27,6 +27,7 @@ from nnsweep.convert.partition import LimitedPartitioner, report_from_program
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.errors import ConversionError
 from nnsweep.models import ModelBundle
+from nnsweep.runtimes import ETHOS_U_TARGETS
 
 __all__ = ["BACKEND_IDS", "ExecuTorchConverter"]
 
@@ -84,27 +85,32 @@ def _export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> tor
     return torch.export.export(model, (example,), strict=False)
 
 
-def _quantize(bundle: ModelBundle, quant: QuantConfig) -> nn.Module:
-    """PT2E: prepare with ExecuTorch's XNNPACK quantizer, calibrate (or fine-tune), convert."""
+def _quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any = None) -> nn.Module:
+    """PT2E: prepare with ``quantizer`` (default: ExecuTorch's XNNPACK quantizer), calibrate
+    (or fine-tune), convert.
+
+    The exported module is taken without its guard function (``check_guards=False``):
+    backend quantizers (the Arm one) cannot trace through that call_module.
+    """
     from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
     model = copy.deepcopy(bundle.module).eval()
-    quantizer = _quantizer(quant)
+    quantizer = quantizer if quantizer is not None else _quantizer(quant)
     if quant.mode is QuantMode.QAT_INT8:
         # A dynamic batch dimension lets QAT train on real batches; fall back to batch 1.
         try:
-            graph = _export(model, bundle.example_input, dynamic_batch=True).module()
+            graph = _export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
             batch = 32
         except Exception:  # models whose shapes specialise on batch 1
-            graph = _export(model, bundle.example_input, dynamic_batch=False).module()
+            graph = _export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
             batch = 1
         prepared = prepare_qat_pt2e(graph, quantizer)
         move_exported_model_to_train(prepared)
         qat_finetune(prepared, bundle, quant, batch_size=batch)
         move_exported_model_to_eval(prepared)
     else:
-        graph = _export(model, bundle.example_input, dynamic_batch=False).module()
+        graph = _export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
         prepared = prepare_pt2e(graph, quantizer)
         samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
         with torch.no_grad():
@@ -137,6 +143,10 @@ class ExecuTorchConverter(Converter):
     """Lower a model to an ExecuTorch ``.pte`` with the configured delegates."""
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+        if config.backends[0] in ETHOS_U_TARGETS:
+            from nnsweep.convert.ethosu import convert_ethos_u
+
+            return convert_ethos_u(bundle, config, out_dir)
         quant = config.quant
         example = bundle.example_input
         model: nn.Module

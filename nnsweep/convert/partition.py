@@ -35,7 +35,8 @@ class LimitedPartitioner(Partitioner):
     """
 
     def __init__(self, inner: Partitioner, limits: PartitionLimits) -> None:
-        super().__init__(inner.spec)
+        # Some partitioners (the Arm backend's) never call Partitioner.__init__, so have no spec.
+        super().__init__(getattr(inner, "_spec", {}))
         self.inner = inner
         self.limits = limits
         self.dropped: list[int] = []
