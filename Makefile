@@ -11,7 +11,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev,npu]'
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[host,dev]'
 	@touch $(STAMP)
 
 # The main job on the embedded defaults: local Ray, sqlite MLflow, built-in digits model.

@@ -34,7 +34,8 @@ count 1 curr 6036807
 Running benchmark for at least 50 iterations and at least 1 seconds but terminate if exceeding 150 seconds.
 count 361 first 2795 curr 2704 min 2653 max 2849 avg 2693.12 std 21
 Inference timings in us: Init: 3840, First inference: 6036807, Warmup (avg): 6.03681e+06, Inference (avg): 2693.12
-Note: as the benchmark tool itself affects memory footprint, the following is only APPROXIMATE to the actual memory footprint of the model at runtime. Take the information at your discretion.
+Note: as the benchmark tool itself affects memory footprint, the following is only APPROXIMATE to the actual \
+memory footprint of the model at runtime. Take the information at your discretion.
 Peak memory footprint (MB): init 2.75391 overall 29.0273
 """
 
@@ -89,7 +90,8 @@ def test_probe_reads_the_phone_and_pushes_the_tool(phone: Path, tmp_path: Path) 
     assert caps.runtimes == {"torch": ("nnapi", "qnnpack")}
     assert caps.transport == "adb" and caps.machine == "adb:R58N123"
     assert (phone / "data/local/tmp/speed_benchmark_torch").exists()
-    assert ["-s", "R58N123", "push", str(tmp_path / "speed_benchmark_torch"), "/data/local/tmp/speed_benchmark_torch"] in _commands(phone)
+    pushed = ["-s", "R58N123", "push", str(tmp_path / "speed_benchmark_torch"), "/data/local/tmp/speed_benchmark_torch"]
+    assert pushed in _commands(phone)
 
 
 def test_measure_pushes_runs_the_seeds_command_and_cleans_up(phone: Path, tmp_path: Path) -> None:
@@ -169,7 +171,8 @@ def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
     from nnsweep.agents import bridge_transport
 
     tracker = MlflowTracker("sqlite:///mlflow.db", "phone", "phone")
-    results = Sweep(spec, LocalExecutor({"pixel": bridge_transport(spec.bridges["pixel"])}), tracker, tmp_path / "cache").run()  # type: ignore[arg-type]
+    executor = LocalExecutor({"pixel": bridge_transport(spec.bridges["pixel"])})
+    results = Sweep(spec, executor, tracker, tmp_path / "cache").run()  # type: ignore[arg-type]
     records = results[0].records
     assert [r.status for r in records] == [TrialStatus.OK, TrialStatus.OK]
     assert all(r.metrics["latency_p50_ms"] == pytest.approx(36.0127) for r in records)  # parsed from the tool

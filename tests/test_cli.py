@@ -20,7 +20,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     ("args", "option", "allowed"),
     [
         (["--runtime", "tflite"], "--runtime", "executorch, onnxruntime, torch"),
-        (["--backends", "xnnpack,gpu"], "--backends", "xnnpack, portable"),
+        (["--backends", "xnnpack,gpu"], "--backends", "allowed: xnnpack, ethos-u55-32"),
         (["--quant", "int4"], "--quant", "fp32, fp16, dynamic_int8, static_int8, qat_int8"),
         (["--iters", "0"], "--iters", ">= 1"),
         (["--iters", "-5"], "--iters", ">= 1"),

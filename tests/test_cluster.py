@@ -177,7 +177,8 @@ def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(
     runs = tracker.client.search_runs([tracker.experiment_id])
     assert sorted(r.info.run_name for r in runs if r.data.tags.get("nnsweep.kind") == "device") == ["board-sim", "host"]
     assert all(r.info.status != "RUNNING" for r in runs)
-    keys = [(r.data.tags["nnsweep.device"], r.data.tags["nnsweep.trial"]) for r in runs if "nnsweep.trial" in r.data.tags]
+    trials = [r for r in runs if "nnsweep.trial" in r.data.tags]
+    keys = [(r.data.tags["nnsweep.device"], r.data.tags["nnsweep.trial"]) for r in trials]
     assert len(keys) == len(set(keys))
     killed = [r for r in runs if r.info.status == "KILLED"]
     assert len(killed) == len(interrupted)

@@ -61,7 +61,7 @@ def test_round_trip_through_dict_and_canonical_json() -> None:
     ("kwargs", "field", "text"),
     [
         ({"runtime": "tflite"}, "runtime", "allowed: executorch, onnxruntime, torch"),
-        ({"runtime": "executorch", "backends": ("gpu",)}, "backends", "allowed: xnnpack, portable"),
+        ({"runtime": "executorch", "backends": ("gpu",)}, "backends", "allowed: xnnpack, ethos-u55-32"),
         ({"runtime": "executorch", "backends": ("xnnpack", "xnnpack")}, "backends", "twice"),
         ({"runtime": "onnxruntime", "quant": QuantConfig("qat_int8")}, "quant.mode", "no training loop"),
         (

@@ -1,16 +1,43 @@
-"""PyTorch: eager fp32/fp16 and int8 with a quantized engine, saved as TorchScript.
+"""PyTorch: fp32, fp16 and int8 with a quantized engine, saved as TorchScript.
 
-TorchScript is what PyTorch Mobile and its NNAPI path deploy (the seeds'
-workflow), so the artifact is a traced module. Static and QAT int8 use FX graph
-mode quantization, which works on any symbolically traceable model without
-hand-placed QuantStubs; the engine (``x86``, ``fbgemm``, ``qnnpack``, ``onednn``) is
-the first of the backend order this build supports.
+TorchScript is what PyTorch Mobile and its NNAPI path load (the seeds' workflow),
+so the artifact is the traced, frozen model (``model.pt``). By mode:
+
+* ``fp32``: the eval model (freezing folds BatchNorm into the convolutions).
+* ``fp16``: weights and activations in half precision behind a float32 interface:
+  the artifact casts its input to fp16 and its output back, so every caller feeds
+  and reads float32 like the fp32 artifact (on x86 CPUs without native fp16
+  arithmetic this is much *slower* than fp32; it is there for devices that have it).
+* ``dynamic_int8``: ``quantize_dynamic`` on the Linear layers (weights int8,
+  activations quantized on the fly); convolutions stay float.
+* ``static_int8``: FX graph mode post-training quantization, calibrated on
+  :func:`~nnsweep.convert.quantize.calibration_samples`. FX works on any
+  symbolically traceable model, where eager mode needs hand-placed QuantStubs.
+* ``qat_int8``: FX ``prepare_qat_fx``, :func:`~nnsweep.convert.quantize.qat_finetune`,
+  then ``convert_fx``.
+
+The quantized engine is the first of the backend order that this build supports
+(:func:`~nnsweep.bench.runners.torch.pick_engine`, shared with the runner, which
+must select the same engine before loading). The ``full`` interface strips the
+input ``quantize_per_tensor`` and the output ``dequantize`` from the converted
+graph, as the NNAPI preparation script does, and records their parameters in the
+:class:`~nnsweep.convert.IOSpec`.
+
+The partition report counts the operator nodes (``aten::``/``quantized::``, not
+``prim::`` bookkeeping) of the saved graph. TorchScript delegates nothing, so
+there are no partitions; a node counts for the engine when it runs an int8 kernel
+(a ``quantized::`` op, or an ``aten::`` op on quantized tensors such as pooling or
+flatten, which dispatch to the quantized CPU kernels), and for ``cpu`` otherwise.
+``fallback_ops`` lists the float ops left inside an int8 model; the
+quantize/dequantize conversions at its boundary are counted under ``cpu`` but are
+not fallbacks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +47,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nnsweep.bench.runners.torch import pick_engine
+from nnsweep.bench.runners.torch import META_FILE, pick_engine
 from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport, Placement
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
@@ -29,9 +56,25 @@ from nnsweep.models import ModelBundle
 
 __all__ = ["TorchConverter"]
 
+_ARTIFACT = "model.pt"
+# Engines whose kernels may overflow 16-bit intermediate sums with 8-bit activations on
+# CPUs without VNNI: PyTorch's default qconfigs for them use 7-bit activations.
+_REDUCE_RANGE_ENGINES = frozenset({"x86", "fbgemm"})
+_QUANTIZE_OPS = frozenset({"aten::quantize_per_tensor", "aten::quantize_per_channel"})
+_DEQUANTIZE_OPS = frozenset({"aten::dequantize"})
+# quantized:: ops that take and return float tensors (int8 weights only).
+_FLOAT_OUT_QUANTIZED_OPS = frozenset(
+    {
+        "quantized::linear_dynamic",
+        "quantized::linear_relu_dynamic",
+        "quantized::linear_dynamic_fp16",
+        "quantized::linear_relu_dynamic_fp16",
+    }
+)
+
 
 class _HalfPrecision(nn.Module):
-    """The model in fp16 behind a float32 interface."""
+    """``model`` in fp16 behind a float32 interface (input cast to half, output back to float)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -43,6 +86,7 @@ class _HalfPrecision(nn.Module):
 
 @contextlib.contextmanager
 def _engine(name: str) -> Iterator[None]:
+    """Select quantized engine ``name`` for the block: prepacking of weights uses it."""
     previous = torch.backends.quantized.engine
     torch.backends.quantized.engine = name
     try:
@@ -52,9 +96,15 @@ def _engine(name: str) -> Iterator[None]:
 
 
 def _qconfig_mapping(engine: str, quant: QuantConfig) -> Any:
-    """The engine's default mapping (it knows the fixed-range ops such as sigmoid), with our
-    global QConfig: symmetric int8 weights per tensor or per channel, and activations
-    observed as the calibration method says."""
+    """The engine's default QConfigMapping with our global QConfig.
+
+    The engine's mapping is kept for what it says about special ops (fixed-range
+    ops such as sigmoid, transposed convolutions); the global QConfig has symmetric
+    int8 weights per tensor or per output channel and, for static PTQ, the
+    activation observer of the calibration method. The activation range follows
+    the engine's defaults (``reduce_range``), given as ``quant_min``/``quant_max``
+    because observers deprecate ``reduce_range``.
+    """
     from torch.ao.quantization import (
         FakeQuantize,
         QConfig,
@@ -69,32 +119,36 @@ def _qconfig_mapping(engine: str, quant: QuantConfig) -> Any:
         PerChannelMinMaxObserver,
     )
 
-    # x86 and fbgemm kernels can saturate 16-bit intermediate sums with the full 8-bit
-    # activation range on CPUs without VNNI: their defaults use 7 bits (0..127).
-    qmax = 127 if engine in ("x86", "fbgemm") else 255
+    activation_range: dict[str, Any] = {
+        "dtype": torch.quint8,
+        "quant_min": 0,
+        "quant_max": 127 if engine in _REDUCE_RANGE_ENGINES else 255,
+    }
     per_channel = quant.granularity is Granularity.PER_CHANNEL
     weight_args: dict[str, Any] = {
         "dtype": torch.qint8,
-        "quant_min": -128,
-        "quant_max": 127,
         "qscheme": torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
     }
     if quant.mode is QuantMode.QAT_INT8:
+        # As get_default_qat_qconfig(engine), with the weight granularity asked for
+        # (the default is per channel for x86/fbgemm/onednn but per tensor for qnnpack).
         weight_observer = MovingAveragePerChannelMinMaxObserver if per_channel else MovingAverageMinMaxObserver
         qconfig = QConfig(
-            activation=FakeQuantize.with_args(
-                observer=MovingAverageMinMaxObserver, dtype=torch.quint8, quant_min=0, quant_max=qmax
-            ),
-            weight=FakeQuantize.with_args(observer=weight_observer, **weight_args),
+            activation=FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, **activation_range),
+            weight=FakeQuantize.with_args(observer=weight_observer, quant_min=-128, quant_max=127, **weight_args),
         )
         return get_default_qat_qconfig_mapping(engine).set_global(qconfig)
-    observer = HistogramObserver if quant.calibration is Calibration.HISTOGRAM else MinMaxObserver
-    weight = (PerChannelMinMaxObserver if per_channel else MinMaxObserver).with_args(**weight_args)
-    qconfig = QConfig(activation=observer.with_args(dtype=torch.quint8, quant_min=0, quant_max=qmax), weight=weight)
+    activation = HistogramObserver if quant.calibration is Calibration.HISTOGRAM else MinMaxObserver
+    weight = PerChannelMinMaxObserver if per_channel else MinMaxObserver
+    qconfig = QConfig(
+        activation=activation.with_args(**activation_range),
+        weight=weight.with_args(**weight_args),
+    )
     return get_default_qconfig_mapping(engine).set_global(qconfig)
 
 
-def _static(bundle: ModelBundle, quant: QuantConfig, engine: str) -> nn.Module:
+def _quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.fx.GraphModule:
+    """Static PTQ or QAT with FX graph mode; call with ``engine`` selected."""
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx, prepare_qat_fx
 
     model = copy.deepcopy(bundle.module)
@@ -109,107 +163,260 @@ def _static(bundle: ModelBundle, quant: QuantConfig, engine: str) -> nn.Module:
         with torch.no_grad():
             for x in calibration_samples(bundle, quant):
                 prepared(x)
-    converted: nn.Module = convert_fx(prepared)
+    converted = convert_fx(prepared)
+    _inline_scalar_qparams(converted)
     return converted
 
 
-def _strip_io_quantization(model: torch.fx.GraphModule) -> IOSpec:
-    """Make a converted FX model take and return quantized tensors (the ``full`` interface):
-    drop the quantize_per_tensor on the input and the dequantize before the output,
-    recording their parameters, as the NNAPI preparation script does by hand."""
+def _inline_scalar_qparams(model: torch.fx.GraphModule) -> None:
+    """Pass the output scale/zero point of ``quantized::`` ops (``add``, ``mul``, ``cat`` ...) as numbers.
+
+    ``convert_fx`` keeps them as one-element tensor attributes, which these ops
+    take as float/int: tracing turns each into a constant while warning that a
+    tensor was read as a Python value. They are constants, so inline them and keep
+    the tracer's warnings for what they are meant to catch (data-dependent control
+    flow in the model).
+    """
     graph = model.graph
-    placeholder = next(n for n in graph.nodes if n.op == "placeholder")
-    quantize = [u for u in placeholder.users if u.target is torch.quantize_per_tensor]
+    for node in list(graph.nodes):
+        if node.op != "get_attr" or not node.users:
+            continue
+        if not all(getattr(user.target, "_qualified_op_name", "").startswith("quantized::") for user in node.users):
+            continue
+        value = getattr(model, str(node.target))
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            continue
+        scalar = float(value.item()) if value.is_floating_point() else int(value.item())
+        for user in list(node.users):
+            user.args = tuple(scalar if arg is node else arg for arg in user.args)
+            user.kwargs = {key: scalar if arg is node else arg for key, arg in user.kwargs.items()}
+        graph.erase_node(node)
+    model.recompile()
+
+
+def _strip_io_quantization(model: torch.fx.GraphModule, example: torch.Tensor) -> tuple[IOSpec, torch.Tensor]:
+    """Make a converted FX model take and return quantized tensors (the ``full`` interface).
+
+    Drops the ``quantize_per_tensor`` on the input and the ``dequantize`` before the
+    output, as the NNAPI preparation script does by hand.
+
+    Args:
+        model: the converted model, changed in place.
+        example: a float input; the output's parameters are read from the tensor
+            the stripped model returns for it.
+
+    Returns:
+        The input's and output's parameters, and ``example`` quantized as the model now takes it.
+
+    Raises:
+        ConversionError: the input or output is not a single quantize/dequantize.
+    """
+    graph = model.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     output = next(n for n in graph.nodes if n.op == "output")
     result = output.args[0]
-    if len(quantize) != 1 or len(placeholder.users) != 1 or getattr(result, "target", None) != "dequantize":
+    quantize = (
+        [u for u in placeholders[0].users if u.target is torch.quantize_per_tensor] if len(placeholders) == 1 else []
+    )
+    if (
+        len(quantize) != 1
+        or len(placeholders[0].users) != 1
+        or not isinstance(result, torch.fx.Node)
+        or result.target != "dequantize"
+    ):
         raise ConversionError("the model's input/output are not a single quantize/dequantize: use interface core")
     q = quantize[0]
-    scale, zero_point = (_constant(model, arg) for arg in q.args[1:3])
-    q.replace_all_uses_with(placeholder)
+    scale, zero_point = (float(_constant(model, q.args[1])), int(_constant(model, q.args[2])))
+    q.replace_all_uses_with(placeholders[0])
     graph.erase_node(q)
-    quantized_out = result.args[0]
-    output.args = (quantized_out,)
+    output.args = (result.args[0],)
     graph.erase_node(result)
     graph.eliminate_dead_code()
     model.recompile()
-    return IOSpec(input_dtype="uint8", output_dtype="uint8", input_scale=float(scale), input_zero_point=int(zero_point))
+    quantized_example = torch.quantize_per_tensor(example, scale, zero_point, torch.quint8)
+    with torch.no_grad():
+        out = model(quantized_example)
+    if not (isinstance(out, torch.Tensor) and out.is_quantized and out.qscheme() == torch.per_tensor_affine):
+        raise ConversionError("the model's output is not a per-tensor quantized tensor: use interface core")
+    io = IOSpec(
+        input_dtype="uint8",
+        output_dtype="uint8",
+        input_scale=scale,
+        input_zero_point=zero_point,
+        output_scale=float(out.q_scale()),
+        output_zero_point=int(out.q_zero_point()),
+    )
+    return io, quantized_example
 
 
 def _constant(model: torch.fx.GraphModule, arg: Any) -> Any:
+    """A quantize node's scale/zero point: an attribute of the module or an inline constant."""
     if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-        return getattr(model, str(arg.target))
+        value = getattr(model, str(arg.target))
+        return value.item() if isinstance(value, torch.Tensor) else value
     return arg
 
 
+def _nodes(block: torch._C.Graph | torch._C.Block) -> Iterator[torch._C.Node]:
+    """Every node of ``block``, nested blocks (if/loop bodies) included, in order."""
+    for node in block.nodes():
+        yield node
+        for sub in node.blocks():
+            yield from _nodes(sub)
+
+
 def _report(
-    module: torch.jit.ScriptModule, engine: str | None, order: tuple[str, ...], notes: list[str]
+    module: torch.jit.ScriptModule,
+    engine: str | None,
+    quantized_input: bool,
+    order: tuple[str, ...],
+    notes: list[str],
 ) -> PartitionReport:
-    ops: Counter[str] = Counter()
-    for node in module.inlined_graph.nodes():  # submodule calls inlined: every op counted once
+    """Where the operator nodes of ``module``'s (frozen, inlined) graph run; see the module docstring.
+
+    Frozen graphs carry no dtypes, so which values are quantized is propagated from
+    the input: ``quantize_per_*`` and ``quantized::`` ops make quantized tensors,
+    ``dequantize`` and the dynamic ``quantized::`` ops float ones, and an ``aten::``
+    op on a quantized tensor returns a quantized tensor.
+    """
+    graph = module.inlined_graph  # submodule calls inlined: every op counted once
+    quantized: set[int] = set()
+    if quantized_input:
+        quantized.update(v.unique() for v in list(graph.inputs())[1:])  # input 0 is the module itself
+    by_backend: Counter[str] = Counter()
+    fallback: Counter[str] = Counter()
+    for node in _nodes(graph):
         kind = node.kind()
-        if kind.startswith(("aten::", "quantized::")):
-            ops[kind] += 1
-    quantized = sum(n for k, n in ops.items() if k.startswith("quantized::"))
-    float_ops = {k: n for k, n in ops.items() if k.startswith("aten::")}
-    nodes = {engine: quantized} if engine is not None and quantized else {}
-    if float_ops:
-        nodes["cpu"] = sum(float_ops.values())
-    # In a quantized model the float ops are the ones the engine did not take
-    # (the quantize/dequantize at the interface are not fallbacks: they are the boundary).
-    boundary = ("aten::quantize_per_tensor", "aten::dequantize")
-    fallback = {k: n for k, n in float_ops.items() if k not in boundary} if engine is not None and quantized else {}
-    return PartitionReport(backends=order, nodes_by_backend=nodes, fallback_ops=fallback, notes=tuple(notes))
+        if not kind.startswith(("aten::", "quantized::")):
+            continue
+        on_quantized = any(v.unique() in quantized for v in node.inputs())
+        if kind.startswith("quantized::"):
+            makes_quantized = kind not in _FLOAT_OUT_QUANTIZED_OPS
+            backend = engine or "cpu"
+        elif kind in _QUANTIZE_OPS:
+            makes_quantized, backend = True, "cpu"
+        elif kind in _DEQUANTIZE_OPS:
+            makes_quantized, backend = False, "cpu"
+        elif on_quantized:
+            makes_quantized, backend = True, engine or "cpu"
+        else:
+            makes_quantized, backend = False, "cpu"
+            if engine is not None:
+                fallback[kind] += 1
+        by_backend[backend] += 1
+        if makes_quantized:
+            quantized.update(v.unique() for v in node.outputs())
+    return PartitionReport(
+        backends=order, nodes_by_backend=dict(by_backend), fallback_ops=dict(fallback), notes=tuple(notes)
+    )
+
+
+class _Forward(nn.Module):
+    """A scripted shell around a traced model: bundled inputs need a scripted module to define methods on."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+
+# The methods augment_model_with_bundled_inputs defines for ``forward``; freezing keeps only what it is told to.
+_BUNDLED_INPUT_METHODS = (
+    "get_all_bundled_inputs",
+    "get_num_bundled_inputs",
+    "get_bundled_inputs_functions_and_info",
+    "get_all_bundled_inputs_for_forward",
+    "_generate_bundled_inputs_for_forward",
+)
+
+
+def _freeze_with_bundled_input(traced: torch.jit.ScriptModule, shape: tuple[int, ...], io: IOSpec) -> Any:
+    """The frozen deployable module, with a benchmark input bundled.
+
+    Freezing inlines the submodules into one graph, makes weights constants and
+    folds BatchNorm into convolutions (about 10 % faster on digits fp32); the
+    scripted shell costs nothing once frozen.
+    """
+    scripted = torch.jit.script(_Forward(traced)).eval()
+    _bundle_input(scripted, shape, io, channels_last=False)
+    methods = [name for name in _BUNDLED_INPUT_METHODS if hasattr(scripted, name)]
+    return torch.jit.freeze(scripted, preserved_attrs=methods)
+
+
+def _bundle_input(module: torch.jit.ScriptModule, shape: tuple[int, ...], io: IOSpec, channels_last: bool) -> None:
+    """Attach a benchmark input, as the seeds do for ``speed_benchmark_torch --use_bundled_input=0``.
+
+    The bundled tensor is a one-element stub that the device inflates to random
+    values of the input's shape (quantized with the input's parameters for the
+    ``full`` interface): the artifact's size stays the model's own.
+    """
+    from torch.utils.bundled_inputs import InflatableArg, augment_model_with_bundled_inputs
+
+    expr = "torch.randn_like({})"
+    if channels_last:
+        expr += ".contiguous(memory_format=torch.channels_last)"
+    if io.input_scale is not None:
+        expr = f"torch.quantize_per_tensor({expr}, {io.input_scale!r}, {io.input_zero_point or 0}, torch.quint8)"
+    stub = torch.zeros(1).expand(*shape)
+    augment_model_with_bundled_inputs(module, [(InflatableArg(value=stub, fmt=expr),)])
 
 
 class TorchConverter(Converter):
-    """Eager PyTorch models (fp32, fp16, int8 with a quantized engine), traced to TorchScript."""
+    """Eager PyTorch models as TorchScript: fp32, fp16, and int8 on a quantized engine.
+
+    A backend order led by ``nnapi`` hands the whole model to Android's NNAPI
+    instead (PyTorch Mobile's path, measured over the adb bridge).
+    """
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+        """Write ``model.pt`` for ``config`` into ``out_dir``.
+
+        Raises:
+            ConversionError: no engine of the order is available here, or the
+                ``full`` interface does not fit the model's graph.
+        """
         if config.backends[:1] == ("nnapi",):
             return _convert_nnapi(bundle, config, out_dir)
         quant = config.quant
-        notes: list[str] = []
         engine, skipped = pick_engine(config.backends)
-        notes.extend(f"{name}: not supported by this PyTorch build; fell through" for name in skipped)
+        notes = [f"{name}: not a quantized engine of this PyTorch build; fell through" for name in skipped]
         if quant.mode.is_int8 and engine is None:
-            raise ConversionError(f"no quantized engine of {', '.join(config.backends)} is available here")
-        io = IOSpec()
-        model: nn.Module
-        example = bundle.example_input
-        if quant.mode is QuantMode.FP16:
-            model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
-        elif quant.mode is QuantMode.DYNAMIC_INT8:
-            from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
-
-            qconfig = (
-                per_channel_dynamic_qconfig if quant.granularity is Granularity.PER_CHANNEL else default_dynamic_qconfig
+            raise ConversionError(
+                f"no quantized engine of {', '.join(config.backends)} is available here "
+                f"(this PyTorch build has {', '.join(torch.backends.quantized.supported_engines)})"
             )
-            assert engine is not None
-            with _engine(engine):
+        io = IOSpec()
+        example = bundle.example_input
+        model: nn.Module
+        with _engine(engine or torch.backends.quantized.engine):
+            if quant.mode is QuantMode.FP16:
+                model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
+            elif quant.mode is QuantMode.DYNAMIC_INT8:
+                from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
+
+                per_channel = quant.granularity is Granularity.PER_CHANNEL
+                qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
                 model = quantize_dynamic(copy.deepcopy(bundle.module).eval(), {nn.Linear: qconfig})
-        elif quant.mode.is_static:
-            assert engine is not None
-            with _engine(engine):
-                model = _static(bundle, quant, engine)
+            elif quant.mode.is_static and engine is not None:
+                graph_module = _quantize_fx(bundle, quant, engine)
                 if quant.interface is Interface.FULL:
-                    io = _strip_io_quantization(model)  # type: ignore[arg-type]
-                    scale, zero_point = io.input_scale or 1.0, io.input_zero_point or 0
-                    example = torch.quantize_per_tensor(example, scale, zero_point, torch.quint8)
-                    with torch.no_grad():
-                        out = model(example)  # the output's parameters are those of the tensor it returns
-                    io = IOSpec(
-                        **{**io.to_dict(), "output_scale": out.q_scale(), "output_zero_point": out.q_zero_point()}
-                    )
-        else:
-            model = copy.deepcopy(bundle.module).eval()
-        with _engine(engine or torch.backends.quantized.engine), torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.jit is deprecated; TorchScript is still what Mobile/NNAPI load
-            traced = torch.jit.trace(model, example, check_trace=False)
-            traced = torch.jit.freeze(traced.eval())
-        path = out_dir / "model.pt"
-        traced.save(str(path))
-        report = _report(traced, engine if quant.mode.is_int8 else None, config.backends, notes)
+                    io, example = _strip_io_quantization(graph_module, example)
+                model = graph_module
+            else:
+                model = copy.deepcopy(bundle.module).eval()
+            with torch.no_grad(), warnings.catch_warnings():
+                # torch.jit is deprecated in favour of ExecuTorch; TorchScript is still what Mobile/NNAPI load.
+                warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+                traced = torch.jit.trace(model, example, check_trace=False)
+                deployable = _freeze_with_bundled_input(traced, tuple(bundle.example_input.shape), io)
+                meta = {"engine": engine if quant.mode.is_int8 else None, "mode": quant.mode.value}
+                path = out_dir / _ARTIFACT
+                torch.jit.save(deployable, str(path), _extra_files={META_FILE: json.dumps(meta)})
+        report = _report(
+            deployable, meta["engine"], quantized_input=io.input_scale is not None, order=config.backends, notes=notes
+        )
         return ConversionResult(filename=path.name, partitions=report, io=io)
 
 
@@ -230,52 +437,50 @@ class _NnapiQuantizationWrapper(nn.Module):
 
 
 def _convert_nnapi(bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
-    """PyTorch Mobile + NNAPI, as the seeds' preparation script does it: quantize with
-    QNNPACK's semantics (NNAPI's int8 is per-tensor, full uint8 range), trace with a
-    channels-last input marked ``nnapi_nhwc``, ``convert_model_to_nnapi``, wrap for
-    the "core" interface, bundle an input, save for the lite interpreter. The model
-    runs only on Android (libneuralnetworks.so): measure it over the adb bridge.
+    """PyTorch Mobile + NNAPI, as the seeds' preparation script does it.
+
+    Quantize with QNNPACK's semantics (NNAPI's int8 is per-tensor, full uint8
+    range), trace with a channels-last input marked ``nnapi_nhwc``,
+    ``convert_model_to_nnapi``, wrap for the "core" interface, bundle an input
+    (channels-last, as the NNAPI model takes it), save for the lite interpreter.
+    The model runs only on Android (libneuralnetworks.so): measure it over the
+    adb bridge.
     """
     from torch.backends._nnapi.prepare import convert_model_to_nnapi
-    from torch.utils.bundled_inputs import augment_model_with_bundled_inputs
 
     quant = config.quant
     io = IOSpec()
     example = bundle.example_input
     with _engine("qnnpack"), torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit and the NNAPI converter are deprecated; Mobile still loads them
+        # torch.jit and the Lite Interpreter are deprecated in favour of ExecuTorch; PyTorch Mobile still loads them.
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", message="Lite Interpreter is deprecated")
+        model: nn.Module
         if quant.mode.is_static:
-            model = _static(bundle, quant, "qnnpack")
-            io = _strip_io_quantization(model)  # type: ignore[arg-type]
+            graph_module = _quantize_fx(bundle, quant, "qnnpack")
+            io, core_input = _strip_io_quantization(graph_module, example)
             scale, zero_point = io.input_scale or 1.0, io.input_zero_point or 0
-            core_input = torch.quantize_per_tensor(example, scale, zero_point, torch.quint8)
+            model = graph_module
         else:
             model = copy.deepcopy(bundle.module).eval()
             core_input = example
         core_input = core_input.contiguous(memory_format=torch.channels_last)
         core_input.nnapi_nhwc = True  # type: ignore[attr-defined]
         traced = torch.jit.trace(model, core_input, check_trace=False)
-        ops = _report(traced, None, config.backends, []).nodes_by_backend.get("cpu", 0)
+        ops = sum(_report(traced, None, False, config.backends, []).nodes_by_backend.values())
         try:
             nnapi = convert_model_to_nnapi(traced, core_input)
         except Exception as exc:  # the converter's own message names the op it cannot take
             raise ConversionError(f"NNAPI conversion failed: {type(exc).__name__}: {exc}") from exc
         if quant.mode.is_static and quant.interface is not Interface.FULL:
             module = torch.jit.script(_NnapiQuantizationWrapper(scale, zero_point, nnapi))
-            io, bundled = IOSpec(), example
+            io, bundled_io = IOSpec(), IOSpec()
         else:
-            module, bundled = nnapi, core_input
+            module = nnapi
             if quant.mode.is_static:
-                out = model(torch.quantize_per_tensor(example, scale, zero_point, torch.quint8))
-                io = IOSpec(
-                    **{
-                        **io.to_dict(),
-                        "output_scale": out.q_scale(),
-                        "output_zero_point": out.q_zero_point(),
-                        "channels_last": True,
-                    }
-                )
-        augment_model_with_bundled_inputs(module, [(bundled,)])  # speed_benchmark_torch --use_bundled_input=0
+                io = IOSpec(**{**io.to_dict(), "channels_last": True})
+            bundled_io = IOSpec(**{**io.to_dict(), "channels_last": True})
+        _bundle_input(module, tuple(example.shape), bundled_io, channels_last=bundled_io.channels_last)
         path = out_dir / "model.ptl"
         module._save_for_lite_interpreter(str(path))
     report = PartitionReport(

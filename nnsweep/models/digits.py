@@ -105,6 +105,17 @@ def digits_dataset() -> Dataset:
 
 
 def _train(model: nn.Module, data: Split, progress: Callable[[str], None] | None) -> None:
+    # One thread: the same weights on every machine (parallel float sums reorder), and
+    # no fight for cores with whatever else the machine runs.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _train_epochs(model, data, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_epochs(model: nn.Module, data: Split, progress: Callable[[str], None] | None) -> None:
     torch.manual_seed(SEED)
     assert data.labels is not None  # the digits data is labelled by construction
     x = torch.from_numpy(data.inputs)
