@@ -2,6 +2,8 @@
 # from this repository's pyproject.toml; a second run installs only what changed.
 PYTHON ?= python3
 VENV ?= .venv
+# What `install` installs: host,dev here; the Dockerfile passes host or agent.
+EXTRAS ?= host,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.nnsweep-installed
 
@@ -11,7 +13,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -e '.[host,dev]'
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
 # The main job on the embedded defaults: local Ray, sqlite MLflow, built-in digits model.
