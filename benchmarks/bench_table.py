@@ -64,7 +64,8 @@ def main() -> None:
     for model in args.model or ["digits", "torchvision:mobilenet_v2"]:
         print(f"\n### {model} ({args.threads} thread(s), {args.iters} timed runs)\n")
         print(
-            "| runtime | backends | quantization | p50 ms | p90 ms | size KiB | accuracy | top-1 agree | SQNR dB | partitions |"
+            "| runtime | backends | quantization | p50 ms | p90 ms | size KiB "
+            "| accuracy | top-1 agree | SQNR dB | partitions |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|")
         for runtime, backends, quant, extra in COMBINATIONS:
@@ -76,8 +77,9 @@ def main() -> None:
             lat, fid = r["latency_ms"], r["fidelity"]
             acc = "-" if r["accuracy"] is None else f"{r['accuracy'] * 100:.2f}%"
             sqnr = "identical" if fid["sqnr_db"] is None else f"{fid['sqnr_db']:.1f}"
+            order = ",".join(r["config"]["backends"]) or "-"
             print(
-                f"| {runtime} | {','.join(r['config']['backends']) or '-'} | {label} | {lat['p50']:.4f} | {lat['p90']:.4f} "
+                f"| {runtime} | {order} | {label} | {lat['p50']:.4f} | {lat['p90']:.4f} "
                 f"| {r['size_bytes'] / 1024:.0f} | {acc} | {fid['top1_agreement'] * 100:.1f}% | {sqnr} "
                 f"| {r['partitions']['count']} |",
                 flush=True,
