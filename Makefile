@@ -7,7 +7,13 @@ EXTRAS ?= host,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.nnsweep-installed
 
-.PHONY: install quickstart test test-fast lint clean
+# Debian packages the tests need: Chromium for the browser tests of the report and
+# the MLflow UI; Arm NN (CpuRef backend, TFLite parser, PyArmNN in /usr/bin/python3)
+# for the armnn runtime. Only missing ones are installed (needs root or sudo).
+APT_PACKAGES ?= chromium python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22
+SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
+
+.PHONY: install system-deps quickstart test test-fast lint clean
 
 install: $(STAMP)
 
@@ -16,12 +22,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
+system-deps:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:" $$missing; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
 # The main job on the embedded defaults: local Ray, sqlite MLflow, built-in digits model.
 quickstart: install
 	$(BIN)/nnsweep run sweeps/quickstart.yaml
 
 # Every test, including the slow, integration and Ray ones (this is what CI runs).
-test: install
+test: install system-deps
 	$(BIN)/ruff check nnsweep tests benchmarks
 	$(BIN)/python -m pytest
 
