@@ -37,7 +37,7 @@ quickstart: install
 
 # Every test, including the slow, integration and Ray ones (this is what CI runs).
 test: install system-deps
-	$(BIN)/ruff check nnsweep tests benchmarks
+	$(BIN)/ruff check nnsweep dashboards tests benchmarks
 	$(BIN)/python -m pytest
 
 # The fast unit tests only, for the edit-test loop.
@@ -45,9 +45,9 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not slow and not integration and not ray"
 
 lint: install
-	$(BIN)/ruff check nnsweep tests benchmarks
-	$(BIN)/ruff format --check nnsweep tests benchmarks
+	$(BIN)/ruff check nnsweep dashboards tests benchmarks
+	$(BIN)/ruff format --check nnsweep dashboards tests benchmarks
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .nnsweep mlflow.db mlartifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .nnsweep mlflow.db mlartifacts reports .pytest_cache .mypy_cache .ruff_cache

@@ -136,6 +136,7 @@ def _build_parser() -> _Parser:
         help="ray (default): agents and conversion workers on Ray; local: threads in this process",
     )
     run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    run.add_argument("--report", type=Path, help="the HTML report (default: reports/<sweep name>.html)")
     run.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     run.set_defaults(handler=_cmd_run)
 
@@ -148,6 +149,21 @@ def _build_parser() -> _Parser:
     best.add_argument("--device", help="only this device (default: every device of the spec)")
     best.add_argument("--format", choices=["yaml", "json"], default="yaml")
     best.set_defaults(handler=_cmd_best)
+
+    report = sub.add_parser(
+        "report",
+        help="write the sweep's HTML report and attach it to each device's MLflow run",
+        description="Write one self-contained HTML file (plotly inlined, opens offline): per device the "
+        "accuracy-vs-latency trade-off with the Pareto front, the best configuration, its partition map, "
+        "latency distributions and every trial linked to MLflow; the speed-up chart across devices.",
+    )
+    report.add_argument("spec", type=Path)
+    report.add_argument("--out", type=Path, help="the HTML file (default: reports/<sweep name>.html)")
+    report.add_argument("--no-tracking", action="store_true", help="do not read or attach to MLflow")
+    report.add_argument(
+        "--ui-url", default=None, help="the MLflow UI the run links point into (default http://127.0.0.1:5000)"
+    )
+    report.set_defaults(handler=_cmd_report)
 
     ui = sub.add_parser(
         "ui",
@@ -390,6 +406,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update)
     try:
         results = sweep.run()
+        report = _publish_report(spec, args.report, tracker)
     except SpecError as exc:  # found only once the devices are known (e.g. a device offers none of the runtimes)
         return _usage_error(exc, _SPEC_OPTIONS)
     except KeyboardInterrupt:
@@ -415,6 +432,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
         sys.stdout.write(json.dumps(out) + "\n")
     else:
         sys.stdout.write(_results_text(spec, results) + "\n")
+        sys.stdout.write(f"Report: {report}\n")
     return EXIT_OK
 
 
@@ -483,10 +501,47 @@ def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
     return EXIT_OK
 
 
+def _report_path(spec: Any, given: Path | None) -> Path:
+    return given if given is not None else Path("reports") / f"{spec.name}.html"
+
+
+def _publish_report(
+    spec: Any, given: Path | None, tracker: Any, *, devices: Any = None, ui_url: str | None = None
+) -> Path:
+    from nnsweep.html_report import DEFAULT_UI_URL, publish_report
+
+    path = _report_path(spec, given)
+    return publish_report(spec, path, tracker, devices=devices, ui_url=ui_url or DEFAULT_UI_URL)
+
+
+def _cmd_report(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.html_report import load_device
+    from nnsweep.spec import load_spec
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        return _usage_error(exc, _SPEC_OPTIONS)
+    devices = [load_device(spec, name) for name in spec.devices]
+    if not any(d.records for d in devices):
+        sys.stderr.write(f"nnsweep report: {spec.name} has no trials yet: run `nnsweep run {args.spec}` first\n")
+        return EXIT_FAILED
+    from nnsweep.tracking import MlflowTracker, NullTracker
+
+    tracking = spec.tracking
+    tracker = NullTracker() if args.no_tracking else MlflowTracker(tracking.uri, tracking.experiment, spec.name)
+    path = _publish_report(spec, args.out, tracker, devices=devices, ui_url=args.ui_url)
+    attached = [d.device for d in devices if tracker.trial_links(d.device)]
+    where = f"; attached to the MLflow runs of {', '.join(attached)}" if attached else ""
+    sys.stdout.write(f"{path} ({path.stat().st_size:,} bytes){where}\n")
+    return EXIT_OK
+
+
 def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
     import subprocess
 
     from nnsweep.spec import load_spec
+    from nnsweep.tracking import absolute_sqlite_uri
 
     try:
         spec = load_spec(args.spec)
@@ -494,7 +549,7 @@ def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
         return _usage_error(exc, _SPEC_OPTIONS)
     cmd = [
         sys.executable, "-m", "mlflow", "ui",
-        "--backend-store-uri", spec.tracking.uri,
+        "--backend-store-uri", absolute_sqlite_uri(spec.tracking.uri),
         "--host", "127.0.0.1",
         "--port", str(args.port),
         "--workers", "1",

@@ -117,6 +117,11 @@ class Tracker(Protocol):
         """Trial number -> link to the trial's record, relative to the tracking UI's root."""
         ...
 
+    def attach_device(self, device: str) -> bool:
+        """Find the device's record of an earlier or current run without changing it
+        (for ``nnsweep report``); ``False`` when nothing was recorded for it."""
+        ...
+
 
 class NullTracker:
     """Records nothing (``nnsweep run --no-tracking``)."""
@@ -144,6 +149,9 @@ class NullTracker:
 
     def trial_links(self, device: str) -> dict[int, str]:
         return {}
+
+    def attach_device(self, device: str) -> bool:
+        return False
 
 
 class BackgroundTracker:
@@ -217,6 +225,10 @@ class BackgroundTracker:
     def trial_links(self, device: str) -> dict[int, str]:
         self.flush()
         return self.inner.trial_links(device)
+
+    def attach_device(self, device: str) -> bool:
+        self.flush()
+        return self.inner.attach_device(device)
 
     def close(self) -> None:
         """Write what is queued and stop the thread."""
@@ -341,6 +353,26 @@ class MlflowTracker:
             run_id = str(self.client.create_run(self.experiment_id, run_name=device, tags=tags).info.run_id)
         self._log_batch(run_id, tags=tags)  # capabilities may have changed since the last run
         self._parents[device] = run_id
+        self._load_children(device, close_running=True)
+
+    def attach_device(self, device: str) -> bool:
+        """Load the device's parent run and its trials' run ids, changing nothing (no
+        experiment or run is created): what ``nnsweep report`` needs to link and attach."""
+        if device in self._parents:
+            return True
+        if self._experiment_id is None:
+            found = self.client.get_experiment_by_name(self.experiment_name)
+            if found is None or found.lifecycle_stage == "deleted":
+                return False
+            self._experiment_id = str(found.experiment_id)
+        parents = self._search(self._filter(device, "device"))
+        if not parents:
+            return False
+        self._parents[device] = str(parents[0].info.run_id)
+        self._load_children(device, close_running=False)
+        return True
+
+    def _load_children(self, device: str, *, close_running: bool) -> None:
         for child in self._search(self._filter(device, "trial")):
             number = int(child.data.tags[_TRIAL])
             key = (device, number)
@@ -352,7 +384,7 @@ class MlflowTracker:
                 f"{device} #{number} "
             )
             status = str(child.info.status)
-            if status == "RUNNING":
+            if status == "RUNNING" and close_running:
                 self._log_batch(run_id, tags={"status": TrialStatus.INTERRUPTED.value})
                 self.client.set_terminated(run_id, status="KILLED")
                 status = "KILLED"

@@ -129,3 +129,33 @@ def test_bench_summary_reads_like_benchmark_model(tmp_path: Path, models_dir: Pa
         "Fell back: aten.native_group_norm",
     ):
         assert needle in out
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_run_logs_every_trial_to_mlflow_and_writes_the_report(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        "name: tiny\nmodel: digits\nbudget: {trials: 5}\nmeasure: {warmup: 1, iters: 20}\n"
+        "space: {runtime: [executorch, onnxruntime], quant: [fp32, static_int8], threads: [1]}\n"
+    )
+    proc = _run(["--cache-dir", str(tmp_path / "cache"), "run", str(spec), "--executor", "local"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = tmp_path / "reports" / "tiny.html"
+    assert f"Report: {report.relative_to(tmp_path)}" in proc.stdout
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tiny")
+    runs = client.search_runs([experiment.experiment_id])
+    parent = next(r for r in runs if r.data.tags.get("nnsweep.kind") == "device")
+    children = [r for r in runs if r.data.tags.get("nnsweep.kind") == "trial"]
+    assert len(children) == 5 and all(r.info.status in ("FINISHED", "FAILED") for r in children)
+    assert [a.path for a in client.list_artifacts(parent.info.run_id) if a.path.endswith(".html")] == ["report.html"]
+    best = [r for r in children if r.data.tags.get("best") == "true"]
+    assert len(best) == 1
+    number = best[0].data.tags["nnsweep.trial"]
+    # What the terminal printed, the report and MLflow name the same best trial.
+    assert f"Best on host: trial #{number} " in proc.stdout
+    assert f'Best on host: <span class="best-label">#{number} ' in report.read_text(encoding="utf-8")

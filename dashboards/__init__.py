@@ -1,0 +1,1 @@
+"""Report templates and figure builders (installed as ``nnsweep.dashboards``)."""

@@ -1,0 +1,250 @@
+"""HTML fragments of the sweep report: the best-configuration card, the trials table,
+the partition details and the plot placeholders. Every value is escaped here.
+
+The page itself (``report.html``) and the per-device section (``device.html``) are
+``string.Template`` files beside this module; ``report.js`` draws the plots and sorts
+the tables in the browser.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+
+from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.spec import Objective
+
+from . import _format as f
+
+__all__ = ["best_card", "label", "note", "partition_details", "plot_block", "run_url", "slug", "trials_table"]
+
+_ESTIMATE = ' <span class="badge estimate" title="a compiler estimate, not a measurement">estimate</span>'
+_EXTRA_COLUMNS = ("latency_p50_ms", "latency_p90_ms", "accuracy", "speedup_vs_fp32", "accuracy_drop", "size_bytes")
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def label(text: str) -> str:
+    """An escaped configuration label that may wrap after ``/`` and ``>`` rather than mid-word."""
+    return esc(text).replace("/", "/<wbr>").replace("&gt;", "&gt;<wbr>")
+
+
+def slug(text: str) -> str:
+    """An HTML id from a device name (device names are ``[A-Za-z0-9_.-]``, but ids must not contain dots)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-") or "x"
+
+
+def run_url(ui_url: str, link: str | None) -> str | None:
+    """The absolute URL of an MLflow run from the tracker's ``#/experiments/<id>/runs/<run>`` path."""
+    if not link:
+        return None
+    return f"{ui_url.rstrip('/')}/{link.lstrip('/')}"
+
+
+def _json_for_script(value: str) -> str:
+    # Inside <script> the HTML parser ends the element at the first "</"; escaping "<", ">"
+    # and "&" as JSON unicode escapes keeps any label text from ending or breaking it.
+    return value.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def plot_block(plot_id: str, kind: str, figure_json: str, caption: str) -> str:
+    """A plot's placeholder, its caption and its figure JSON (``report.js`` draws it).
+
+    Args:
+        plot_id: a unique HTML id.
+        kind: ``scatter``, ``bar`` or ``box``: what the browser test expects drawn in it.
+        figure_json: ``fig.to_json()``.
+        caption: a sentence saying how to read the plot (plain text).
+    """
+    return (
+        f'<figure class="plot-figure">'
+        f'<div class="plot" id="{esc(plot_id)}" data-kind="{esc(kind)}"></div>'
+        f'<script type="application/json" class="plot-data" data-target="{esc(plot_id)}">'
+        f"{_json_for_script(figure_json)}</script>"
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+    )
+
+
+def note(text: str) -> str:
+    """A grey sentence where a plot would be, saying why there is none."""
+    return f'<p class="note">{esc(text)}</p>'
+
+
+def _metric_cell(record: TrialRecord, metric: str, baseline: TrialRecord | None) -> str:
+    if metric == "speedup_vs_fp32":
+        value = f.speedup(record, baseline) if record.status.measured else None
+    else:
+        value = record.metrics.get(metric)
+    cell = esc(f.fmt(value, metric))
+    if value is not None and record.estimated and (f.is_latency(metric) or metric == "speedup_vs_fp32"):
+        cell += _ESTIMATE
+    sort = "" if value is None else repr(float(value))
+    return f'<td class="num" data-sort="{sort}">{cell}</td>'
+
+
+def best_card(
+    device: str,
+    best: TrialRecord | None,
+    baseline: TrialRecord | None,
+    objectives: Sequence[Objective],
+    *,
+    link: str | None,
+) -> str:
+    """The best configuration of a device as a card: what to deploy and what it measured.
+
+    Args:
+        device: the device's name.
+        best: the chosen trial (``None``: the card says there is no feasible measured trial).
+        baseline: the fp32 baseline, for the speed-up and the accuracy drop.
+        objectives: the sweep's objectives (each is shown).
+        link: absolute URL of the best trial's MLflow run.
+    """
+    if best is None:
+        return (
+            f'<div class="card best-card" data-device="{esc(device)}"><h3>Best on {esc(device)}</h3>'
+            "<p>No feasible measured trial yet: no configuration to recommend.</p></div>"
+        )
+    c, m = best.config, best.metrics
+    est = _ESTIMATE if best.estimated else ""
+    rows: list[tuple[str, str]] = [
+        ("runtime", esc(c.runtime)),
+        ("backend order", esc(f.backend_order(c))),
+        ("quantization", esc(f.quantization(c))),
+        ("partition limits", esc(f.partition_limits(c))),
+        ("threads", esc(c.threads)),
+        (
+            "latency p50 / p90",
+            esc(" / ".join(f.fmt(m.get(k), k) for k in ("latency_p50_ms", "latency_p90_ms"))) + est,
+        ),
+        ("accuracy", esc(f.fmt(m.get("accuracy"), "accuracy"))),
+    ]
+    up = f.speedup(best, baseline)
+    rows.append(("speed-up vs fp32", esc("–" if up is None else f"{up:.2f}×") + (est if up is not None else "")))
+    if "accuracy_drop" in m:
+        rows.append(("accuracy drop vs fp32", esc(f.fmt(m.get("accuracy_drop"), "accuracy_drop"))))
+    shown = {"latency_p50_ms", "latency_p90_ms", "accuracy"}
+    for o in objectives:
+        if o.metric not in shown:
+            note = est if f.is_latency(o.metric) else ""
+            rows.append((f.metric_name(o.metric), esc(f.fmt(m.get(o.metric), o.metric)) + note))
+    if "size_bytes" in m and all(o.metric != "size_bytes" for o in objectives):
+        rows.append(("artifact size", esc(f.fmt(m.get("size_bytes"), "size_bytes"))))
+    parts = best.partitions
+    if parts:
+        sizes = ", ".join(str(s) for s in parts.get("sizes", []))
+        rows.append(("delegated partitions", esc(f"{parts.get('count', 0)}" + (f" (nodes {sizes})" if sizes else ""))))
+    if baseline is not None:
+        base = (
+            f"#{baseline.number} {baseline.config.label()}, p50 "
+            f"{f.fmt(baseline.metrics.get('latency_p50_ms'), 'latency_p50_ms')}{f.latency_note(baseline)}"
+        )
+        rows.append(("fp32 baseline", esc(base)))
+    if link:
+        rows.append(("MLflow run", f'<a href="{esc(link)}" target="_blank" rel="noopener">trial #{best.number}</a>'))
+    body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    return (
+        f'<div class="card best-card" data-device="{esc(device)}">'
+        f'<h3>Best on {esc(device)}: <span class="best-label">#{best.number} {label(c.label())}</span></h3>'
+        f"<dl>{body}</dl></div>"
+    )
+
+
+def partition_details(record: TrialRecord) -> str:
+    """The partition report of a trial in words: order, partitions, ops that fell back, notes."""
+    parts = record.partitions
+    if not parts:
+        return '<p class="partition-details">No partition report was recorded for this trial.</p>'
+    fallback = f.fallback_backends(record)
+    nodes: Mapping[str, int] = parts.get("nodes_by_backend") or {}
+    items = [
+        f"<li><b>Backend order:</b> {esc(f.backend_order(record.config))}</li>",
+        "<li><b>Nodes by backend:</b> "
+        + esc(", ".join(f"{b}{' (fallback)' if b in fallback else ''} {n}" for b, n in nodes.items()))
+        + "</li>",
+    ]
+    sizes = ", ".join(str(s) for s in parts.get("sizes", []))
+    items.append(
+        f"<li><b>Delegated partitions:</b> {esc(parts.get('count', 0))}" + (f" (nodes {esc(sizes)})" if sizes else "")
+    )
+    fell: Mapping[str, int] = parts.get("fallback_ops") or {}
+    if fell:
+        ops = ", ".join(f"{op} ×{n}" for op, n in sorted(fell.items(), key=lambda kv: (-kv[1], kv[0])))
+        items.append(f'<li><b>Fell back to the runtime\'s CPU kernels:</b> <span class="ops">{esc(ops)}</span></li>')
+    else:
+        items.append("<li><b>Fell back:</b> nothing</li>")
+    items.extend(f"<li><b>Note:</b> {esc(n)}</li>" for n in parts.get("notes", []))
+    return f'<ul class="partition-details">{"".join(items)}</ul>'
+
+
+def trials_table(
+    device: str,
+    records: Sequence[TrialRecord],
+    objectives: Sequence[Objective],
+    *,
+    pareto: Sequence[TrialRecord],
+    best: TrialRecord | None,
+    baseline: TrialRecord | None,
+    links: Mapping[int, str],
+) -> str:
+    """Every trial of a device, sortable by a click on a column header (``report.js``).
+
+    Args:
+        device: the device's name.
+        records: its trials, failed and reused ones included.
+        objectives: the sweep's objectives (first columns after the status).
+        pareto: the feasible Pareto front (marked in the *role* column).
+        best: the chosen trial.
+        baseline: the fp32 baseline (speed-up for trials that did not record one).
+        links: trial number -> absolute URL of its MLflow run.
+    """
+    metrics = [o.metric for o in objectives]
+    metrics += [m for m in _EXTRA_COLUMNS if m not in metrics]
+    front = {r.number for r in pareto}
+    head = ["#", "configuration", "status", "feasible", *(f.metric_name(m) for m in metrics)]
+    head += ["partitions", "fell back (ops)", "role", "MLflow"]
+    numeric = {0, *range(4, 4 + len(metrics)), 4 + len(metrics), 5 + len(metrics)}
+    ths = "".join(
+        f'<th scope="col" data-type="{"number" if i in numeric else "text"}">'
+        f'<button type="button">{esc(h)}</button></th>'
+        for i, h in enumerate(head)
+    )
+    rows = []
+    for r in sorted(records, key=lambda r: r.number):
+        roles = []
+        if baseline is not None and r.number == baseline.number:
+            roles.append("fp32 baseline")
+        if r.number in front:
+            roles.append("Pareto")
+        if best is not None and r.number == best.number:
+            roles.append("best")
+        classes = [f"status-{r.status.value}"]
+        if r.feasible is False:
+            classes.append("infeasible")
+        classes += [role.split()[-1].lower() for role in roles]
+        feasible = {True: "yes", False: "no", None: "–"}[r.feasible]
+        parts = r.partitions
+        count = parts.get("count") if parts else None
+        fell = sum((parts.get("fallback_ops") or {}).values()) if parts else None
+        status = esc(f.status(r))
+        if r.status is TrialStatus.FAILED:
+            status = f'<span class="reason">{status}</span>'
+        url = links.get(r.number)
+        cells = [
+            f'<td class="num" data-sort="{r.number}">{r.number}</td>',
+            f"<td><code>{label(r.config.label())}</code></td>",
+            f'<td data-sort="{esc(r.status.value)}">{status}</td>',
+            f"<td>{feasible}</td>",
+            *(_metric_cell(r, m, baseline) for m in metrics),
+            f'<td class="num" data-sort="{"" if count is None else count}">{"–" if count is None else count}</td>',
+            f'<td class="num" data-sort="{"" if fell is None else fell}">{"–" if fell is None else fell}</td>',
+            f"<td>{esc(', '.join(roles))}</td>",
+            f'<td><a href="{esc(url)}" target="_blank" rel="noopener">run</a></td>' if url else "<td>–</td>",
+        ]
+        rows.append(f'<tr class="{" ".join(classes)}" data-trial="{r.number}">{"".join(cells)}</tr>')
+    return (
+        f'<div class="table-wrap"><table class="trials sortable" data-device="{esc(device)}">'
+        f"<thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )

@@ -1,0 +1,304 @@
+"""The sweep report: one self-contained HTML file (``nnsweep report SPEC``).
+
+Per device: the accuracy-vs-latency scatter with the Pareto front, the fp32 baseline
+and the best configuration marked; a card with the best configuration; the partition
+map of that configuration; the latency distributions of the Pareto configurations;
+a sortable table of every trial with a link to its MLflow run. Across devices: the
+speed-up chart (device × configuration). plotly.js is inlined once, so the file opens
+offline and can be mailed or attached to an MLflow run as it is.
+
+The page template, the figure builders and the browser script live in
+:mod:`nnsweep.dashboards` (the repository's ``dashboards/`` folder); plotly is
+imported only while a report is written.
+
+Example:
+    >>> from nnsweep.html_report import DeviceTrials
+    >>> DeviceTrials("host", records=(), baseline=None).device
+    'host'
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING
+
+from nnsweep._atomic import atomic_path
+from nnsweep.report import best_trial, pareto_front
+from nnsweep.results import TrialRecord, TrialStatus
+
+if TYPE_CHECKING:
+    from nnsweep.spec import SweepSpec
+    from nnsweep.tracking import Tracker
+
+__all__ = [
+    "DEFAULT_UI_URL",
+    "REPORT_ARTIFACT",
+    "DeviceTrials",
+    "load_device",
+    "publish_report",
+    "render_report",
+    "write_report",
+]
+
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+"""Where ``nnsweep ui`` serves MLflow: the default base of the report's links to runs."""
+
+REPORT_ARTIFACT = "report.html"
+"""The report's name among each device run's artifacts."""
+
+
+@dataclass(frozen=True)
+class DeviceTrials:
+    """What the report shows of one device.
+
+    Args:
+        device: the device's name.
+        records: all its trials (measured, reused, failed; interrupted ones are left out of the report).
+        baseline: the trial number of its fp32 baseline (``None``: not measured).
+        description: one line about the device (arch, CPU, cores), shown beside its name.
+    """
+
+    device: str
+    records: tuple[TrialRecord, ...]
+    baseline: int | None = None
+    description: str = ""
+
+    def baseline_record(self) -> TrialRecord | None:
+        """The baseline's record, if it was measured."""
+        for r in self.records:
+            if r.number == self.baseline and r.status.measured:
+                return r
+        return None
+
+
+def load_device(spec: SweepSpec, device: str) -> DeviceTrials:
+    """Read a device's trials and its fp32 baseline from the sweep's Optuna study.
+
+    A device whose study does not exist yet (the sweep never ran there) has no records.
+    """
+    from nnsweep.sweep import open_study, study_records
+
+    try:
+        study = open_study(spec, device, create=False)
+    except KeyError:  # optuna.load_study: no study of that name
+        return DeviceTrials(device, ())
+    # The coordinator marks the fp32 baseline with the user attr role=baseline (see nnsweep.sweep).
+    baseline = next(
+        (t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"), None
+    )
+    return DeviceTrials(device, tuple(study_records(study)), baseline)
+
+
+def render_report(
+    spec: SweepSpec,
+    devices: Sequence[DeviceTrials],
+    *,
+    links: Mapping[str, Mapping[int, str]] | None = None,
+    ui_url: str = DEFAULT_UI_URL,
+    generated: _dt.datetime | None = None,
+) -> str:
+    """The report as one HTML document (see :func:`write_report`)."""
+    from nnsweep import __version__
+    from nnsweep.dashboards import figures, sections
+
+    links = links or {}
+    now = generated or _dt.datetime.now(_dt.UTC)
+    plotly_js = _plotly_js()
+    page = Template(_asset("report.html"))
+    device_tpl = Template(_asset("device.html"))
+    objectives = spec.objectives
+    blocks, nav, speedups = [], [], []
+    total = 0
+    for d in devices:
+        records = tuple(r for r in d.records if r.status is not TrialStatus.INTERRUPTED)
+        total += len(records)
+        base = d.baseline_record()
+        front = pareto_front(records, objectives)
+        best = best_trial(records, objectives)
+        urls = {n: u for n, link in links.get(d.device, {}).items() if (u := sections.run_url(ui_url, link))}
+        anchor = sections.slug(d.device)
+        speedups.append((d.device, records, base))
+        nav.append(f'<a href="#device-{anchor}">{html.escape(d.device)}</a>')
+        latency_set = list(front)
+        if base is not None and base.number not in {r.number for r in front}:
+            latency_set.append(base)
+        if any(r.samples_ms for r in latency_set):
+            latency = sections.plot_block(
+                f"latency-{anchor}",
+                "box",
+                figures.latency_distributions(latency_set, best=best, baseline=base).to_json(),
+                "Per-run latencies of the Pareto configurations (and the fp32 baseline): box = quartiles, "
+                "whiskers = 1.5 IQR, dots = outliers.",
+            )
+        elif any(r.estimated for r in latency_set):
+            latency = sections.note("No per-run samples: this device's latencies are compiler estimates.")
+        else:
+            latency = sections.note("No per-run latency samples were recorded for these configurations.")
+        tradeoff = figures.tradeoff(records, objectives, pareto=front, best=best, baseline=base, links=urls)
+        if best is not None:
+            partitions = sections.plot_block(
+                f"partitions-{anchor}",
+                "bar",
+                figures.partition_map(best).to_json(),
+                f"Where the ops of #{best.number} ran: nodes per backend (grey: the runtime's CPU fallback), "
+                "each delegated partition, and the operators that fell back.",
+            ) + sections.partition_details(best)
+        else:
+            partitions = sections.note("No best configuration, so no partition map.")
+        blocks.append(
+            device_tpl.substitute(
+                anchor=anchor,
+                device=html.escape(d.device),
+                description=html.escape(d.description),
+                counts=html.escape(_counts(records, front)),
+                card=sections.best_card(d.device, best, base, objectives, link=urls.get(best.number) if best else None),
+                tradeoff=sections.plot_block(
+                    f"tradeoff-{anchor}",
+                    "scatter",
+                    tradeoff.to_json(),
+                    "Each point is a measured configuration (hover for its settings, click to open its MLflow run). "
+                    "Grey crosses break the sweep's constraints; hollow markers are compiler estimates. The line is "
+                    "the feasible Pareto front, the star the fp32 baseline, the green ring the best configuration.",
+                ),
+                partitions=partitions,
+                latency=latency,
+                table=sections.trials_table(
+                    d.device, records, objectives, pareto=front, best=best, baseline=base, links=urls
+                ),
+            )
+        )
+    caption = (
+        "For each device and configuration (runtime / backend order / quantization), the fastest feasible trial's "
+        "latency p50 relative to that device's fp32 baseline. Hatched: only infeasible trials; dotted: estimate."
+    )
+    unbased = [d for d, _, base in speedups if base is None]
+    if unbased:
+        caption += f" No fp32 baseline was measured on {', '.join(unbased)}, so no speed-up is shown there."
+    speedup = sections.plot_block("speedup", "bar", figures.speedup_chart(speedups).to_json(), caption)
+    objective_text = ", ".join(f"{o.direction} {o.metric}" for o in objectives)
+    constraint = (
+        f"; accuracy may drop at most {spec.max_accuracy_drop * 100:.2f} points below each device's fp32 baseline"
+        if spec.max_accuracy_drop is not None
+        else ""
+    )
+    meta = (
+        f"model {spec.model} · devices {', '.join(d.device for d in devices)} · {total} trials · "
+        f"objectives: {objective_text}{constraint}"
+    )
+    footer = (
+        f"Written by nnsweep {__version__} on {now:%Y-%m-%d %H:%M} UTC from the sweep's Optuna study. "
+        f"MLflow: {spec.tracking.uri}, experiment {spec.tracking.experiment!r}; run links point to {ui_url} "
+        f"(start it with `nnsweep ui {spec.source or 'SPEC'}`)."
+    )
+    return page.substitute(
+        version=html.escape(__version__),
+        title=html.escape(f"nnsweep report: {spec.name}"),
+        meta=html.escape(meta),
+        nav=" ".join(['<a href="#overview">overview</a>', *nav]),
+        overview=html.escape(
+            "Best configuration per device: "
+            + "; ".join(_best_line(d, spec) for d in devices)
+            + ". Latencies marked 'estimate' come from a compiler's model, not from a measurement."
+        ),
+        speedup=speedup,
+        devices="\n".join(blocks),
+        footer=html.escape(footer),
+        plotlyjs=plotly_js,
+        script=_asset("report.js"),
+    )
+
+
+def write_report(
+    spec: SweepSpec,
+    devices: Sequence[DeviceTrials],
+    path: Path,
+    *,
+    links: Mapping[str, Mapping[int, str]] | None = None,
+    ui_url: str = DEFAULT_UI_URL,
+) -> Path:
+    """Write the sweep's report as one self-contained HTML file (plotly.js inlined, no network needed).
+
+    Args:
+        spec: the sweep (name, model, objectives, constraint, tracking store).
+        devices: what to show of each device, in order (see :func:`load_device`).
+        path: the file to write (atomically; parent folders are created).
+        links: device -> trial number -> MLflow path ``#/experiments/<id>/runs/<run>``
+            (:meth:`nnsweep.tracking.Tracker.trial_links`); trials without one get no link.
+        ui_url: the MLflow UI the links point into.
+
+    Returns:
+        ``path``.
+    """
+    text = render_report(spec, devices, links=links, ui_url=ui_url)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o644)  # a report is for reading: mkstemp's 0600 would hide it from a web server or a colleague
+    return path
+
+
+def publish_report(
+    spec: SweepSpec,
+    path: Path,
+    tracker: Tracker | None = None,
+    *,
+    devices: Sequence[DeviceTrials] | None = None,
+    ui_url: str = DEFAULT_UI_URL,
+) -> Path:
+    """Write the report of ``spec`` and attach it to each device's tracking run.
+
+    What ``nnsweep report SPEC`` does: read every device's trials (:func:`load_device`),
+    link each trial to its run (:meth:`~nnsweep.tracking.Tracker.trial_links`), write
+    ``path`` and log it as ``report.html`` on each device's run. Devices the tracker
+    has no run for get no links and no artifact; nothing new is created in the tracker.
+
+    Args:
+        spec: the sweep.
+        path: where to write the HTML file.
+        tracker: the sweep's tracker (``None``: no links, nothing logged).
+        devices: what to show (default: every device of ``spec``, read from its study).
+        ui_url: the MLflow UI the links point into.
+    """
+    if devices is None:
+        devices = [load_device(spec, name) for name in spec.devices]
+    # Only devices the tracker knows get links and the artifact: a report never creates runs.
+    tracked = [d for d in devices if tracker is not None and d.records and tracker.attach_device(d.device)]
+    links = {d.device: tracker.trial_links(d.device) for d in tracked} if tracker is not None else {}
+    write_report(spec, devices, path, links=links, ui_url=ui_url)
+    if tracker is not None:
+        for d in tracked:
+            tracker.log_device_artifact(d.device, REPORT_ARTIFACT, path)
+    return path
+
+
+def _asset(name: str) -> str:
+    return resources.files("nnsweep.dashboards").joinpath(name).read_text(encoding="utf-8")
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return str(get_plotlyjs())
+
+
+def _counts(records: Sequence[TrialRecord], front: Sequence[TrialRecord]) -> str:
+    by = {s: sum(1 for r in records if r.status is s) for s in TrialStatus}
+    infeasible = sum(1 for r in records if r.feasible is False)
+    estimated = sum(1 for r in records if r.estimated and r.status.measured)
+    text = (
+        f"{len(records)} trials: {by[TrialStatus.OK]} measured, {by[TrialStatus.REUSED]} reused an earlier "
+        f"measurement, {by[TrialStatus.FAILED]} failed; {infeasible} infeasible; {len(front)} on the Pareto front"
+    )
+    if estimated:
+        text += f"; {estimated} with compiler-estimated latency"
+    return text + "."
+
+
+def _best_line(d: DeviceTrials, spec: SweepSpec) -> str:
+    best = best_trial(d.records, spec.objectives)
+    return f"{d.device}: " + (f"#{best.number} {best.config.label()}" if best else "none yet")
