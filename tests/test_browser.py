@@ -85,6 +85,20 @@ class _Watch:
             route.abort()
 
 
+def _wait_for_plots(page: Any) -> int:
+    """Wait until report.js has drawn every plot; check each is sized and has data drawn. Returns how many."""
+    plots = page.locator("div.plot")
+    count = int(plots.count())
+    page.wait_for_selector(f'body[data-plots-rendered="{count}"]', timeout=30_000)
+    for i in range(count):
+        plot = plots.nth(i)
+        name, kind = plot.get_attribute("id"), plot.get_attribute("data-kind") or ""
+        box = plot.locator(".main-svg").first.bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 100, name
+        assert plot.locator(DRAWN[kind]).count() > 0, f"{name}: nothing drawn"
+    return count
+
+
 @contextlib.contextmanager
 def _browser(*, offline: bool) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
@@ -105,18 +119,8 @@ def test_report_renders_offline_with_plots_names_best_configs_and_no_errors(tmp_
         page = context.new_page()
         watch = _Watch(page, allowed=report.as_uri())
         page.goto(report.as_uri())
-        plots = page.locator("div.plot")
-        count = plots.count()
+        count = _wait_for_plots(page)
         assert count == 9  # speed-up + 3 trade-offs + 3 partition maps + 2 latency plots (npu-sim: estimates)
-        page.wait_for_selector(f'body[data-plots-rendered="{count}"]', timeout=30_000)
-
-        for i in range(count):
-            plot = plots.nth(i)
-            name, kind = plot.get_attribute("id"), plot.get_attribute("data-kind") or ""
-            svg = plot.locator(".main-svg").first
-            box = svg.bounding_box()
-            assert box is not None and box["width"] > 300 and box["height"] > 100, name
-            assert plot.locator(DRAWN[kind]).count() > 0, f"{name}: nothing drawn"
 
         # The plots' toolbar offers no upload ("Share chart..." sends the figure to Plotly's cloud).
         titles = [b.get_attribute("data-title") or "" for b in page.locator(".modebar-btn").all()]
@@ -155,6 +159,33 @@ def test_report_renders_offline_with_plots_names_best_configs_and_no_errors(tmp_
         page.screenshot(path=str(shot), full_page=True)
 
     print(f"\nreport {report} ({report.stat().st_size:,} bytes)\nscreenshots: {shot}, {hover_shot}")
+    assert watch.errors == [], watch.errors
+    assert watch.blocked == [], f"the report tried to reach the network: {watch.blocked}"
+
+
+def test_report_of_a_real_sweep_renders_offline(tmp_path: Path) -> None:
+    # Measured trials, not hand-made ones: a short sweep of the built-in digits model on this machine.
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(
+        "name: tiny\nmodel: digits\nbudget: {trials: 4}\nmeasure: {warmup: 1, iters: 20}\n"
+        "space: {runtime: [executorch, onnxruntime], quant: [fp32, static_int8], threads: [1]}\n"
+    )
+    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(tmp_path / "cache"), "run", str(spec),
+           "--executor", "local", "--no-tracking"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = tmp_path / "reports" / "tiny.html"
+    with _browser(offline=True) as context:
+        page = context.new_page()
+        watch = _Watch(page, allowed=report.as_uri())
+        page.goto(report.as_uri())
+        # speed-up, trade-off, partition map, latency distributions: all drawn from measurements
+        assert _wait_for_plots(page) == 4
+        best = page.locator(".best-label").first.inner_text()
+        assert best.startswith("#") and best in proc.stdout  # the card names the best trial the CLI printed
+        shot = tmp_path / "real-report.png"
+        page.screenshot(path=str(shot), full_page=True)
+    print(f"\nreport {report} ({report.stat().st_size:,} bytes)\nscreenshot: {shot}")
     assert watch.errors == [], watch.errors
     assert watch.blocked == [], f"the report tried to reach the network: {watch.blocked}"
 

@@ -93,7 +93,10 @@ class RayExecutor(Executor):
             if self.address is None:
                 cpus = os.cpu_count() or 2
                 slots = self._wanted_converters or max(1, cpus - 1)
+                # "local": always a new cluster of our own, never one found through RAY_ADDRESS
+                # or a stale /tmp/ray/ray_current_cluster left by a `ray start` that died.
                 ray.init(
+                    address="local",
                     namespace=NAMESPACE,
                     resources={device_resource("host"): 1, CONVERTER_RESOURCE: slots},
                     include_dashboard=False,
