@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from nnsweep import runtimes
+from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing
 from nnsweep.convert._base import IOSpec
 from nnsweep.errors import BenchmarkError
@@ -53,16 +54,17 @@ def measure_in_subprocess(
             "result": str(work / "result.json"),
         }
         (work / "request.json").write_text(json.dumps(request))
+        # A runtime outside this environment (PyArmNN) measures under its own interpreter.
+        python = runtimes.get(runtime).python
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "nnsweep.bench._child", str(work / "request.json")],
-                capture_output=True,
-                text=True,
-                timeout=settings.timeout_s,
-                check=False,
-            )
+            with python_command(python, "nnsweep.bench._child", str(work / "request.json")) as (argv, env):
+                proc = subprocess.run(
+                    argv, capture_output=True, text=True, timeout=settings.timeout_s, check=False, env=env
+                )
         except subprocess.TimeoutExpired:
             raise BenchmarkError(f"benchmark timed out after {settings.timeout_s:.0f} s") from None
+        except FileNotFoundError as exc:
+            raise BenchmarkError(f"{runtime} needs the interpreter {python}, which is not installed here") from exc
         result_file = work / "result.json"
         if proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
