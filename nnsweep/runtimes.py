@@ -21,7 +21,7 @@ from nnsweep.errors import SpecError
 if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
 
-__all__ = ["ETHOS_U_TARGETS", "RuntimeInfo", "get", "load_object", "names"]
+__all__ = ["ARMNN_BACKENDS", "ETHOS_U_TARGETS", "SYSTEM_PYTHON", "RuntimeInfo", "get", "load_object", "names"]
 
 _ALL_GRANULARITIES = frozenset(Granularity)
 
@@ -43,6 +43,9 @@ class RuntimeInfo:
         converter: ``"module:Class"`` of its :class:`~nnsweep.convert.Converter`.
         runner: ``"module:Class"`` of its :class:`~nnsweep.bench.Runner`.
         packages: distributions whose versions enter the artifact cache key.
+        python: the interpreter that runs the runner (``None``: the one running nnsweep);
+            for a runtime installed outside the project's environment (PyArmNN).
+        no_partitions: why partition limits do not apply, when :attr:`delegates` is false.
     """
 
     name: str
@@ -59,6 +62,8 @@ class RuntimeInfo:
     engine_backends: bool = False
     artifact_suffix: str = ".bin"
     default_backends: tuple[str, ...] = field(default=())
+    python: str | None = None
+    no_partitions: str = "it does not delegate ops in partitions"
     whole_model: Mapping[str, Mapping[QuantMode, frozenset[Granularity]]] = field(default_factory=dict)
     """Backends that take the whole model when first in the order, each with the modes
     (and granularities) it can do: these replace :attr:`modes` for such a config."""
@@ -103,9 +108,9 @@ class RuntimeInfo:
         backends = self._order(config.backends, q.mode)
         partitions = config.partitions if self.delegates else PartitionLimits()
         if not self.delegates and not config.partitions.is_default:
+            honour = ", ".join(info.name for info in _load().values() if info.delegates)
             raise SpecError(
-                "partitions",
-                f"{self.name} does not delegate ops in partitions; partition limits apply to: executorch",
+                "partitions", f"{self.name} takes no partition limits: {self.no_partitions}; they apply to: {honour}"
             )
         return backends, partitions
 
@@ -145,6 +150,22 @@ ETHOS_U_TARGETS = (
     "ethos-u85-1024",
     "ethos-u85-2048",
 )
+# Arm NN's backends in its own preference order (the seeds' "GpuAcc, CpuAcc, CpuRef");
+# CpuRef, the reference kernels, runs every layer Arm NN parses.
+ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
+# Debian's python3-pyarmnn is built for the system Python, not the project's environment.
+SYSTEM_PYTHON = "/usr/bin/python3"
+# litert-torch's PT2E int8 and Arm NN's TFLite parser, as measured with litert-torch 0.10
+# and Arm NN 22.0 (Debian 20.08); see nnsweep/convert/litert.py and armnn.py.
+_TFLITE_UNSUPPORTED = {
+    QuantMode.FP16: "litert-torch converts float32 or PT2E-quantized int8 models; "
+    "fp16 weights need ai-edge-quantizer, which nnsweep does not drive yet",
+    QuantMode.DYNAMIC_INT8: "litert-torch's dynamic-range path is not wired into nnsweep yet; "
+    "use onnxruntime, executorch or torch for dynamic int8",
+    QuantMode.QAT_INT8: "QAT is not wired into nnsweep's .tflite path yet; use executorch or torch",
+}
+_TFLITE_PACKAGES = ("litert-torch", "ai-edge-litert", "torch", "torchao")
+
 # An Ethos-U NPU runs integer graphs only: fp32, fp16 and dynamic int8 are not in its space.
 _ETHOS_MODES = {QuantMode.STATIC_INT8: _I8, QuantMode.QAT_INT8: _I8}
 
@@ -224,6 +245,44 @@ _BUILTIN: dict[str, RuntimeInfo] = {
                 QuantMode.QAT_INT8: frozenset({Granularity.PER_TENSOR}),
             }
         },
+    ),
+    "litert": RuntimeInfo(
+        name="litert",
+        # The XNNPACK delegate, then LiteRT's builtin CPU kernels for what it does not take.
+        backends=("xnnpack", "cpu"),
+        fallback="cpu",
+        modes={QuantMode.FP32: _NONE, QuantMode.STATIC_INT8: _I8},
+        unsupported=_TFLITE_UNSUPPORTED,
+        full_interface=frozenset({QuantMode.STATIC_INT8}),
+        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
+        delegates=False,
+        no_partitions="LiteRT's XNNPACK delegate takes every op it supports and has no "
+        "max_delegated_partitions/min_nodes_per_partition options (TFLite's GPU, NNAPI and Hexagon delegates do)",
+        converter="nnsweep.convert.litert:LiteRTConverter",
+        runner="nnsweep.bench.runners.litert:LiteRTRunner",
+        packages=_TFLITE_PACKAGES,
+        artifact_suffix=".tflite",
+        default_backends=("xnnpack", "cpu"),
+    ),
+    "armnn": RuntimeInfo(
+        name="armnn",
+        backends=ARMNN_BACKENDS,
+        fallback="CpuRef",
+        # Arm NN 22's reference backend aborts the process (an assertion in
+        # GetBiasTypeFromWeightsType) on per-channel int8 weights: per-tensor only.
+        modes={QuantMode.FP32: _NONE, QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR})},
+        unsupported=_TFLITE_UNSUPPORTED,
+        full_interface=frozenset({QuantMode.STATIC_INT8}),
+        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
+        delegates=False,
+        no_partitions="Arm NN assigns each layer to the first backend in the order that supports it "
+        "and has no partition limits",
+        converter="nnsweep.convert.armnn:ArmNNConverter",
+        runner="nnsweep.bench.runners.armnn:ArmNNRunner",
+        packages=_TFLITE_PACKAGES,
+        artifact_suffix=".tflite",
+        default_backends=("CpuAcc", "CpuRef"),
+        python=SYSTEM_PYTHON,
     ),
 }
 

@@ -1,0 +1,125 @@
+"""LiteRT: ``litert-torch`` converts the model to ``.tflite`` (no TensorFlow), PT2E for int8.
+
+- ``fp32``: ``litert_torch.convert`` of the float module.
+- ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
+  ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
+  observer minmax or histogram) -> calibration -> ``convert_pt2e`` -> ``litert_torch.convert``.
+  litert-torch's int8 models take and return int8 (interface ``full``; the
+  :class:`~nnsweep.convert.IOSpec` carries the scales); interface ``core`` adds a
+  ``QUANTIZE`` and a ``DEQUANTIZE`` at the edges (:func:`nnsweep.convert.tflite.float_interface`).
+
+The partition report comes from a LiteRT interpreter built with the config's order
+on the converting machine (:func:`nnsweep.bench.runners.litert.placement`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import io
+import logging
+from pathlib import Path
+
+import litert_torch
+import torch
+from litert_torch.quantize import pt2e_quantizer
+from litert_torch.quantize.quant_config import QuantConfig as LiteRTQuantConfig
+from torchao.quantization.pt2e import quantize_pt2e
+from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
+
+from nnsweep.bench.runners.litert import interpreter, placement
+from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
+from nnsweep.convert import tflite
+from nnsweep.convert._base import ConversionResult, Converter, IOSpec
+from nnsweep.convert.quantize import calibration_samples
+from nnsweep.errors import ConversionError
+from nnsweep.models import ModelBundle
+
+__all__ = ["LiteRTConverter", "export_tflite"]
+
+_FILENAME = "model.tflite"
+_log = logging.getLogger(__name__)
+_OBSERVERS = {Calibration.MINMAX: MinMaxObserver, Calibration.HISTOGRAM: HistogramObserver}
+
+
+def _quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_quantizer.PT2EQuantizer:
+    config = pt2e_quantizer.get_symmetric_quantization_config(
+        is_per_channel=quant.granularity is Granularity.PER_CHANNEL
+    )
+    # litert-torch observes activations with a histogram; minmax swaps the observer only.
+    observer = _OBSERVERS[quant.calibration or Calibration.MINMAX]
+    activation: dict[str, object] = {"observer_or_fake_quant_ctr": observer}
+    if symmetric_activations:
+        activation["qscheme"] = torch.per_tensor_symmetric
+    act_in = dataclasses.replace(config.input_activation, **activation)
+    act_out = dataclasses.replace(config.output_activation, **activation)
+    config = dataclasses.replace(config, input_activation=act_in, output_activation=act_out)
+    return pt2e_quantizer.PT2EQuantizer().set_global(config)
+
+
+def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: bool) -> litert_torch.model.Model:
+    module = copy.deepcopy(bundle.module).eval()  # conversion must not touch the bundle's module
+    args = (bundle.example_input,)
+    if quant.mode is QuantMode.FP32:
+        return litert_torch.convert(module, args)
+    quantizer = _quantizer(quant, symmetric_activations)
+    graph = torch.export.export(module, args).module()
+    graph = quantize_pt2e.prepare_pt2e(graph, quantizer)
+    with torch.no_grad():
+        for sample in calibration_samples(bundle, quant):
+            graph(sample)
+    graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
+    return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
+
+
+def export_tflite(
+    bundle: ModelBundle, config: DeploymentConfig, path: Path, *, symmetric_activations: bool = False
+) -> IOSpec:
+    """Write ``bundle``'s model as ``.tflite`` to ``path`` for ``config``'s quantization and interface.
+
+    Args:
+        symmetric_activations: int8 activations with zero point 0 (default: asymmetric,
+            litert-torch's choice), for runtimes that pad quantized tensors with integer 0.
+
+    Raises:
+        ConversionError: litert-torch cannot convert the model; the message says why.
+    """
+    quant = config.quant
+    if quant.mode not in (QuantMode.FP32, QuantMode.STATIC_INT8):
+        raise ConversionError(f"the .tflite path does not do {quant.mode.value}")
+    # litert-torch reports progress on stdout, which belongs to the CLI (--json).
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            _convert(bundle, quant, symmetric_activations).export(str(path))
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
+        raise ConversionError(f"litert-torch could not convert the model: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _log.debug("litert-torch: %s", captured.getvalue()[-2000:])
+    if quant.mode is QuantMode.FP32:
+        return IOSpec()
+    model = tflite.load(path)
+    if quant.interface is Interface.FULL:
+        return tflite.int8_io(model)
+    tflite.float_interface(model)
+    tflite.save(model, path)
+    return IOSpec()
+
+
+class LiteRTConverter(Converter):
+    """``.tflite`` by litert-torch; the partition report from LiteRT's interpreter."""
+
+    def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+        """Write ``model.tflite`` for ``config`` into ``out_dir`` and describe it.
+
+        Raises:
+            ConversionError: the model cannot be deployed this way; the message says why.
+        """
+        path = out_dir / _FILENAME
+        spec = export_tflite(bundle, config, path)
+        try:
+            report = placement(interpreter(path, config.backends, 1), config.backends)
+        except (ValueError, RuntimeError) as exc:
+            raise ConversionError(f"LiteRT cannot load the converted model: {exc}") from exc
+        return ConversionResult(filename=path.name, partitions=report, io=spec)

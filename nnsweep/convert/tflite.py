@@ -1,0 +1,212 @@
+"""Edits of ``.tflite`` flatbuffers that the ``litert`` and ``armnn`` converters share.
+
+LiteRT's own schema bindings (``ai_edge_litert.schema_py_generated``, object API)
+read and write the model, so no TensorFlow is needed:
+
+- :func:`add_fully_connected_bias`: Arm NN 22's TFLite parser rejects a
+  ``FULLY_CONNECTED`` whose optional bias is absent (input index -1,
+  "'operatorPtr->inputs[i]' must be non-negative"); give it an explicit zero bias.
+- :func:`float_interface`: litert-torch's int8 models take and return int8 (the
+  ``full`` interface); a ``QUANTIZE`` at the input and a ``DEQUANTIZE`` at the
+  output make them take and return float32 (``core``), as TensorFlow's converter
+  builds int8 models by default.
+- :func:`int8_io`: the quantization of a ``full`` model's input and output.
+- :func:`operators`: the operator names in execution order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import flatbuffers
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from nnsweep.convert._base import IOSpec
+from nnsweep.errors import ConversionError
+
+__all__ = ["add_fully_connected_bias", "float_interface", "int8_io", "load", "operators", "save"]
+
+_IDENTIFIER = b"TFL3"
+_OP_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+_NUMPY_OF = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8}
+
+
+def load(path: Path) -> schema.ModelT:
+    """The model in ``path`` as mutable objects."""
+    return schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+
+
+def save(model: schema.ModelT, path: Path) -> None:
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), file_identifier=_IDENTIFIER)
+    path.write_bytes(bytes(builder.Output()))
+
+
+def _code(model: schema.ModelT, op: schema.OperatorT) -> int:
+    code = model.operatorCodes[op.opcodeIndex]
+    # Codes above 127 live in builtinCode only; older files set deprecatedBuiltinCode only.
+    return int(max(code.builtinCode, code.deprecatedBuiltinCode))
+
+
+def operators(model: schema.ModelT) -> list[str]:
+    """Operator names of the main subgraph in execution order (``CONV_2D``, ...)."""
+    return [_OP_NAMES.get(_code(model, op), "CUSTOM") for op in model.subgraphs[0].operators]
+
+
+def _opcode(model: schema.ModelT, builtin: int, version: int) -> int:
+    for i, code in enumerate(model.operatorCodes):
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin:
+            code.version = max(code.version, version)
+            return i
+    code = schema.OperatorCodeT()
+    code.builtinCode = builtin
+    code.deprecatedBuiltinCode = min(builtin, 127)
+    code.version = version
+    model.operatorCodes.append(code)
+    return len(model.operatorCodes) - 1
+
+
+def _add_buffer(model: schema.ModelT, data: np.ndarray) -> int:
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint8)
+    model.buffers.append(buffer)
+    return len(model.buffers) - 1
+
+
+def _add_tensor(subgraph: schema.SubGraphT, tensor: schema.TensorT) -> int:
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def _name(tensor: schema.TensorT) -> str:
+    name = tensor.name
+    return name.decode() if isinstance(name, bytes) else str(name or "tensor")
+
+
+def _scales(tensor: schema.TensorT) -> np.ndarray | None:
+    q = tensor.quantization
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return None
+    return np.asarray(q.scale, dtype=np.float64)
+
+
+def add_fully_connected_bias(model: schema.ModelT) -> int:
+    """Give every bias-less ``FULLY_CONNECTED`` an explicit zero bias; return how many.
+
+    The bias is float32 for float weights, int32 with scale ``input_scale * weight_scale``
+    (per tensor or per output channel, zero point 0) for int8 weights, as TFLite requires.
+
+    Raises:
+        ConversionError: a weight type this does not know how to bias.
+    """
+    fixed = 0
+    for subgraph in model.subgraphs:
+        for op in subgraph.operators:
+            if _code(model, op) != schema.BuiltinOperator.FULLY_CONNECTED:
+                continue
+            inputs = list(op.inputs)
+            if len(inputs) >= 3 and inputs[2] >= 0:
+                continue
+            weights = subgraph.tensors[inputs[1]]
+            units = int(weights.shape[0])
+            bias = schema.TensorT()
+            bias.shape = np.array([units], dtype=np.int32)
+            bias.name = f"{_name(weights)}/zero_bias"
+            if weights.type == schema.TensorType.FLOAT32:
+                bias.type = schema.TensorType.FLOAT32
+                bias.buffer = _add_buffer(model, np.zeros(units, np.float32))
+            elif weights.type == schema.TensorType.INT8:
+                in_scale, w_scale = _scales(subgraph.tensors[inputs[0]]), _scales(weights)
+                if in_scale is None or w_scale is None:
+                    raise ConversionError("a quantized FULLY_CONNECTED lacks input or weight scales")
+                q = schema.QuantizationParametersT()
+                q.scale = (in_scale[0] * w_scale).astype(np.float32)
+                q.zeroPoint = np.zeros(len(q.scale), dtype=np.int64)
+                q.quantizedDimension = 0
+                bias.quantization = q
+                bias.type = schema.TensorType.INT32
+                bias.buffer = _add_buffer(model, np.zeros(units, np.int32))
+            else:
+                raise ConversionError(f"cannot add a bias to a FULLY_CONNECTED with weight type {weights.type}")
+            index = _add_tensor(subgraph, bias)
+            op.inputs = np.array([*inputs[:2], index], dtype=np.int32)
+            fixed += 1
+    return fixed
+
+
+def _io_tensor(subgraph: schema.SubGraphT, index: int, what: str) -> tuple[schema.TensorT, float, int]:
+    tensor = subgraph.tensors[index]
+    scales = _scales(tensor)
+    q = tensor.quantization
+    if tensor.type not in (schema.TensorType.INT8, schema.TensorType.UINT8) or scales is None or len(scales) != 1:
+        raise ConversionError(f"the model's {what} is not a per-tensor quantized int8/uint8 tensor")
+    zero_point = int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
+    return tensor, float(scales[0]), zero_point
+
+
+def int8_io(model: schema.ModelT) -> IOSpec:
+    """The ``full`` interface of a quantized model: its input and output quantization.
+
+    Raises:
+        ConversionError: the model does not have one quantized input and output.
+    """
+    subgraph = model.subgraphs[0]
+    if len(subgraph.inputs) != 1 or len(subgraph.outputs) != 1:
+        raise ConversionError("the full interface needs a model with one input and one output: use interface core")
+    t_in, s_in, z_in = _io_tensor(subgraph, int(subgraph.inputs[0]), "input")
+    t_out, s_out, z_out = _io_tensor(subgraph, int(subgraph.outputs[0]), "output")
+    return IOSpec(
+        input_dtype=np.dtype(_NUMPY_OF[t_in.type]).name,
+        output_dtype=np.dtype(_NUMPY_OF[t_out.type]).name,
+        input_scale=s_in,
+        input_zero_point=z_in,
+        output_scale=s_out,
+        output_zero_point=z_out,
+    )
+
+
+def _float_twin(subgraph: schema.SubGraphT, index: int, suffix: str) -> int:
+    """A float32 tensor shaped like tensor ``index``; the quantized one is renamed."""
+    quantized = subgraph.tensors[index]
+    twin = schema.TensorT()
+    twin.shape = np.array(quantized.shape, dtype=np.int32)
+    if quantized.shapeSignature is not None:
+        twin.shapeSignature = np.array(quantized.shapeSignature, dtype=np.int32)
+    twin.type = schema.TensorType.FLOAT32
+    twin.buffer = 0  # buffer 0 is the empty buffer of every tensor without data
+    twin.name = quantized.name  # the float tensor keeps the name callers bind to
+    quantized.name = f"{_name(quantized)}/{suffix}"
+    return _add_tensor(subgraph, twin)
+
+
+def float_interface(model: schema.ModelT) -> None:
+    """Make a ``full`` int8 model take and return float32 (the ``core`` interface).
+
+    Raises:
+        ConversionError: the model does not have one quantized input and output.
+    """
+    int8_io(model)  # checks the shape of the interface
+    subgraph = model.subgraphs[0]
+    q_in, q_out = int(subgraph.inputs[0]), int(subgraph.outputs[0])
+    f_in = _float_twin(subgraph, q_in, "quantized")
+    f_out = _float_twin(subgraph, q_out, "quantized")
+    # Version 2 of QUANTIZE and DEQUANTIZE is the one for int8 (version 1: uint8).
+    quantize = schema.OperatorT()
+    quantize.opcodeIndex = _opcode(model, schema.BuiltinOperator.QUANTIZE, 2)
+    quantize.inputs = np.array([f_in], dtype=np.int32)
+    quantize.outputs = np.array([q_in], dtype=np.int32)
+    dequantize = schema.OperatorT()
+    dequantize.opcodeIndex = _opcode(model, schema.BuiltinOperator.DEQUANTIZE, 2)
+    dequantize.inputs = np.array([q_out], dtype=np.int32)
+    dequantize.outputs = np.array([f_out], dtype=np.int32)
+    subgraph.operators = [quantize, *subgraph.operators, dequantize]
+    subgraph.inputs = np.array([f_in], dtype=np.int32)
+    subgraph.outputs = np.array([f_out], dtype=np.int32)
+    for signature in model.signatureDefs or ():
+        for binding in signature.inputs or ():
+            if binding.tensorIndex == q_in:
+                binding.tensorIndex = f_in
+        for binding in signature.outputs or ():
+            if binding.tensorIndex == q_out:
+                binding.tensorIndex = f_out

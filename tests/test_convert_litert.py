@@ -1,0 +1,140 @@
+"""Real LiteRT conversions (litert-torch, no TensorFlow): fp32 and int8 .tflite of digits,
+the full and core interfaces, XNNPACK placement read from the interpreter, and the
+flatbuffer edits the .tflite runtimes share."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import litert_torch
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from nnsweep import deploy
+from nnsweep.artifacts import ArtifactCache
+from nnsweep.bench import MeasureSettings
+from nnsweep.bench._harness import run_all
+from nnsweep.bench.runners.litert import LiteRTRunner, interpreter, placement
+from nnsweep.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
+from nnsweep.convert import tflite
+from nnsweep.convert._base import IOSpec
+from nnsweep.deploy import DeploymentResult
+from nnsweep.errors import SpecError
+
+SETTINGS = MeasureSettings(warmup=1, iters=5)
+
+
+def _config(mode: str = "fp32", backends: tuple[str, ...] = ("xnnpack", "cpu"), **quant: object) -> DeploymentConfig:
+    return DeploymentConfig("litert", backends, quant=QuantConfig(mode, **quant))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def measured(digits, tmp_path_factory) -> Callable[[DeploymentConfig], DeploymentResult]:  # type: ignore[no-untyped-def]
+    cache = ArtifactCache(tmp_path_factory.mktemp("litert-cache"))
+    reference = deploy.reference_outputs(digits)
+    done: dict[str, DeploymentResult] = {}
+
+    def get(config: DeploymentConfig) -> DeploymentResult:
+        if config.digest() not in done:
+            artifact, hit = deploy.convert(digits, config, cache)
+            done[config.digest()] = deploy.measure(digits, artifact, SETTINGS, cache_hit=hit, reference=reference)
+        return done[config.digest()]
+
+    return get
+
+
+def _tflite(module: nn.Module, x: torch.Tensor, path: Path) -> Path:
+    with contextlib.redirect_stdout(io.StringIO()):
+        litert_torch.convert(module.eval(), (x,)).export(str(path))
+    return path
+
+
+def _run(path: Path, x: np.ndarray, backends: tuple[str, ...] = ("cpu",)) -> np.ndarray:
+    interp = interpreter(path, backends, 1)
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"])  # type: ignore[no-any-return]
+
+
+def test_config_rejects_what_the_tflite_path_cannot_do() -> None:
+    with pytest.raises(SpecError, match=r"fp16.*ai-edge-quantizer"):
+        _config("fp16")
+    with pytest.raises(SpecError, match="partitions: litert takes no partition limits: LiteRT's XNNPACK"):
+        DeploymentConfig("litert", partitions=PartitionLimits(max_delegated_partitions=1))
+    assert _config(backends=("xnnpack",)).backends == ("xnnpack", "cpu")  # the builtin kernels close the order
+    assert _config(backends=("cpu", "xnnpack")).backends == ("cpu",)
+    assert _config("static_int8", interface="full").quant.interface is Interface.FULL
+
+
+def test_fully_connected_bias_is_added_and_changes_nothing_in_litert(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    path = _tflite(nn.Sequential(nn.Flatten(), nn.Linear(16, 4, bias=False)), torch.randn(1, 16), tmp_path / "m.tflite")
+    model = tflite.load(path)
+    fc = model.subgraphs[0].operators[tflite.operators(model).index("FULLY_CONNECTED")]
+    assert len(fc.inputs) < 3 or fc.inputs[2] == -1  # what litert-torch writes for a bias-less Linear
+    assert tflite.add_fully_connected_bias(model) == 1
+    assert tflite.add_fully_connected_bias(model) == 0  # idempotent
+    fixed = tmp_path / "fixed.tflite"
+    tflite.save(model, fixed)
+    bias = tflite.load(fixed).subgraphs[0].operators[0].inputs[2]
+    assert bias >= 0
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    np.testing.assert_array_equal(_run(path, x), _run(fixed, x))
+
+
+@pytest.mark.slow
+def test_fp32_with_xnnpack_matches_the_reference(measured) -> None:  # type: ignore[no-untyped-def]
+    result = measured(_config())
+    artifact, ev = result.artifact, result.evaluation
+    assert artifact.path.name == "model.tflite" and artifact.io == IOSpec()
+    assert ev.accuracy is not None and ev.accuracy >= 0.95
+    assert ev.fidelity.top1_agreement == 1.0 and ev.fidelity.max_abs_err < 1e-4
+    assert result.timing.latency.count == SETTINGS.iters and result.timing.latency.p50 > 0
+    report = artifact.partitions
+    # XNNPACK takes the whole digits graph in one partition: nothing falls back.
+    assert report.backends == ("xnnpack", "cpu") and set(report.nodes_by_backend) == {"xnnpack"}
+    assert report.count == 1 and report.sizes == [len(tflite.operators(tflite.load(artifact.path)))]
+    assert report.fallback_ops == {}
+
+
+@pytest.mark.slow
+def test_cpu_order_runs_the_builtin_kernels_only(measured) -> None:  # type: ignore[no-untyped-def]
+    result = measured(_config(backends=("cpu",)))
+    report = result.artifact.partitions
+    assert report.partitions == () and set(report.nodes_by_backend) == {"cpu"}
+    assert result.evaluation.fidelity.max_abs_err < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("granularity", [Granularity.PER_CHANNEL, Granularity.PER_TENSOR])
+def test_static_int8_core_and_full_keep_accuracy(digits, measured, granularity: Granularity) -> None:  # type: ignore[no-untyped-def]
+    fp32 = measured(_config()).evaluation
+    core = measured(_config("static_int8", granularity=granularity))
+    full = measured(_config("static_int8", granularity=granularity, interface=Interface.FULL))
+    # full: litert-torch's own interface, int8 in and out; IOSpec carries the scales.
+    io_full = full.artifact.io
+    assert (io_full.input_dtype, io_full.output_dtype) == ("int8", "int8") and io_full.input_scale
+    core_ops = tflite.operators(tflite.load(core.artifact.path))
+    assert core.artifact.io == IOSpec() and core_ops[0] == "QUANTIZE" and core_ops[-1] == "DEQUANTIZE"
+    interp = interpreter(core.artifact.path, ("cpu",), 1)
+    assert interp.get_input_details()[0]["dtype"] == np.float32
+    for result in (core, full):
+        ev = result.evaluation
+        assert abs(ev.accuracy - fp32.accuracy) <= 0.02  # type: ignore[operator]
+        assert 20 < ev.fidelity.sqnr_db < 100 and ev.fidelity.top1_agreement >= 0.97
+        assert result.artifact.size_bytes < 0.6 * measured(_config()).artifact.size_bytes
+    # The QUANTIZE/DEQUANTIZE at the edges do what IOSpec does outside the model.
+    outs = []
+    for result in (core, full):
+        runner = LiteRTRunner(result.artifact.path, result.artifact.io, 1, ("cpu",))
+        runner.load()
+        outs.append(run_all(runner, digits.dataset.evaluation.inputs[:64]))
+    np.testing.assert_allclose(outs[0], outs[1], atol=1e-5)
+    # XNNPACK takes the int8 graph, the edge QUANTIZE/DEQUANTIZE included.
+    report = placement(interpreter(core.artifact.path, ("xnnpack", "cpu"), 1), ("xnnpack", "cpu"))
+    assert report.nodes_by_backend.get("xnnpack") == len(core_ops)
