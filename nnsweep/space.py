@@ -103,9 +103,12 @@ def device_space(spec: SweepSpec, device: str, available: Mapping[str, tuple[str
         if QuantMode.FP32 not in modes:
             modes.insert(0, QuantMode.FP32)
         has_full = bool(info.full_interface)
+        # Only the granularities every int8 mode of the runtime allows (Arm NN: per tensor).
+        int8 = [info.modes[m] for m in modes if m.is_int8]
+        granularities = tuple(g for g in s.granularity if all(g in allowed for allowed in int8))
         choices[name] = RuntimeChoices(
             modes=tuple(modes),
-            granularities=s.granularity,
+            granularities=granularities or tuple(sorted(set().union(*int8), key=str)) or s.granularity,
             calibrations=calibrations or (next(iter(info.calibrations)),),
             interfaces=tuple(i for i in s.interface if i is Interface.CORE or has_full) or (Interface.CORE,),
             orders=orders,

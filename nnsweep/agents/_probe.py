@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import socket
+import subprocess
 import sys
 from importlib import metadata
 
@@ -73,15 +74,50 @@ def _torch() -> tuple[str, ...] | None:
     return tuple(e for e in ("x86", "fbgemm", "qnnpack", "onednn") if e in engines)
 
 
+def _litert() -> tuple[str, ...] | None:
+    try:
+        from ai_edge_litert.interpreter import Interpreter  # noqa: F401
+    except ImportError:
+        return None
+    # XNNPACK is LiteRT's default delegate, built into every ai-edge-litert wheel.
+    return ("xnnpack", "cpu")
+
+
+def _armnn(versions: dict[str, str]) -> tuple[str, ...] | None:
+    """Arm NN's backends here, asked of PyArmNN in the interpreter it is built for."""
+    from nnsweep import runtimes
+    from nnsweep.bench._foreign import python_command
+
+    python = runtimes.get("armnn").python
+    try:
+        with python_command(python, "nnsweep.bench.runners.armnn", "backends") as (argv, env):
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no such interpreter here: no Arm NN
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return None  # PyArmNN is not installed for it
+    found = json.loads(lines[-1])
+    versions["armnn"] = str(found["version"])
+    return tuple(found["backends"]) or None
+
+
 def probe(device: str, machine: str | None = None) -> Capabilities:
     """Capabilities of this machine as device ``device``."""
     found: dict[str, tuple[str, ...]] = {}
-    for name, check in (("executorch", _executorch), ("onnxruntime", _onnxruntime), ("torch", _torch)):
+    versions: dict[str, str] = {}
+    checks = (
+        ("executorch", _executorch),
+        ("onnxruntime", _onnxruntime),
+        ("torch", _torch),
+        ("litert", _litert),
+        ("armnn", lambda: _armnn(versions)),
+    )
+    for name, check in checks:
         backends = check()
         if backends:
             found[name] = backends
-    versions = {}
-    for package in ("nnsweep", "torch", "executorch", "onnxruntime", "ray"):
+    for package in ("nnsweep", "torch", "executorch", "onnxruntime", "ai-edge-litert", "litert-torch", "ray"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -1,0 +1,192 @@
+"""Run a ``.tflite`` model with Arm NN through PyArmNN; the backend order is ``Optimize``'s preferred list.
+
+PyArmNN is Debian's ``python3-pyarmnn``, built for the system Python: this module
+runs there (``RuntimeInfo.python``), imports only numpy, the standard library and
+nnsweep's light modules, and imports ``pyarmnn`` inside its functions so the
+project's environment can still import it. Arm NN gives each layer to the first
+backend in the preferred list that supports it; a backend this machine lacks (on
+x86 only ``CpuRef``, the reference kernels, exists) is passed over and the report
+says so.
+
+As a program it answers the agent and the converter, which live in the project's
+environment::
+
+    python3 -m nnsweep.bench.runners.armnn backends          # {"version": ..., "backends": [...]}
+    python3 -m nnsweep.bench.runners.armnn placement MODEL.tflite CpuAcc CpuRef
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnsweep.bench._runner import Runner
+from nnsweep.convert._base import PartitionReport, Placement
+from nnsweep.errors import BenchmarkError
+
+__all__ = ["ArmNNRunner", "available_backends", "optimize", "report_from_dot"]
+
+_FALLBACK = "CpuRef"
+# A layer in Arm NN's Graphviz dump of an optimized network: "...LayerType : Convolution2d\lBackendID : CpuRef\l"
+_LAYER = re.compile(r"LayerType : (\w+)\\lBackendID : (\w+)")
+_NOT_OPS = {"Input", "Output"}
+
+
+def _armnn() -> Any:
+    with warnings.catch_warnings():
+        # PyArmNN warns at import about each parser Debian does not build (Caffe, ONNX, TF).
+        warnings.simplefilter("ignore")
+        import pyarmnn
+
+    return pyarmnn
+
+
+def available_backends() -> dict[str, Any]:
+    """Arm NN's version and the backends that load on this machine."""
+    ann = _armnn()
+    runtime = ann.IRuntime(ann.CreationOptions())
+    found = {str(b) for b in runtime.GetDeviceSpec().GetSupportedBackends()}
+    from nnsweep.runtimes import ARMNN_BACKENDS
+
+    return {"version": ann.ARMNN_VERSION, "backends": [b for b in ARMNN_BACKENDS if b in found]}
+
+
+def optimize(path: Path, backends: Sequence[str]) -> tuple[Any, Any, Any, list[str]]:
+    """Parse ``path`` with Arm NN's TFLite parser and optimize it for ``backends`` in order.
+
+    Returns:
+        ``(runtime, parser, optimized network, skipped)``: ``skipped`` are the backends of
+        the order that this machine's Arm NN does not have.
+
+    Raises:
+        BenchmarkError: the parser or the optimizer rejects the model.
+    """
+    ann = _armnn()
+    parser = ann.ITfLiteParser()
+    try:
+        network = parser.CreateNetworkFromBinaryFile(str(path))
+    except RuntimeError as exc:
+        raise BenchmarkError(f"Arm NN's TFLite parser rejects {path.name}: {exc}") from exc
+    runtime = ann.IRuntime(ann.CreationOptions())
+    have = {str(b) for b in runtime.GetDeviceSpec().GetSupportedBackends()}
+    skipped = [b for b in backends if b not in have]
+    preferred = [ann.BackendId(b) for b in backends]
+    try:
+        optimized, messages = ann.Optimize(network, preferred, runtime.GetDeviceSpec(), ann.OptimizerOptions())
+    except RuntimeError as exc:
+        raise BenchmarkError(f"Arm NN cannot optimize {path.name} for {', '.join(backends)}: {exc}") from exc
+    if optimized is None:
+        raise BenchmarkError(f"Arm NN cannot optimize {path.name}: {'; '.join(messages)}")
+    return runtime, parser, optimized, skipped
+
+
+def report_from_dot(
+    dot: str, backends: tuple[str, ...], skipped: Sequence[str], have: Sequence[str] = ()
+) -> PartitionReport:
+    """The partition report from Arm NN's dump of an optimized network.
+
+    A partition is a run of consecutive layers (in Arm NN's order) on one backend other
+    than ``CpuRef``; layers on ``CpuRef`` while the order asked for another backend first
+    fell back.
+    """
+    layers = [(kind, backend) for kind, backend in _LAYER.findall(dot) if kind not in _NOT_OPS]
+    if not layers:
+        raise BenchmarkError("Arm NN's optimized network lists no layers")
+    nodes = Counter(backend for _, backend in layers)
+    runs: list[Placement] = []
+    previous = None
+    for _, backend in layers:
+        if backend != _FALLBACK:
+            if backend == previous:
+                runs[-1] = Placement(backend, runs[-1].nodes + 1)
+            else:
+                runs.append(Placement(backend, 1))
+        previous = backend
+    fallback = Counter(kind for kind, backend in layers if backend == _FALLBACK) if backends[0] != _FALLBACK else {}
+    notes = []
+    for name in skipped:
+        later = [b for b in backends[backends.index(name) + 1 :] if b not in skipped]
+        here = f" (this machine's Arm NN has: {', '.join(have)})" if have else ""
+        notes.append(
+            f"{name} is not available here{here}: its layers fall through to {later[0] if later else _FALLBACK}"
+        )
+    return PartitionReport(
+        backends=backends,
+        nodes_by_backend=dict(nodes),
+        partitions=tuple(sorted(runs, key=lambda p: -p.nodes)),
+        fallback_ops=dict(fallback),
+        notes=tuple(notes),
+    )
+
+
+def placement(path: Path, backends: tuple[str, ...]) -> PartitionReport:
+    """Which backend Arm NN gives each layer of ``path`` on this machine."""
+    runtime, _, optimized, skipped = optimize(path, backends)
+    have = [str(b) for b in runtime.GetDeviceSpec().GetSupportedBackends()]
+    with tempfile.TemporaryDirectory(prefix="nnsweep-armnn-") as tmp:
+        dot = Path(tmp) / "optimized.dot"
+        optimized.SerializeToDot(str(dot))
+        return report_from_dot(dot.read_text(), backends, skipped, have)
+
+
+class ArmNNRunner(Runner):
+    """One Arm NN network loaded in an ``IRuntime``.
+
+    ``threads`` is recorded but not applied: the reference backend runs on one thread,
+    and PyArmNN 22 exposes no thread option for CpuAcc (Arm Compute Library's scheduler
+    uses the cores it finds).
+    """
+
+    def load(self) -> None:
+        ann = _armnn()
+        self._ann = ann
+        self._runtime, parser, optimized, _ = optimize(self.path, self.backends or (_FALLBACK,))
+        try:
+            self._net, _ = self._runtime.LoadNetwork(optimized)
+        except RuntimeError as exc:
+            raise BenchmarkError(f"Arm NN cannot load {self.path.name}: {exc}") from exc
+        in_name = parser.GetSubgraphInputTensorNames(0)[0]
+        out_name = parser.GetSubgraphOutputTensorNames(0)[0]
+        self._in = parser.GetNetworkInputBindingInfo(0, in_name)
+        self._outputs = ann.make_output_tensors([parser.GetNetworkOutputBindingInfo(0, out_name)])
+
+    def prepare(self, x: np.ndarray) -> Any:
+        data = np.ascontiguousarray(self.io.prepare_input(x))
+        # The tensors point into ``data``: keep it alive with them.
+        return self._ann.make_input_tensors([self._in], [data]), data
+
+    def run(self, prepared: Any) -> np.ndarray:
+        try:
+            self._runtime.EnqueueWorkload(self._net, prepared[0], self._outputs)
+        except RuntimeError as exc:
+            raise BenchmarkError(f"Arm NN failed to run {self.path.name}: {exc}") from exc
+        # A copy: the array PyArmNN returns views the output buffer, which the next run overwrites.
+        return np.array(self._ann.workload_tensors_to_ndarray(self._outputs)[0], copy=True)
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] == ["backends"]:
+        result: Any = available_backends()
+    elif argv[1:2] == ["placement"] and len(argv) >= 4:
+        try:
+            result = placement(Path(argv[2]), tuple(argv[3:])).to_dict()
+        except BenchmarkError as exc:
+            result = {"error": str(exc)}
+    else:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

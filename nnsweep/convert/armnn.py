@@ -1,0 +1,80 @@
+"""Arm NN: the ``.tflite`` of the litert converter, made acceptable to Arm NN 22's TFLite parser.
+
+The model is converted as for ``litert`` (:func:`nnsweep.convert.litert.export_tflite`);
+int8 activations are quantized symmetrically (zero point 0), because Arm NN 22 pads
+quantized tensors with the integer 0 rather than their zero point; then every
+``FULLY_CONNECTED`` without a bias gets an explicit zero bias, because Arm NN
+22.0's parser rejects the absent optional input (index -1). The partition report comes
+from Arm NN itself: the converter runs the model's placement in the system Python, where
+PyArmNN lives (``python3 -m nnsweep.bench.runners.armnn placement``), which also proves
+that the parser and the optimizer accept the model before any trial measures it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+from nnsweep import runtimes
+from nnsweep.bench._foreign import python_command
+from nnsweep.config import DeploymentConfig
+from nnsweep.convert import tflite
+from nnsweep.convert._base import ConversionResult, Converter, PartitionReport
+from nnsweep.convert.litert import export_tflite
+from nnsweep.errors import ConversionError
+from nnsweep.models import ModelBundle
+
+__all__ = ["ArmNNConverter", "armnn_placement"]
+
+_FILENAME = "model.tflite"
+_TIMEOUT_S = 300
+_log = logging.getLogger(__name__)
+
+
+def armnn_placement(path: Path, backends: tuple[str, ...]) -> PartitionReport:
+    """Ask this machine's Arm NN (in its own interpreter) where each layer of ``path`` runs.
+
+    Raises:
+        ConversionError: PyArmNN is missing here, or Arm NN rejects the model.
+    """
+    python = runtimes.get("armnn").python
+    try:
+        with python_command(python, "nnsweep.bench.runners.armnn", "placement", str(path), *backends) as (argv, env):
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False, env=env)
+    except FileNotFoundError as exc:
+        raise ConversionError(f"Arm NN needs {python} with python3-pyarmnn, which is not installed here") from exc
+    except subprocess.TimeoutExpired:
+        raise ConversionError(f"Arm NN's placement did not finish within {_TIMEOUT_S} s") from None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise ConversionError(f"Arm NN could not place the model (exit {proc.returncode}): {tail}")
+    data = json.loads(lines[-1])
+    if "error" in data:
+        raise ConversionError(data["error"])
+    return PartitionReport.from_dict(data)
+
+
+class ArmNNConverter(Converter):
+    """``.tflite`` by litert-torch, FULLY_CONNECTED biases made explicit, placement from Arm NN."""
+
+    def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
+        """Write ``model.tflite`` for ``config`` into ``out_dir`` and describe it.
+
+        Raises:
+            ConversionError: the model cannot be deployed this way; the message says why.
+        """
+        path = out_dir / _FILENAME
+        # Arm NN 22 pads a quantized PAD with the integer 0, not the zero point, which shifts
+        # every padded border (int8 digits: 10.6 % top-1); its parser has no PADV2 to state
+        # the value. With symmetric activations the zero point is 0 and padding is exact.
+        spec = export_tflite(bundle, config, path, symmetric_activations=True)
+        model = tflite.load(path)
+        added = tflite.add_fully_connected_bias(model)
+        if added:
+            _log.debug("added a zero bias to %d FULLY_CONNECTED op(s) for Arm NN's parser", added)
+            tflite.save(model, path)
+        report = armnn_placement(path, config.backends)
+        return ConversionResult(filename=path.name, partitions=report, io=spec)

@@ -1,0 +1,148 @@
+"""The armnn runtime: Arm NN 22 through Debian's PyArmNN in the system Python.
+
+Real runs: the TFLite parser's bias-less FULLY_CONNECTED rejection and its fix, the
+preferred-backend order falling through to CpuRef on x86 (the report says so), fp32
+and int8 digits measured in the system Python, and the capability probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import litert_torch
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from nnsweep import deploy
+from nnsweep.agents import _probe
+from nnsweep.artifacts import ArtifactCache
+from nnsweep.bench import MeasureSettings, measure_in_subprocess
+from nnsweep.bench.runners.armnn import report_from_dot
+from nnsweep.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
+from nnsweep.convert import tflite
+from nnsweep.convert._base import IOSpec
+from nnsweep.convert.armnn import armnn_placement
+from nnsweep.errors import ConversionError, SpecError
+from nnsweep.space import device_space
+from nnsweep.spec import parse_spec
+
+SETTINGS = MeasureSettings(warmup=1, iters=5)
+
+
+def _config(mode: str = "fp32", backends: tuple[str, ...] = ("CpuAcc", "CpuRef"), **quant: object) -> DeploymentConfig:
+    return DeploymentConfig("armnn", backends, quant=QuantConfig(mode, **quant))  # type: ignore[arg-type]
+
+
+def test_config_realises_the_preferred_backend_order() -> None:
+    assert _config().backends == ("CpuAcc", "CpuRef")
+    assert _config(backends=("GpuAcc",)).backends == ("GpuAcc", "CpuRef")  # CpuRef runs every layer
+    assert DeploymentConfig("armnn").backends == ("CpuAcc", "CpuRef")
+    with pytest.raises(SpecError, match="unknown armnn backend 'cpuacc'"):
+        _config(backends=("cpuacc",))
+    # Arm NN 22's reference backend aborts on per-channel int8 weights: per tensor only.
+    with pytest.raises(SpecError, match="armnn static_int8 supports per_tensor, not per_channel"):
+        _config("static_int8")
+    assert _config("static_int8", granularity="per_tensor", interface="full").quant.interface is Interface.FULL
+    with pytest.raises(SpecError, match="Arm NN assigns each layer"):
+        DeploymentConfig("armnn", partitions=PartitionLimits(min_nodes_per_partition=2))
+
+
+def test_report_from_dot_counts_layers_per_backend_and_notes_missing_backends() -> None:
+    dot = "\n".join(
+        f'{i} [label="{{{kind}|LayerName : l{i}\\lLayerType : {kind}\\lBackendID : {backend}\\l}}"];'
+        for i, (kind, backend) in enumerate(
+            [
+                ("Input", "CpuAcc"),
+                ("Convolution2d", "CpuAcc"),
+                ("Activation", "CpuAcc"),
+                ("Mean", "CpuRef"),
+                ("FullyConnected", "CpuAcc"),
+                ("Output", "CpuAcc"),
+            ]
+        )
+    )
+    report = report_from_dot(dot, ("GpuAcc", "CpuAcc", "CpuRef"), ["GpuAcc"], ["CpuAcc", "CpuRef"])
+    assert report.nodes_by_backend == {"CpuAcc": 3, "CpuRef": 1}
+    assert report.sizes == [2, 1] and report.fallback_ops == {"Mean": 1}
+    assert report.notes == (
+        "GpuAcc is not available here (this machine's Arm NN has: CpuAcc, CpuRef): its layers fall through to CpuAcc",
+    )
+
+
+def test_parser_rejects_fully_connected_without_bias_until_the_converter_adds_one(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Flatten(), nn.Linear(16, 4, bias=False)).eval()
+    path = tmp_path / "fc.tflite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        litert_torch.convert(module, (torch.randn(1, 16),)).export(str(path))
+    with pytest.raises(ConversionError, match="must be non-negative, received: -1"):
+        armnn_placement(path, ("CpuRef",))
+    model = tflite.load(path)
+    assert tflite.add_fully_connected_bias(model) == 1
+    tflite.save(model, path)
+    assert armnn_placement(path, ("CpuRef",)).nodes_by_backend == {"CpuRef": 1}
+    # And Arm NN computes the same as PyTorch with the zero bias.
+    x = np.arange(16, dtype=np.float32).reshape(1, 16) / 16
+    timing, outputs = measure_in_subprocess(
+        runtime="armnn", artifact=path, io=IOSpec(), threads=1, backends=("CpuRef",), inputs=x, settings=SETTINGS
+    )
+    np.testing.assert_allclose(outputs, module(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
+    assert timing.latency.count == SETTINGS.iters
+
+
+def test_probe_reports_arm_nn_and_its_backends() -> None:
+    versions: dict[str, str] = {}
+    assert _probe._armnn(versions) == ("CpuRef",)  # x86: the reference backend only
+    assert versions["armnn"].startswith("22.")
+    assert _probe._litert() == ("xnnpack", "cpu")
+
+
+def test_space_keeps_the_orders_and_granularities_arm_nn_has() -> None:
+    spec = parse_spec(
+        {
+            "name": "t",
+            "model": "digits",
+            "devices": ["host"],
+            "space": {
+                "runtime": ["armnn", "litert"],
+                "quant": ["fp32", "static_int8"],
+                "granularity": ["per_tensor", "per_channel"],
+                "backends": {"armnn": ["GpuAcc", "CpuAcc", "CpuRef"], "litert": ["xnnpack", "cpu"]},
+            },
+        }
+    )
+    space = device_space(spec, "host", {"armnn": ("CpuRef",), "litert": ("xnnpack", "cpu")}, cores=2)
+    assert space.choices["armnn"].orders == ("CpuRef",)
+    assert space.choices["armnn"].granularities == (Granularity.PER_TENSOR,)
+    assert space.choices["litert"].orders == ("xnnpack>cpu", "cpu")
+    assert space.choices["litert"].granularities == (Granularity.PER_TENSOR, Granularity.PER_CHANNEL)
+
+
+@pytest.mark.slow
+def test_digits_fp32_and_int8_fall_through_to_cpuref_and_keep_accuracy(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cache = ArtifactCache(tmp_path / "cache")
+    reference = deploy.reference_outputs(digits)
+    results = {}
+    for config in (
+        _config(),
+        _config("static_int8", granularity="per_tensor"),
+        _config("static_int8", granularity="per_tensor", interface="full"),
+    ):
+        artifact, hit = deploy.convert(digits, config, cache)
+        results[config.label()] = deploy.measure(digits, artifact, SETTINGS, cache_hit=hit, reference=reference)
+    fp32, core, full = results.values()
+    report = fp32.artifact.partitions
+    assert report.backends == ("CpuAcc", "CpuRef") and set(report.nodes_by_backend) == {"CpuRef"}
+    assert report.partitions == () and sum(report.fallback_ops.values()) == report.nodes_by_backend["CpuRef"]
+    assert report.notes and report.notes[0].startswith("CpuAcc is not available here")
+    assert fp32.evaluation.fidelity.max_abs_err < 1e-4 and fp32.evaluation.accuracy >= 0.95  # type: ignore[operator]
+    assert fp32.timing.latency.count == SETTINGS.iters
+    assert full.artifact.io.input_dtype == "int8"
+    for int8 in (core, full):
+        # Symmetric activations: Arm NN 22 pads with integer 0 (asymmetric int8 gave 10.6 % top-1).
+        assert abs(int8.evaluation.accuracy - fp32.evaluation.accuracy) <= 0.02  # type: ignore[operator]
+        assert int8.evaluation.fidelity.sqnr_db > 20
