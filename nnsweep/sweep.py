@@ -182,7 +182,7 @@ class _Device:
     reused: int = 0
     flights: list[_Flight] = field(default_factory=list)
     measured: dict[str, TrialRecord] = field(default_factory=dict)  # config digest -> record
-    by_artifact: dict[tuple[str, int], TrialRecord] = field(default_factory=dict)
+    by_artifact: dict[tuple[str, str, tuple[str, ...], int], TrialRecord] = field(default_factory=dict)
     baseline: TrialRecord | None = None
     held: list[tuple[_Flight, TrialRecord]] = field(default_factory=list)
     deadline: float | None = None
@@ -305,7 +305,7 @@ class Sweep:
             dev.measured.setdefault(record.config.digest(), record)
             sha = record.tags.get("artifact_sha256")
             if sha:
-                dev.by_artifact.setdefault((sha, record.config.threads), record)
+                dev.by_artifact.setdefault(_execution_key(sha, record.config), record)
         if role == "baseline" and record.status.measured:
             dev.baseline = record
 
@@ -431,7 +431,7 @@ class Sweep:
             if ready is None:
                 continue
             started = _clocks()
-            earlier = dev.by_artifact.get((ready.artifact.sha256, ready.config.threads))  # type: ignore[union-attr]
+            earlier = dev.by_artifact.get(_execution_key(ready.artifact.sha256, ready.config))  # type: ignore[union-attr]
             if earlier is not None:
                 dev.flights.remove(ready)
                 self._complete_reused(dev, ready, earlier)
@@ -696,7 +696,7 @@ class Sweep:
             dev.measured.setdefault(flight.digest, record)
             sha = record.tags.get("artifact_sha256")
             if sha:
-                dev.by_artifact.setdefault((sha, flight.config.threads), record)
+                dev.by_artifact.setdefault(_execution_key(sha, flight.config), record)
         self._account_told(dev, record)
         self.tracker.finish_trial(record)
         flight.add_overhead(started)
@@ -844,6 +844,13 @@ class Sweep:
                 )
             )
         self.progress(snapshot)
+
+
+def _execution_key(sha256: str, config: DeploymentConfig) -> tuple[str, str, tuple[str, ...], int]:
+    """What makes two measurements of one artifact the same: the bytes, and the runtime,
+    backend order and threads that run them. One ``.tflite`` runs in LiteRT and in Arm NN,
+    with or without XNNPACK: equal bytes alone are not an equal measurement."""
+    return (sha256, config.runtime, config.backends, config.threads)
 
 
 def _clocks() -> tuple[float, float]:
