@@ -9,8 +9,13 @@
 FROM python:3.11-slim-bookworm
 
 ARG EXTRAS=host
+# Arm NN (the armnn runtime) comes from Debian and runs in Debian's python3; on arm64 its
+# CpuAcc (Neon) backend joins the CpuRef reference backend.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends make=4.3-4.1 \
+      python3-pyarmnn=20.08-12 libarmnn-cpuref-backend22=20.08-12 libarmnntfliteparser22=20.08-12 \
+ && if [ "$(dpkg --print-architecture)" = arm64 ]; then \
+      apt-get install -y --no-install-recommends libarmnn-cpuacc-backend22=20.08-12; fi \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 1000 --create-home nnsweep
 

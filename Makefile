@@ -2,8 +2,8 @@
 # from this repository's pyproject.toml; a second run installs only what changed.
 PYTHON ?= python3
 VENV ?= .venv
-# What `install` installs: host,dev here; the Dockerfile passes host or agent.
-EXTRAS ?= host,dev
+# What `install` installs: host,litert,dev here (litert: ~0.9 GB); the Dockerfile passes host or agent.
+EXTRAS ?= host,litert,dev
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.nnsweep-installed
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install an nnsweep device agent on a Linux board (aarch64, 64-bit OS; Ray has no
 # 32-bit wheels). The agent extra installs the runtimes only: Ray, PyTorch, ExecuTorch,
-# ONNX Runtime. Conversion, Optuna and MLflow stay on the host.
+# ONNX Runtime, LiteRT. Conversion, Optuna and MLflow stay on the host. For the armnn
+# runtime, Arm NN comes from Debian (it runs in the system python3):
+#   sudo apt-get install python3-pyarmnn libarmnn-cpuacc-backend22 libarmnn-cpuref-backend22 libarmnntfliteparser22
 #
 #   ./install.sh [SOURCE]      SOURCE: a path or URL pip understands (default: this checkout)
 set -euo pipefail

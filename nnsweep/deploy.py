@@ -7,8 +7,10 @@ on a host, measurement on the device's agent).
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep import runtimes
@@ -59,7 +61,20 @@ _CONVERT_LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=32)
 def _toolchain(runtime: str) -> tuple[tuple[str, str], ...]:
-    return tuple(toolchain_versions(runtimes.get(runtime).packages).items())
+    versions = toolchain_versions(runtimes.get(runtime).packages)
+    versions["converters"] = _converter_sources()
+    return tuple(versions.items())
+
+
+@functools.lru_cache(maxsize=1)
+def _converter_sources() -> str:
+    """A digest of nnsweep's converter code: an edited converter (same nnsweep version, e.g.
+    in a checkout) rebuilds its artifacts instead of reusing ones the old code made."""
+    folder = Path(__file__).with_name("convert")
+    digest = hashlib.sha256()
+    for source in sorted(folder.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def artifact_key(model_digest: str, config: DeploymentConfig) -> tuple[str, dict[str, str]]:

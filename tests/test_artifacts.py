@@ -93,3 +93,16 @@ def test_meta_records_config_and_checksum(tmp_path: Path) -> None:
     assert meta["config"]["quant"]["mode"] == "static_int8"
     assert meta["sha256"] == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert meta["toolchain"] == TOOLS
+
+
+def test_the_key_covers_the_converter_code_not_only_package_versions() -> None:
+    from nnsweep.config import DeploymentConfig
+    from nnsweep.deploy import artifact_key
+
+    key, toolchain = artifact_key("m" * 64, DeploymentConfig("executorch"))
+    assert len(toolchain["converters"]) == 16 and toolchain["executorch"] != "absent"
+    # Same model and config, other converter code: another entry.
+    changed = dict(toolchain, converters="0" * 16)
+    from nnsweep.artifacts import cache_key
+
+    assert cache_key("m" * 64, DeploymentConfig("executorch"), changed) != key

@@ -26,6 +26,6 @@ def test_dockerfile_installs_with_the_readme_step() -> None:
     assert re.search(r"^RUN make install EXTRAS=", dockerfile, re.M)
     assert "--platform linux/amd64,linux/arm64" in dockerfile
     makefile = (ROOT / "Makefile").read_text()
-    assert "EXTRAS ?= host,dev" in makefile and "pip install" in makefile
+    assert "EXTRAS ?= host,litert,dev" in makefile and "pip install" in makefile
     readme = (ROOT / "README.md").read_text()
     assert "make quickstart" in readme and "make test" in readme

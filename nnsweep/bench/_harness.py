@@ -91,7 +91,16 @@ def _rss_mb() -> float:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    # VmHWM is this address space's own high-water mark. ru_maxrss is not: Linux carries
+    # it across exec, so a measuring process started by a 1 GB sweep would report 1 GB.
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux, bytes on macOS
 
 
 def time_runner(runner: Runner, x: np.ndarray, settings: MeasureSettings) -> Timing:
