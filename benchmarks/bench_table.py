@@ -6,6 +6,7 @@ Every figure comes from a real conversion and a measurement in a fresh process o
 this machine (1 thread unless --threads). x86 figures are not Arm figures.
 
 Usage: .venv/bin/python benchmarks/bench_table.py [--model digits] [--model torchvision:mobilenet_v2] [--iters 200]
+                                                 [--runtime litert] [--runtime armnn]
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ COMBINATIONS: list[tuple[str, str, str, list[str]]] = [
     ("onnxruntime", "cpu", "dynamic_int8", []),
     ("onnxruntime", "cpu", "static_int8", ["--granularity", "per_tensor"]),
     ("onnxruntime", "cpu", "static_int8", ["--granularity", "per_channel"]),
+    ("litert", "xnnpack", "fp32", []),
+    ("litert", "cpu", "fp32", []),
+    ("litert", "xnnpack", "static_int8", ["--granularity", "per_tensor"]),
+    ("litert", "xnnpack", "static_int8", ["--granularity", "per_channel"]),
+    ("litert", "xnnpack", "static_int8", ["--granularity", "per_channel", "--interface", "full"]),
+    ("armnn", "CpuAcc,CpuRef", "fp32", []),
+    ("armnn", "CpuAcc,CpuRef", "static_int8", ["--granularity", "per_tensor"]),
 ]
 
 
@@ -60,6 +68,7 @@ def main() -> None:
     parser.add_argument("--model", action="append", help="repeatable (default: digits and torchvision:mobilenet_v2)")
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runtime", action="append", help="repeatable: only these runtimes (default: all)")
     args = parser.parse_args()
     for model in args.model or ["digits", "torchvision:mobilenet_v2"]:
         print(f"\n### {model} ({args.threads} thread(s), {args.iters} timed runs)\n")
@@ -69,6 +78,8 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|---|---|---|")
         for runtime, backends, quant, extra in COMBINATIONS:
+            if args.runtime and runtime not in args.runtime:
+                continue
             r = _bench(model, runtime, backends, quant, extra, args.iters, args.threads)
             label = quant + (" " + " ".join(extra[1::2]) if extra else "")
             if "error" in r:
