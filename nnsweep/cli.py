@@ -406,7 +406,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update)
     try:
         results = sweep.run()
-        report = _publish_report(spec, args.report, tracker)
+        report = _publish_report(spec, args.report, tracker, devices=[_device_trials(r) for r in results])
     except SpecError as exc:  # found only once the devices are known (e.g. a device offers none of the runtimes)
         return _usage_error(exc, _SPEC_OPTIONS)
     except KeyboardInterrupt:
@@ -449,8 +449,7 @@ def _results_text(spec: Any, results: Any) -> str:
 
     blocks = []
     for r in results:
-        cap = r.capabilities
-        title = f"== {r.device}: {cap.arch}, {cap.cpu}, {cap.cores} cores — Pareto front (feasible)"
+        title = f"== {r.device}: {r.capabilities.summary()} — Pareto front (feasible)"
         blocks.append(render_table(r.pareto, spec.objectives, title=title))
         if r.best is not None:
             blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}")
@@ -512,6 +511,14 @@ def _publish_report(
 
     path = _report_path(spec, given)
     return publish_report(spec, path, tracker, devices=devices, ui_url=ui_url or DEFAULT_UI_URL)
+
+
+def _device_trials(result: Any) -> Any:
+    """What the report shows of a device, from the sweep that just ran (no second read of its study)."""
+    from nnsweep.html_report import DeviceTrials
+
+    baseline = result.baseline.number if result.baseline is not None else None
+    return DeviceTrials(result.device, result.records, baseline, result.capabilities.summary())
 
 
 def _cmd_report(args: argparse.Namespace, cache_dir: Path) -> int:
@@ -578,10 +585,7 @@ def _cmd_devices(args: argparse.Namespace, cache_dir: Path) -> int:
         sys.stdout.write(json.dumps([c.to_dict() for c in caps]) + "\n")
         return EXIT_OK
     for c in caps:
-        sys.stdout.write(
-            f"{c.device}: {c.arch}, {c.cpu}, {c.cores} cores, {c.memory_mb} MB, machine {c.machine}, "
-            f"transport {c.transport}\n"
-        )
+        sys.stdout.write(f"{c.device}: {c.summary()}, {c.memory_mb} MB, machine {c.machine}, transport {c.transport}\n")
         for runtime, backends in c.runtimes.items():
             sys.stdout.write(f"    {runtime}: {', '.join(backends)}\n")
     return EXIT_OK

@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
     from nnsweep.models import ModelBundle
 
-__all__ = ["DeploymentResult", "artifact_key", "assemble", "cached", "convert", "measure", "reference_outputs"]
+__all__ = [
+    "DeploymentResult",
+    "artifact_key",
+    "assemble",
+    "cached",
+    "convert",
+    "measure",
+    "reference_outputs",
+    "run_artifact",
+]
 
 
 def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache) -> tuple[Artifact, bool]:
@@ -137,6 +146,26 @@ class DeploymentResult:
         }
 
 
+def run_artifact(artifact: Artifact, inputs: np.ndarray, settings: MeasureSettings) -> tuple[Timing, np.ndarray]:
+    """Time ``artifact`` in a fresh process on this machine, as its config says (runtime,
+    backends, threads), and return that timing and its outputs on ``inputs``.
+
+    Raises:
+        BenchmarkError: it did not load or run.
+    """
+    from nnsweep.bench import measure_in_subprocess
+
+    return measure_in_subprocess(
+        runtime=artifact.config.runtime,
+        artifact=artifact.path,
+        io=artifact.io,
+        threads=artifact.config.threads,
+        backends=artifact.config.backends,
+        inputs=inputs,
+        settings=settings,
+    )
+
+
 def measure(
     bundle: ModelBundle,
     artifact: Artifact,
@@ -150,17 +179,7 @@ def measure(
     Raises:
         BenchmarkError: it did not load or run, or its outputs are unusable.
     """
-    from nnsweep.bench import measure_in_subprocess
-
-    timing, outputs = measure_in_subprocess(
-        runtime=artifact.config.runtime,
-        artifact=artifact.path,
-        io=artifact.io,
-        threads=artifact.config.threads,
-        backends=artifact.config.backends,
-        inputs=bundle.dataset.evaluation.inputs,
-        settings=settings,
-    )
+    timing, outputs = run_artifact(artifact, bundle.dataset.evaluation.inputs, settings)
     ref = reference_outputs(bundle) if reference is None else reference
     return assemble(bundle, artifact, timing, outputs, ref, cache_hit=cache_hit)
 

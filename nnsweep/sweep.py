@@ -501,32 +501,25 @@ class Sweep:
         """
         from nnsweep import deploy
         from nnsweep.artifacts import ArtifactCache
-        from nnsweep.bench import measure_in_subprocess
 
         assert self._bundle is not None and flight.artifact is not None
         a = flight.artifact
-        info = runtimes.get(a.config.runtime)
-        if a.config.backends[:1] and a.config.backends[0] in info.whole_model:
-            rest = a.config.backends[1:] or (info.default_backends[-1:] if a.config.quant.mode.is_int8 else ())
-            twin = dataclasses.replace(a.config, backends=rest)
+        twin = self._host_twin(a.config)
+        if twin is not None:
             a, _ = deploy.convert(self._bundle, twin, ArtifactCache(self.source.cache_root))
-        _, outputs = measure_in_subprocess(
-            runtime=a.config.runtime,
-            artifact=a.path,
-            io=a.io,
-            threads=a.config.threads,
-            backends=a.config.backends,
-            inputs=self._bundle.dataset.evaluation.inputs,
-            settings=MeasureSettings(warmup=0, iters=1, timeout_s=self.settings.timeout_s),
-        )
+        settings = MeasureSettings(warmup=0, iters=1, timeout_s=self.settings.timeout_s)
+        _, outputs = deploy.run_artifact(a, self._bundle.dataset.evaluation.inputs, settings)
         return outputs
 
     @staticmethod
-    def _host_twin(config: DeploymentConfig) -> str:
-        whole = runtimes.get(config.runtime).whole_model
-        if config.backends[:1] and config.backends[0] in whole:
-            return f"the same configuration without {config.backends[0]}, on CPU kernels"
-        return "the same artifact"
+    def _host_twin(config: DeploymentConfig) -> DeploymentConfig | None:
+        """What runs on the host for ``config``'s outputs: ``None`` for its own artifact; for a
+        whole-model backend only the device has (NNAPI), the config without it, on CPU kernels."""
+        info = runtimes.get(config.runtime)
+        if not (config.backends[:1] and config.backends[0] in info.whole_model):
+            return None
+        rest = config.backends[1:] or (info.default_backends[-1:] if config.quant.mode.is_int8 else ())
+        return dataclasses.replace(config, backends=rest)
 
     def _handle(self, future: Future[Any]) -> None:
         if future in self._evaluations:
@@ -609,7 +602,7 @@ class Sweep:
             "artifact_sha256": flight.artifact.sha256,
             "cache_hit": str(flight.cache_hit).lower(),
             "accuracy_source": ("labels" if data["accuracy"] is not None else "fp32 agreement")
-            + (f" (outputs from a host run of {self._host_twin(flight.config)})" if on_host else ""),
+            + (f" (outputs from a host run of {_host_run_text(flight.config)})" if on_host else ""),
             "latency_source": reply.source,
         }
         record = TrialRecord(
@@ -844,6 +837,12 @@ class Sweep:
                 )
             )
         self.progress(snapshot)
+
+
+def _host_run_text(config: DeploymentConfig) -> str:
+    if Sweep._host_twin(config) is None:
+        return "the same artifact"
+    return f"the same configuration without {config.backends[0]}, on CPU kernels"
 
 
 def _execution_key(sha256: str, config: DeploymentConfig) -> tuple[str, str, tuple[str, ...], int]:

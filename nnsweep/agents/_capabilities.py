@@ -56,6 +56,10 @@ class Capabilities:
             transport=d.get("transport", "local"),
         )
 
+    def summary(self) -> str:
+        """One line for titles: ``x86_64, AMD EPYC, 2 cores``."""
+        return f"{self.arch}, {self.cpu}, {self.cores} cores"
+
     def tags(self) -> dict[str, str]:
         """Flat strings for tracking tags and tables."""
         return {
