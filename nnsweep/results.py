@@ -44,6 +44,8 @@ class TrialRecord:
         feasible: whether it met the sweep's constraints (``None`` when not measured).
         reused_from: the trial whose measurement this one reuses.
         estimated: the latency is a compiler estimate, not a measurement.
+        emulated: the latency was measured under emulation (see ``Capabilities.emulated``);
+            accuracy and fidelity are real (the device's own kernels computed them).
         tags: extra labels (artifact digest, cache hit, ...).
     """
 
@@ -59,6 +61,7 @@ class TrialRecord:
     feasible: bool | None = None
     reused_from: int | None = None
     estimated: bool = False
+    emulated: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,6 +78,7 @@ class TrialRecord:
             "feasible": self.feasible,
             "reused_from": self.reused_from,
             "estimated": self.estimated,
+            "emulated": self.emulated,
             "tags": dict(self.tags),
         }
 
@@ -93,6 +97,7 @@ class TrialRecord:
             feasible=d.get("feasible"),
             reused_from=d.get("reused_from"),
             estimated=bool(d.get("estimated", False)),
+            emulated=bool(d.get("emulated", False)),
             tags=dict(d.get("tags") or {}),
         )
 

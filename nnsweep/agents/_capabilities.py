@@ -24,6 +24,8 @@ class Capabilities:
         runtimes: runtime -> the backends that load on this device (fallback included).
         versions: tool and library versions on the device.
         transport: how the agent reaches the device (``local``, ``adb``, ``ssh``).
+        emulated: the device's userland runs under an emulator (qemu-user) on a CPU of
+            another architecture: its timings are labelled, never taken for a real board's.
     """
 
     device: str
@@ -35,6 +37,7 @@ class Capabilities:
     runtimes: Mapping[str, tuple[str, ...]]
     versions: Mapping[str, str] = field(default_factory=dict)
     transport: str = "local"
+    emulated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -54,6 +57,7 @@ class Capabilities:
             runtimes={k: tuple(v) for k, v in d["runtimes"].items()},
             versions=dict(d.get("versions", {})),
             transport=d.get("transport", "local"),
+            emulated=bool(d.get("emulated", False)),
         )
 
     def summary(self) -> str:
@@ -69,5 +73,6 @@ class Capabilities:
             "memory_mb": str(self.memory_mb),
             "machine": self.machine,
             "transport": self.transport,
+            "emulated": str(self.emulated).lower(),
             "runtimes": "; ".join(f"{rt}: {','.join(b)}" for rt, b in self.runtimes.items()),
         }

@@ -53,6 +53,8 @@ class MeasureReply:
         estimated: the latency is a compiler's estimate, not a measurement.
         source: how the latency was obtained (``local``, ``adb: mean of 40 runs x 5``, ...).
         estimates: a compiler's estimates for the target (cycles, memory), logged as such.
+        emulated: the latency was measured under emulation (an aarch64 userland on a
+            non-Arm CPU): a real run of the device's kernels, but no figure for a real board.
     """
 
     timing: Timing
@@ -60,6 +62,7 @@ class MeasureReply:
     estimated: bool = False
     source: str = "local"
     estimates: Mapping[str, float] = field(default_factory=dict)
+    emulated: bool = False
 
 
 class Transport(ABC):
