@@ -31,8 +31,12 @@ __all__ = [
     "SearchSpace",
     "SweepSpec",
     "Tracking",
+    "check_input_shape",
+    "excerpt",
     "load_spec",
+    "load_yaml",
     "parse_spec",
+    "read_text",
 ]
 
 # Metrics an objective may name, and where they come from.
@@ -48,7 +52,22 @@ METRICS: dict[str, str] = {
     "peak_rss_mb": "peak resident memory of the measuring process",
 }
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
+
+# Bounds of numeric spec fields: far beyond any sensible value, so a typo (1e26,
+# .inf) is an error naming the bound instead of an overflow deep inside a run.
+MAX_TRIALS = 100_000
+MAX_SECONDS = 30 * 24 * 3600.0  # budget.timeout_s
+MAX_MEASURE_SECONDS = 24 * 3600.0  # one measurement's timeout / minimum duration
+MAX_WARMUP = 100_000
+MAX_ITERS = 1_000_000
+MAX_THREADS = 1024
+MAX_PARTITIONS = 10_000
+MAX_NODES = 1_000_000
+MAX_REPEATS = 1_000
+MAX_INPUT_ELEMENTS = 1 << 24  # one input (batch 1) of at most 16,777,216 floats (64 MB)
+MAX_EXCERPT = 60  # characters of an offending value quoted in a message
+_MAX_NODES = 100_000  # values in a YAML document once aliases are expanded: an alias bomb is refused
 
 
 @dataclass(frozen=True)
@@ -178,77 +197,84 @@ def _default_objectives() -> dict[str, Literal["maximize", "minimize"]]:
 
 def _pydantic_models() -> Any:
     """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed)."""
-    from pydantic import BaseModel, ConfigDict, Field, field_validator
+    from typing import Annotated
+
+    from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator
+
+    # Strict numbers: YAML's `true` is not 1, "5" is not 5, 1e26 is not an integer; floats are finite.
+    Int = Annotated[int, Strict()]
+    Float = Annotated[float, Strict(), AllowInfNan(False)]
+    Text = Annotated[str, Strict()]
 
     class _Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
     class RangeIn(_Strict):
-        low: int = Field(ge=1)
-        high: int = Field(ge=1)
+        low: Int = Field(ge=1, le=MAX_NODES)
+        high: Int = Field(ge=1, le=MAX_NODES)
 
     class SpaceIn(_Strict):
-        runtime: list[str] = Field(default_factory=lambda: ["executorch"], min_length=1)
+        runtime: list[Text] = Field(default_factory=lambda: ["executorch"], min_length=1)
         quant: list[QuantMode] = Field(default_factory=lambda: [QuantMode.FP32], min_length=1)
         granularity: list[Granularity] = Field(default_factory=lambda: [Granularity.PER_CHANNEL], min_length=1)
         calibration: list[Calibration] = Field(default_factory=lambda: [Calibration.MINMAX], min_length=1)
         interface: list[Interface] = Field(default_factory=lambda: [Interface.CORE], min_length=1)
-        backends: dict[str, list[str]] = Field(default_factory=dict)
-        max_delegated_partitions: list[int] = Field(default_factory=lambda: [0], min_length=1)
-        min_nodes_per_partition: RangeIn | list[int] = Field(default_factory=lambda: [1])
-        threads: list[int] = Field(default_factory=lambda: [1], min_length=1)
+        backends: dict[Text, list[Text]] = Field(default_factory=dict)
+        max_delegated_partitions: list[Int] = Field(default_factory=lambda: [0], min_length=1)
+        min_nodes_per_partition: RangeIn | list[Int] = Field(default_factory=lambda: [1])
+        threads: list[Int] = Field(default_factory=lambda: [1], min_length=1)
 
         @field_validator("max_delegated_partitions")
         @classmethod
         def _non_negative(cls, v: list[int]) -> list[int]:
-            if any(x < 0 for x in v):
-                raise ValueError("every value must be >= 0 (0 = no limit)")
+            if any(not 0 <= x <= MAX_PARTITIONS for x in v):
+                raise ValueError(f"every value must be between 0 and {MAX_PARTITIONS} (0 = no limit)")
             return v
 
         @field_validator("threads")
         @classmethod
         def _positive(cls, v: list[int]) -> list[int]:
-            if any(x < 1 for x in v):
-                raise ValueError("every value must be >= 1")
+            if any(not 1 <= x <= MAX_THREADS for x in v):
+                raise ValueError(f"every value must be between 1 and {MAX_THREADS}")
             return v
 
     class BudgetIn(_Strict):
-        trials: int = Field(default=24, ge=1)
-        timeout_s: float | None = Field(default=None, gt=0)
+        trials: Int = Field(default=24, ge=1, le=MAX_TRIALS)
+        timeout_s: Float | None = Field(default=None, gt=0, le=MAX_SECONDS)
 
     class MeasureIn(_Strict):
-        warmup: int = Field(default=5, ge=0)
-        iters: int = Field(default=200, ge=1)
-        min_duration_s: float = Field(default=0.0, ge=0)
-        timeout_s: float = Field(default=600.0, gt=0)
+        warmup: Int = Field(default=5, ge=0, le=MAX_WARMUP)
+        iters: Int = Field(default=200, ge=1, le=MAX_ITERS)
+        min_duration_s: Float = Field(default=0.0, ge=0, le=MAX_MEASURE_SECONDS)
+        timeout_s: Float = Field(default=600.0, gt=0, le=MAX_MEASURE_SECONDS)
 
     class TrackingIn(_Strict):
-        uri: str = "sqlite:///mlflow.db"
-        experiment: str | None = None
+        uri: Text = Field(default="sqlite:///mlflow.db", min_length=1, max_length=2000)
+        experiment: Text | None = Field(default=None, min_length=1, max_length=200)
 
     class ConstraintsIn(_Strict):
-        max_accuracy_drop: float | None = Field(default=None, ge=0, le=1)
+        max_accuracy_drop: Float | None = Field(default=None, ge=0, le=1)
 
     class BridgeIn(_Strict):
         transport: Literal["adb", "ssh"]
-        serial: str | None = None
-        host: str | None = None
-        executable: str | None = None
-        tools: dict[str, str] = Field(default_factory=dict)
-        push_tools: dict[str, str] = Field(default_factory=dict)
-        workdir: str | None = None
-        repeats: int = Field(default=5, ge=1)
+        serial: Text | None = None
+        host: Text | None = None
+        executable: Text | None = None
+        tools: dict[Text, Text] = Field(default_factory=dict)
+        push_tools: dict[Text, Text] = Field(default_factory=dict)
+        workdir: Text | None = None
+        repeats: Int = Field(default=5, ge=1, le=MAX_REPEATS)
 
     class NpuIn(_Strict):
-        target: str
+        target: Text
 
     class SpecIn(_Strict):
-        name: str
-        model: str
-        weights: str | None = None
-        input_shape: list[int] | None = None
-        devices: list[str] = Field(default_factory=lambda: ["host"], min_length=1)
-        objectives: dict[str, Literal["maximize", "minimize"]] = Field(
+        name: Text
+        model: Text = Field(min_length=1, max_length=1000)
+        weights: Text | None = None
+        input_shape: list[Int] | None = None
+        devices: list[Text] = Field(default_factory=lambda: ["host"], min_length=1)
+        objectives: dict[Text, Literal["maximize", "minimize"]] = Field(
             default_factory=_default_objectives, min_length=1
         )
         constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
@@ -256,9 +282,9 @@ def _pydantic_models() -> Any:
         budget: BudgetIn = Field(default_factory=BudgetIn)
         measure: MeasureIn = Field(default_factory=MeasureIn)
         tracking: TrackingIn = Field(default_factory=TrackingIn)
-        storage: str = "journal"
-        bridges: dict[str, BridgeIn] = Field(default_factory=dict)
-        npus: dict[str, NpuIn] = Field(default_factory=dict)
+        storage: Text = Field(default="journal", min_length=1, max_length=2000)
+        bridges: dict[Text, BridgeIn] = Field(default_factory=dict)
+        npus: dict[Text, NpuIn] = Field(default_factory=dict)
 
     return SpecIn
 
@@ -285,9 +311,24 @@ def _translate(exc: Any) -> SpecError:
     if kind == "missing":
         return SpecError(path, "is required")
     if kind == "enum":
-        return SpecError(path, f"unknown value {err.get('input')!r}; allowed: {err['ctx']['expected']}")
+        return SpecError(path, f"unknown value {excerpt(err.get('input'))}; allowed: {err['ctx']['expected']}")
     message = str(err["msg"]).removeprefix("Value error, ")
-    return SpecError(path, f"{message} (got {err.get('input')!r})")
+    return SpecError(path, f"{message} (got {excerpt(err.get('input'))})")
+
+
+def excerpt(value: Any, limit: int = MAX_EXCERPT) -> str:
+    """A short ``repr`` of ``value`` for an error message (at most ``limit`` characters).
+
+    Bounded in time as well as length: nested containers are cut at a few items and
+    levels before anything is rendered, so an alias bomb costs nothing to quote.
+    """
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 4, 4, 3, 4
+    r.maxstring, r.maxother, r.maxlong = limit, limit, limit
+    text = r.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_spec(data: Any, *, source: Path | None = None) -> SweepSpec:
@@ -309,15 +350,35 @@ def parse_spec(data: Any, *, source: Path | None = None) -> SweepSpec:
 
 
 def _check_unique(values: list[Any], path: str) -> None:
-    if len(set(values)) != len(values):
-        raise SpecError(path, f"lists a value twice: {values}")
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            raise SpecError(path, f"lists {excerpt(value)} twice")
+        seen.add(value)
+
+
+def _key(key: Any, limit: int = MAX_EXCERPT) -> str:
+    """A mapping key as part of a field path (or any text), clipped to a short excerpt."""
+    text = str(key)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_argument(value: str | None, path: str) -> None:
+    """A value handed to another program (ssh, adb, a shell on the device) as an argument:
+    it must not be read as an option there."""
+    if value is None:
+        return
+    if value.startswith("-"):
+        raise SpecError(path, f"{excerpt(value)} starts with '-': it would be read as an option, not a value")
+    if not value.strip() or any(ch in value for ch in "\0\n\r"):
+        raise SpecError(path, f"{excerpt(value)} is empty or holds a NUL or line break")
 
 
 def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     from nnsweep.models import check_reference
 
-    if not _NAME.match(raw.name):
-        raise SpecError("name", "use letters, digits, '_', '-', '.' (at most 64 characters)")
+    if not _NAME.fullmatch(raw.name):
+        raise SpecError("name", f"{excerpt(raw.name)}: use letters, digits, '_', '-', '.' (at most 64 characters)")
     base = source.parent if source is not None else Path.cwd()
     try:
         check_reference(raw.model if not raw.model.split(":")[0].endswith(".py") else str(base / raw.model))
@@ -331,7 +392,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     known = runtimes.names()
     for i, name in enumerate(s.runtime):
         if name not in known:
-            raise SpecError(f"space.runtime[{i}]", f"unknown runtime {name!r}; allowed: {', '.join(known)}")
+            raise SpecError(f"space.runtime[{i}]", f"unknown runtime {excerpt(name)}; allowed: {', '.join(known)}")
     for key, path in (
         ("runtime", "space.runtime"),
         ("quant", "space.quant"),
@@ -345,14 +406,14 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     backends: dict[str, tuple[str, ...]] = {}
     for rt, names in s.backends.items():
         if rt not in known:
-            raise SpecError(f"space.backends.{rt}", f"unknown runtime; allowed: {', '.join(known)}")
+            raise SpecError(f"space.backends.{_key(rt)}", f"unknown runtime; allowed: {', '.join(known)}")
         allowed = runtimes.get(rt).backends
         if not names:
             raise SpecError(f"space.backends.{rt}", "is empty; list at least one backend")
         for i, b in enumerate(names):
             if b not in allowed:
                 raise SpecError(
-                    f"space.backends.{rt}[{i}]", f"unknown {rt} backend {b!r}; allowed: {', '.join(allowed)}"
+                    f"space.backends.{rt}[{i}]", f"unknown {rt} backend {excerpt(b)}; allowed: {', '.join(allowed)}"
                 )
         _check_unique(names, f"space.backends.{rt}")
         backends[rt] = tuple(names)
@@ -367,31 +428,38 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
 
     for metric in raw.objectives:
         if metric not in METRICS:
-            raise SpecError(f"objectives.{metric}", f"unknown metric; allowed: {', '.join(METRICS)}")
+            raise SpecError(f"objectives.{_key(metric)}", f"unknown metric; allowed: {', '.join(METRICS)}")
     for i, device in enumerate(raw.devices):
-        if not _NAME.match(device):
-            raise SpecError(f"devices[{i}]", f"{device!r} is not a device name (letters, digits, '_', '-', '.')")
+        if not _NAME.fullmatch(device):
+            raise SpecError(f"devices[{i}]", f"{excerpt(device)} is not a device name (letters, digits, '_', '-', '.')")
     _check_unique(list(raw.devices), "devices")
-    if raw.input_shape is not None and (not raw.input_shape or min(raw.input_shape) < 1):
-        raise SpecError("input_shape", "every dimension must be >= 1")
+    if raw.input_shape is not None:
+        check_input_shape(tuple(raw.input_shape), "input_shape")
     bridges = {}
     for name, b in raw.bridges.items():
-        path = f"bridges.{name}"
+        path = f"bridges.{_key(name)}"
         if name not in raw.devices:
-            raise SpecError(path, f"{name!r} is not in devices ({', '.join(raw.devices)})")
+            raise SpecError(path, f"{excerpt(name)} is not in devices {excerpt(raw.devices)}")
         if b.transport == "ssh" and not b.host:
             raise SpecError(f"{path}.host", "is required for transport ssh (user@host)")
         if b.transport == "adb" and b.host:
             raise SpecError(f"{path}.host", "is for ssh; adb devices are chosen by serial")
+        _check_argument(b.host, f"{path}.host")
+        _check_argument(b.serial, f"{path}.serial")
+        _check_argument(b.workdir, f"{path}.workdir")
+        for runtime, tool in b.tools.items():
+            _check_argument(tool, f"{path}.tools.{_key(runtime)}")
         for runtime in (*b.tools, *b.push_tools):
             if runtime not in ("torch", "litert"):
-                raise SpecError(f"{path}.tools.{runtime}", "no benchmark tool is known for it; known: torch, litert")
+                raise SpecError(
+                    f"{path}.tools.{_key(runtime)}", "no benchmark tool is known for it; known: torch, litert"
+                )
         missing = [rt for rt in b.push_tools if rt not in b.tools and b.transport == "ssh"]
         if missing:
             raise SpecError(f"{path}.tools.{missing[0]}", "give the path on the device to push the tool to")
         for runtime, local in b.push_tools.items():
             if not (base / local).is_file():
-                raise SpecError(f"{path}.push_tools.{runtime}", f"file {local!r} does not exist")
+                raise SpecError(f"{path}.push_tools.{runtime}", f"file {excerpt(local)} does not exist")
         bridges[name] = Bridge(
             transport=b.transport,
             target=b.serial if b.transport == "adb" else b.host,
@@ -404,12 +472,16 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     npus: dict[str, str] = {}
     for name, npu in raw.npus.items():
         if name not in raw.devices:
-            raise SpecError(f"npus.{name}", f"{name!r} is not in devices ({', '.join(raw.devices)})")
+            raise SpecError(
+                f"npus.{_key(name)}", f"{excerpt(name)} is not in devices ({excerpt(', '.join(raw.devices))})"
+            )
         if name in bridges:
             raise SpecError(f"npus.{name}", "is already a bridge device")
         if npu.target not in runtimes.ETHOS_U_TARGETS:
             targets = ", ".join(runtimes.ETHOS_U_TARGETS)
-            raise SpecError(f"npus.{name}.target", f"unknown Ethos-U configuration {npu.target!r}; allowed: {targets}")
+            raise SpecError(
+                f"npus.{name}.target", f"unknown Ethos-U configuration {excerpt(npu.target)}; allowed: {targets}"
+            )
         npus[name] = npu.target
     storage = raw.storage
     if storage != "journal" and "://" not in storage:
@@ -440,7 +512,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         timeout_s=raw.measure.timeout_s,
         tracking=Tracking(raw.tracking.uri, raw.tracking.experiment or raw.name),
         storage=storage,
-        state_dir=Path.cwd() / ".nnsweep" / raw.name,
+        state_dir=base / ".nnsweep" / raw.name,
         weights=(base / raw.weights) if raw.weights else None,
         input_shape=tuple(raw.input_shape) if raw.input_shape else None,
         bridges=bridges,
@@ -449,20 +521,121 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     )
 
 
+def check_input_shape(shape: tuple[int, ...], field: str) -> tuple[int, ...]:
+    """An input shape of batch 1 the host can allocate (at most MAX_INPUT_ELEMENTS floats).
+
+    Raises:
+        SpecError: an empty shape, a dimension < 1, a batch other than 1, or too many elements.
+    """
+    if not shape or any(d < 1 for d in shape):
+        raise SpecError(field, f"{excerpt(shape)}: every dimension must be >= 1")
+    if len(shape) > 8:
+        raise SpecError(field, f"{excerpt(shape)}: at most 8 dimensions")
+    elements = 1
+    for d in shape:
+        elements *= d
+        if elements > MAX_INPUT_ELEMENTS:
+            raise SpecError(field, f"{excerpt(shape)} has more than {MAX_INPUT_ELEMENTS:,} elements")
+    return shape
+
+
+def read_text(path: Path, field: str) -> str:
+    """The UTF-8 text of a file the user named in ``field``.
+
+    Raises:
+        SpecError: the file is missing, unreadable, or not UTF-8 (naming the byte offset).
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(field, f"file {excerpt(str(path))} does not exist") from None
+    except IsADirectoryError:
+        raise SpecError(field, f"{excerpt(str(path))} is a directory, not a file") from None
+    except OSError as exc:
+        raise SpecError(field, f"cannot read {excerpt(str(path))}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(field, f"{excerpt(str(path))} is not UTF-8 text (byte {exc.start})") from None
+
+
+def _yaml_loader() -> Any:
+    """PyYAML's safe loader, refusing duplicate keys and alias bombs."""
+    import yaml
+    from yaml.constructor import ConstructorError
+    from yaml.nodes import MappingNode
+
+    class Loader(yaml.SafeLoader):
+        def get_single_node(self) -> Any:
+            node = super().get_single_node()
+            if node is not None and _expanded_size(node, {}) > _MAX_NODES:
+                raise yaml.YAMLError(f"expands to more than {_MAX_NODES:,} values (aliases: *name)")
+            return node
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, MappingNode):
+                seen: set[Any] = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        duplicate = key in seen
+                        seen.add(key)
+                    except TypeError:
+                        continue  # an unhashable key: construct_mapping reports it
+                    if duplicate:
+                        raise ConstructorError(None, None, f"duplicate key {excerpt(key)}", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
+def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
+    """How many values ``node`` becomes once every alias is expanded (memoised per node)."""
+    key = id(node)
+    if key not in sizes:
+        sizes[key] = 1  # a cycle counts once; PyYAML's constructor rejects what it cannot build
+        children = node.value if isinstance(node.value, list) else []
+        total = 1
+        for child in children:
+            for item in child if isinstance(child, tuple) else (child,):
+                total += _expanded_size(item, sizes)
+                if total > _MAX_NODES:
+                    break
+        sizes[key] = total
+    return sizes[key]
+
+
+def load_yaml(path: Path, field: str) -> Any:
+    """Parse a YAML (or JSON) file the user named in ``field``: UTF-8, no duplicate keys,
+    no alias bombs.
+
+    Raises:
+        SpecError: the file is missing, not UTF-8 or not valid YAML (with the line and column).
+    """
+    import yaml
+
+    text = read_text(path, field)
+    try:
+        return yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(field, f"{_key(path, 200)} is not valid YAML{where}: {_key(problem, 120)}") from None
+    except RecursionError:
+        raise SpecError(field, f"{excerpt(str(path))} nests too deeply") from None
+
+
 def load_spec(path: Path) -> SweepSpec:
     """Read and validate a sweep YAML file.
+
+    The sweep's state (its Optuna journal) lives in ``.nnsweep/<name>`` beside the
+    file, so running the same spec from another directory resumes the same sweep.
 
     Raises:
         SpecError: the file is missing, is not YAML, or does not validate.
     """
-    import yaml
-
-    if not path.is_file():
-        raise SpecError("spec", f"file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SpecError("spec", f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    data = load_yaml(path, "spec")
     return parse_spec(data, source=path.resolve())

@@ -78,12 +78,32 @@ def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
         (["space", "shape"], [1], "space.shape", "unknown key"),
         (["space", "backends", "executorch"], ["gpu"], "space.backends.executorch[0]", "allowed: xnnpack"),
         (["space", "min_nodes_per_partition"], {"low": 5, "high": 2}, "space.min_nodes_per_partition", "above"),
-        (["space", "max_delegated_partitions"], [0, -1], "space.max_delegated_partitions", ">= 0"),
+        (["space", "max_delegated_partitions"], [0, -1], "space.max_delegated_partitions", "between 0 and"),
         (["objectives"], {"speed": "maximize"}, "objectives.speed", "allowed: accuracy"),
         (["objectives"], {"accuracy": "up"}, "objectives.accuracy", "maximize"),
         (["measure", "iters"], 0, "measure.iters", "greater than or equal to 1"),
         (["storage"], "somewhere", "storage", "journal"),
         (["devices"], ["host", "host"], "devices", "twice"),
+        # the input boundary: whole-name matches, strict and bounded numbers
+        (["name"], "quickstart\n", "name", "letters, digits"),
+        (["devices"], ["host\n"], "devices[0]", "not a device name"),
+        (["budget", "trials"], 10**26, "budget.trials", "less than or equal to 100000"),
+        (["budget", "trials"], 1e26, "budget.trials", "valid integer"),
+        (["budget", "trials"], "24", "budget.trials", "valid integer"),
+        (["space", "threads"], [True, 2], "space.threads[0]", "valid integer"),
+        (["space", "threads"], [4096], "space.threads", "between 1 and 1024"),
+        (["measure", "timeout_s"], float("inf"), "measure.timeout_s", "finite"),
+        (["measure", "timeout_s"], float("nan"), "measure.timeout_s", "finite"),
+        (["budget", "timeout_s"], 1e300, "budget.timeout_s", "less than or equal to"),
+        (["input_shape"], [1, 100000, 100000, 100000], "input_shape", "more than 16,777,216 elements"),
+        (["bridges"], {"host": {"transport": "ssh", "host": "-oProxyCommand=touch pwned"}}, "bridges.host.host", "'-'"),
+        (["bridges"], {"host": {"transport": "adb", "serial": "-H evil"}}, "bridges.host.serial", "option"),
+        (
+            ["bridges"],
+            {"host": {"transport": "ssh", "host": "b", "tools": {"torch": "-x"}}},
+            "bridges.host.tools.torch",
+            "option",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(path: list, value: object, field: str, text: str) -> None:  # type: ignore[type-arg]
@@ -115,3 +135,45 @@ def test_user_model_file_is_resolved_beside_the_spec(tmp_path: Path) -> None:
     spec_file = tmp_path / "s.yaml"
     spec_file.write_text("name: u\nmodel: net.py:build\n")
     assert load_spec(spec_file).model == f"{tmp_path}/net.py:build"
+
+
+def test_messages_quote_only_an_excerpt() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec(_mutated(["name"], "x" * 100_000))
+    assert len(str(info.value)) < 200
+    with pytest.raises(SpecError) as info:
+        parse_spec(_mutated(["devices"], [[["a" * 1000] * 1000] * 1000]))
+    assert len(str(info.value)) < 300
+
+
+def test_non_utf8_and_duplicate_keys_and_alias_bombs(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"name: caf\xe9\nmodel: digits\n")
+    with pytest.raises(SpecError, match="not UTF-8 text"):
+        load_spec(latin)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("name: a\nmodel: digits\nname: b\n")
+    with pytest.raises(SpecError, match=r"line 3.*duplicate key 'name'"):
+        load_spec(twice)
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    levels += [
+        f"{c}: &{c} [{', '.join('*' + p for _ in range(9))}]" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    ]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(levels) + "\n")
+    with pytest.raises(SpecError, match="expands to more than") as info:
+        load_spec(bomb)
+    assert len(str(info.value)) < 300
+    folder = tmp_path / "dir.yaml"
+    folder.mkdir()
+    with pytest.raises(SpecError, match="directory"):
+        load_spec(folder)
+
+
+def test_state_dir_lives_beside_the_spec_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec_file = tmp_path / "sweeps" / "s.yaml"
+    spec_file.parent.mkdir()
+    spec_file.write_text("name: s\nmodel: digits\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_spec(spec_file).state_dir == spec_file.parent / ".nnsweep" / "s"
+    assert parse_spec({"name": "m", "model": "digits"}).state_dir == tmp_path / ".nnsweep" / "m"
