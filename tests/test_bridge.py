@@ -184,3 +184,33 @@ def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
         assert run.data.tags["latency_source"] == "adb: mean of 100 runs x 2"
         assert "host run of the same artifact" in run.data.tags["accuracy_source"]
     assert any(c[2] == "push" and c[3].endswith("model.pt") for c in _commands(phone))
+
+
+def test_spec_values_reach_ssh_and_adb_as_arguments_never_options(tmp_path: Path) -> None:
+    from nnsweep.agents import SshTransport
+    from nnsweep.errors import SpecError
+
+    with pytest.raises(SpecError, match="option"):
+        SshTransport("-oProxyCommand=touch pwned", {"torch": "/tmp/t"})
+    with pytest.raises(SpecError, match="option"):
+        AdbTransport(serial="-H evil")
+    ssh = SshTransport("pi@board", {"torch": "/tmp/t"})
+    cmd = ssh.command(["ls", "-l"])
+    assert cmd[cmd.index("--") + 1] == "pi@board"
+    push = ssh.push_command(tmp_path / "m.pt", "/tmp/m.pt")
+    assert push[push.index("--") + 1 :] == [str(tmp_path / "m.pt"), "pi@board:/tmp/m.pt"]
+
+
+@pytest.mark.skipif(__import__("shutil").which("ssh") is None, reason="needs the OpenSSH client")
+def test_real_ssh_takes_an_option_like_host_after_the_separator_as_a_host(tmp_path: Path) -> None:
+    """What `--` buys: even past the checks, ssh reads `-oProxyCommand=...` as a host name."""
+    import subprocess
+
+    from nnsweep.agents import SshTransport
+
+    marker = tmp_path / "pwned"
+    ssh = SshTransport("pi@board", {"torch": "/tmp/t"}, timeout_s=20)
+    argv = ssh.command(["true"])
+    argv[argv.index("--") + 1] = f"-oProxyCommand=touch {marker}"
+    subprocess.run(argv, capture_output=True, timeout=20, check=False)
+    assert not marker.exists()

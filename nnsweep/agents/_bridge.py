@@ -26,7 +26,7 @@ from nnsweep.agents._capabilities import Capabilities
 from nnsweep.agents._tools import TOOLS, ToolRun
 from nnsweep.agents._transport import MeasureReply, MeasureRequest, Transport
 from nnsweep.bench import LatencyStats, Timing
-from nnsweep.errors import AgentLost, BenchmarkError
+from nnsweep.errors import AgentLost, BenchmarkError, SpecError
 from nnsweep.spec import Bridge
 
 __all__ = ["AdbTransport", "BridgeTransport", "SshTransport", "bridge_transport"]
@@ -202,6 +202,7 @@ class AdbTransport(BridgeTransport):
         **kwargs: Any,
     ) -> None:
         super().__init__(tools or {"torch": "/data/local/tmp/speed_benchmark_torch"}, workdir, **kwargs)
+        _not_an_option(serial, "serial")
         self.serial = serial
         self.adb = adb
 
@@ -244,6 +245,7 @@ class SshTransport(BridgeTransport):
         **kwargs: Any,
     ) -> None:
         super().__init__(tools, workdir, **kwargs)
+        _not_an_option(host, "host")
         self.host = host
         self.ssh = ssh
         self.scp = scp
@@ -253,10 +255,18 @@ class SshTransport(BridgeTransport):
         return self.host
 
     def command(self, args: Sequence[str]) -> list[str]:
-        return [self.ssh, "-o", "BatchMode=yes", self.host, shlex.join(args)]
+        # `--` ends ssh's options: the host (from a spec) can never be read as one.
+        return [self.ssh, "-o", "BatchMode=yes", "--", self.host, shlex.join(args)]
 
     def push_command(self, local: Path, remote: str) -> list[str]:
-        return [self.scp, "-q", "-o", "BatchMode=yes", str(local), f"{self.host}:{remote}"]
+        return [self.scp, "-q", "-o", "BatchMode=yes", "--", str(local), f"{self.host}:{remote}"]
+
+
+def _not_an_option(value: str | None, what: str) -> None:
+    """Values from a spec reach adb/ssh as arguments; one starting with '-' would be an option
+    there (``-oProxyCommand=...`` runs a local command). The spec refuses them; so do we."""
+    if value is not None and value.startswith("-"):
+        raise SpecError(what, f"{value[:60]!r} starts with '-': it would be read as an option")
 
 
 def bridge_transport(bridge: Bridge) -> BridgeTransport:
