@@ -1,0 +1,274 @@
+"""Per-device progress of a sweep, for people: bars on a terminal, plain lines in a log.
+
+On a terminal (``stderr`` is a TTY) a ``rich`` live display shows one row per device:
+a bar of trials done out of the budget, the counts of failed and reused trials, the
+time per trial, the time left (ETA), what the device is doing now and the best trial
+so far. When ``stderr`` is not a terminal (CI logs, ``2> file``) it writes one plain
+line per device each time its counts change, with the same figures, and nothing
+else: a log stays short and greppable.
+
+The display takes snapshots from the coordinator (``Sweep(progress=display.update)``):
+any object with the attributes of ``nnsweep.sweep.DeviceProgress`` (``device``,
+``done``, ``budget``, ``failed``, ``reused``, ``activity``, ``best``, ``lost``).
+
+Time per trial and ETA are measured here, from the wall clock between snapshots:
+the time since the device was first seen divided by the trials it finished since
+then (trials restored from an earlier run of the same sweep are not counted, so a
+resumed sweep's pace is its own), times the trials left. Until a device finishes
+its first trial the ETA is unknown and shown as ``–``.
+
+Example:
+    >>> import io
+    >>> from types import SimpleNamespace
+    >>> out = io.StringIO()
+    >>> display = ProgressDisplay(stream=out, terminal=False, clock=iter([0.0, 30.0]).__next__)
+    >>> snap = dict(device="host", budget=4, failed=0, reused=0, activity="converting", best=None, lost=False)
+    >>> display.update([SimpleNamespace(done=0, **snap)])
+    >>> display.update([SimpleNamespace(done=1, **snap)])
+    >>> display.close()
+    >>> print(out.getvalue().rstrip())
+    host: 0/4 trials (0 failed, 0 reused) · converting
+    host: 1/4 trials (0 failed, 0 reused) · 30.0 s/trial · ETA 1m30s · converting
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TextIO
+
+__all__ = ["DeviceSnapshot", "Pace", "ProgressDisplay", "format_duration"]
+
+
+class DeviceSnapshot(Protocol):
+    """What the display reads from one device's snapshot (``nnsweep.sweep.DeviceProgress`` has it)."""
+
+    @property
+    def device(self) -> str: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def budget(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def reused(self) -> int: ...
+    @property
+    def activity(self) -> str: ...
+    @property
+    def best(self) -> str | None: ...
+    @property
+    def lost(self) -> bool: ...
+
+
+@dataclass
+class Pace:
+    """The pace of one device, from the snapshots seen so far.
+
+    Args:
+        started_at: clock time the device was first seen.
+        done_at_start: trials already done then (restored from an earlier run).
+        done: trials done now.
+        last_change_at: clock time ``done`` last grew.
+    """
+
+    started_at: float
+    done_at_start: int
+    done: int
+    last_change_at: float
+
+    @classmethod
+    def first(cls, done: int, now: float) -> Pace:
+        return cls(started_at=now, done_at_start=done, done=done, last_change_at=now)
+
+    def advance(self, done: int, now: float) -> None:
+        """Take a new snapshot's count (a count never goes back: a smaller one is ignored)."""
+        if done > self.done:
+            self.done = done
+            self.last_change_at = now
+
+    @property
+    def seconds_per_trial(self) -> float | None:
+        """Wall time per trial finished in this run, or ``None`` before the first one."""
+        finished = self.done - self.done_at_start
+        if finished <= 0:
+            return None
+        return (self.last_change_at - self.started_at) / finished
+
+    def eta(self, budget: int, now: float) -> float | None:
+        """Seconds until the budget is done: the trials left at the pace so far, less the time
+        already spent on the current one (never below zero); ``None`` while the pace is unknown."""
+        per_trial = self.seconds_per_trial
+        if per_trial is None:
+            return None
+        left = max(budget - self.done, 0)
+        if left == 0:
+            return 0.0
+        return max(left * per_trial - (now - self.last_change_at), 0.0)
+
+
+def format_duration(seconds: float | None) -> str:
+    """``42.0 s`` below a minute, ``4m05s`` below an hour, ``2h03m`` above; ``–`` when unknown.
+
+    Example:
+        >>> format_duration(3.21), format_duration(245), format_duration(7390), format_duration(None)
+        ('3.2 s', '4m05s', '2h03m', '–')
+    """
+    if seconds is None:
+        return "–"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _counts(d: DeviceSnapshot) -> str:
+    return f"{d.done}/{d.budget} trials ({d.failed} failed, {d.reused} reused)"
+
+
+class ProgressDisplay:
+    """Per-device progress: ``rich`` bars on a terminal, plain lines otherwise.
+
+    Call :meth:`update` with every snapshot (a list with one entry per device) and
+    :meth:`close` once at the end (also after an interrupt): it stops the live display
+    and leaves the last state on screen.
+
+    Args:
+        enabled: ``False`` shows nothing (``nnsweep run --json``).
+        stream: where to write (default ``sys.stderr``).
+        terminal: draw bars (``True``) or write plain lines (``False``); default: whether
+            ``stream`` is a terminal.
+        clock: seconds, monotonic (tests pass a fake one).
+        width: the terminal's width in columns when ``terminal`` is forced (default: detected).
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        *,
+        stream: TextIO | None = None,
+        terminal: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        width: int | None = None,
+    ) -> None:
+        self.enabled = enabled
+        self._stream = stream if stream is not None else sys.stderr
+        self.terminal = self._stream.isatty() if terminal is None else terminal
+        self._clock = clock
+        self._width = width
+        self._paces: dict[str, Pace] = {}
+        self._printed: dict[str, tuple[int, int, int, bool]] = {}
+        self._progress: Any = None  # rich.progress.Progress, created on the first update
+        self._tasks: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ public
+    def update(self, devices: Sequence[DeviceSnapshot]) -> None:
+        """Show a new snapshot of every device."""
+        if not self.enabled:
+            return
+        now = self._clock()
+        for d in devices:
+            pace = self._paces.get(d.device)
+            if pace is None:
+                self._paces[d.device] = Pace.first(d.done, now)
+            else:
+                pace.advance(d.done, now)
+        if self.terminal:
+            self._draw(devices, now)
+        else:
+            self._write_lines(devices, now)
+
+    def close(self) -> None:
+        """Stop the live display, leaving its last frame; idempotent."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._tasks = {}
+
+    # ------------------------------------------------------------ plain lines
+    def _write_lines(self, devices: Sequence[DeviceSnapshot], now: float) -> None:
+        for d in devices:
+            key = (d.done, d.failed, d.reused, d.lost)
+            if self._printed.get(d.device) == key:
+                continue
+            self._printed[d.device] = key
+            pace = self._paces[d.device]
+            parts = [f"{d.device}: {_counts(d)}"]
+            if pace.seconds_per_trial is not None:
+                parts.append(f"{format_duration(pace.seconds_per_trial)}/trial")
+                parts.append(f"ETA {format_duration(pace.eta(d.budget, now))}")
+            parts.append("LOST (waiting for it to rejoin)" if d.lost else d.activity)
+            line = " · ".join(parts)
+            if d.best:
+                line += f"\n    best so far: {d.best}"
+            self._stream.write(line + "\n")
+        self._stream.flush()
+
+    # ---------------------------------------------------------------- terminal
+    def _start(self) -> Any:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        console = Console(file=self._stream, force_terminal=True, width=self._width, highlight=False)
+        progress = Progress(
+            TextColumn("[bold]{task.fields[device]}"),
+            BarColumn(bar_width=24),
+            TextColumn("{task.fields[counts]}"),
+            _pace_column(self),
+            TextColumn("{task.fields[activity]}"),
+            console=console,
+            refresh_per_second=4,
+            expand=False,
+        )
+        progress.start()
+        return progress
+
+    def _draw(self, devices: Sequence[DeviceSnapshot], now: float) -> None:
+        if self._progress is None:
+            self._progress = self._start()
+        for d in devices:
+            activity = "[red]LOST (waiting for it to rejoin)" if d.lost else _escape(d.activity)
+            if d.best:
+                activity += f"\n[dim]best so far: {_escape(d.best)}"
+            fields = {
+                "device": d.device,
+                "counts": f"{d.done}/{d.budget} · {d.failed} failed · {d.reused} reused",
+                "activity": activity,
+            }
+            task = self._tasks.get(d.device)
+            if task is None:
+                self._tasks[d.device] = self._progress.add_task(d.device, total=d.budget, completed=d.done, **fields)
+            else:
+                self._progress.update(task, total=d.budget, completed=d.done, **fields)
+        self._progress.refresh()
+
+    def pace_text(self, device: str, budget: int) -> str:
+        """``12.3 s/trial · ETA 4m05s`` for a device (what the terminal's pace column shows)."""
+        pace = self._paces.get(device)
+        if pace is None:
+            return ""
+        per_trial = format_duration(pace.seconds_per_trial)
+        return f"{per_trial}/trial · ETA {format_duration(pace.eta(budget, self._clock()))}"
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _pace_column(display: ProgressDisplay) -> Any:
+    """A rich column with the time per trial and an ETA that counts down between snapshots
+    (built here so that rich is imported only when a terminal display starts)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class PaceColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text(display.pace_text(task.fields["device"], int(task.total or 0)), style="cyan")
+
+    return PaceColumn()
