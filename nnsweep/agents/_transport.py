@@ -1,7 +1,8 @@
 """How an agent reaches its device: the one seam that makes devices swappable.
 
 A transport probes the device once and measures artifacts on it. ``local`` runs
-the measurement in a fresh process on this machine; the bridge transports
+each measurement in a process of its own on this machine, forked from a warm
+worker that has the runtime imported; the bridge transports
 (adb, ssh) push the artifact and run the runtime's own benchmark tool there.
 """
 
@@ -20,6 +21,8 @@ import numpy as np
 
 from nnsweep.agents._capabilities import Capabilities
 from nnsweep.bench import MeasureSettings, Timing, measure_in_subprocess
+from nnsweep.bench._machine_lock import MachineLock
+from nnsweep.bench._warm import WarmWorker
 from nnsweep.convert._base import IOSpec
 from nnsweep.errors import InfrastructureError
 
@@ -84,17 +87,49 @@ class Transport(ABC):
 
 
 class LocalTransport(Transport):
-    """The device is this machine: measure in a fresh child process.
+    """The device is this machine: measure each artifact in a process of its own.
+
+    That process is forked from a warm worker per runtime (started on the first
+    measurement with that runtime, kept for the next ones), so the interpreter
+    start and the runtime import are paid once per agent, not per measurement;
+    if the worker cannot start it is a fresh process. Every measurement holds the
+    machine-wide measurement lock while it runs, whoever else measures here (another
+    sweep, ``nnsweep bench``); ``Timing.lock_wait_ms`` says how long it waited.
 
     Args:
         machine: name of the physical machine (defaults to the host name); two
             devices with the same machine never measure at the same time.
+        warm: fork measurements from warm workers (``False``: a fresh process each).
+        lock: the machine's measurement lock (default: its default path).
     """
 
     name = "local"
 
-    def __init__(self, machine: str | None = None) -> None:
+    def __init__(self, machine: str | None = None, *, warm: bool = True, lock: MachineLock | None = None) -> None:
         self.machine = machine
+        self.warm = warm
+        self.lock = lock
+        self._workers: dict[str, WarmWorker] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        # Sent to a Ray actor before any measurement: workers are processes of this side.
+        state = dict(self.__dict__)
+        state["_workers"] = {}
+        return state
+
+    def worker(self, runtime: str) -> WarmWorker | None:
+        """The warm worker for ``runtime`` (created, not yet started), or ``None`` if not warm."""
+        if not self.warm:
+            return None
+        if runtime not in self._workers:
+            self._workers[runtime] = WarmWorker(runtime)
+        return self._workers[runtime]
+
+    def close(self) -> None:
+        """Stop the warm workers (they also stop by themselves when this process ends)."""
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
 
     def probe(self, device: str) -> Capabilities:
         cmd = [sys.executable, "-m", "nnsweep.agents._probe", device]
@@ -117,5 +152,7 @@ class LocalTransport(Transport):
                 backends=request.backends,
                 inputs=request.inputs,
                 settings=request.settings,
+                worker=self.worker(request.runtime),
+                lock=self.lock,
             )
         return MeasureReply(timing=timing, outputs=outputs)

@@ -1,6 +1,7 @@
-"""Entry point of the measuring process: ``python -m nnsweep.bench._child REQUEST.json``.
+"""The measuring process: ``python -m nnsweep.bench._child REQUEST.json``, or
+:func:`run_request` in a child forked by a warm worker (:mod:`nnsweep.bench._zygote`).
 
-Each measurement runs in a fresh process so that its peak memory is its own,
+Each measurement runs in a process of its own so that its peak memory is its own,
 its thread count is set before any runtime is loaded (ExecuTorch cannot change
 it afterwards), and a runtime that crashes fails only this trial.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from nnsweep.convert._base import IOSpec
 
 
 def _measure(request: dict) -> dict:  # type: ignore[type-arg]
+    # CLOCK_MONOTONIC is one clock for every process of the machine.
+    start_ms = (time.monotonic() - float(request.get("sent_monotonic", time.monotonic()))) * 1e3
     info = runtimes.get(request["runtime"])
     runner_cls = runtimes.load_object(info.runner)
     threads = int(request["threads"])
@@ -28,13 +32,24 @@ def _measure(request: dict) -> dict:  # type: ignore[type-arg]
     inputs = np.load(request["inputs"])
     settings = MeasureSettings(**request["settings"])
     timing = time_runner(runner, inputs[:1], settings)
+    t0 = time.perf_counter()
     outputs = run_all(runner, inputs)
     np.save(request["outputs"], outputs)
-    return {"timing": timing.to_dict()}
+    result = timing.to_dict()
+    result["phases_ms"] = {"start": start_ms, **timing.phases_ms, "outputs": (time.perf_counter() - t0) * 1e3}
+    return {"timing": result}
 
 
 def main(argv: list[str]) -> int:
-    request_path = Path(argv[1])
+    return run_request(Path(argv[1]))
+
+
+def run_request(request_path: Path) -> int:
+    """Measure what ``request_path`` asks and write the result file it names.
+
+    Returns:
+        The exit code: 0 measured, 1 failed (the result file holds the error).
+    """
     request = json.loads(request_path.read_text())
     result_path = Path(request["result"])
     try:

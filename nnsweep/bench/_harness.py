@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import resource
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from nnsweep.bench._runner import Runner
-from nnsweep.bench._stats import LatencyStats
+from nnsweep.bench._stats import LatencyStats, median_ci
 
 __all__ = ["MeasureSettings", "Timing", "time_runner"]
 
@@ -24,12 +25,22 @@ class MeasureSettings:
         iters: timed runs.
         min_duration_s: keep timing until this long has passed, even past ``iters``.
         timeout_s: the whole measurement (load, runs, evaluation) must end within this.
+        until_stable: after ``iters`` runs and ``min_duration_s``, keep timing until the
+            p50's 95 % confidence interval is within ``ci_rel`` of the p50 (half-width),
+            or until ``max_duration_s`` of timed runs have passed.
+        ci_rel: the half-width of the p50's 95 % confidence interval, as a fraction of
+            the p50, at which a measurement counts as stable (default 1 %).
+        max_duration_s: the time cap on timed runs when ``until_stable`` is set
+            (``min_duration_s`` still wins if it is longer).
     """
 
     warmup: int = 5
     iters: int = 200
     min_duration_s: float = 0.0
     timeout_s: float = 600.0
+    until_stable: bool = False
+    ci_rel: float = 0.01
+    max_duration_s: float = 10.0
 
     def __post_init__(self) -> None:
         from nnsweep.errors import SpecError
@@ -42,11 +53,40 @@ class MeasureSettings:
             raise SpecError("min_duration_s", f"must be >= 0, got {self.min_duration_s!r}")
         if self.timeout_s <= 0:
             raise SpecError("timeout_s", f"must be > 0, got {self.timeout_s!r}")
+        if not 0 < self.ci_rel < 1:
+            raise SpecError("ci_rel", f"must be a fraction in (0, 1), e.g. 0.01 for 1 %, got {self.ci_rel!r}")
+        if self.max_duration_s <= 0:
+            raise SpecError("max_duration_s", f"must be > 0, got {self.max_duration_s!r}")
+
+    def to_dict(self) -> dict[str, object]:
+        """The settings as JSON-able data (what a measuring process receives)."""
+        return {
+            "warmup": self.warmup,
+            "iters": self.iters,
+            "min_duration_s": self.min_duration_s,
+            "timeout_s": self.timeout_s,
+            "until_stable": self.until_stable,
+            "ci_rel": self.ci_rel,
+            "max_duration_s": self.max_duration_s,
+        }
 
 
 @dataclass(frozen=True)
 class Timing:
-    """What one measurement saw. Times in milliseconds, memory in MiB."""
+    """What one measurement saw. Times in milliseconds, memory in MiB.
+
+    Besides the figures of the artifact, it says how the measurement went:
+    ``stop_reason`` (``iters``, ``min_duration``, ``stable`` or ``cap``: why the timed
+    runs ended), ``lock_wait_ms`` (time spent waiting for the machine's measurement
+    lock, see :mod:`nnsweep.bench._machine_lock`), ``isolation`` (``fresh``: a new
+    Python process; ``fork``: a child forked from a warm worker that had the runtime
+    imported; ``tool``: a device's own benchmark tool), ``parent_rss_mb`` (the warm
+    worker's resident memory when it forked: pages the child shares rather than owns)
+    and ``phases_ms``, where the measurement's wall time went (``lock_wait``,
+    ``start``: from the request to the measuring code running, ``load``,
+    ``first_inference``, ``warmup``, ``timed``, ``outputs``: the evaluation inputs,
+    ``total``: the whole call as its caller saw it).
+    """
 
     load_ms: float
     first_inference_ms: float
@@ -56,8 +96,25 @@ class Timing:
     rss_before_load_mb: float
     threads: int
     loadavg_1m: float | None  # None where the tool that measured cannot tell (bridge devices)
+    stop_reason: str = "iters"
+    lock_wait_ms: float = 0.0
+    isolation: str = "fresh"
+    parent_rss_mb: float | None = None
+    phases_ms: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def p50_ci95_ms(self) -> tuple[float, float]:
+        """The 95 % confidence interval of the p50 (:func:`~nnsweep.bench._stats.median_ci`)."""
+        return median_ci(self.samples_ms)
+
+    @property
+    def p50_ci_rel(self) -> float:
+        """That interval's half-width as a fraction of the p50."""
+        low, high = self.p50_ci95_ms
+        return (high - low) / 2.0 / self.latency.p50 if self.latency.p50 > 0 else float("inf")
 
     def to_dict(self) -> dict[str, object]:
+        low, high = self.p50_ci95_ms
         return {
             "load_ms": self.load_ms,
             "first_inference_ms": self.first_inference_ms,
@@ -67,6 +124,12 @@ class Timing:
             "rss_before_load_mb": self.rss_before_load_mb,
             "threads": self.threads,
             "loadavg_1m": self.loadavg_1m,
+            "p50_ci95_ms": [low, high],
+            "stop_reason": self.stop_reason,
+            "lock_wait_ms": self.lock_wait_ms,
+            "isolation": self.isolation,
+            "parent_rss_mb": self.parent_rss_mb,
+            "phases_ms": dict(self.phases_ms),
         }
 
     @classmethod
@@ -81,6 +144,11 @@ class Timing:
             rss_before_load_mb=float(d["rss_before_load_mb"]),  # type: ignore[arg-type]
             threads=int(d["threads"]),  # type: ignore[call-overload]
             loadavg_1m=None if d.get("loadavg_1m") is None else float(d["loadavg_1m"]),  # type: ignore[arg-type]
+            stop_reason=str(d.get("stop_reason", "iters")),
+            lock_wait_ms=float(d.get("lock_wait_ms", 0.0)),  # type: ignore[arg-type]
+            isolation=str(d.get("isolation", "fresh")),
+            parent_rss_mb=None if d.get("parent_rss_mb") is None else float(d["parent_rss_mb"]),  # type: ignore[arg-type]
+            phases_ms={str(k): float(v) for k, v in dict(d.get("phases_ms") or {}).items()},  # type: ignore[call-overload]
         )
 
 
@@ -112,30 +180,58 @@ def time_runner(runner: Runner, x: np.ndarray, settings: MeasureSettings) -> Tim
     rss_before = _rss_mb()
     t0 = time.perf_counter_ns()
     runner.load()
-    load_ms = (time.perf_counter_ns() - t0) / 1e6
+    t1 = time.perf_counter_ns()
     prepared = runner.prepare(x)
-    t0 = time.perf_counter_ns()
+    t2 = time.perf_counter_ns()
     runner.run(prepared)
-    first_ms = (time.perf_counter_ns() - t0) / 1e6
+    t3 = time.perf_counter_ns()
     for _ in range(settings.warmup):
         runner.run(prepared)
     samples: list[float] = []
     start = time.perf_counter_ns()
-    min_ns = settings.min_duration_s * 1e9
-    while len(samples) < settings.iters or (time.perf_counter_ns() - start) < min_ns:
-        t0 = time.perf_counter_ns()
-        runner.run(prepared)
-        samples.append((time.perf_counter_ns() - t0) / 1e6)
+    reason = _time_runs(runner, prepared, settings, samples, start)
+    end = time.perf_counter_ns()
     return Timing(
-        load_ms=load_ms,
-        first_inference_ms=first_ms,
+        load_ms=(t1 - t0) / 1e6,
+        first_inference_ms=(t3 - t2) / 1e6,
         latency=LatencyStats.from_samples(samples),
         samples_ms=tuple(samples),
         peak_rss_mb=_peak_rss_mb(),
         rss_before_load_mb=rss_before,
         threads=runner.threads,
         loadavg_1m=os.getloadavg()[0],
+        stop_reason=reason,
+        phases_ms={
+            "load": (t1 - t0) / 1e6,
+            "first_inference": (t3 - t2) / 1e6,
+            "warmup": (start - t3) / 1e6,
+            "timed": (end - start) / 1e6,
+        },
     )
+
+
+def _time_runs(runner: Runner, prepared: object, settings: MeasureSettings, samples: list[float], start: int) -> str:
+    """Append per-run times to ``samples`` until ``settings`` say stop; return why it stopped."""
+    min_ns = settings.min_duration_s * 1e9
+    cap_ns = max(settings.max_duration_s * 1e9, min_ns)
+    check_at = settings.iters
+    while True:
+        t0 = time.perf_counter_ns()
+        runner.run(prepared)
+        now = time.perf_counter_ns()
+        samples.append((now - t0) / 1e6)
+        if len(samples) < settings.iters or now - start < min_ns:
+            continue
+        if not settings.until_stable:
+            return "min_duration" if min_ns > 0 and len(samples) > settings.iters else "iters"
+        if now - start >= cap_ns:
+            return "cap"
+        if len(samples) >= check_at:
+            # Sorting is O(n log n): check at 10 % steps, so the checks cost O(n log n) overall.
+            low, high = median_ci(samples)
+            if (high - low) / 2.0 <= settings.ci_rel * float(np.median(samples)):
+                return "stable"
+            check_at = len(samples) + max(len(samples) // 10, 10)
 
 
 def run_all(runner: Runner, inputs: np.ndarray) -> np.ndarray:

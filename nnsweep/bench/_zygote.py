@@ -1,0 +1,181 @@
+"""A warm measuring worker: ``python -m nnsweep.bench._zygote RUNTIME``.
+
+It imports a runtime's runner once, then forks one child per measurement; the
+child runs :func:`nnsweep.bench._child.run_request` and exits. The child keeps
+what a fresh process gives: its peak memory is its own address space's (VmHWM
+starts at what it has touched, not at the parent's size), its thread count is
+set before the runtime loads anything (the parent never loads a program and
+never sizes a threadpool, so ExecuTorch's ``_unsafe_reset_threadpool`` runs
+first thing in the child), and a crash kills only the child. What it saves is
+the interpreter start and the runtime import of every measurement.
+
+Forking is safe here because the parent does nothing but import: the threads it
+has are OpenBLAS's pool (numpy; OpenBLAS re-initialises it after ``fork``) and
+ONNX Runtime's import-time thread; the parent never runs an inference, so no
+runtime lock can be held at the fork. The thread count is reported in the
+``ready`` line and recorded by the client.
+
+Protocol (one JSON object per line): the worker prints ``{"ready": ...}`` once,
+then reads ``{"request": PATH, "stderr": PATH, "timeout_s": S}`` and answers
+``{"pid", "exit", "signal", "timed_out", "fork_ms", "maxrss_kb"}`` after the child
+has ended. End of input (the client closed the pipe or died) kills a running
+child and ends the worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+# Modules a runtime's runner imports only when it loads its first artifact; importing
+# them here (never loading a program) saves that in every child.
+_PRELOAD: dict[str, tuple[str, ...]] = {
+    "executorch": ("executorch.runtime", "executorch.kernels.quantized"),
+}
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class _Lines:
+    """Lines from a file descriptor, read without Python's buffering (so select works)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+
+    def readline(self) -> bytes | None:
+        """One line, or ``None`` at end of input."""
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+
+def _send(obj: dict[str, object]) -> None:
+    os.write(1, (json.dumps(obj) + "\n").encode())
+
+
+def _child(request: Path, stderr: Path) -> None:
+    """In the forked child: never returns."""
+    code = 70
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        err = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # not the worker's request pipe
+        os.dup2(err, 1)  # a runtime that prints must not write into the reply pipe
+        os.dup2(err, 2)
+        os.close(null)
+        os.close(err)
+        from nnsweep.bench._child import run_request
+
+        code = run_request(request)
+    except BaseException:  # the child must never return into the worker's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _serve_one(order: dict[str, object], lines: _Lines) -> bool:
+    """Measure one request in a forked child; ``False`` when input ended meanwhile."""
+    timeout_s = float(order["timeout_s"])  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        _child(Path(str(order["request"])), Path(str(order["stderr"])))
+    fork_ms = (time.perf_counter() - t0) * 1e3
+    pidfd = os.pidfd_open(pid)
+    deadline = time.monotonic() + timeout_s
+    timed_out = alive = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)
+                break
+            ready, _, _ = select.select([pidfd, lines.fd], [], [], left)
+            if pidfd in ready:
+                alive = True
+                break
+            if lines.fd in ready and lines.readline() is None:
+                os.kill(pid, signal.SIGKILL)  # the client is gone: nobody wants this measurement
+                os.wait4(pid, 0)
+                return False
+    finally:
+        os.close(pidfd)
+    _, status, usage = os.wait4(pid, 0)
+    _send(
+        {
+            "pid": pid,
+            "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "timed_out": timed_out and not alive,
+            "fork_ms": fork_ms,
+            "maxrss_kb": usage.ru_maxrss,
+        }
+    )
+    return True
+
+
+def main(argv: list[str]) -> int:
+    runtime = argv[1]
+    # The client ends the worker by closing its input; Ctrl-C goes to the client.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    t0 = time.perf_counter()
+    try:
+        from nnsweep import runtimes
+
+        info = runtimes.get(runtime)
+        importlib.import_module("nnsweep.bench._child")
+        runtimes.load_object(info.runner)
+        for module in _PRELOAD.get(runtime, ()):
+            importlib.import_module(module)
+    except Exception as exc:  # the process boundary: the client falls back to a fresh process
+        _send({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    _send(
+        {
+            "ready": True,
+            "pid": os.getpid(),
+            "threads": _threads(),
+            "rss_mb": _rss_mb(),
+            "import_ms": (time.perf_counter() - t0) * 1e3,
+        }
+    )
+    lines = _Lines(0)
+    while True:
+        line = lines.readline()
+        if line is None:
+            return 0
+        if not line.strip():
+            continue
+        if not _serve_one(json.loads(line), lines):
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
