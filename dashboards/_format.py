@@ -174,8 +174,11 @@ def status(record: TrialRecord) -> str:
 
 
 def latency_note(record: TrialRecord) -> str:
-    """`` (estimate)`` for compiler-estimated latencies, else empty: appended wherever a latency shows."""
-    return " (estimate)" if record.estimated else ""
+    """`` (estimate)`` for compiler-estimated latencies, `` (emulated)`` for latencies timed under
+    emulation (an aarch64 board run by qemu-user on an x86 host), else empty: appended wherever a latency shows."""
+    if record.estimated:
+        return " (estimate)"
+    return " (emulated)" if record.emulated else ""
 
 
 def hover_lines(record: TrialRecord, objectives: Sequence[Objective], baseline: TrialRecord | None) -> list[str]:
@@ -194,7 +197,8 @@ def hover_lines(record: TrialRecord, objectives: Sequence[Objective], baseline: 
         lines.append(f"{metric_name(m, unit=False)}: {fmt(record.metrics.get(m), m)}{note}")
     up = speedup(record, baseline)
     if up is not None:
-        lines.append(f"speed-up vs fp32: {up:.2f}×{' (from an estimate)' if record.estimated else ''}")
+        source = " (from an estimate)" if record.estimated else " (emulated)" if record.emulated else ""
+        lines.append(f"speed-up vs fp32: {up:.2f}×{source}")
     parts = record.partitions
     if parts:
         sizes = ", ".join(str(s) for s in parts.get("sizes", []))

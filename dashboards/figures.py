@@ -178,6 +178,8 @@ def tradeoff(
     xs = [v for r in drawn if (v := _point(r, x_m)) is not None]
     estimated = any(r.estimated for r in drawn)
     x_title = f.metric_name(x_m) + (" — hollow: compiler estimate" if estimated and f.is_latency(x_m) else "")
+    if f.is_latency(x_m) and any(r.emulated for r in drawn):
+        x_title += " — emulated (qemu-user): not a real board's latency"
     if not drawn:
         fig.add_annotation(text="no measured trial yet", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     yaxis: dict[str, object] = {"title": {"text": f.metric_name(y_m)}}
@@ -320,7 +322,7 @@ def _speedup_hover(device: str, pick: tuple[TrialRecord, float] | None) -> str:
         return ""
     r, up = pick
     lines = [
-        f"{device}: {up:.2f}× vs fp32" + (" (from an estimate)" if r.estimated else ""),
+        f"{device}: {up:.2f}× vs fp32" + (" (from an estimate)" if r.estimated else f.latency_note(r)),
         f"#{r.number} {r.config.label()}",
         "latency p50: " + f.fmt(r.metrics.get("latency_p50_ms"), "latency_p50_ms") + f.latency_note(r),
         "accuracy: " + f.fmt(r.metrics.get("accuracy"), "accuracy"),

@@ -20,6 +20,18 @@ from . import _format as f
 __all__ = ["best_card", "label", "note", "partition_details", "plot_block", "run_url", "slug", "trials_table"]
 
 _ESTIMATE = ' <span class="badge estimate" title="a compiler estimate, not a measurement">estimate</span>'
+# Emulated latencies are real runs of the aarch64 kernels, timed under qemu-user on another
+# CPU: they say nothing about a real board (accuracy and fidelity measured there are real).
+_EMULATED = (
+    ' <span class="badge estimate emulated" title="timed under emulation (qemu-user on another CPU): '
+    "not a real board's latency\">emulated</span>"
+)
+
+
+def _latency_badge(record: TrialRecord) -> str:
+    return _ESTIMATE if record.estimated else _EMULATED if record.emulated else ""
+
+
 _EXTRA_COLUMNS = ("latency_p50_ms", "latency_p90_ms", "accuracy", "speedup_vs_fp32", "accuracy_drop", "size_bytes")
 
 
@@ -79,8 +91,8 @@ def _metric_cell(record: TrialRecord, metric: str, baseline: TrialRecord | None)
     else:
         value = record.metrics.get(metric)
     cell = esc(f.fmt(value, metric))
-    if value is not None and record.estimated and (f.is_latency(metric) or metric == "speedup_vs_fp32"):
-        cell += _ESTIMATE
+    if value is not None and (f.is_latency(metric) or metric == "speedup_vs_fp32"):
+        cell += _latency_badge(record)
     sort = "" if value is None else repr(float(value))
     return f'<td class="num" data-sort="{sort}">{cell}</td>'
 
@@ -108,7 +120,7 @@ def best_card(
             "<p>No feasible measured trial yet: no configuration to recommend.</p></div>"
         )
     c, m = best.config, best.metrics
-    est = _ESTIMATE if best.estimated else ""
+    est = _latency_badge(best)
     rows: list[tuple[str, str]] = [
         ("runtime", esc(c.runtime)),
         ("backend order", esc(f.backend_order(c))),

@@ -90,6 +90,8 @@ def render_table(records: Sequence[TrialRecord], objectives: Sequence[Objective]
             status += " (infeasible)"
         if r.estimated:
             status += " (estimate)"
+        if r.emulated:
+            status += " (emulated)"
         if r.reason and r.status.value == "failed":
             status += f": {r.reason[:60]}"
         rows.append([str(r.number), r.config.label(), *(_fmt(r.metrics.get(m), m) for m in (*metrics, *extra)), status])

@@ -435,6 +435,8 @@ class MlflowTracker:
         tags = {
             "status": record.status.value,
             "estimated": str(record.estimated).lower(),
+            # Measured under qemu-user on another CPU: real kernels, no real board's latency.
+            "emulated": str(record.emulated).lower(),
             **{str(k): str(v) for k, v in record.tags.items()},
         }
         parts = record.partitions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from nnsweep.agents._capabilities import Capabilities
@@ -34,11 +35,17 @@ class DeviceAgent:
         return self._capabilities
 
     def measure(self, request: MeasureRequest) -> MeasureReply:
+        """Measure one artifact; an emulated device's reply says so (``MeasureReply.emulated``)."""
+        emulated = self.capabilities().emulated
         started = time.perf_counter()
         try:
-            return self.transport.measure(request)
+            reply = self.transport.measure(request)
         finally:
             self.busy_s += time.perf_counter() - started
+        if emulated and not reply.emulated:
+            # The transport times what it runs; only the probe knows the device is emulated.
+            reply = dataclasses.replace(reply, emulated=True)
+        return reply
 
     def ping(self) -> str:
         return self.device

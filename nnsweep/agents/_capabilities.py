@@ -76,3 +76,44 @@ class Capabilities:
             "emulated": str(self.emulated).lower(),
             "runtimes": "; ".join(f"{rt}: {','.join(b)}" for rt, b in self.runtimes.items()),
         }
+
+
+# Peak resident memory (MB, VmHWM) of each runtime's measuring process, measured on the
+# emulated Cortex-A72 board (device_agents/arm_sim.sh) running the digits model: the
+# process imports the runtime, loads the artifact and times it. Under qemu-user the figure
+# includes the emulator's own translation cache, so a real board needs somewhat less;
+# docs/arm-sim.md has the measurement. A board with less memory than a runtime's peak
+# plus MEASURE_HEADROOM_MB (the agent's own Ray worker, the OS) does not offer it.
+MEASURE_PEAK_MB: Mapping[str, int] = {
+    "executorch": 0,
+    "onnxruntime": 0,
+    "torch": 0,
+    "litert": 0,
+    "armnn": 0,
+}
+MEASURE_HEADROOM_MB = 256
+
+
+def runtimes_that_fit(
+    runtimes: Mapping[str, tuple[str, ...]], memory_mb: int
+) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """Split ``runtimes`` into those a device with ``memory_mb`` can measure and those it cannot.
+
+    Returns:
+        ``(kept, dropped)``: ``dropped`` maps each runtime left out to the memory (MB) its
+        measuring process needs. ``memory_mb <= 0`` (unknown) keeps everything.
+
+    Example:
+        >>> kept, dropped = runtimes_that_fit({"torch": ("x86",)}, memory_mb=64)
+        >>> kept, dropped["torch"] > 64
+        ({}, True)
+    """
+    kept: dict[str, tuple[str, ...]] = {}
+    dropped: dict[str, int] = {}
+    for runtime, backends in runtimes.items():
+        need = MEASURE_PEAK_MB.get(runtime, 0) + MEASURE_HEADROOM_MB
+        if memory_mb > 0 and need > memory_mb:
+            dropped[runtime] = need
+        else:
+            kept[runtime] = backends
+    return kept, dropped

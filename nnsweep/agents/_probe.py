@@ -15,7 +15,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-from nnsweep.agents._capabilities import Capabilities
+from nnsweep.agents._capabilities import Capabilities, runtimes_that_fit
+from nnsweep.agents._emulation import detect as detect_emulation
 
 __all__ = ["probe"]
 
@@ -123,15 +124,19 @@ def probe(device: str, machine: str | None = None) -> Capabilities:
         except metadata.PackageNotFoundError:
             continue
     versions["python"] = platform.python_version()
+    memory_mb = _memory_mb()
+    # A runtime whose measuring process would not fit in this board's memory is not offered.
+    found, _ = runtimes_that_fit(found, memory_mb)
     return Capabilities(
         device=device,
         machine=machine or socket.gethostname(),
         arch=platform.machine(),
         cpu=_cpu_model(),
         cores=os.cpu_count() or 1,
-        memory_mb=_memory_mb(),
+        memory_mb=memory_mb,
         runtimes=found,
         versions=versions,
+        emulated=detect_emulation() is not None,
     )
 
 
