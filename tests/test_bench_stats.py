@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from nnsweep.bench import LatencyStats, MeasureSettings, evaluate
+from nnsweep.bench import LatencyStats, MeasureSettings, Runner, Timing, evaluate, time_runner
+from nnsweep.bench._stats import median_ci
+from nnsweep.convert._base import IOSpec
 from nnsweep.errors import SpecError
 
 
@@ -64,3 +68,72 @@ def test_nan_outputs_and_shape_mismatch_are_errors() -> None:
         evaluate(np.full((2, 3), np.nan), ref, None)
     with pytest.raises(ValueError, match="shape"):
         evaluate(np.ones((2, 4)), ref, None)
+
+
+def test_median_ci_brackets_the_median_and_narrows_with_more_samples() -> None:
+    assert median_ci([float(x) for x in range(1, 101)]) == (41.0, 61.0)  # ranks 50 -+ 9.8
+    rng = np.random.default_rng(1)
+    small, large = rng.normal(10, 1, 100), rng.normal(10, 1, 10_000)
+    lo_s, hi_s = median_ci(small)
+    lo_l, hi_l = median_ci(large)
+    assert lo_s <= float(np.median(small)) <= hi_s and lo_l <= float(np.median(large)) <= hi_l
+    assert (hi_l - lo_l) < (hi_s - lo_s) / 5  # width shrinks as 1/sqrt(n)
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few: the whole range
+    with pytest.raises(ValueError):
+        median_ci([])
+
+
+class _FakeRunner(Runner):
+    """Costs nothing; ``run`` returns at once, or sleeps by a pattern (noisy)."""
+
+    def __init__(self, pattern: tuple[float, ...] = ()) -> None:
+        super().__init__(Path("fake"), IOSpec(), 1, ())
+        self.pattern, self.calls = pattern, 0
+
+    def load(self) -> None:
+        pass
+
+    def run(self, prepared: object) -> object:
+        if self.pattern:
+            time.sleep(self.pattern[self.calls % len(self.pattern)])
+        self.calls += 1
+        return prepared
+
+
+X = np.zeros((1, 2), dtype=np.float32)
+
+
+def test_fixed_length_timing_stops_at_iters_or_min_duration() -> None:
+    t = time_runner(_FakeRunner(), X, MeasureSettings(warmup=0, iters=50))
+    assert (t.latency.count, t.stop_reason) == (50, "iters")
+    t = time_runner(_FakeRunner(), X, MeasureSettings(warmup=0, iters=5, min_duration_s=0.05))
+    assert t.latency.count > 5 and t.stop_reason == "min_duration" and t.phases_ms["timed"] >= 50
+
+
+def test_until_stable_stops_when_the_p50_interval_is_tight_or_at_the_cap() -> None:
+    loose = MeasureSettings(warmup=0, iters=30, until_stable=True, ci_rel=0.9)
+    t = time_runner(_FakeRunner((0.001,)), X, loose)
+    assert t.stop_reason == "stable" and t.latency.count == 30 and t.p50_ci_rel <= 0.9
+    # Half the runs take 0 ms and half 2 ms: the median never settles to 0.01 %.
+    noisy = MeasureSettings(warmup=0, iters=10, until_stable=True, ci_rel=0.0001, max_duration_s=0.2)
+    t = time_runner(_FakeRunner((0.0, 0.002)), X, noisy)
+    assert t.stop_reason == "cap" and 190 <= t.phases_ms["timed"] < 2000
+
+
+def test_timing_round_trips_and_reads_older_dicts() -> None:
+    t = time_runner(_FakeRunner(), X, MeasureSettings(warmup=0, iters=10))
+    d = t.to_dict()
+    back = Timing.from_dict(d)
+    assert back.stop_reason == t.stop_reason and dict(back.phases_ms) == dict(t.phases_ms)
+    assert d["p50_ci95_ms"] == list(t.p50_ci95_ms)
+    old = {k: d[k] for k in ("load_ms", "first_inference_ms", "samples_ms", "peak_rss_mb", "rss_before_load_mb")}
+    old.update(threads=1, loadavg_1m=None)
+    legacy = Timing.from_dict(old)
+    assert (legacy.lock_wait_ms, legacy.isolation, legacy.phases_ms) == (0.0, "fresh", {})
+
+
+@pytest.mark.parametrize(("field", "value"), [("ci_rel", 0.0), ("ci_rel", 1.5), ("max_duration_s", 0.0)])
+def test_measure_settings_reject_bad_stability_settings(field: str, value: float) -> None:
+    with pytest.raises(SpecError) as info:
+        MeasureSettings(**{field: value})  # type: ignore[arg-type]
+    assert info.value.field == field

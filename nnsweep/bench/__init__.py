@@ -1,20 +1,27 @@
 """Measuring deployed artifacts: the runner contract, the timing harness (run in a
-fresh process per measurement), latency statistics, and accuracy/fidelity."""
+process of its own per measurement, fresh or forked from a warm worker), the
+machine-wide measurement lock, latency statistics, and accuracy/fidelity."""
 
 from nnsweep.bench._evaluate import Evaluation, Fidelity, evaluate
 from nnsweep.bench._harness import MeasureSettings, Timing, time_runner
 from nnsweep.bench._isolated import measure_in_subprocess
+from nnsweep.bench._machine_lock import LockWait, MachineLock
 from nnsweep.bench._runner import Runner
-from nnsweep.bench._stats import LatencyStats
+from nnsweep.bench._stats import LatencyStats, median_ci
+from nnsweep.bench._warm import WarmWorker
 
 __all__ = [
     "Evaluation",
     "Fidelity",
     "LatencyStats",
+    "LockWait",
+    "MachineLock",
     "MeasureSettings",
     "Runner",
     "Timing",
+    "WarmWorker",
     "evaluate",
     "measure_in_subprocess",
+    "median_ci",
     "time_runner",
 ]

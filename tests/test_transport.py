@@ -1,0 +1,85 @@
+"""The local transport: measurements forked from a warm worker per runtime, under the
+machine's measurement lock; it travels to a Ray actor without its worker processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from nnsweep.agents import LocalTransport, MeasureReply, MeasureRequest
+from nnsweep.bench import MachineLock, MeasureSettings
+from nnsweep.convert._base import IOSpec
+
+
+@pytest.fixture(scope="module")
+def onnx_bytes() -> bytes:
+    w = np.ones((4, 3), dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def _request(onnx_bytes: bytes) -> MeasureRequest:
+    return MeasureRequest(
+        runtime="onnxruntime",
+        artifact_name="tiny.onnx",
+        artifact_bytes=onnx_bytes,
+        io=IOSpec(),
+        threads=1,
+        backends=("cpu",),
+        inputs=np.ones((3, 4), dtype=np.float32),
+        settings=MeasureSettings(warmup=1, iters=10),
+    )
+
+
+def test_request_and_reply_keep_their_fields() -> None:
+    assert [f.name for f in dataclasses.fields(MeasureRequest)][:8] == [
+        "runtime", "artifact_name", "artifact_bytes", "io", "threads", "backends", "inputs", "settings"
+    ]  # fmt: skip
+    assert [f.name for f in dataclasses.fields(MeasureReply)][:2] == ["timing", "outputs"]
+
+
+def test_measurements_fork_from_one_warm_worker(onnx_bytes: bytes, tmp_path: Path) -> None:
+    transport = LocalTransport(lock=MachineLock(tmp_path / "m.lock"))
+    try:
+        first = transport.measure(_request(onnx_bytes))
+        worker = transport.worker("onnxruntime")
+        assert worker is not None and worker.running
+        pid = worker.ready["pid"]
+        second = transport.measure(_request(onnx_bytes))
+        assert (first.timing.isolation, second.timing.isolation) == ("fork", "fork")
+        assert worker.ready["pid"] == pid  # the same worker
+        np.testing.assert_allclose(second.outputs, np.full((3, 3), 4.0))  # type: ignore[arg-type]
+        assert second.timing.lock_wait_ms >= 0 and "lock_wait" in second.timing.phases_ms
+    finally:
+        transport.close()
+    assert not worker.running
+
+
+def test_not_warm_means_a_fresh_process(onnx_bytes: bytes, tmp_path: Path) -> None:
+    transport = LocalTransport(warm=False, lock=MachineLock(tmp_path / "m.lock"))
+    assert transport.measure(_request(onnx_bytes)).timing.isolation == "fresh"
+    assert transport.worker("onnxruntime") is None
+
+
+def test_it_pickles_without_its_workers(onnx_bytes: bytes, tmp_path: Path) -> None:
+    transport = LocalTransport("box", lock=MachineLock(tmp_path / "m.lock"))
+    try:
+        transport.measure(_request(onnx_bytes))
+        copy = pickle.loads(pickle.dumps(transport))
+        assert copy.machine == "box" and copy.warm and copy._workers == {}
+        assert copy.lock.path == tmp_path / "m.lock"
+    finally:
+        transport.close()
