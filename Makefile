@@ -9,8 +9,9 @@ STAMP := $(VENV)/.nnsweep-installed
 
 # Debian packages the tests need: Chromium for the browser tests of the report and
 # the MLflow UI; Arm NN (CpuRef backend, TFLite parser, PyArmNN in /usr/bin/python3)
-# for the armnn runtime. Only missing ones are installed (needs root or sudo).
-APT_PACKAGES ?= chromium python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22
+# for the armnn runtime; PostgreSQL for the team-mode test (a database the test starts).
+# Only missing ones are installed (needs root or sudo).
+APT_PACKAGES ?= chromium python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22 postgresql
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 
 .PHONY: install system-deps quickstart test test-fast lint clean

@@ -1,0 +1,284 @@
+"""Team mode with real parts: a PostgreSQL server and an ``mlflow server --serve-artifacts``
+backed by it, both started and stopped here on 127.0.0.1, and two "laptops" — other
+processes in other working directories that share nothing with the server but the spec's
+URLs — sweeping different models into them at once (docs/team.md is the recipe).
+
+PostgreSQL refuses to run as root: as root, the database runs as the ``postgres`` user
+(Debian's package creates it) in a directory of its own under the system's temp directory,
+because pytest's base temp directory is private to root. Everything else is in tmp_path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin() -> Path | None:
+    """Debian keeps PostgreSQL's server programs off PATH, in /usr/lib/postgresql/<major>/bin."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+@dataclass
+class Postgres:
+    bin: Path
+    data: Path
+    port: int
+    user: str | None  # run as this user (when we are root), else as ourselves
+    started_s: float = 0.0
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, *cmd: str) -> None:
+        prefix = ["runuser", "-u", self.user, "--"] if self.user else []
+        subprocess.run([*prefix, *cmd], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        t0 = time.perf_counter()
+        self._run(str(self.bin / "initdb"), "-D", str(self.data / "db"), "-A", "trust", "-U", "postgres", "--no-sync")
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
+        log = str(self.data / "log")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data / "db"), "-l", log, "-o", options, "-w", "start")
+        self.started_s = time.perf_counter() - t0
+
+    def create_database(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+    def query(self, database: str, sql: str) -> list[tuple[object, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.url(database)) as conn:
+            return list(conn.execute(sql).fetchall())
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data / "db"), "-m", "fast", "-w", "stop")
+
+
+class MlflowServer:
+    """``mlflow server`` on PostgreSQL, its artifacts behind its own proxy (``--serve-artifacts``)."""
+
+    def __init__(self, backend: str, artifacts: Path, log: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.artifacts = artifacts
+        self.log_path = log
+        cmd = [str(VENV_BIN / "mlflow"), "server", "--backend-store-uri", backend, "--serve-artifacts"]
+        cmd += ["--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--workers", "1"]
+        # MLflow 3.17 starts a job runner beside the server unless told not to (seconds and memory for nothing here).
+        env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+        t0 = time.perf_counter()
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited:\n{log.read_text()[-3000:]}")
+            if self.healthy():
+                break
+            time.sleep(0.3)
+        else:
+            self.stop()
+            raise TimeoutError(f"mlflow server did not answer:\n{log.read_text()[-3000:]}")
+        self.started_s = time.perf_counter() - t0
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
+    pg_bin = _pg_bin()
+    if pg_bin is None:
+        pytest.skip("PostgreSQL's server programs are not installed (make system-deps installs Debian's postgresql)")
+    user = None
+    if os.geteuid() == 0:
+        user = "postgres"
+        try:
+            uid = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run the database as")
+        data = Path(tempfile.mkdtemp(prefix="nnsweep-pg-"))
+        os.chown(data, uid, -1)
+    else:
+        data = tmp_path_factory.mktemp("pg")
+    server = Postgres(pg_bin, data, _free_port(), user)
+    try:
+        server.start()
+        server.create_database("mlflow")
+        server.create_database("optuna")
+        yield server
+    finally:
+        server.stop()
+        if user:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    where = tmp_path_factory.mktemp("mlflow-server")
+    server = MlflowServer(postgres.url("mlflow"), where / "artifacts", where / "server.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _laptop(root: Path, name: str, model: str, server: MlflowServer, postgres: Postgres) -> Path:
+    """A working directory holding only the spec; its URLs are all it shares with the team."""
+    home = root / name
+    home.mkdir()
+    spec = {
+        "name": name,
+        "model": model,
+        "devices": ["host"],
+        "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8"], "threads": [1]},
+        "budget": {"trials": 2},
+        "measure": {"warmup": 2, "iters": 20},
+        "tracking": {"uri": server.url, "experiment": name},
+        "storage": postgres.url("optuna"),
+    }
+    (home / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return home
+
+
+def _launch(home: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NNSWEEP_"))}
+    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(home / "cache"), "run", "spec.yaml"]
+    # The local executor: what is under test here is where the sweep logs, not Ray.
+    return subprocess.Popen(
+        [*cmd, "--executor", "local"], cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_two_laptops_sweep_into_one_server_and_database_at_once(
+    postgres: Postgres, mlflow_server: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psutil
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # this process downloads the reports
+
+    print(
+        f"\nPostgreSQL: initdb + start {postgres.started_s:.1f} s; mlflow server up in {mlflow_server.started_s:.1f} s"
+    )
+    models = {"team-digits": "digits", "team-digits-gn": "digits_gn"}
+    homes = {name: _laptop(tmp_path, name, model, mlflow_server, postgres) for name, model in models.items()}
+    t0 = time.perf_counter()
+    procs = {name: _launch(home) for name, home in homes.items()}  # at once
+    outputs = {name: proc.communicate(timeout=1500) for name, proc in procs.items()}
+    print(f"two concurrent sweeps: {time.perf_counter() - t0:.0f} s wall (load {os.getloadavg()[0]:.1f})")
+    for name, proc in procs.items():
+        assert proc.returncode == 0, f"{name}:\n{outputs[name][1][-4000:]}"
+
+    client = MlflowClient(mlflow_server.url)
+    for name, model in models.items():
+        home = homes[name]
+        experiment = client.get_experiment_by_name(name)
+        assert experiment is not None
+        assert experiment.artifact_location.startswith("mlflow-artifacts:")  # the server's proxy, not a path
+        runs = client.search_runs([experiment.experiment_id])
+        kinds = sorted(r.data.tags.get("nnsweep.kind", "") for r in runs)
+        print(f"{name} ({model}): experiment {experiment.experiment_id}, {len(runs)} runs {kinds}")
+        assert kinds == ["device", "trial", "trial"]
+        assert {r.data.tags["nnsweep.sweep"] for r in runs} == {name}  # nothing of the other sweep
+        assert all(r.info.status == "FINISHED" for r in runs)
+
+        # The report: written on the laptop, stored through the proxy, fetched back byte for byte.
+        (device_run,) = [r for r in runs if r.data.tags["nnsweep.kind"] == "device"]
+        assert [a.path for a in client.list_artifacts(device_run.info.run_id)] == ["report.html"]
+        fetched = Path(client.download_artifacts(device_run.info.run_id, "report.html", str(tmp_path)))
+        local = home / "reports" / f"{name}.html"
+        assert hashlib.sha256(fetched.read_bytes()).digest() == hashlib.sha256(local.read_bytes()).digest()
+        assert name in fetched.read_text()
+        stored = list(mlflow_server.artifacts.glob(f"*/{device_run.info.run_id}/artifacts/report.html"))
+        print(f"  report.html fetched back through the proxy: {fetched.stat().st_size} bytes, {len(stored)} stored")
+        assert len(stored) == 1
+        # The laptop kept no tracking store or study of its own.
+        left = sorted(p.name for p in home.iterdir())
+        assert not {"mlflow.db", "mlruns", "mlartifacts"} & set(left), left
+        assert not (home / ".nnsweep" / name / "optuna.journal").exists()
+
+    studies = postgres.query(
+        "optuna",
+        "SELECT s.study_name, count(t.trial_id) FROM studies s LEFT JOIN trials t USING (study_id)"
+        " WHERE t.state = 'COMPLETE' GROUP BY s.study_name ORDER BY 1",
+    )
+    print(f"studies in PostgreSQL (complete trials): {studies}")
+    assert [s for s, _ in studies] == ["team-digits-gn/host", "team-digits/host"]
+    assert all(int(str(n)) >= 2 for _, n in studies)
+
+    # The MLflow UI is the same server: its page loads, and the experiments are listed there.
+    with urllib.request.urlopen(f"{mlflow_server.url}/", timeout=10) as reply:
+        assert reply.status == 200 and b"<html" in reply.read().lower()
+    listed = {e.name for e in client.search_experiments()}
+    assert set(models) <= listed
+    server = psutil.Process(mlflow_server.proc.pid)
+    rss = sum(p.memory_info().rss for p in [server, *server.children(recursive=True)]) / 2**20
+    print(f"mlflow server resident memory (with its workers): {rss:.0f} MB")
+
+    # A third laptop with only the spec reads the study from the database: the chosen configuration.
+    third = tmp_path / "third"
+    third.mkdir()
+    shutil.copy(homes["team-digits"] / "spec.yaml", third / "spec.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NNSWEEP_"))}
+    best = subprocess.run(
+        [sys.executable, "-m", "nnsweep.cli", "best", "spec.yaml", "--format", "json"],
+        cwd=third,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert best.returncode == 0, best.stderr
+    assert "onnxruntime" in best.stdout  # the only runtime in the space
+    assert sorted(p.name for p in third.iterdir()) == ["spec.yaml"]  # nothing written there
