@@ -5,16 +5,20 @@ logging. Heavy libraries are imported inside the subcommands that need them, so
 ``nnsweep --help`` and argument errors stay instant.
 
 Exit codes: 0 success · 1 the work failed (a conversion or benchmark) · 2 bad input.
+Whatever goes wrong ends in one line on stderr; ``-v`` adds the traceback of an
+unexpected error. Global options (``-v``, ``--cache-dir``) go before or after the
+subcommand.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -54,7 +58,57 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line and exits 2."""
 
     def error(self, message: str) -> NoReturn:
+        message = " ".join(message.split())
+        if len(message) > 300:
+            message = message[:297] + "..."
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+# Bounds of numeric options: beyond any sensible value, so a typo is an error naming the bound.
+_MAX_ITERS, _MAX_WARMUP, _MAX_THREADS, _MAX_SECONDS = 1_000_000, 100_000, 1024, 24 * 3600.0
+
+
+def _int_in(low: int, high: int) -> Any:
+    """An argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give {low} to {high:,}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _seconds(low: float, high: float, *, open_low: bool = False) -> Any:
+    """An argparse type: a finite number of seconds in [low, high] (or (low, high])."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        if not math.isfinite(value) or value < low or value > high or (open_low and value == low):
+            lower = f"more than {low:g}" if open_low else f"{low:g}"
+            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give {lower} to {high:g} seconds")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _http_url(text: str) -> str:
+    from nnsweep.html_report import check_ui_url
+
+    try:
+        return check_ui_url(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def default_cache_dir() -> Path:
@@ -66,13 +120,42 @@ def default_cache_dir() -> Path:
 
 
 def _positive_shape(text: str) -> tuple[int, ...]:
+    from nnsweep.spec import check_input_shape
+
     try:
-        shape = tuple(int(part) for part in text.split(","))
+        shape = tuple(int(part, 10) for part in text.split(",", 8))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of integers (e.g. 1,3,224,224)") from None
-    if not shape or any(d < 1 for d in shape):
-        raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be >= 1")
-    return shape
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a comma list of integers (e.g. 1,3,224,224)") from None
+    try:
+        return check_input_shape(shape, "--input-shape")
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """-v and --cache-dir, on the top parser and (defaults suppressed) on every subcommand."""
+    default: Any = argparse.SUPPRESS
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if top else default,
+        help="more log output (-vv for debug); tracebacks of unexpected errors",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None if top else default,
+        help="artifact and model cache (default: $NNSWEEP_CACHE or ~/.cache/nnsweep)",
+    )
+
+
+class _SubParser(_Parser):
+    """A subcommand's parser: it takes the global options too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _global_options(self, top=False)
 
 
 def _build_parser() -> _Parser:
@@ -80,14 +163,8 @@ def _build_parser() -> _Parser:
         prog="nnsweep",
         description="Find, for every target device, the best way to deploy a PyTorch model.",
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="artifact and model cache (default: $NNSWEEP_CACHE or ~/.cache/nnsweep)",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _global_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_SubParser)
     sub.required = True
 
     bench = sub.add_parser(
@@ -108,16 +185,27 @@ def _build_parser() -> _Parser:
     bench.add_argument("--quant", help="fp32, fp16, dynamic_int8, static_int8 or qat_int8 (default: fp32)")
     bench.add_argument("--granularity", help="per_tensor or per_channel (int8 modes; default per_channel)")
     bench.add_argument("--calibration", help="minmax, histogram, entropy or percentile (static int8)")
-    bench.add_argument("--calibration-batches", type=int, help="calibration batches of 16 samples (default 8)")
+    bench.add_argument(
+        "--calibration-batches", type=_int_in(1, 10_000), help="calibration batches of 16 samples (default 8)"
+    )
     bench.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
-    bench.add_argument("--qat-epochs", type=int, help="fine-tuning epochs for qat_int8 (default 3)")
-    bench.add_argument("--max-partitions", type=int, help="keep the N largest delegated partitions (0 = no limit)")
-    bench.add_argument("--min-nodes", type=int, help="smaller delegated partitions fall back (default 1)")
-    bench.add_argument("--threads", type=int, help="CPU threads (default 1)")
-    bench.add_argument("--warmup", type=int, default=5, help="warm-up runs (default 5)")
-    bench.add_argument("--iters", type=int, default=200, help="timed runs (default 200)")
-    bench.add_argument("--min-duration", type=float, default=0.0, help="time at least this many seconds")
-    bench.add_argument("--timeout", type=float, default=600.0, help="give up on the measurement after this many s")
+    bench.add_argument("--qat-epochs", type=_int_in(0, 1000), help="fine-tuning epochs for qat_int8 (default 3)")
+    bench.add_argument(
+        "--max-partitions", type=_int_in(0, 10_000), help="keep the N largest delegated partitions (0 = no limit)"
+    )
+    bench.add_argument("--min-nodes", type=_int_in(1, 1_000_000), help="smaller delegated partitions fall back")
+    bench.add_argument("--threads", type=_int_in(1, _MAX_THREADS), help="CPU threads (default 1)")
+    bench.add_argument("--warmup", type=_int_in(0, _MAX_WARMUP), default=5, help="warm-up runs (default 5)")
+    bench.add_argument("--iters", type=_int_in(1, _MAX_ITERS), default=200, help="timed runs (default 200)")
+    bench.add_argument(
+        "--min-duration", type=_seconds(0, _MAX_SECONDS), default=0.0, help="time at least this many seconds"
+    )
+    bench.add_argument(
+        "--timeout",
+        type=_seconds(0, _MAX_SECONDS, open_low=True),
+        default=600.0,
+        help="give up on the measurement after this many seconds (default 600)",
+    )
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     bench.set_defaults(handler=_cmd_bench)
 
@@ -138,6 +226,12 @@ def _build_parser() -> _Parser:
     run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     run.add_argument("--report", type=Path, help="the HTML report (default: reports/<sweep name>.html)")
     run.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the sweep's studies and start over (needed after changing its model, measure settings, "
+        "objectives, constraints or space)",
+    )
     run.set_defaults(handler=_cmd_run)
 
     best = sub.add_parser(
@@ -161,7 +255,10 @@ def _build_parser() -> _Parser:
     report.add_argument("--out", type=Path, help="the HTML file (default: reports/<sweep name>.html)")
     report.add_argument("--no-tracking", action="store_true", help="do not read or attach to MLflow")
     report.add_argument(
-        "--ui-url", default=None, help="the MLflow UI the run links point into (default http://127.0.0.1:5000)"
+        "--ui-url",
+        type=_http_url,
+        default=None,
+        help="the http(s) MLflow UI the run links point into (default http://127.0.0.1:5000)",
     )
     report.set_defaults(handler=_cmd_report)
 
@@ -171,7 +268,7 @@ def _build_parser() -> _Parser:
         description="Start `mlflow ui` against the sweep's tracking URI (sqlite by default).",
     )
     ui.add_argument("spec", type=Path)
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=_int_in(1, 65535), default=5000)
     ui.set_defaults(handler=_cmd_ui)
 
     devices = sub.add_parser(
@@ -184,18 +281,29 @@ def _build_parser() -> _Parser:
     devices.set_defaults(handler=_cmd_devices)
 
     agent = sub.add_parser("agent", help="start Ray nodes: the head, or a board that joins it")
-    agent_sub = agent.add_subparsers(dest="agent_command", metavar="ACTION", parser_class=_Parser)
+    agent_sub = agent.add_subparsers(dest="agent_command", metavar="ACTION", parser_class=_SubParser)
     agent_sub.required = True
     head = agent_sub.add_parser(
         "head",
         help="start the head node: conversions run here, and it is device `host`",
-        description="Runs `ray start --head` with the resources nnsweep needs. Boards then join it.",
+        description="Runs `ray start --head` with the resources nnsweep needs and Ray's token "
+        "authentication (the token is generated if missing, kept 0600). Boards then join it.",
     )
-    head.add_argument("--port", type=int, default=6379)
-    head.add_argument("--converters", type=int, default=1, help="conversions that may run at once")
+    head.add_argument("--port", type=_int_in(1, 65535), default=6379)
+    head.add_argument("--converters", type=_int_in(1, 1024), default=1, help="conversions that may run at once")
     head.add_argument("--device", default="host", help="this machine's device name (default host)")
     head.add_argument("--no-device", action="store_true", help="this machine converts but is not a device")
     head.add_argument("--block", action="store_true", help="stay in the foreground (for systemd)")
+    head.add_argument(
+        "--token-file",
+        type=Path,
+        help="the cluster's Ray auth token; generated 0600 if missing (default: $RAY_AUTH_TOKEN_PATH or "
+        "~/.ray/auth_token)",
+    )
+    _readable_token_option(head)
+    head.add_argument(
+        "--dashboard-agent-port", type=_int_in(1, 65535), help="Ray's dashboard agent port (default 52365)"
+    )
     head.set_defaults(handler=_cmd_agent_head)
     join = agent_sub.add_parser(
         "join",
@@ -206,11 +314,20 @@ def _build_parser() -> _Parser:
     join.add_argument("--address", required=True, help="the head's HOST:PORT")
     join.add_argument("--device", required=True, help="this device's name in sweeps")
     join.add_argument("--machine", help="physical machine name (default: host name)")
-    join.add_argument("--token-file", type=Path, help="file holding the head's Ray auth token")
-    join.add_argument("--dashboard-agent-port", type=int, help="needed for a second node on one machine")
+    join.add_argument("--token-file", type=Path, help="file holding the head's Ray auth token (mode 0600)")
+    join.add_argument("--dashboard-agent-port", type=_int_in(1, 65535), help="needed for a second node on one machine")
     join.add_argument("--block", action="store_true", help="stay in the foreground (for systemd)")
+    _readable_token_option(join)
     join.set_defaults(handler=_cmd_agent_join)
     return parser
+
+
+def _readable_token_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-readable-token",
+        action="store_true",
+        help="accept a token file that group or others can read (not recommended)",
+    )
 
 
 def _bench_config(args: argparse.Namespace) -> Any:
@@ -243,22 +360,34 @@ def _bench_config(args: argparse.Namespace) -> Any:
     if args.threads is not None:
         data["threads"] = args.threads
     data["quant"], data["partitions"] = quant, parts
-    return DeploymentConfig.from_dict(data)
+    source = "--config" if args.config is not None else None
+    try:
+        return DeploymentConfig.from_dict(data)
+    except SpecError as exc:
+        if len(exc.message) > 200:
+            raise SpecError(exc.field, exc.message[:197] + "...") from None
+        raise
+    except (TypeError, ValueError, KeyError) as exc:  # a config file's value of the wrong kind
+        from nnsweep.spec import excerpt
+
+        raise SpecError(source or "config", f"invalid configuration: {excerpt(str(exc), 120)}") from None
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
-    import yaml
+    from nnsweep.spec import load_yaml
 
-    if not path.is_file():
-        raise SpecError("config", f"file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError("config", f"{path} is not valid YAML/JSON: {exc}") from exc
+    data = load_yaml(path, "--config")
     if isinstance(data, dict) and "config" in data and isinstance(data["config"], dict):
         data = data["config"]  # accept the whole `nnsweep bench --json` / `nnsweep best` object
     if not isinstance(data, dict):
-        raise SpecError("config", f"{path} must hold a mapping with runtime, backends, quant, ...")
+        raise SpecError("--config", f"{path} must hold a mapping with runtime, backends, quant, ...")
+    for key in ("quant", "partitions"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise SpecError(f"--config: {key}", "must be a mapping")
+    if data.get("backends") is not None and (
+        not isinstance(data["backends"], list) or not all(isinstance(b, str) for b in data["backends"])
+    ):
+        raise SpecError("--config: backends", "must be a list of backend names")
     return data
 
 
@@ -273,10 +402,14 @@ def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
         )
         check_reference(args.model)
         if args.weights is not None and not args.weights.is_file():
-            raise SpecError("weights", f"file {str(args.weights)!r} does not exist")
+            raise SpecError("weights", f"file {str(args.weights)[:200]!r} does not exist")
     except SpecError as exc:
         return _usage_error(exc)
+    return _execute_bench(args, config, settings, cache_dir)
 
+
+def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_dir: Path) -> int:
+    """Load the model, convert through the cache, measure: everything after the input is checked."""
     from nnsweep import deploy
     from nnsweep.artifacts import ArtifactCache
     from nnsweep.models import load_model
@@ -292,6 +425,7 @@ def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
             progress=status.line,
         )
     except SpecError as exc:
+        status.clear()
         return _usage_error(exc)
     status.line(f"converting {bundle.name} for {config.label()} ...")
     try:
@@ -299,7 +433,8 @@ def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
         status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...")
         result = deploy.measure(bundle, artifact, settings, cache_hit=hit)
     except TrialError as exc:
-        sys.stderr.write(f"nnsweep bench: failed: {exc}\n")
+        status.clear()
+        sys.stderr.write(f"nnsweep bench: failed: {_one_line(str(exc))}\n")
         return EXIT_FAILED
     status.clear()
     if args.json:
@@ -307,6 +442,13 @@ def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
     else:
         sys.stdout.write(_bench_summary(result) + "\n")
     return EXIT_OK
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    """The first line of ``text``, clipped: what an error on stderr shows."""
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _bench_summary(result: Any) -> str:
@@ -367,18 +509,70 @@ class _Status:
 def _usage_error(exc: SpecError, options: dict[str, str] | None = None) -> int:
     options = _BENCH_OPTIONS if options is None else options
     field = options.get(exc.field, exc.field)
-    sys.stderr.write(f"nnsweep: error: {field}: {exc.message}\n")
+    sys.stderr.write(f"nnsweep: error: {_one_line(f'{field}: {exc.message}', 600)}\n")
     return EXIT_USAGE
+
+
+def _load_checked_spec(path: Path, *, tracking: bool) -> Any:
+    """The spec at ``path``, with its storage and (if used) tracking URI checked (a few seconds at most).
+
+    Raises:
+        SpecError: the spec is invalid or a URI is unusable.
+    """
+    from nnsweep._preflight import check_spec
+    from nnsweep.spec import load_spec
+
+    spec = load_spec(path)
+    check_spec(spec, tracking=tracking)
+    return spec
+
+
+def _ray_client_env(address: str | None, allow_readable: bool = False) -> None:
+    """Before this process joins a cluster as a Ray client: token mode, a token that only we can read,
+    minor-version matching (see nnsweep.agents._node)."""
+    from nnsweep.agents._node import RAY_ENV, check_token_file, default_token_path
+
+    if not address:
+        return
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        path = default_token_path(os.environ, Path.home())
+        check_token_file(path, option="token", allow_readable=allow_readable)
+    os.environ.update(RAY_ENV)
 
 
 _SPEC_OPTIONS: dict[str, str] = {}  # sweep errors name the YAML field path as written
 
 
-def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.spec import load_spec
+@contextlib.contextmanager
+def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM and Ctrl-C stop the sweep at its next safe point (in-flight trials are
+    requeued, the tracker is flushed); a second one interrupts at once."""
+    import signal
+    import threading
 
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            raise KeyboardInterrupt
+        stop()
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        spec = load_spec(args.spec)
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
+    try:
+        spec = _load_checked_spec(args.spec, tracking=not args.no_tracking)
+        _ray_client_env(args.address if args.executor == "ray" else None)
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
 
@@ -396,16 +590,13 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     else:
         from nnsweep.execution.ray_cluster import RayExecutor
 
-        if args.address:
-            # Ray 2.60 clusters use token authentication; a client must ask for it
-            # (the token itself comes from ~/.ray/auth_token or RAY_AUTH_TOKEN).
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
         executor = RayExecutor(address=args.address, transports=transports)
     tracker = _tracker(spec, enabled=not args.no_tracking)
     display = _ProgressDisplay(enabled=not args.json)
-    sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update)
+    sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh)
     try:
-        results = sweep.run()
+        with _stop_on_signals(sweep.stop):
+            results = sweep.run()
         report = _publish_report(spec, args.report, tracker, devices=[_device_trials(r) for r in results])
     except SpecError as exc:  # found only once the devices are known (e.g. a device offers none of the runtimes)
         return _usage_error(exc, _SPEC_OPTIONS)
@@ -523,10 +714,9 @@ def _device_trials(result: Any) -> Any:
 
 def _cmd_report(args: argparse.Namespace, cache_dir: Path) -> int:
     from nnsweep.html_report import load_device
-    from nnsweep.spec import load_spec
 
     try:
-        spec = load_spec(args.spec)
+        spec = _load_checked_spec(args.spec, tracking=not args.no_tracking)
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
     devices = [load_device(spec, name) for name in spec.devices]
@@ -547,11 +737,13 @@ def _cmd_report(args: argparse.Namespace, cache_dir: Path) -> int:
 def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
     import subprocess
 
+    from nnsweep._preflight import check_tracking
     from nnsweep.spec import load_spec
     from nnsweep.tracking import absolute_sqlite_uri
 
     try:
         spec = load_spec(args.spec)
+        check_tracking(spec.tracking.uri)
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
     cmd = [
@@ -568,7 +760,10 @@ def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
 
 def _cmd_devices(args: argparse.Namespace, cache_dir: Path) -> int:
     if args.address:
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        try:
+            _ray_client_env(args.address)
+        except SpecError as exc:
+            return _usage_error(exc, {})
         from nnsweep.execution.ray_cluster import RayExecutor
 
         executor = RayExecutor(address=args.address)
@@ -603,19 +798,32 @@ def _ray_start(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def _cmd_agent_head(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.agents._node import head_command
+    from nnsweep.agents._node import check_token_file, default_token_path, ensure_token, head_command, ray_env
 
     try:
         cmd = head_command(
-            args.port, args.converters, host_device=None if args.no_device else args.device, block=args.block
+            args.port,
+            args.converters,
+            host_device=None if args.no_device else args.device,
+            block=args.block,
+            dashboard_agent_port=args.dashboard_agent_port,
         )
+        token = args.token_file or default_token_path(os.environ, Path.home())
+        created = ensure_token(token)
+        check_token_file(token, option="--token-file", allow_readable=args.allow_readable_token)
     except SpecError as exc:
         return _usage_error(exc, {})
-    return _ray_start(cmd, dict(os.environ))
+    # The token is never printed: it opens the cluster to whoever reads it.
+    state = "generated" if created else "existing"
+    sys.stderr.write(
+        f"nnsweep agent head: Ray token authentication on; {state} token in {token} (mode 0600). "
+        f"Copy it to each board (e.g. scp -p) and join with --token-file.\n"
+    )
+    return _ray_start(cmd, ray_env(os.environ, token))
 
 
 def _cmd_agent_join(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.agents._node import join_command
+    from nnsweep.agents._node import check_token_file, default_token_path, join_command, ray_env
 
     try:
         cmd = join_command(
@@ -625,14 +833,14 @@ def _cmd_agent_join(args: argparse.Namespace, cache_dir: Path) -> int:
             dashboard_agent_port=args.dashboard_agent_port,
             block=args.block,
         )
-        env = dict(os.environ, RAY_AUTH_MODE="token")
-        if args.token_file is not None:
-            if not args.token_file.is_file():
-                raise SpecError("--token-file", f"{str(args.token_file)!r} does not exist")
-            env["RAY_AUTH_TOKEN"] = args.token_file.read_text().strip()
+        token: Path | None = args.token_file
+        if token is None and not os.environ.get("RAY_AUTH_TOKEN"):
+            token = default_token_path(os.environ, Path.home())
+        if token is not None:
+            check_token_file(token, option="--token-file", allow_readable=args.allow_readable_token)
     except SpecError as exc:
         return _usage_error(exc, {})
-    return _ray_start(cmd, env)
+    return _ray_start(cmd, ray_env(os.environ, token))
 
 
 class _ProgressDisplay:
@@ -680,9 +888,18 @@ def _setup_logging(verbosity: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``nnsweep`` command; returns the exit code."""
+    """Run the ``nnsweep`` command; returns the exit code.
+
+    Every outcome is an exit code and, on failure, one line on stderr: 2 for bad
+    input (naming the option or spec field), 1 for failed work and for any
+    unexpected error (``nnsweep: error: <Type>: <first line>``; ``-v`` adds the
+    traceback), 130 on Ctrl-C.
+    """
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has already printed in one line
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     _setup_logging(args.verbose)
     cache_dir = args.cache_dir or default_cache_dir()
     try:
@@ -690,12 +907,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         return _usage_error(exc)
     except NnsweepError as exc:
-        sys.stderr.write(f"nnsweep: error: {exc}\n")
+        sys.stderr.write(f"nnsweep: error: {_one_line(str(exc))}\n")
+        _traceback_if_verbose(args.verbose)
         return EXIT_FAILED
     except KeyboardInterrupt:
         sys.stderr.write("nnsweep: interrupted\n")
         return 130
+    except Exception as exc:  # the top-level handler: one line, the traceback only with -v
+        sys.stderr.write(f"nnsweep: error: {type(exc).__name__}: {_one_line(str(exc))}")
+        sys.stderr.write("\n" if args.verbose else " (run again with -v for the traceback)\n")
+        _traceback_if_verbose(args.verbose)
+        return EXIT_FAILED
     return code
+
+
+def _traceback_if_verbose(verbose: int) -> None:
+    if verbose:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_UI_URL",
     "REPORT_ARTIFACT",
     "DeviceTrials",
+    "check_ui_url",
     "load_device",
     "publish_report",
     "render_report",
@@ -51,6 +52,29 @@ DEFAULT_UI_URL = "http://127.0.0.1:5000"
 
 REPORT_ARTIFACT = "report.html"
 """The report's name among each device run's artifacts."""
+
+
+def check_ui_url(url: str, field: str = "--ui-url") -> str:
+    """An ``http(s)://host...`` URL, the only kind the report's links and ``window.open`` may carry.
+
+    Raises:
+        SpecError: another scheme (``javascript:``, ``data:``, ``file:``), no host, or
+            characters that have no place in a URL.
+    """
+    from urllib.parse import urlsplit
+
+    from nnsweep.errors import SpecError
+
+    shown = repr(url[:60] + ("..." if len(url) > 60 else ""))
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise SpecError(field, f"{shown} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SpecError(field, f"{shown}: give an http:// or https:// URL (e.g. {DEFAULT_UI_URL})")
+    if any(ch.isspace() or ord(ch) < 32 or ch in "<>\"'`" for ch in url):
+        raise SpecError(field, f"{shown} holds spaces, quotes or control characters")
+    return url
 
 
 @dataclass(frozen=True)
@@ -68,6 +92,7 @@ class DeviceTrials:
     records: tuple[TrialRecord, ...]
     baseline: int | None = None
     description: str = ""
+    sweep_id: str = ""  # the generation of the sweep its tracker runs belong to ("": already bound)
 
     def baseline_record(self) -> TrialRecord | None:
         """The baseline's record, if it was measured."""
@@ -82,17 +107,15 @@ def load_device(spec: SweepSpec, device: str) -> DeviceTrials:
 
     A device whose study does not exist yet (the sweep never ran there) has no records.
     """
-    from nnsweep.sweep import open_study, study_records
+    from nnsweep import studies
 
     try:
-        study = open_study(spec, device, create=False)
-    except KeyError:  # optuna.load_study: no study of that name
+        study = studies.open_study(spec, device, create=False)
+    except studies.NoStudy:
         return DeviceTrials(device, ())
-    # The coordinator marks the fp32 baseline with the user attr role=baseline (see nnsweep.sweep).
-    baseline = next(
-        (t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"), None
-    )
-    return DeviceTrials(device, tuple(study_records(study)), baseline)
+    baseline = studies.baseline_number(study)
+    records = tuple(studies.study_records(study))
+    return DeviceTrials(device, records, baseline, sweep_id=studies.sweep_id_of(study) or "")
 
 
 def render_report(
@@ -235,6 +258,7 @@ def write_report(
     Returns:
         ``path``.
     """
+    check_ui_url(ui_url)
     text = render_report(spec, devices, links=links, ui_url=ui_url)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -267,6 +291,9 @@ def publish_report(
     if devices is None:
         devices = [load_device(spec, name) for name in spec.devices]
     # Only devices the tracker knows get links and the artifact: a report never creates runs.
+    bound = next((d.sweep_id for d in devices if d.sweep_id), "")
+    if tracker is not None and bound:
+        tracker.bind(bound)
     tracked = [d for d in devices if tracker is not None and d.records and tracker.attach_device(d.device)]
     links = {d.device: tracker.trial_links(d.device) for d in tracked} if tracker is not None else {}
     write_report(spec, devices, path, links=links, ui_url=ui_url)

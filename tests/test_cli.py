@@ -22,8 +22,15 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--runtime", "tflite"], "--runtime", "executorch, onnxruntime, torch"),
         (["--backends", "xnnpack,gpu"], "--backends", "allowed: xnnpack, ethos-u55-32"),
         (["--quant", "int4"], "--quant", "fp32, fp16, dynamic_int8, static_int8, qat_int8"),
-        (["--iters", "0"], "--iters", ">= 1"),
-        (["--iters", "-5"], "--iters", ">= 1"),
+        (["--iters", "0"], "--iters", "give 1 to 1,000,000"),
+        (["--iters", "-5"], "--iters", "give 1 to 1,000,000"),
+        (["--iters", "1e29"], "--iters", "not an integer"),
+        (["--iters", "10000000000000000000000000000"], "--iters", "give 1 to 1,000,000"),
+        (["--timeout", "inf"], "--timeout", "give more than 0 to 86400 seconds"),
+        (["--timeout", "nan"], "--timeout", "give more than 0 to 86400 seconds"),
+        (["--threads", "true"], "--threads", "not an integer"),
+        (["--input-shape", "1,3,100000,100000"], "--input-shape", "more than 16,777,216 elements"),
+        (["--input-shape", "1,x"], "--input-shape", "comma list of integers"),
         (["--model", "no_such_module_xyz:build"], "--model", "does not import"),
         (["--model", "missing.py:build"], "--model", "does not exist"),
         (["--runtime", "onnxruntime", "--quant", "qat_int8"], "--quant", "no training loop"),
@@ -73,7 +80,8 @@ def test_best_without_a_study_says_so(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("name: never_run\nmodel: digits\n")
     proc = _run(["best", str(spec)], tmp_path)
-    assert proc.returncode == 1 and "run `nnsweep run" in proc.stderr
+    assert proc.returncode in (1, 2) and "nnsweep run" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.integration
@@ -159,3 +167,98 @@ def test_run_logs_every_trial_to_mlflow_and_writes_the_report(tmp_path: Path) ->
     # What the terminal printed, the report and MLflow name the same best trial.
     assert f"Best on host: trial #{number} " in proc.stdout
     assert f'Best on host: <span class="best-label">#{number} ' in report.read_text(encoding="utf-8")
+
+
+def test_global_options_go_before_or_after_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache = tmp_path / "cache"
+    assert main(["bench", "--cache-dir", str(cache), "-v", "--runtime", "tflite"]) == 2
+    assert main(["agent", "head", "--cache-dir", str(cache), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--runtime" in err and "--port" in err and not cache.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["report", "s.yaml", "--ui-url", "javascript:alert(1)"], "http:// or https://"),
+        (["report", "s.yaml", "--ui-url", "http://ok/ onmouseover=x"], "spaces"),
+        (["ui", "s.yaml", "--port", "-5"], "give 1 to 65,535"),
+        (["agent", "head", "--port", "70000"], "give 1 to 65,535"),
+        (["agent", "join", "--address", "h:1", "--device", "b", "--dashboard-agent-port", "0"], "give 1 to"),
+    ],
+)
+def test_option_values_are_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], text: str
+) -> None:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and text in err
+
+
+def test_non_utf8_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"runtime: onnxruntime\nquant: {mode: \xff\xfe}\n")
+    assert main(["--cache-dir", str(tmp_path / "c"), "bench", "--config", str(bad)]) == 2
+    assert main(["run", str(bad)]) == 2
+    token = tmp_path / "token"
+    token.write_bytes(b"\xff\xfe")
+    token.chmod(0o600)
+    assert main(["agent", "join", "--address", "h:1", "--device", "b", "--token-file", str(token)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("nnsweep: error:") for line in lines), lines
+    assert "not UTF-8" in lines[0] and "not UTF-8" in lines[1] and "not ASCII" in lines[2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "token"]
+
+
+def test_config_values_of_the_wrong_kind_are_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    for text in ("runtime: torch\nbackends: 5\n", "runtime: torch\nquant: [1]\n", "runtime: [1]\n", "a: 1\na: 2\n"):
+        config.write_text(text)
+        assert main(["--cache-dir", str(tmp_path / "c"), "bench", "--config", str(config)]) == 2, text
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("nnsweep: error:") for line in lines), lines
+
+
+def test_a_join_refuses_a_token_others_can_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token = tmp_path / "auth_token"
+    token.write_text("0123abcd")
+    token.chmod(0o644)
+    assert main(["agent", "join", "--address", "h:1", "--device", "b", "--token-file", str(token)]) == 2
+    err = capsys.readouterr().err
+    assert "mode 0644" in err and "chmod 600" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unexpected_error_is_one_line_and_the_traceback_needs_v(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import nnsweep.cli
+
+    def broken(args: object, cache_dir: Path) -> int:
+        raise KeyError("surprise\nsecond line")
+
+    monkeypatch.setattr(nnsweep.cli, "_cmd_devices", broken)
+    assert main(["devices"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("nnsweep: error: KeyError:") and "-v" in err
+    assert main(["devices", "-v"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("storage", "uri", "text"),
+    [
+        ("nosuch://x", "sqlite:///mlflow.db", "storage: unknown database 'nosuch'"),
+        ("sqlite:///missing/dir/o.db", "sqlite:///mlflow.db", "storage: the folder of"),
+        ("journal", "http://127.0.0.1:9", "tracking.uri: cannot reach"),
+        ("journal", "file:///tmp/mlruns", "tracking.uri:"),
+    ],
+)
+def test_storage_and_tracking_uris_are_checked_before_anything_starts(
+    tmp_path: Path, storage: str, uri: str, text: str
+) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: s\nmodel: digits\nstorage: '{storage}'\ntracking: {{uri: '{uri}'}}\n")
+    proc = _run(["--cache-dir", str(tmp_path / "cache"), "run", str(spec)], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"nnsweep: error: {text}") and proc.stderr.count("\n") == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

@@ -6,25 +6,113 @@ These build the ``ray start`` command lines; ``nnsweep agent head`` and
 ``nnsweep-device``, ``nnsweep-machine`` and ``arch``. It offers no CPUs to Ray, so
 no conversion or other task is ever scheduled on a board: its cores are for
 measurements only.
+
+Authentication: every node and client runs with Ray's token authentication
+(``RAY_AUTH_MODE=token``). The head generates the token when there is none
+(``secrets.token_hex(32)``, as ``ray get-auth-token --generate`` does) and writes
+it 0600 in a 0700 folder; Ray itself would write it 0644 in a 0755 folder. A token
+file that group or others can read is refused unless the user says otherwise,
+because whoever holds the token can run code on every node. Ray matches Python
+versions down to the patch level by default; a board's OS rarely has the head's
+patch version, so nodes and clients match the minor version
+(``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor``). See docs/security.md.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
+import secrets
 import socket
+import stat
+from collections.abc import Mapping
+from pathlib import Path
 
 from nnsweep.errors import SpecError
 
-__all__ = ["head_command", "join_command"]
+__all__ = [
+    "RAY_ENV",
+    "check_token_file",
+    "default_token_path",
+    "ensure_token",
+    "head_command",
+    "join_command",
+    "ray_env",
+]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+# What every nnsweep Ray process (head, board, client) runs with.
+RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL": "minor"}
 
 
 def _check_name(value: str, option: str) -> None:
-    if not _NAME.match(value):
-        raise SpecError(option, f"{value!r}: use letters, digits, '_', '-', '.' (at most 64 characters)")
+    if not _NAME.fullmatch(value):
+        raise SpecError(option, f"{value[:60]!r}: use letters, digits, '_', '-', '.' (at most 64 characters)")
+
+
+def default_token_path(environ: Mapping[str, str], home: Path) -> Path:
+    """Where Ray looks for the token: ``$RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``."""
+    given = environ.get("RAY_AUTH_TOKEN_PATH")
+    return Path(given) if given else home / ".ray" / "auth_token"
+
+
+def ensure_token(path: Path) -> bool:
+    """Create the token file ``path`` (0600, in a 0700 folder) unless it exists.
+
+    Returns:
+        Whether a new token was written.
+    """
+    if path.exists():
+        return False
+    created = not path.parent.exists()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if created or path.parent.name == ".ray":
+        path.parent.chmod(0o700)  # mkdir's mode is masked by the umask; Ray's own folder holds only this
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return True
+
+
+def check_token_file(path: Path, *, option: str, allow_readable: bool = False) -> None:
+    """Refuse a token file that is missing, empty, not text, or readable by group or others.
+
+    Raises:
+        SpecError: naming ``option`` and what to do.
+    """
+    try:
+        info = path.stat()
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(option, f"{str(path)!r} does not exist (copy the head's token there)") from None
+    except OSError as exc:
+        raise SpecError(option, f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(option, f"{str(path)!r} is not a file")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077 and not allow_readable:
+        raise SpecError(
+            option,
+            f"{path} has mode {mode:04o}: others could read the token and run code on the cluster; "
+            f"run `chmod 600 {path}` (or pass --allow-readable-token)",
+        )
+    try:
+        token = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise SpecError(option, f"{str(path)!r} does not hold a token (not ASCII text)") from None
+    if not token or any(ch.isspace() for ch in token):
+        raise SpecError(option, f"{str(path)!r} does not hold a token (empty, or several words)")
+
+
+def ray_env(environ: Mapping[str, str], token_path: Path | None) -> dict[str, str]:
+    """``environ`` plus what a Ray process of nnsweep needs: token mode, the token file, minor-version match."""
+    env = dict(environ, **RAY_ENV)
+    if token_path is not None:
+        env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
+    return env
 
 
 def _labels(device: str | None, machine: str) -> str:
@@ -34,8 +122,19 @@ def _labels(device: str | None, machine: str) -> str:
     return ",".join(f"{k}={v}" for k, v in labels.items())
 
 
-def head_command(port: int, converters: int, *, host_device: str | None = "host", block: bool = False) -> list[str]:
-    """``ray start --head`` for the machine that converts (and, by default, is device ``host``)."""
+def head_command(
+    port: int,
+    converters: int,
+    *,
+    host_device: str | None = "host",
+    block: bool = False,
+    dashboard_agent_port: int | None = None,
+) -> list[str]:
+    """``ray start --head`` for the machine that converts (and, by default, is device ``host``).
+
+    ``dashboard_agent_port`` moves Ray's fixed default port (52365), for a second
+    head on one machine.
+    """
     if not 1 <= port <= 65535:
         raise SpecError("--port", f"must be a TCP port (1-65535), got {port}")
     if converters < 1:
@@ -52,6 +151,8 @@ def head_command(port: int, converters: int, *, host_device: str | None = "host"
         "--include-dashboard", "false",
         "--disable-usage-stats",
     ]  # fmt: skip
+    if dashboard_agent_port is not None:
+        cmd += ["--dashboard-agent-listen-port", str(dashboard_agent_port)]
     return [*cmd, "--block"] if block else cmd
 
 
@@ -74,7 +175,7 @@ def join_command(
     """
     _check_name(device, "--device")
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or host.startswith("-") or not port.isdigit():
         raise SpecError("--address", f"{address!r} is not HOST:PORT")
     cmd = [
         "ray", "start",

@@ -1,0 +1,163 @@
+"""Starting Ray nodes: command lines, the token file's permissions, and a real head that refuses strangers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from nnsweep.agents._node import (
+    RAY_ENV,
+    check_token_file,
+    default_token_path,
+    ensure_token,
+    head_command,
+    join_command,
+    ray_env,
+)
+from nnsweep.errors import SpecError
+
+
+def test_a_missing_token_is_generated_0600_in_a_0700_folder(tmp_path: Path) -> None:
+    token = tmp_path / "home" / ".ray" / "auth_token"
+    assert ensure_token(token) is True
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+    text = token.read_text()
+    assert len(text) == 64 and int(text, 16) >= 0  # 256 bits, hex, as Ray's own generator
+    assert ensure_token(token) is False and token.read_text() == text  # never replaced
+    check_token_file(token, option="--token-file")
+
+
+def test_a_token_others_can_read_is_refused_unless_allowed(tmp_path: Path) -> None:
+    token = tmp_path / "auth_token"
+    token.write_text("abc123\n")
+    token.chmod(0o644)
+    with pytest.raises(SpecError, match=r"mode 0644.*chmod 600"):
+        check_token_file(token, option="--token-file")
+    check_token_file(token, option="--token-file", allow_readable=True)
+    token.chmod(0o600)
+    check_token_file(token, option="--token-file")
+
+
+@pytest.mark.parametrize("content", [b"", b"two words", b"\xff\xfe"])
+def test_a_file_without_a_token_is_refused(tmp_path: Path, content: bytes) -> None:
+    token = tmp_path / "auth_token"
+    token.write_bytes(content)
+    token.chmod(0o600)
+    with pytest.raises(SpecError, match="does not hold a token"):
+        check_token_file(token, option="--token-file")
+    with pytest.raises(SpecError, match="does not exist"):
+        check_token_file(tmp_path / "none", option="--token-file")
+
+
+def test_token_path_and_environment() -> None:
+    home = Path("/home/u")
+    assert default_token_path({}, home) == home / ".ray" / "auth_token"
+    assert default_token_path({"RAY_AUTH_TOKEN_PATH": "/etc/t"}, home) == Path("/etc/t")
+    env = ray_env({"PATH": "/bin"}, Path("/t"))
+    assert env["RAY_AUTH_MODE"] == "token" and env["RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"] == "minor"
+    assert env["RAY_AUTH_TOKEN_PATH"] == "/t" and env["PATH"] == "/bin"
+    assert set(RAY_ENV) <= set(ray_env({}, None))
+
+
+def test_command_lines_refuse_option_like_values() -> None:
+    with pytest.raises(SpecError, match="--device"):
+        head_command(6379, 1, host_device="host\n")
+    with pytest.raises(SpecError, match="--address"):
+        join_command("-oops:6379", "board")
+    cmd = head_command(6379, 1, dashboard_agent_port=52000)
+    assert cmd[cmd.index("--dashboard-agent-listen-port") + 1] == "52000"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _session_pids(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (zombies wait for a reaper and run nothing)."""
+    out = subprocess.run(["ps", "-o", "pid=,stat=", "-s", str(sid)], capture_output=True, text=True, check=False).stdout
+    return [int(line.split()[0]) for line in out.splitlines() if line.split() and "Z" not in line.split()[1]]
+
+
+def _connect(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    probe = (
+        "import ray\n"
+        "try:\n"
+        f"    ray.init(address={address!r}, logging_level='ERROR')\n"
+        "    print('CONNECTED', ray.cluster_resources().get('device:host'))\n"
+        "except Exception as exc:\n"
+        "    print('REFUSED', type(exc).__name__)\n"
+    )
+    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.ray
+@pytest.mark.integration
+@pytest.mark.slow
+def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_strangers(tmp_path: Path) -> None:
+    """`nnsweep agent head` with no ~/.ray: a 0600 token appears, a client without it is refused."""
+    home, stranger = tmp_path / "home", tmp_path / "stranger"
+    home.mkdir()
+    stranger.mkdir()
+    # Ray's session files and its "current cluster" pointer go to a private temp dir (a short
+    # path: Unix socket names are limited), so nothing of another cluster on this machine is touched.
+    ray_tmp = tempfile.mkdtemp(prefix="nr", dir="/tmp")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    base["RAY_TMPDIR"] = ray_tmp
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    log = (tmp_path / "head.log").open("wb")
+    cmd = [sys.executable, "-m", "nnsweep.cli", "agent", "head", "--port", str(port)]
+    head = subprocess.Popen(
+        [*cmd, "--dashboard-agent-port", str(_free_port()), "--block"],
+        env=dict(base, HOME=str(home)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        token = home / ".ray" / "auth_token"
+        owner = dict(base, HOME=str(home), **RAY_ENV)
+        deadline = time.monotonic() + 180
+        while True:
+            assert head.poll() is None, (tmp_path / "head.log").read_text()[-2000:]
+            if token.exists() and _connect(address, owner).stdout.startswith("CONNECTED 1.0"):
+                break
+            assert time.monotonic() < deadline, "the head did not start"
+            time.sleep(2)
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+        assert f"token in {token}" in (tmp_path / "head.log").read_text()
+        assert token.read_text() not in (tmp_path / "head.log").read_text()  # never printed
+
+        no_token = _connect(address, dict(base, HOME=str(stranger)))
+        assert no_token.stdout.startswith("REFUSED"), no_token.stdout + no_token.stderr[-1000:]
+        wrong = _connect(address, dict(base, HOME=str(stranger), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64))
+        assert wrong.stdout.startswith("REFUSED"), wrong.stdout + wrong.stderr[-1000:]
+    finally:
+        # Stop exactly what this test started: its session (never `ray stop`, which ends every
+        # Ray process of the user on this machine).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _session_pids(head.pid) and time.monotonic() < deadline:
+            time.sleep(1)
+        for pid in _session_pids(head.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        head.wait(timeout=30)
+        log.close()
+        time.sleep(1)
+        assert not _session_pids(head.pid)
