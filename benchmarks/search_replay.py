@@ -1,0 +1,505 @@
+"""Replay search strategies offline against a measured table (``benchmarks/search_table.py``).
+
+Every strategy proposes real configurations of the table's device space (Optuna
+samplers through :func:`nnsweep.space.suggest`, as a sweep does) and is told the
+table's measured values, with the accuracy-drop constraint set by
+``trial.set_constraint`` as the coordinator sets it. The budget counts
+**measurements**: a proposal equal to a configuration already measured (same
+digest) or whose artifact is byte-identical to one measured, run the same way, is
+told the known values without counting, and the study is asked again, up to
+``--repeat-cap`` proposals in a row; past the cap the repeat counts as a trial
+(budget spent on a reuse). Random search draws configurations without replacement
+under the same rule.
+
+Per strategy and seed it records the trials (measurements) until
+
+* the best feasible configuration is measured: the fastest (``latency_p50_ms``)
+  configuration whose accuracy is within ``max_accuracy_drop`` of the fp32 baseline,
+  ties broken by accuracy (what ``nnsweep best`` picks), and
+* the measured feasible configurations reach 99 % of the hypervolume of the table's
+  true feasible Pareto front (accuracy max, latency min; reference point 10 % beyond
+  the worst feasible accuracy and latency of the table),
+
+and prints the median and p90 over seeds and the ratio to random search.
+
+Usage:
+    .venv/bin/python benchmarks/search_replay.py benchmarks/data/search_table_threads1.json --seeds 20
+    .venv/bin/python benchmarks/search_replay.py benchmarks/data/search_table_threads2.json \\
+        --warm-start benchmarks/data/search_table_threads1.json --seeds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nnsweep.config import DeploymentConfig
+from nnsweep.space import DeviceSpace, baseline_configs, params_for, suggest
+
+if TYPE_CHECKING:
+    import optuna
+
+Point = tuple[float, float]  # (accuracy, latency): maximise the first, minimise the second
+FEASIBLE_TOL = 1e-12  # as the coordinator's feasibility test
+
+
+# ---------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Outcome:
+    """What measuring one configuration gave: its objective values (None: it failed)
+    and the key of its measurement (equal keys: the same bytes run the same way)."""
+
+    values: Point | None
+    key: str
+
+
+@dataclass
+class Table:
+    """Every configuration of a finite device space with its measured outcome.
+
+    Args:
+        space: the device space the configurations come from.
+        configs: digest -> configuration.
+        outcomes: digest -> outcome.
+        baseline_accuracy: the fp32 baseline's accuracy on this device.
+        max_accuracy_drop: the constraint (None: every measured configuration is feasible).
+    """
+
+    space: DeviceSpace
+    configs: dict[str, DeploymentConfig]
+    outcomes: dict[str, Outcome]
+    baseline_accuracy: float
+    max_accuracy_drop: float | None
+    name: str = "table"
+    best: Point = field(init=False)
+    front: list[Point] = field(init=False)
+    reference: Point = field(init=False)
+    front_hv: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        feasible = [o.values for o in self.outcomes.values() if o.values is not None and self.feasible(o.values)]
+        if not feasible:
+            raise ValueError(f"{self.name}: no feasible configuration")
+        self.best = min(feasible, key=lambda p: (p[1], -p[0]))
+        self.front = pareto_front(feasible)
+        accs = [p[0] for p in feasible]
+        lats = [p[1] for p in feasible]
+        span = max(accs) - min(accs)
+        self.reference = (min(accs) - (0.1 * span if span > 0 else 1e-3), 1.1 * max(lats))
+        self.front_hv = hypervolume(self.front, self.reference)
+
+    def feasible(self, values: Point) -> bool:
+        if self.max_accuracy_drop is None:
+            return True
+        return self.constraint(values) <= FEASIBLE_TOL
+
+    def constraint(self, values: Point) -> float:
+        """The value the coordinator sets with ``trial.set_constraint`` (<= 0: feasible)."""
+        if self.max_accuracy_drop is None:
+            return 0.0
+        return (self.baseline_accuracy - values[0]) - self.max_accuracy_drop
+
+    @property
+    def measurements(self) -> int:
+        """Distinct measurements: what exhausting the space costs."""
+        return len({o.key for o in self.outcomes.values()})
+
+    @classmethod
+    def load(cls, path: Path) -> Table:
+        """A table written by ``benchmarks/search_table.py``."""
+        from search_table import table_space  # benchmarks/ is on sys.path when run as a script
+
+        data = json.loads(Path(path).read_text())
+        meta = data["meta"]
+        space = table_space(meta)
+        objectives = list(meta["objectives"].items())
+        if [d for _, d in objectives] != ["maximize", "minimize"]:
+            raise ValueError(f"{path}: objectives must be (maximize, minimize), got {objectives}")
+        configs: dict[str, DeploymentConfig] = {}
+        outcomes: dict[str, Outcome] = {}
+        for row in data["configs"]:
+            config = DeploymentConfig.from_dict(row["config"])
+            configs[row["digest"]] = config
+            m = data["measurements"].get(row.get("execution_key", ""), {})
+            metrics = m.get("metrics")
+            if metrics is None:
+                outcomes[row["digest"]] = Outcome(None, "failed:" + row["digest"])
+            else:
+                values = (metrics[objectives[0][0]], metrics[objectives[1][0]])
+                outcomes[row["digest"]] = Outcome(values, row["execution_key"])
+        base = baseline_configs(space)[0]
+        base_values = outcomes[base.digest()].values
+        if base_values is None:
+            raise ValueError(f"{path}: the fp32 baseline {base} failed")
+        return cls(space, configs, outcomes, base_values[0], meta["max_accuracy_drop"], name=Path(path).stem)
+
+
+# ---------------------------------------------------------------------------- fronts
+def pareto_front(points: Iterable[Point]) -> list[Point]:
+    """The non-dominated (accuracy max, latency min) points, fastest first, without duplicates."""
+    front: list[Point] = []
+    for acc, lat in sorted(set(points), key=lambda p: (p[1], -p[0])):
+        if not front or acc > front[-1][0]:
+            front.append((acc, lat))
+    return front
+
+
+def hypervolume(points: Iterable[Point], reference: Point) -> float:
+    """The area dominated by ``points`` and bounded by ``reference`` (accuracy max, latency min)."""
+    area = 0.0
+    prev_acc = reference[0]
+    for acc, lat in pareto_front(p for p in points if p[0] > reference[0] and p[1] < reference[1]):
+        area += (acc - prev_acc) * (reference[1] - lat)
+        prev_acc = acc
+    return area
+
+
+# ---------------------------------------------------------------------------- one run
+@dataclass
+class Run:
+    """One strategy's search with one seed; ``*_at`` count measurements (inf: never)."""
+
+    best_at: float = math.inf
+    hv_at: float = math.inf
+    counted: int = 0
+    repeats: int = 0
+    cap_hits: int = 0
+    proposals: int = 0
+    measured: list[str] = field(default_factory=list)  # digests that cost a measurement, in order
+
+
+class _Progress:
+    def __init__(self, table: Table, hv_fraction: float) -> None:
+        self.table = table
+        self.target_hv = hv_fraction * table.front_hv
+        self.keys: set[str] = set()
+        self.digests: set[str] = set()
+        self.points: list[Point] = []
+        self.run = Run()
+
+    @property
+    def done(self) -> bool:
+        return self.run.best_at < math.inf and self.run.hv_at < math.inf
+
+    def is_repeat(self, digest: str) -> bool:
+        return digest in self.digests or self.table.outcomes[digest].key in self.keys
+
+    def observe(self, digest: str, *, counted: bool) -> None:
+        outcome = self.table.outcomes[digest]
+        self.digests.add(digest)
+        if not counted:
+            self.run.repeats += 1
+            return
+        self.run.counted += 1
+        self.run.measured.append(digest)
+        if outcome.key in self.keys:
+            return
+        self.keys.add(outcome.key)
+        v = outcome.values
+        if v is None or not self.table.feasible(v):
+            return
+        self.points.append(v)
+        n = self.run.counted
+        if self.run.best_at == math.inf and v == self.table.best:
+            self.run.best_at = n
+        if self.run.hv_at == math.inf and hypervolume(self.points, self.table.reference) >= self.target_hv - 1e-15:
+            self.run.hv_at = n
+
+
+def replay_random(table: Table, seed: int, *, hv_fraction: float = 0.99) -> Run:
+    """Random search without replacement over the table's configurations; configurations
+    whose measurement is already known (byte-identical artifacts) are free."""
+    order = sorted(table.outcomes)
+    random.Random(seed).shuffle(order)
+    progress = _Progress(table, hv_fraction)
+    for digest in order:
+        if progress.done:
+            break
+        progress.run.proposals += 1
+        progress.observe(digest, counted=not progress.is_repeat(digest))
+    return progress.run
+
+
+def replay_study(
+    table: Table,
+    sampler: optuna.samplers.BaseSampler,
+    *,
+    enqueue: Sequence[DeploymentConfig] = (),
+    hv_fraction: float = 0.99,
+    repeat_cap: int = 20,
+    max_trials: int | None = None,
+    constraints: bool = True,
+) -> Run:
+    """One Optuna study against ``table``, as the coordinator runs it (see the module docstring).
+
+    Args:
+        sampler: the study's sampler.
+        enqueue: configurations enqueued before anything is sampled (the baselines).
+        repeat_cap: repeats told in a row before one counts.
+        max_trials: stop after this many counted trials (default: the table's distinct
+            measurements, what random search needs at worst).
+        constraints: set the accuracy-drop constraint on each trial (else the sampler
+            sees the objectives alone; feasibility is still judged by the table).
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    for config in enqueue:
+        study.enqueue_trial(params_for(config, table.space), skip_if_exists=False)
+    limit = max_trials if max_trials is not None else table.measurements
+    progress = _Progress(table, hv_fraction)
+    in_a_row = 0
+    while not progress.done and progress.run.counted < limit:
+        trial = study.ask()
+        config = suggest(trial, table.space)
+        digest = config.digest()
+        progress.run.proposals += 1
+        repeat = progress.is_repeat(digest)
+        if repeat and in_a_row < repeat_cap:
+            in_a_row += 1
+            progress.observe(digest, counted=False)
+        else:
+            if repeat:
+                progress.run.cap_hits += 1
+            in_a_row = 0
+            progress.observe(digest, counted=True)
+        values = table.outcomes[digest].values
+        if values is None:
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        if constraints:
+            trial.set_constraint("accuracy_drop", table.constraint(values))
+        study.tell(trial, list(values))
+    return progress.run
+
+
+# ---------------------------------------------------------------------------- strategies
+Strategy = Callable[[Table, int], Run]
+
+
+def tpe(**kwargs: Any) -> Callable[[int], optuna.samplers.BaseSampler]:
+    def make(seed: int) -> optuna.samplers.BaseSampler:
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, **kwargs)
+
+    return make
+
+
+def study_strategy(
+    make_sampler: Callable[[int], optuna.samplers.BaseSampler],
+    *,
+    baselines: str = "enqueue",
+    warm: Sequence[DeploymentConfig] = (),
+    constraints: bool = True,
+) -> Strategy:
+    """A strategy: a study with ``make_sampler(seed)``, the baselines enqueued first
+    (``"enqueue"``), only the fp32 baseline (``"fp32"``) or none (``"none"``), then ``warm``."""
+
+    def run(table: Table, seed: int) -> Run:
+        base = baseline_configs(table.space)
+        first = {"enqueue": base, "fp32": base[:1], "none": []}[baselines]
+        return replay_study(table, make_sampler(seed), enqueue=[*first, *warm], constraints=constraints)
+
+    return run
+
+
+def nnsweep_today(seed: int) -> optuna.samplers.BaseSampler:
+    """The sampler ``nnsweep.sweep.open_study`` builds today (seed aside)."""
+    return tpe(n_startup_trials=8, multivariate=True, group=True)(seed)
+
+
+def strategies() -> dict[str, Strategy]:
+    """The strategies compared by default (name -> strategy)."""
+    import optuna
+
+    from nnsweep._sampler import make_sampler
+
+    return {
+        "random (no replacement)": lambda table, seed: replay_random(table, seed),
+        "nnsweep today: TPE mv+group, 8 startup": study_strategy(nnsweep_today),
+        "nnsweep proposed: make_sampler": study_strategy(make_sampler),
+        "TPE independent, 10 startup": study_strategy(tpe()),
+        "NSGA-II, population 10": study_strategy(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=10)),
+        "Optuna RandomSampler": study_strategy(lambda s: optuna.samplers.RandomSampler(seed=s)),
+        "GP": study_strategy(_gp),
+    }
+
+
+def candidates() -> dict[str, Strategy]:
+    """The settings tried when tuning the sampler (``--tune``): startup trials,
+    multivariate/group, constraint handling and the enqueued defaults."""
+    return {
+        "random (no replacement)": lambda table, seed: replay_random(table, seed),
+        "today (mv+group, 8 startup, baselines)": study_strategy(nnsweep_today),
+        "mv+group, 3 startup": study_strategy(tpe(n_startup_trials=3, multivariate=True, group=True)),
+        "mv+group, 5 startup": study_strategy(tpe(n_startup_trials=5, multivariate=True, group=True)),
+        "mv (no group), 5 startup": study_strategy(tpe(n_startup_trials=5, multivariate=True)),
+        "independent, 3 startup": study_strategy(tpe(n_startup_trials=3)),
+        "independent, 10 startup": study_strategy(tpe()),
+        "today, no constraint": study_strategy(nnsweep_today, constraints=False),
+        "today, fp32 baseline only": study_strategy(nnsweep_today, baselines="fp32"),
+        "mv+group, 8 startup, 96 EI candidates": study_strategy(
+            tpe(n_startup_trials=8, multivariate=True, group=True, n_ei_candidates=96)
+        ),
+    }
+
+
+def _gp(seed: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+
+
+# ---------------------------------------------------------------------------- summary
+def p90(values: Sequence[float]) -> float:
+    """Nearest-rank 90th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def _fmt(x: float) -> str:
+    if x == math.inf:
+        return "never"
+    return f"{x:g}"
+
+
+@dataclass
+class Summary:
+    name: str
+    runs: list[Run]
+    seconds: float
+
+    def stat(self, attr: str, fn: Callable[[Sequence[float]], float]) -> float:
+        return fn([getattr(r, attr) for r in self.runs])
+
+
+def summarise(table: Table, results: list[Summary], reference: str = "random (no replacement)") -> str:
+    ref = next((s for s in results if s.name == reference), None)
+    lines = [
+        f"table {table.name}: {len(table.configs)} configurations, {table.measurements} distinct measurements, "
+        f"best feasible p50 {table.best[1]:.4f} ms at accuracy {table.best[0]:.4f}, "
+        f"front of {len(table.front)} points",
+        "",
+        "| strategy | seeds | best: median | best: p90 | 99% HV: median | 99% HV: p90 "
+        "| ratio vs random (best / HV, medians) | repeats told per run (median) | cap hits | s/run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results:
+        bm, bp = s.stat("best_at", statistics.median), s.stat("best_at", p90)
+        hm, hp = s.stat("hv_at", statistics.median), s.stat("hv_at", p90)
+        ratio = "-"
+        if ref is not None and s is not ref:
+            rb, rh = ref.stat("best_at", statistics.median), ref.stat("hv_at", statistics.median)
+            ratio = f"{bm / rb:.2f} / {hm / rh:.2f}"
+        reps = s.stat("repeats", statistics.median)
+        caps = sum(r.cap_hits for r in s.runs)
+        lines.append(
+            f"| {s.name} | {len(s.runs)} | {_fmt(bm)} | {_fmt(bp)} | {_fmt(hm)} | {_fmt(hp)} | {ratio} "
+            f"| {reps:g} | {caps} | {s.seconds / len(s.runs):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+_JOB: tuple[Table, dict[str, Strategy]] | None = None  # what forked workers replay
+
+
+def _one(task: tuple[str, int]) -> tuple[str, int, Run, float]:
+    if _JOB is None:
+        raise RuntimeError("evaluate() sets the job before replaying")
+    table, named = _JOB
+    started = time.monotonic()
+    run = named[task[0]](table, task[1])
+    return task[0], task[1], run, time.monotonic() - started
+
+
+def evaluate(table: Table, named: dict[str, Strategy], seeds: Iterable[int], jobs: int = 1) -> list[Summary]:
+    """Every strategy with every seed, in ``jobs`` forked processes."""
+    import multiprocessing
+
+    global _JOB
+    _JOB = (table, named)
+    tasks = [(name, seed) for name in named for seed in seeds]
+    runs: dict[str, dict[int, Run]] = {name: {} for name in named}
+    seconds: dict[str, float] = dict.fromkeys(named, 0.0)
+    if jobs > 1:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            results = list(pool.imap_unordered(_one, tasks))
+    else:
+        results = [_one(task) for task in tasks]
+    for name, seed, run, spent in results:
+        runs[name][seed] = run
+        seconds[name] += spent
+    return [Summary(name, [runs[name][s] for s in sorted(runs[name])], seconds[name]) for name in named]
+
+
+def warm_configs(source: Table, target: Table) -> list[DeploymentConfig]:
+    """``source``'s feasible Pareto configurations (fastest first), as configurations of
+    ``target``'s space (same choices, the target's thread count)."""
+    import dataclasses
+
+    threads = target.space.threads[0]
+    front = set(source.front)
+    picked: dict[Point, DeploymentConfig] = {}
+    for digest, outcome in sorted(source.outcomes.items()):
+        if outcome.values in front and outcome.values not in picked:
+            picked[outcome.values] = dataclasses.replace(source.configs[digest], threads=threads)
+    return [picked[p] for p in source.front]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("table", type=Path)
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--strategy", action="append", help="only these strategies (substring match)")
+    parser.add_argument("--tune", action="store_true", help="compare the sampler settings tried when tuning")
+    parser.add_argument("--warm-start", type=Path, help="another device's table: replay with its front enqueued")
+    parser.add_argument("--jobs", type=int, default=1, help="replay in this many processes")
+    parser.add_argument("--json", type=Path, help="also write every run as JSON here")
+    args = parser.parse_args()
+    table = Table.load(args.table)
+    if args.warm_start is not None:
+        from nnsweep._sampler import make_sampler
+
+        warm = warm_configs(Table.load(args.warm_start), table)
+        named: dict[str, Strategy] = {
+            "random (no replacement)": lambda t, s: replay_random(t, s),
+            "make_sampler, cold": study_strategy(make_sampler),
+            f"make_sampler, warm: {len(warm)} front configs then baselines": study_strategy(
+                make_sampler, baselines="none", warm=[*warm, *baseline_configs(table.space)]
+            ),
+            f"make_sampler, warm: baselines then {len(warm)} front configs": study_strategy(make_sampler, warm=warm),
+            "nnsweep today, cold": study_strategy(nnsweep_today),
+            "nnsweep today, warm: baselines then front": study_strategy(nnsweep_today, warm=warm),
+        }
+    else:
+        named = candidates() if args.tune else strategies()
+    if args.strategy:
+        named = {k: v for k, v in named.items() if any(w in k for w in args.strategy)}
+    results = evaluate(table, named, range(args.seeds), args.jobs)
+    print(summarise(table, results))
+    if args.json:
+        args.json.write_text(
+            json.dumps({s.name: [r.__dict__ for r in s.runs] for s in results}, indent=1, default=str) + "\n"
+        )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()

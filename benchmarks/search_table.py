@@ -1,0 +1,231 @@
+"""Measure every configuration of a finite search space once on this machine: the tables
+that ``benchmarks/search_replay.py`` replays search strategies against.
+
+The space is the quickstart's (``sweeps/quickstart.yaml``: digits_gn over executorch,
+onnxruntime and torch, every backend order, partition limits), made finite and small
+enough to measure in about half an hour on a 2-core machine:
+
+* ``qat_int8`` is left out: its conversion fine-tunes the model and costs more than the
+  rest of a configuration together;
+* ``min_nodes_per_partition`` is searched over 1..3 instead of 1..8;
+* threads are fixed per table: each thread count is one "device" (one table).
+
+Every configuration goes through the real code: ``nnsweep.deploy.convert`` through an
+``ArtifactCache`` (default ``~/.cache/nnsweep-search-table``), then
+``nnsweep.deploy.measure`` in a fresh process. As in a sweep, an artifact whose bytes
+equal one measured before, run the same way (runtime, backend order, threads), is
+measured once and its result shared: partition limits that change nothing give equal
+bytes. Artifact bytes do not depend on the thread count, so each configuration is
+converted once (at the first thread count) and that artifact is measured at every
+thread count. The raw latency samples of every measurement are kept in the table.
+
+Usage:
+    .venv/bin/python benchmarks/search_table.py --threads 1 --threads 2 --out-dir benchmarks/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nnsweep.config import DeploymentConfig, QuantMode
+from nnsweep.space import DeviceSpace, device_space, suggest
+from nnsweep.spec import IntRange, SweepSpec, load_spec
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SPEC = REPO / "sweeps" / "quickstart.yaml"
+DEFAULT_QUANT = ("fp32", "dynamic_int8", "static_int8")
+DEFAULT_MIN_NODES = (1, 3)
+
+
+class _Enumerator:
+    """A stand-in for ``optuna.Trial`` that walks one path of the define-by-run tree.
+
+    ``path`` holds the index chosen at each decision; decisions past its end take the
+    first option. ``widths`` records how many options each decision had, so the caller
+    can advance to the next path (a depth-first walk of every configuration).
+    """
+
+    def __init__(self, path: list[int]) -> None:
+        self.path = list(path)
+        self.widths: list[int] = []
+
+    def _choose(self, n: int) -> int:
+        i = len(self.widths)
+        self.widths.append(n)
+        if i == len(self.path):
+            self.path.append(0)
+        return self.path[i]
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return choices[self._choose(len(choices))]
+
+    def suggest_int(self, name: str, low: int, high: int, **_: Any) -> int:
+        return low + self._choose(high - low + 1)
+
+
+def enumerate_configs(space: DeviceSpace) -> list[DeploymentConfig]:
+    """Every configuration :func:`nnsweep.space.suggest` can return for ``space``, each once."""
+    out: dict[str, DeploymentConfig] = {}
+    path: list[int] = []
+    while True:
+        walker = _Enumerator(path)
+        config = suggest(walker, space)  # type: ignore[arg-type]
+        out.setdefault(config.digest(), config)
+        path = walker.path[: len(walker.widths)]
+        while path and path[-1] + 1 >= walker.widths[len(path) - 1]:
+            path.pop()
+        if not path:
+            return list(out.values())
+        path[-1] += 1
+
+
+def finite_spec(spec: SweepSpec, quant: tuple[str, ...], min_nodes: tuple[int, int], threads: int) -> SweepSpec:
+    """``spec`` with its space narrowed to the table's grid."""
+    space = dataclasses.replace(
+        spec.space,
+        quant=tuple(QuantMode(q) for q in quant),
+        min_nodes_per_partition=IntRange(*min_nodes),
+        threads=(threads,),
+    )
+    return dataclasses.replace(spec, space=space)
+
+
+def table_space(meta: dict[str, Any]) -> DeviceSpace:
+    """The device space a table was measured over, rebuilt from its ``meta``."""
+    spec = finite_spec(
+        load_spec(REPO / meta["spec"]),
+        tuple(meta["quant"]),
+        (meta["min_nodes"][0], meta["min_nodes"][1]),
+        meta["threads"],
+    )
+    available = {k: tuple(v) for k, v in meta["available"].items()}
+    return device_space(spec, meta["device"], available, meta["cores"])
+
+
+def _measurement(result: Any) -> dict[str, Any]:
+    from nnsweep.results import metrics_from_result
+
+    d = result.to_dict()
+    return {
+        "metrics": metrics_from_result(d),
+        "samples_ms": d["samples_ms"],
+        "partitions": d["partitions"],
+        "loadavg_1m": d["loadavg_1m"],
+        "artifact_sha256": result.artifact.sha256,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
+    parser.add_argument("--threads", type=int, action="append", help="one table per thread count (default: 1 and 2)")
+    parser.add_argument("--quant", action="append", help=f"quantization modes (default: {', '.join(DEFAULT_QUANT)})")
+    parser.add_argument("--min-nodes", type=int, nargs=2, default=DEFAULT_MIN_NODES, metavar=("LOW", "HIGH"))
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "nnsweep-search-table")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "data")
+    parser.add_argument("--limit", type=int, default=0, help="measure only the first N configurations (a dry run)")
+    args = parser.parse_args()
+    threads_list: list[int] = args.threads or [1, 2]
+    quant = tuple(args.quant or DEFAULT_QUANT)
+
+    from nnsweep import deploy
+    from nnsweep.agents._probe import probe
+    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.errors import TrialError
+    from nnsweep.models import load_model
+
+    spec = load_spec(args.spec)
+    caps = probe("host")
+    cache = ArtifactCache(args.cache_dir)
+    bundle = load_model(spec.model, cache_dir=cache.models_dir)
+    reference = deploy.reference_outputs(bundle)
+    settings = MeasureSettings(spec.warmup, spec.iters, spec.min_duration_s, spec.timeout_s)
+    wanted = {rt: caps.runtimes[rt] for rt in spec.space.runtimes if rt in caps.runtimes}
+
+    spaces = {
+        t: device_space(finite_spec(spec, quant, args.min_nodes, t), "host", wanted, caps.cores) for t in threads_list
+    }
+    configs = enumerate_configs(spaces[threads_list[0]])
+    if args.limit:
+        configs = configs[: args.limit]
+    print(f"{len(configs)} configurations x threads {threads_list}; load {os.getloadavg()}", file=sys.stderr)
+
+    started = time.monotonic()
+    rows: dict[int, list[dict[str, Any]]] = {t: [] for t in threads_list}
+    measured: dict[int, dict[str, dict[str, Any]]] = {t: {} for t in threads_list}
+    convert_s = measure_s = 0.0
+    for i, config in enumerate(configs):
+        t0 = time.monotonic()
+        try:
+            artifact, hit = deploy.convert(bundle, config, cache)
+            error = None
+        except TrialError as exc:
+            artifact, hit, error = None, False, f"{type(exc).__name__}: {exc}"
+        convert_s += time.monotonic() - t0
+        for t in threads_list:
+            cfg = dataclasses.replace(config, threads=t)
+            row: dict[str, Any] = {"config": cfg.to_dict(), "digest": cfg.digest()}
+            if artifact is None:
+                row["error"] = error
+                rows[t].append(row)
+                continue
+            run = dataclasses.replace(artifact, config=cfg)  # the same bytes, run with t threads
+            key = "|".join([artifact.sha256, cfg.runtime, ">".join(cfg.backends), str(t)])
+            row.update(execution_key=key, convert_s=artifact.convert_s, cache_hit=hit)
+            if key not in measured[t]:
+                t1 = time.monotonic()
+                try:
+                    measured[t][key] = _measurement(deploy.measure(bundle, run, settings, reference=reference))
+                except TrialError as exc:
+                    measured[t][key] = {"error": f"{type(exc).__name__}: {exc}"}
+                measure_s += time.monotonic() - t1
+            rows[t].append(row)
+        m = measured[threads_list[0]].get(rows[threads_list[0]][-1].get("execution_key", ""), {})
+        p50 = m.get("metrics", {}).get("latency_p50_ms")
+        print(
+            f"[{i + 1}/{len(configs)}] {time.monotonic() - started:6.0f}s {config.digest()[:8]} "
+            f"{config.runtime} {'>'.join(config.backends)} {config.quant.mode.value} "
+            f"{config.quant.granularity} {config.quant.calibration} {config.partitions} "
+            f"p50={p50} {error or ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+    elapsed = time.monotonic() - started
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for t in threads_list:
+        meta = {
+            "spec": str(args.spec.resolve().relative_to(REPO)),
+            "model": spec.model,
+            "device": "host",
+            "threads": t,
+            "quant": list(quant),
+            "min_nodes": list(args.min_nodes),
+            "available": {k: list(v) for k, v in wanted.items()},
+            "cores": caps.cores,
+            "objectives": {o.metric: o.direction for o in spec.objectives},
+            "max_accuracy_drop": spec.max_accuracy_drop,
+            "measure": dataclasses.asdict(settings),
+            "machine": {"cpu": caps.cpu, "python": platform.python_version(), "arch": platform.machine()},
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "elapsed_s_all_tables": round(elapsed, 1),
+            "convert_s_all_tables": round(convert_s, 1),
+            "measure_s_all_tables": round(measure_s, 1),
+            "loadavg_at_end": list(os.getloadavg()),
+        }
+        out = args.out_dir / f"search_table_threads{t}.json"
+        out.write_text(json.dumps({"meta": meta, "configs": rows[t], "measurements": measured[t]}, indent=1) + "\n")
+        print(f"wrote {out}: {len(rows[t])} configurations, {len(measured[t])} measurements", file=sys.stderr)
+    print(f"elapsed {elapsed:.0f} s (convert {convert_s:.0f} s, measure {measure_s:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

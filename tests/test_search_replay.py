@@ -1,0 +1,126 @@
+"""The replay machinery of the search benchmark (benchmarks/search_replay.py), on a tiny
+synthetic table: no conversion, no measurement."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import optuna
+import pytest
+
+from nnsweep.space import baseline_configs, device_space, suggest
+from nnsweep.spec import parse_spec
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _module(name: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+table_mod = _module("search_table")
+replay = _module("search_replay")
+
+SPEC = parse_spec(
+    {
+        "name": "tiny",
+        "model": "digits",
+        "constraints": {"max_accuracy_drop": 0.01},
+        "space": {
+            "runtime": ["onnxruntime", "torch"],
+            "quant": ["fp32", "dynamic_int8", "static_int8"],
+            "granularity": ["per_tensor", "per_channel"],
+            "calibration": ["minmax"],
+            "backends": {"torch": ["x86", "qnnpack"]},
+            "threads": [1],
+        },
+    }
+)
+SPACE = device_space(SPEC, "host", {"onnxruntime": ("cpu",), "torch": ("x86", "qnnpack")}, cores=2)
+
+
+def _table(shared: bool = True) -> object:
+    """Synthetic outcomes; the baseline (torch fp32) is at accuracy 0.95. With ``shared``,
+    the two granularities of onnxruntime dynamic int8 share one measurement (equal bytes)."""
+    configs = table_mod.enumerate_configs(SPACE)
+    rng = random.Random(7)
+    outcomes = {}
+    base = baseline_configs(SPACE)[0].digest()
+    for c in configs:
+        d = c.digest()
+        values = (0.95, 1.0) if d == base else (round(rng.uniform(0.9, 0.96), 3), round(rng.uniform(0.1, 2.0), 3))
+        key = d
+        if shared and c.runtime == "onnxruntime" and c.quant.mode.value == "dynamic_int8":
+            key, values = "ort-dynamic", (0.945, 0.3)
+        outcomes[d] = replay.Outcome(values, key)
+    return replay.Table(SPACE, {c.digest(): c for c in configs}, outcomes, 0.95, 0.01, name="tiny")
+
+
+def test_enumeration_lists_every_configuration_suggest_can_return_once() -> None:
+    configs = table_mod.enumerate_configs(SPACE)
+    digests = [c.digest() for c in configs]
+    assert len(digests) == len(set(digests))
+    # onnxruntime: fp32 + dynamic x2 granularities + static x2; torch: fp32 + 2 orders x (dynamic x2 + static x2)
+    assert len(configs) == 1 + 2 + 2 + 1 + 2 * 4
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(40):
+        assert suggest(study.ask(), SPACE).digest() in set(digests)
+
+
+def test_hypervolume_of_a_known_front() -> None:
+    points = [(0.9, 1.0), (0.8, 0.5), (0.85, 1.5), (0.8, 0.5)]  # (0.85, 1.5) is dominated; a duplicate
+    assert replay.pareto_front(points) == [(0.8, 0.5), (0.9, 1.0)]
+    # (0.8-0.7)*(2-0.5) + (0.9-0.8)*(2-1.0)
+    assert replay.hypervolume(points, (0.7, 2.0)) == pytest.approx(0.25)
+    assert replay.hypervolume([(0.6, 0.5)], (0.7, 2.0)) == 0.0  # beyond the reference: nothing
+
+
+def test_table_best_is_the_fastest_feasible() -> None:
+    table = _table()
+    feasible = [o.values for o in table.outcomes.values() if o.values[0] >= 0.94 - 1e-12]
+    assert table.best == min(feasible, key=lambda p: (p[1], -p[0]))
+    assert table.front_hv > 0
+
+
+def test_random_without_replacement_finds_the_best_within_the_space() -> None:
+    table = _table()
+    for seed in range(10):
+        run = replay.replay_random(table, seed)
+        assert run.best_at <= table.measurements
+        assert run.hv_at <= table.measurements
+        keys = [table.outcomes[d].key for d in run.measured]
+        assert len(keys) == len(set(keys))  # never paid twice for one measurement
+
+
+def test_repeats_do_not_count() -> None:
+    table = _table()
+    ort = [c for c in table.configs.values() if c.runtime == "onnxruntime" and c.quant.mode.value == "dynamic_int8"]
+    again = [ort[0]] * 4 + [ort[1]]  # the same digest four times, then its byte-identical twin
+    run = replay.replay_study(table, optuna.samplers.RandomSampler(seed=0), enqueue=again, max_trials=2)
+    assert run.counted == 2
+    assert run.measured[0] == ort[0].digest()
+    assert table.outcomes[run.measured[1]].key != "ort-dynamic"  # the second paid trial is something new
+    assert run.repeats == run.proposals - 2 >= 4
+    capped = replay.replay_study(
+        table, optuna.samplers.RandomSampler(seed=0), enqueue=[ort[0]] * 4, repeat_cap=2, max_trials=2
+    )
+    assert capped.cap_hits == 1  # two repeats told free, the third counted
+    assert capped.counted == 2 and capped.repeats == 2
+
+
+def test_a_study_replay_reaches_both_targets() -> None:
+    table = _table()
+    run = replay.study_strategy(replay.nnsweep_today)(table, 0)
+    assert run.best_at < float("inf") and run.hv_at < float("inf")
+    assert run.counted == max(run.best_at, run.hv_at)  # it stops once both are reached
