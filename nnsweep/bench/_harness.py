@@ -85,7 +85,9 @@ class Timing:
     and ``phases_ms``, where the measurement's wall time went (``lock_wait``,
     ``start``: from the request to the measuring code running, ``load``,
     ``first_inference``, ``warmup``, ``timed``, ``outputs``: the evaluation inputs,
-    ``total``: the whole call as its caller saw it).
+    ``total``: the whole call as its caller saw it), and ``held_monotonic``: when
+    the lock was taken and given back, in seconds of ``CLOCK_MONOTONIC`` (one clock
+    for every process of a machine, so two sweeps' measurement intervals compare).
     """
 
     load_ms: float
@@ -101,6 +103,7 @@ class Timing:
     isolation: str = "fresh"
     parent_rss_mb: float | None = None
     phases_ms: Mapping[str, float] = field(default_factory=dict)
+    held_monotonic: tuple[float, float] | None = None
 
     @property
     def p50_ci95_ms(self) -> tuple[float, float]:
@@ -130,6 +133,7 @@ class Timing:
             "isolation": self.isolation,
             "parent_rss_mb": self.parent_rss_mb,
             "phases_ms": dict(self.phases_ms),
+            "held_monotonic": None if self.held_monotonic is None else list(self.held_monotonic),
         }
 
     @classmethod
@@ -149,7 +153,15 @@ class Timing:
             isolation=str(d.get("isolation", "fresh")),
             parent_rss_mb=None if d.get("parent_rss_mb") is None else float(d["parent_rss_mb"]),  # type: ignore[arg-type]
             phases_ms={str(k): float(v) for k, v in dict(d.get("phases_ms") or {}).items()},  # type: ignore[call-overload]
+            held_monotonic=_pair(d.get("held_monotonic")),
         )
+
+
+def _pair(value: object) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    pair = list(value)  # type: ignore[call-overload]
+    return float(pair[0]), float(pair[1])
 
 
 def _rss_mb() -> float:

@@ -78,6 +78,7 @@ def measure_in_subprocess(
             "result": str(work / "result.json"),
         }
         with lock.hold(f"{runtime} {artifact.name}") as wait:
+            held_from = time.monotonic()
             started = time.perf_counter()
             request["sent_monotonic"] = time.monotonic()
             (work / "request.json").write_text(json.dumps(request))
@@ -102,10 +103,16 @@ def measure_in_subprocess(
             if returncode is None:
                 returncode, stderr = _run_fresh(runtime, work / "request.json", settings)
             total_ms = (time.perf_counter() - started) * 1e3
+            held = (held_from, time.monotonic())
         timing, outputs = _read_result(runtime, work, returncode, stderr or "")
     phases = {"lock_wait": wait.waited_ms, **timing.phases_ms, "total": total_ms}
     timing = dataclasses.replace(
-        timing, lock_wait_ms=wait.waited_ms, isolation=isolation, parent_rss_mb=parent_rss, phases_ms=phases
+        timing,
+        lock_wait_ms=wait.waited_ms,
+        isolation=isolation,
+        parent_rss_mb=parent_rss,
+        phases_ms=phases,
+        held_monotonic=held,
     )
     return timing, outputs
 
