@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -164,6 +165,7 @@ class ProgressDisplay:
         self._printed: dict[str, tuple[int, int, int, bool]] = {}
         self._progress: Any = None  # rich.progress.Progress, created on the first update
         self._tasks: dict[str, Any] = {}
+        self._rerouted: list[tuple[logging.StreamHandler[Any], Any]] = []
 
     # ------------------------------------------------------------------ public
     def update(self, devices: Sequence[DeviceSnapshot]) -> None:
@@ -186,6 +188,7 @@ class ProgressDisplay:
         """Stop the live display, leaving its last frame; idempotent."""
         if self._progress is not None:
             self._progress.stop()
+            self._stop()
             self._progress = None
             self._tasks = {}
 
@@ -211,33 +214,33 @@ class ProgressDisplay:
     # ---------------------------------------------------------------- terminal
     def _start(self) -> Any:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn
 
         console = Console(file=self._stream, force_terminal=True, width=self._width, highlight=False)
-        progress = Progress(
-            TextColumn("[bold]{task.fields[device]}"),
-            BarColumn(bar_width=24),
-            TextColumn("{task.fields[counts]}"),
-            _pace_column(self),
-            TextColumn("{task.fields[activity]}"),
-            console=console,
-            refresh_per_second=4,
-            expand=False,
-        )
+        progress = _bars(console, self)
         progress.start()
+        # rich now routes sys.stderr above the bars; log handlers hold the stream they were
+        # given, so point those writing to our stream at the same route until close().
+        self._rerouted = []
+        for handler in _stream_handlers():
+            if handler.stream is self._stream and sys.stderr is not self._stream:
+                self._rerouted.append((handler, handler.setStream(sys.stderr)))
         return progress
+
+    def _stop(self) -> None:
+        for handler, stream in self._rerouted:
+            handler.setStream(stream)
+        self._rerouted = []
 
     def _draw(self, devices: Sequence[DeviceSnapshot], now: float) -> None:
         if self._progress is None:
             self._progress = self._start()
         for d in devices:
-            activity = "[red]LOST (waiting for it to rejoin)" if d.lost else _escape(d.activity)
-            if d.best:
-                activity += f"\n[dim]best so far: {_escape(d.best)}"
             fields = {
                 "device": d.device,
                 "counts": f"{d.done}/{d.budget} · {d.failed} failed · {d.reused} reused",
-                "activity": activity,
+                "activity": "LOST (waiting for it to rejoin)" if d.lost else d.activity,
+                "lost": d.lost,
+                "best": d.best,
             }
             task = self._tasks.get(d.device)
             if task is None:
@@ -255,20 +258,49 @@ class ProgressDisplay:
         return f"{per_trial}/trial · ETA {format_duration(pace.eta(budget, self._clock()))}"
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
+def _stream_handlers() -> list[logging.StreamHandler[Any]]:
+    """Every logging handler that writes to a stream (root's and each named logger's)."""
+    loggers: list[logging.Logger] = [logging.getLogger()]
+    loggers += [lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    return [h for lg in loggers for h in lg.handlers if type(h) is logging.StreamHandler]
 
-    return escape(text)
 
-
-def _pace_column(display: ProgressDisplay) -> Any:
-    """A rich column with the time per trial and an ETA that counts down between snapshots
-    (built here so that rich is imported only when a terminal display starts)."""
-    from rich.progress import ProgressColumn
+def _bars(console: Any, display: ProgressDisplay) -> Any:
+    """rich's Progress with our columns: one row per device, then each device's best trial on a line
+    of its own (a long configuration label would squeeze the bars); rich is imported only here."""
+    from rich.progress import BarColumn, Progress, ProgressColumn
+    from rich.table import Column
     from rich.text import Text
 
-    class PaceColumn(ProgressColumn):
-        def render(self, task: Any) -> Text:
-            return Text(display.pace_text(task.fields["device"], int(task.total or 0)), style="cyan")
+    class Cell(ProgressColumn):
+        def __init__(self, render: Any, overflow: str = "fold") -> None:
+            super().__init__(table_column=Column(no_wrap=True, overflow=overflow))  # type: ignore[arg-type]
+            self._render = render
 
-    return PaceColumn()
+        def render(self, task: Any) -> Text:
+            return self._render(task)  # type: ignore[no-any-return]
+
+    class Bars(Progress):
+        def get_renderables(self) -> Any:
+            yield self.make_tasks_table(self.tasks)
+            for task in self.tasks:
+                if task.fields.get("best"):
+                    line = Text.assemble(
+                        ("best on ", "dim"), (task.fields["device"], "bold"), ": ", task.fields["best"]
+                    )
+                    line.no_wrap, line.overflow = True, "ellipsis"
+                    yield line
+
+    def pace(task: Any) -> Text:
+        return Text(display.pace_text(task.fields["device"], int(task.total or 0)), style="cyan")
+
+    return Bars(
+        Cell(lambda t: Text(t.fields["device"], style="bold")),
+        BarColumn(bar_width=24),
+        Cell(lambda t: Text(t.fields["counts"])),
+        Cell(pace),
+        Cell(lambda t: Text(t.fields["activity"], style="red" if t.fields["lost"] else ""), overflow="ellipsis"),
+        console=console,
+        refresh_per_second=4,
+        expand=False,
+    )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import doctest
 import io
+import logging
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -119,13 +121,13 @@ def test_terminal_shows_bars_pace_eta_activity_and_best() -> None:
     display.close()  # idempotent (cli closes in a finally after an interrupt's close)
     text = out.getvalue()
     assert "\x1b[" in text  # drawn in place with the terminal's control codes
-    last = text  # rich repaints whole frames; the last one holds all of these
+    last = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # rich repaints whole frames; the last holds all of these
     assert "━" in last  # rich's bar
     assert "2/8 · 0 failed · 1 reused" in last
     assert "6.0 s/trial · ETA 36.0 s" in last
     assert "12.0 s/trial · ETA 1m24s" in last
     assert "measuring executorch/xnnpack/fp32/t1" in last
-    assert "best so far: #1 x (accuracy 0.97)" in last
+    assert "best on host: #1 x (accuracy 0.97)" in last
     assert "LOST" in last
 
 
@@ -135,6 +137,23 @@ def test_markup_in_activity_text_is_shown_as_written() -> None:
     display.update([Snap("host", 0, 2, activity="measuring [bold]odd[/bold] name")])
     display.close()
     assert "[bold]odd[/bold]" in out.getvalue()
+
+
+def test_log_lines_during_the_display_go_through_it_and_handlers_get_their_stream_back() -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    logger = logging.getLogger("nnsweep.test_progress")
+    logger.addHandler(handler)
+    try:
+        display = ProgressDisplay(stream=out, terminal=True, width=120)
+        display.update([Snap("host", 0, 2)])
+        logger.warning("a warning while the bars are drawn")
+        rerouted = handler.stream is not out  # printed above the bars by rich, not across them
+        display.close()
+    finally:
+        logger.removeHandler(handler)
+    assert rerouted and handler.stream is out
+    assert "a warning while the bars are drawn" in out.getvalue()
 
 
 @pytest.mark.parametrize("module", ["nnsweep._progress"])
