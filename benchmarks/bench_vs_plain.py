@@ -14,9 +14,10 @@ Prints, as medians of --repeats runs on this machine (with its load average):
 3. the measuring process alone: a fresh process against a child forked from a warm
    worker (what a sweep's agent uses), each with its phase times.
 
-``--source DIR`` runs the command and the phases against another checkout's
-``nnsweep`` package (e.g. ``git archive OLD nnsweep | tar -x -C DIR``), for a
-before/after comparison; the default is this checkout.
+``--source DIR`` also runs the command and the phases against another checkout's
+``nnsweep`` package (e.g. ``git archive OLD nnsweep | tar -x -C DIR``), interleaved
+with this checkout's runs so that the shared machine's load hits both alike: a
+before/after comparison.
 
 Usage: .venv/bin/python benchmarks/bench_vs_plain.py [--repeats 5] [--source DIR]
 """
@@ -111,54 +112,65 @@ def _median(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--source", type=Path, help="a checkout whose nnsweep package to run (default: this one)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        action="append",
+        help="another checkout whose nnsweep package to run too (repeatable); runs interleave with this one's",
+    )
     args = parser.parse_args()
 
-    env = dict(os.environ)
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-vs-plain-") as tmp:
-        if args.source is not None:
+        envs = {"this checkout": dict(os.environ)}
+        for i, source in enumerate(args.source or []):
             # The venv's editable install finds this checkout before PYTHONPATH: a
             # sitecustomize (run after .pth files, in every process of the tree, the
-            # measuring processes too) drops that finder and puts --source first.
-            boot = Path(tmp) / "boot"
+            # measuring processes too) drops that finder and puts the source first.
+            boot = Path(tmp) / f"boot{i}"
             boot.mkdir()
-            (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(source=str(args.source.resolve())))
-            env["PYTHONPATH"] = str(boot)
+            (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(source=str(source.resolve())))
+            envs[str(source)] = {**os.environ, "PYTHONPATH": str(boot)}
         cache = Path(tmp) / "cache"
         bench = [python, "-m", "nnsweep.cli", "--cache-dir", str(cache), "bench", "--model", "digits"]
         bench += ["--runtime", "onnxruntime", "--quant", "fp32", "--iters", "200", "--json"]
-        _, _, out = _run(bench, env)  # fills the cache: model weights and the artifact
+        _, _, out = _run(bench)  # fills the cache: model weights and the artifact
         artifact = json.loads(out)["artifact"]
-        print(f"load average before: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}  (shared machine)")
+        print(f"load average before: {_loadavg()}  (shared machine)")
 
-        nn, plain = [], []
-        for _ in range(args.repeats):
-            wall, rss, out = _run(bench, env)
-            if not json.loads(out)["cache_hit"]:
-                sys.exit("nnsweep bench missed the cache")
-            nn.append((wall, rss))
-            plain.append(_run([python, "-c", PLAIN, artifact], env)[:2])
-        nn_wall, nn_rss = _median([w for w, _ in nn]), _median([r for _, r in nn])
-        pl_wall, pl_rss = _median([w for w, _ in plain]), _median([r for _, r in plain])
-        print(f"\n1. medians of {args.repeats} runs (cache hit)")
-        print(f"   nnsweep bench : {nn_wall:6.2f} s  {nn_rss:7.1f} MiB peak")
-        print(f"   plain script  : {pl_wall:6.2f} s  {pl_rss:7.1f} MiB peak")
-        print(f"   ratio         : {nn_wall / pl_wall:6.1f}x wall  {nn_rss / pl_rss:5.1f}x memory")
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in [*envs, "plain script"]}
+        phases: dict[str, dict[str, list[float]]] = {name: {} for name in envs}
+        for _ in range(args.repeats):  # interleaved, so a burst of load hits every variant alike
+            for name, env in envs.items():
+                wall, rss, out = _run(bench, env)
+                if not json.loads(out)["cache_hit"]:
+                    sys.exit("nnsweep bench missed the cache")
+                runs[name].append((wall, rss))
+            runs["plain script"].append(_run([python, "-c", PLAIN, artifact])[:2])
+            for name, env in envs.items():
+                for phase, ms in json.loads(_run([python, "-c", PHASES, str(cache)], env)[2])["phases"].items():
+                    phases[name].setdefault(phase, []).append(ms)
+        plain_wall = _median([w for w, _ in runs["plain script"]])
+        plain_rss = _median([r for _, r in runs["plain script"]])
+        print(f"\n1. medians of {args.repeats} runs (cache hit); ratio to the plain script")
+        for name, values in runs.items():
+            wall, rss = _median([w for w, _ in values]), _median([r for _, r in values])
+            label = "plain script" if name == "plain script" else f"nnsweep bench ({name})"
+            print(
+                f"   {label:<44} {wall:6.2f} s {rss:7.1f} MiB peak   {wall / plain_wall:5.1f}x {rss / plain_rss:5.1f}x"
+            )
 
-        phases: dict[str, list[float]] = {}
-        for _ in range(args.repeats):
-            _, _, out = _run([python, "-c", PHASES, str(cache)], env)
-            for name, ms in json.loads(out)["phases"].items():
-                phases.setdefault(name, []).append(ms)
-        print(f"\n2. where nnsweep bench's time goes (medians of {args.repeats}, one process each)")
-        for name, values in phases.items():
-            print(f"   {name:<42} {_median(values):8.0f} ms")
-        print(f"   {'(interpreter start: see the plain script)':<42}")
+        for name, by_phase in phases.items():
+            print(f"\n2. where nnsweep bench's time goes ({name}; medians of {args.repeats}, one process each)")
+            for phase, values in by_phase.items():
+                print(f"   {phase:<42} {_median(values):8.0f} ms")
 
-        if args.source is None:
-            _measuring_process(Path(artifact), args.repeats)
-    print(f"\nload average after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}  (shared machine)")
+        _measuring_process(Path(artifact), args.repeats)
+    print(f"\nload average after: {_loadavg()}  (shared machine)")
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def _measuring_process(artifact: Path, repeats: int) -> None:

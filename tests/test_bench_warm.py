@@ -4,6 +4,7 @@ runtime loads, a crash fails only that measurement) with real ONNX Runtime and E
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -222,3 +223,28 @@ def test_executorch_threads_are_set_in_each_child_before_loading(digits, cache, 
             assert timing.isolation == "fork" and timing.threads == threads and outputs.shape[0] == 16
     finally:
         worker.close()
+
+
+def test_a_worker_that_cannot_start_is_not_retried_and_a_fresh_process_measures(
+    onnx_model: Path, tmp_path: Path
+) -> None:
+    broken = WarmWorker("no-such-runtime")  # it cannot start, as a runtime missing here
+    lock = MachineLock(tmp_path / "m.lock")
+    try:
+        assert _measure(onnx_model, lock, broken)[0].isolation == "fresh"
+        assert "no-such-runtime" in broken.broken and not broken.running
+        assert _measure(onnx_model, lock, broken)[0].isolation == "fresh"
+    finally:
+        broken.close()
+
+
+def test_the_worker_reports_a_failed_import_instead_of_ready() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nnsweep.bench._zygote", "no-such-runtime"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    reply = json.loads(proc.stdout.splitlines()[0])
+    assert proc.returncode == 1 and reply["ready"] is False and "no-such-runtime" in reply["error"]

@@ -74,6 +74,7 @@ class WarmWorker:
         self._stack = contextlib.ExitStack()
         self._buf = b""
         self._lock = threading.Lock()
+        self.broken = ""  # why it could not start: not tried again (each try costs an import)
 
     @property
     def running(self) -> bool:
@@ -87,8 +88,14 @@ class WarmWorker:
         """
         if self.running:
             return
+        if self.broken:
+            raise WorkerUnavailable(self.broken)
         self.close()
-        python = runtimes.get(self.runtime).python
+        try:
+            python = runtimes.get(self.runtime).python
+        except ValueError as exc:  # SpecError: not a runtime this nnsweep knows
+            self.broken = str(exc)
+            raise WorkerUnavailable(self.broken) from exc
         try:
             argv, env = self._stack.enter_context(python_command(python, "nnsweep.bench._zygote", self.runtime))
             self._proc = subprocess.Popen(
@@ -101,11 +108,17 @@ class WarmWorker:
             )
         except OSError as exc:
             self.close()
-            raise WorkerUnavailable(f"cannot start the {self.runtime} worker: {exc}") from exc
-        reply = self._read(START_TIMEOUT_S)
+            self.broken = f"cannot start the {self.runtime} worker: {exc}"
+            raise WorkerUnavailable(self.broken) from exc
+        try:
+            reply = self._read(START_TIMEOUT_S)
+        except WorkerUnavailable as exc:
+            self.broken = str(exc)
+            raise
         if not reply.get("ready"):
             self.close()
-            raise WorkerUnavailable(f"the {self.runtime} worker did not start: {reply.get('error', reply)}")
+            self.broken = f"the {self.runtime} worker did not start: {reply.get('error', reply)}"
+            raise WorkerUnavailable(self.broken)
         self.ready = reply
         log.debug("warm %s worker %s ready: %s", self.runtime, reply.get("pid"), reply)
 
