@@ -1,0 +1,201 @@
+"""The example specs in sweeps/, one per device kind, run as a user runs them (``nnsweep run``).
+
+Each runs in its own working directory in tmp_path (its mlflow.db, .nnsweep/ and
+reports/ land there); they share one artifact and model cache so digits trains once.
+Where the device cannot exist here the example is only validated, and the reason is
+written below: an ssh board, and the emulated Arm board (``make arm-sim`` needs root,
+qemu and ~25 minutes to build; its own tests cover it). The phone is the fake ``adb``
+in tests/fakes (as in tests/test_bridge.py); the Ray board is a second Ray node on this
+machine (as in tests/test_cluster.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nnsweep.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = ROOT / "sweeps"
+FAKES = Path(__file__).parent / "fakes"
+
+# Every device kind and its example (docs/spec.md lists the same).
+KINDS = {
+    "host": "host.yaml",
+    "Ray board": "ray_board.yaml",
+    "adb bridge": "phone_adb.yaml",
+    "ssh bridge": "board_ssh.yaml",
+    "Ethos-U": "ethos_u.yaml",
+    "emulated Arm board": "arm_sim.yaml",
+}
+# Examples that cannot run here, and why.
+VALIDATE_ONLY = {
+    "board_ssh.yaml": "no ssh board exists here; phone_adb.yaml runs the same bridge agent",
+    "arm_sim.yaml": "make arm-sim needs root, qemu-user and ~25 minutes; the emulation tests run the board",
+    "quickstart.yaml": "make quickstart runs it (24 trials, minutes)",
+    "all_runtimes.yaml": "16 trials over five runtimes, minutes; each runtime has its own tests",
+}
+
+
+def test_every_example_validates_and_every_device_kind_has_one() -> None:
+    examples = sorted(p.name for p in SWEEPS.glob("*.yaml"))
+    for name in examples:
+        load_spec(SWEEPS / name)  # raises SpecError naming the field
+    assert set(KINDS.values()) <= set(examples)
+    ran = {"host.yaml", "ray_board.yaml", "phone_adb.yaml", "ethos_u.yaml"}
+    assert set(examples) == ran | set(VALIDATE_ONLY), "a new example: run it below or say why it cannot run"
+
+
+def test_the_spec_reference_documents_every_key_and_example() -> None:
+    from nnsweep.spec import _pydantic_models
+
+    doc = (ROOT / "docs" / "spec.md").read_text()
+    spec_in = _pydantic_models()
+    missing = []
+
+    def walk(model: type, prefix: str) -> None:
+        for key, info in model.model_fields.items():  # type: ignore[attr-defined]
+            path = f"{prefix}{key}"
+            if f"`{path}`" not in doc:
+                missing.append(path)
+            nested = getattr(info.annotation, "model_fields", None)
+            if nested is not None and key not in ("bridges", "npus"):
+                walk(info.annotation, f"{path}.")
+
+    walk(spec_in, "")
+    bridge = spec_in.model_fields["bridges"].annotation.__args__[1]
+    walk(bridge, "bridges.NAME.")
+    npu = spec_in.model_fields["npus"].annotation.__args__[1]
+    walk(npu, "npus.NAME.")
+    assert not missing, f"docs/spec.md does not document: {missing}"
+    for example in KINDS.values():
+        assert f"sweeps/{example}" in doc
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Path:
+    cache = tmp_path_factory.mktemp("examples-cache")
+    (cache / "models").symlink_to(models_dir)
+    return cache
+
+
+def _run(
+    example: str, cwd: Path, cache: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(cache), "run", str(SWEEPS / example), *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+    print(f"\n{example}: {time.perf_counter() - t0:.0f} s wall (load {os.getloadavg()[0]:.1f})")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    spec = load_spec(SWEEPS / example)
+    assert (cwd / "reports" / f"{spec.name}.html").is_file()
+    assert (cwd / "mlflow.db").is_file()
+    return proc
+
+
+def _trials(stdout: str) -> list[tuple[int, int, int]]:
+    """(measured, reused, failed) per device, from the closing lines of ``nnsweep run``."""
+    found = re.findall(r"Trials: (\d+) measured, (\d+) reused, (\d+) failed", stdout)
+    return [(int(a), int(b), int(c)) for a, b, c in found]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_host_example(tmp_path: Path, shared_cache: Path) -> None:
+    proc = _run("host.yaml", tmp_path, shared_cache, "--executor", "local")
+    ((measured, reused, failed),) = _trials(proc.stdout)
+    assert measured + reused >= 3 and failed == 0  # the budget, plus a default deployment that came first
+    assert "Best on host:" in proc.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_adb_bridge_example_with_the_fake_phone(tmp_path: Path, shared_cache: Path) -> None:
+    phone = tmp_path / "phone"
+    tool = phone / "data" / "local" / "tmp" / "speed_benchmark_torch"  # the example's tools: path
+    tool.parent.mkdir(parents=True)
+    tool.write_bytes(b"\x7fELF (stands in for the aarch64 binary)")
+    env = dict(
+        os.environ,
+        PATH=f"{FAKES}{os.pathsep}{os.environ['PATH']}",  # the example names no adb: PATH's is used
+        FAKE_ADB_ROOT=str(phone),
+        FAKE_ADB_LOG=str(tmp_path / "adb.log"),
+        FAKE_ADB_SERIAL="R58N123",
+    )
+    proc = _run("phone_adb.yaml", tmp_path, shared_cache, "--executor", "local", env=env)
+    assert _trials(proc.stdout) == [(2, 0, 0)]
+    assert "36.01" in proc.stdout  # the fake tool's latency, parsed from its real output format
+    log = (tmp_path / "adb.log").read_text()
+    assert "-s R58N123 shell" in log and "/data/local/tmp/speed_benchmark_torch" in log
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ethos_u_example_estimates_on_the_host(tmp_path: Path, shared_cache: Path) -> None:
+    proc = _run("ethos_u.yaml", tmp_path, shared_cache, "--executor", "local")
+    assert _trials(proc.stdout) == [(2, 0, 0)]
+    assert "ethos-u55-128" in proc.stdout and "estimate" in proc.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A Ray head (device ``host``) and a second node on this machine standing in for the board ``rpi5``."""
+    from nnsweep.agents._node import ensure_token, head_command, join_command, ray_env
+
+    ray = str(Path(sys.executable).parent / "ray")
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    token = tmp_path / "ray" / "auth_token"  # this cluster's own token (0600), not ~/.ray's
+    ensure_token(token)
+    env = ray_env(os.environ, token)
+    nodes: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, cmd: list[str], device: str) -> None:
+        with open(tmp_path / f"{name}.log", "ab") as log:
+            nodes.append(subprocess.Popen([ray, *cmd[1:]], env=env, start_new_session=True, stdout=log, stderr=log))
+        probe = f"import ray; ray.init(address='{address}'); print('device:{device}' in ray.cluster_resources())"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+            if out.stdout.strip().endswith("True"):
+                return
+            time.sleep(1)
+        raise TimeoutError(f"{device} did not join; see {tmp_path / name}.log")
+
+    try:
+        start("head", head_command(port, converters=1, block=True, dashboard_agent_port=_free_port()), "host")
+        start("board", join_command(address, "rpi5", dashboard_agent_port=_free_port(), block=True), "rpi5")
+        yield address, env
+    finally:
+        for node in nodes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.pid, signal.SIGKILL)
+            node.wait(timeout=30)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_board_example_on_two_nodes(tmp_path: Path, shared_cache: Path, two_nodes: tuple[str, dict]) -> None:  # type: ignore[type-arg]
+    address, env = two_nodes
+    proc = _run("ray_board.yaml", tmp_path, shared_cache, "--address", address, env=env)
+    trials = _trials(proc.stdout)
+    assert len(trials) == 2 and all(m + r == 2 and f == 0 for m, r, f in trials)
+    assert "Best on host:" in proc.stdout and "Best on rpi5:" in proc.stdout
