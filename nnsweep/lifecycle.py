@@ -1,0 +1,141 @@
+"""The trial lifecycle: one state enum and the only function that moves a trial.
+
+A trial the coordinator has asked the study for is a :class:`Ticket`. It moves
+through these phases (the only moves :func:`Ticket.move` accepts)::
+
+                      ┌──────────── reuse (same configuration measured before) ───────────┐
+                      │                                                                    ▼
+    PROPOSED ──▶ CONVERTING ──▶ READY ──▶ MEASURING ──▶ EVALUATING ──▶ HELD ──▶ TOLD
+       │  ▲           │            │           │              │          │
+       │  └─ retry ───┘            └── reuse (byte-identical artifact) ──┼──▶ TOLD / HELD
+       ├──▶ TWIN (an identical configuration is in flight) ──▶ HELD / TOLD, or back to PROPOSED
+       └── any live phase ──▶ FAILED (this trial's conversion or benchmark failed)
+                          └──▶ REQUEUED (interrupted or device lost: never a measurement;
+                                         its parameters go back to the study's queue)
+
+``EVALUATING``: a device whose tool only times (a phone over adb) gave latencies;
+the host runs the artifact for its outputs. ``HELD``: the result is known but the
+device's fp32 baseline, which the accuracy constraint needs, is not yet.
+``TOLD``, ``FAILED`` and ``REQUEUED`` are terminal.
+
+Every move is stamped with the clock the caller passes, so a ticket's history is
+its time breakdown (converting, waiting for the device, measuring, ...).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nnsweep.errors import NnsweepError
+
+if TYPE_CHECKING:
+    from nnsweep.config import DeploymentConfig
+    from nnsweep.results import TrialRecord
+
+__all__ = ["IllegalTransition", "Phase", "Role", "Ticket"]
+
+
+class Phase(enum.StrEnum):
+    PROPOSED = "proposed"
+    CONVERTING = "converting"
+    READY = "ready"
+    MEASURING = "measuring"
+    EVALUATING = "evaluating"
+    TWIN = "twin"
+    HELD = "held"
+    TOLD = "told"
+    FAILED = "failed"
+    REQUEUED = "requeued"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+class Role(enum.StrEnum):
+    """Why a trial exists: the device's fp32 ``baseline`` (the accuracy constraint and the
+    speed-ups refer to it), a runtime's ``default`` deployment measured first, or a
+    configuration the sampler proposed (``search``)."""
+
+    BASELINE = "baseline"
+    DEFAULT = "default"
+    SEARCH = "search"
+
+
+_TERMINAL = frozenset({Phase.TOLD, Phase.FAILED, Phase.REQUEUED})
+_ENDINGS = frozenset({Phase.FAILED, Phase.REQUEUED})
+_MOVES: dict[Phase, frozenset[Phase]] = {
+    Phase.PROPOSED: frozenset({Phase.CONVERTING, Phase.READY, Phase.TWIN, Phase.HELD, Phase.TOLD}) | _ENDINGS,
+    Phase.CONVERTING: frozenset({Phase.READY, Phase.PROPOSED}) | _ENDINGS,
+    Phase.READY: frozenset({Phase.MEASURING, Phase.HELD, Phase.TOLD}) | _ENDINGS,
+    Phase.MEASURING: frozenset({Phase.EVALUATING, Phase.HELD, Phase.TOLD}) | _ENDINGS,
+    Phase.EVALUATING: frozenset({Phase.HELD, Phase.TOLD}) | _ENDINGS,
+    Phase.TWIN: frozenset({Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
+    Phase.HELD: frozenset({Phase.TOLD, Phase.FAILED}),
+    Phase.TOLD: frozenset(),
+    Phase.FAILED: frozenset(),
+    Phase.REQUEUED: frozenset(),
+}
+
+
+class IllegalTransition(NnsweepError, RuntimeError):
+    """A bug in the coordinator: a trial was moved in a way its lifecycle forbids."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One trial of one device while the coordinator holds it.
+
+    Args:
+        device: the device's name.
+        number: the trial's number in the device's study.
+        config: the deployment it tries.
+        key: what makes two trials the same measurement on this device (model and configuration digests).
+        role: why it exists.
+    """
+
+    device: str
+    number: int
+    config: DeploymentConfig
+    key: str
+    role: Role = Role.SEARCH
+    phase: Phase = Phase.PROPOSED
+    artifact_sha: str | None = None  # set when it reaches READY
+    twin_of: Ticket | None = None  # set while it is a TWIN
+    outcome: TrialRecord | None = None  # set when it is HELD or TOLD
+    hung: bool = False
+    history: list[tuple[Phase, float]] = field(default_factory=list)
+
+    def move(self, to: Phase, now: float) -> None:
+        """Move to ``to`` at time ``now``.
+
+        Raises:
+            IllegalTransition: the lifecycle has no such move from the current phase.
+        """
+        if to not in _MOVES[self.phase]:
+            raise IllegalTransition(f"{self.device} trial {self.number}: {self.phase} -> {to} is not a legal move")
+        if not self.history:
+            self.history.append((self.phase, now))
+        self.phase = to
+        self.history.append((to, now))
+
+    def start(self, now: float) -> None:
+        """Stamp the moment the trial was proposed (its history starts here)."""
+        if not self.history:
+            self.history.append((self.phase, now))
+
+    def durations(self) -> dict[str, float]:
+        """Seconds spent in each phase so far (phases entered twice are summed)."""
+        out: dict[str, float] = {}
+        for (phase, since), (_, until) in zip(self.history, self.history[1:], strict=False):
+            out[phase.value] = out.get(phase.value, 0.0) + (until - since)
+        return out
+
+    @property
+    def measuring_since(self) -> float | None:
+        """When the current measurement started (``None`` unless MEASURING)."""
+        if self.phase is not Phase.MEASURING:
+            return None
+        return self.history[-1][1]

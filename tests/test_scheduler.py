@@ -1,0 +1,226 @@
+"""The scheduler's rules, each on its own, with a fake executor and a fake clock (milliseconds)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from nnsweep.config import DeploymentConfig, QuantConfig, QuantMode
+from nnsweep.lifecycle import IllegalTransition, Phase, Role, Ticket
+from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.scheduler import Action, Admission, DeviceState, Scheduler, reuse_key
+
+HOST = "laptop"
+
+
+def config(threads: int = 1, mode: QuantMode = QuantMode.FP32) -> DeploymentConfig:
+    return DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(mode), threads=threads)
+
+
+def record(ticket: Ticket, status: TrialStatus = TrialStatus.OK, **metrics: float) -> TrialRecord:
+    return TrialRecord("s", ticket.device, ticket.number, ticket.config, status, metrics=metrics or {"accuracy": 0.9})
+
+
+class FakeExecutor:
+    """Stands at the executor seam: remembers what was started; the test decides when it ends."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.started: list[Action] = []
+        self.numbers: Iterator[int] = iter(range(1000))
+
+    def step(self, now: float) -> list[Action]:
+        actions = self.scheduler.plan(now)
+        self.started.extend(actions)
+        return actions
+
+    def propose(self, device: str, cfg: DeploymentConfig, now: float, role: Role = Role.SEARCH) -> Ticket:
+        ticket = Ticket(device, next(self.numbers), cfg, reuse_key("model", cfg), role)
+        self.scheduler.admit(ticket, now)
+        return ticket
+
+    def convert_done(self, ticket: Ticket, now: float, sha: str = "") -> None:
+        for t in self.scheduler.converting(ticket.config.digest()):
+            self.scheduler.converted(t, sha or ticket.config.digest(), now)
+
+    def told(self, ticket: Ticket, rec: TrialRecord, now: float) -> None:
+        settlement = self.scheduler.settle(ticket, rec, now)
+        for t in settlement.tell:
+            self.scheduler.told(t, t.outcome or rec, now)
+
+
+def scheduler(*devices: tuple[str, str], slots: int = 1, budget: int = 10) -> tuple[Scheduler, FakeExecutor]:
+    s = Scheduler(HOST, slots, lost_timeout_s=60.0, revive_every_s=5.0)
+    for name, machine in devices:
+        s.add(DeviceState(name, machine, budget))
+    return s, FakeExecutor(s)
+
+
+def kinds(actions: list[Action]) -> list[tuple[str, str, int]]:
+    return [(a.kind, a.ticket.device, a.ticket.number) for a in actions]
+
+
+def test_lifecycle_rejects_illegal_moves_and_times_each_phase() -> None:
+    t = Ticket("d", 0, config(), "k")
+    t.start(0.0)
+    t.move(Phase.CONVERTING, 1.0)
+    t.move(Phase.READY, 4.0)
+    with pytest.raises(IllegalTransition):
+        t.move(Phase.CONVERTING, 5.0)
+    t.move(Phase.MEASURING, 6.0)
+    t.move(Phase.TOLD, 9.0)
+    assert t.phase.terminal
+    assert t.durations() == {"proposed": 1.0, "converting": 3.0, "ready": 2.0, "measuring": 3.0}
+    with pytest.raises(IllegalTransition):
+        t.move(Phase.FAILED, 10.0)
+
+
+def test_isolation_nothing_runs_beside_a_measurement_on_its_machine() -> None:
+    _s, ex = scheduler(("host", HOST), ("board", "rpi"))
+    a = ex.propose("host", config(1), 0.0)
+    b = ex.propose("host", config(2), 0.0)
+    assert kinds(ex.step(0.0)) == [("convert", "host", a.number)]  # one conversion slot
+    ex.convert_done(a, 1.0)
+    # the host measures a; meanwhile nothing may convert on the host machine
+    assert kinds(ex.step(1.0)) == [("measure", "host", a.number)]
+    assert ex.step(1.5) == [] and b.phase is Phase.PROPOSED
+    # conversions run on the host machine, so the board's next artifact waits too
+    c = ex.propose("board", config(3), 1.5)
+    assert ex.step(1.6) == [] and c.phase is Phase.PROPOSED
+    ex.told(a, record(a), 2.0)
+    assert kinds(ex.step(2.0)) == [("convert", "host", b.number)]
+    ex.convert_done(b, 3.0)
+    assert kinds(ex.step(3.0)) == [("measure", "host", b.number)]
+
+
+def test_isolation_a_remote_device_measures_while_the_host_converts() -> None:
+    _s, ex = scheduler(("host", HOST), ("board", "rpi"), slots=1)
+    board = ex.propose("board", config(1), 0.0)
+    ex.step(0.0)
+    ex.convert_done(board, 1.0)
+    other = ex.propose("board", config(2), 1.0)
+    actions = kinds(ex.step(1.0))
+    assert ("measure", "board", board.number) in actions and ("convert", "board", other.number) in actions
+
+
+def test_isolation_two_devices_on_one_machine_never_measure_together() -> None:
+    _s, ex = scheduler(("a", "box"), ("b", "box"))
+    ta, tb = ex.propose("a", config(1), 0.0), ex.propose("b", config(2), 0.0)
+    ex.scheduler.converter_slots = 2
+    ex.step(0.0)
+    ex.convert_done(ta, 1.0)
+    ex.convert_done(tb, 1.0)
+    first = kinds(ex.step(1.0))
+    assert len([k for k in first if k[0] == "measure"]) == 1
+
+
+def test_duplicate_reuse_measured_configuration_and_twin_in_flight() -> None:
+    s, ex = scheduler(("host", HOST))
+    a = ex.propose("host", config(), 0.0)
+    twin = Ticket("host", 99, config(), a.key)
+    assert s.admit(twin, 0.0) == (Admission.TWIN, None) and twin.phase is Phase.TWIN
+    ex.step(0.0)
+    ex.convert_done(a, 1.0)
+    ex.step(1.0)
+    settlement = s.settle(a, record(a), 2.0)
+    assert settlement.reuse and settlement.reuse[0][0] is twin  # the twin reuses a's measurement
+    s.told(a, record(a), 2.0)
+    again = Ticket("host", 100, config(), a.key)
+    admission, earlier = s.admit(again, 3.0)
+    assert admission is Admission.REUSE and earlier is not None and earlier.number == a.number
+
+
+def test_duplicate_reuse_byte_identical_artifact_is_not_measured_again() -> None:
+    _s, ex = scheduler(("host", HOST))
+    a = ex.propose("host", config(), 0.0)
+    ex.step(0.0)
+    ex.convert_done(a, 1.0, sha="same-bytes")
+    ex.step(1.0)
+    rec = dataclasses.replace(record(a), tags={"artifact_sha256": "same-bytes"})
+    ex.told(a, rec, 2.0)
+    b = ex.propose("host", config(mode=QuantMode.FP16), 2.0)  # another configuration ...
+    ex.step(2.0)
+    ex.convert_done(b, 3.0, sha="same-bytes")  # ... whose artifact has the same bytes, run the same way
+    assert kinds(ex.step(3.0)) == [("reuse", "host", b.number)]
+
+
+def test_a_failed_twin_original_lets_the_twin_run_alone() -> None:
+    s, ex = scheduler(("host", HOST))
+    a = ex.propose("host", config(), 0.0)
+    twin = ex.propose("host", config(), 0.0)
+    out = s.failed(a, record(a, TrialStatus.FAILED), 1.0)
+    assert out.alone == [twin] and twin.phase is Phase.PROPOSED and twin.twin_of is None
+
+
+def test_repeats_do_not_spend_the_budget_and_a_finite_space_is_exhausted() -> None:
+    s, ex = scheduler(("host", HOST), budget=3)
+    s.devices["host"].space_size = 2
+    a = ex.propose("host", config(1), 0.0)
+    ex.told(a, record(a), 1.0)
+    repeat = ex.propose("host", config(1), 1.0)
+    ex.told(repeat, dataclasses.replace(record(repeat), status=TrialStatus.REUSED), 1.0)
+    d = s.devices["host"]
+    assert (d.counted, d.reused) == (1, 1) and s.wanted("host", 1.0) == 2
+    b = ex.propose("host", config(2), 1.0)
+    ex.told(b, record(b), 2.0)
+    assert s.wanted("host", 2.0) == 0 and d.exhausted and s.finished(2.0)
+
+
+def test_held_baseline_results_wait_for_the_baseline_then_are_told() -> None:
+    s, ex = scheduler(("host", HOST))
+    base = ex.propose("host", config(1), 0.0, role=Role.BASELINE)
+    fast = ex.propose("host", config(2), 0.0)
+    out = s.settle(fast, record(fast), 1.0)
+    assert out.tell == [] and fast.phase is Phase.HELD
+    assert s.wanted("host", 1.0) == 3 - 1  # held trials are no longer in flight
+    out = s.settle(base, record(base), 2.0)
+    assert out.tell == [base, fast]  # the baseline first, so the others are judged against it
+    assert s.devices["host"].baseline is not None
+
+
+def test_held_trials_are_released_when_the_baseline_fails() -> None:
+    s, ex = scheduler(("host", HOST))
+    base = ex.propose("host", config(1), 0.0, role=Role.BASELINE)
+    fast = ex.propose("host", config(2), 0.0)
+    s.settle(fast, record(fast), 1.0)
+    out = s.failed(base, record(base, TrialStatus.FAILED), 2.0)
+    assert out.tell == [fast]
+
+
+def test_hang_watchdog_reports_a_silent_measurement_once() -> None:
+    s, ex = scheduler(("host", HOST))
+    a = ex.propose("host", config(), 0.0)
+    ex.step(0.0)
+    ex.convert_done(a, 1.0)
+    ex.step(1.0)
+    assert s.hung(now=50.0, limit_s=60.0) == []
+    assert s.hung(now=62.0, limit_s=60.0) == [a] and a.hung
+    assert s.hung(now=100.0, limit_s=60.0) == []
+
+
+def test_lost_device_is_revived_on_schedule_and_waited_for() -> None:
+    s, ex = scheduler(("host", HOST), ("board", "rpi"), budget=2)
+    t = ex.propose("board", config(), 0.0)
+    ex.step(0.0)
+    ex.convert_done(t, 1.0)
+    ex.step(1.0)
+    s.requeue(t, 10.0, lost=True)
+    assert s.devices["board"].lost and s.wanted("board", 10.0) == 0
+    assert s.revivals(11.0) == [] and s.revivals(12.0) == ["board"] and s.revivals(13.0) == []
+    assert s.revivals(17.0) == ["board"]
+    s.devices["host"].budget = 0
+    assert not s.finished(20.0)  # within lost_timeout_s of losing it
+    assert s.finished(71.0)  # given up: its study resumes on the next run
+    s.revived("board")
+    assert not s.devices["board"].lost and s.wanted("board", 72.0) == 2
+
+
+def test_requeued_baseline_goes_back_to_waiting() -> None:
+    s, ex = scheduler(("host", HOST))
+    base = ex.propose("host", config(), 0.0, role=Role.BASELINE)
+    s.requeue(base, 1.0)
+    assert base.phase is Phase.REQUEUED and s.devices["host"].baseline_waiting
+    other = ex.propose("host", config(2), 1.0)
+    assert s.settle(other, record(other), 2.0).tell == []  # held: the baseline will be measured
