@@ -14,6 +14,7 @@ orders are few, and TPE models them as plain categories.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,12 +118,28 @@ def device_space(spec: SweepSpec, device: str, available: Mapping[str, tuple[str
             delegates=info.delegates,
         )
     if not choices:
-        raise SpecError(
-            "space.runtime",
-            f"device {device!r} offers none of {', '.join(s.runtimes)} (it has: {', '.join(available) or 'nothing'})",
-        )
+        raise SpecError("space.runtime", _unservable(spec, device, available))
     threads = tuple(t for t in s.threads if t <= max(cores, 1)) or (min(s.threads),)
     return DeviceSpace(device=device, runtimes=tuple(choices), choices=choices, threads=threads)
+
+
+def _unservable(spec: SweepSpec, device: str, available: Mapping[str, tuple[str, ...]]) -> str:
+    """Why ``device`` can serve none of the sweep's runtimes, and what to write instead."""
+    reasons = []
+    for name in spec.space.runtimes:
+        if name not in available:
+            reasons.append(f"{name} does not load there")
+            continue
+        wanted = spec.space.backends.get(name)
+        order = ", ".join(wanted or runtimes.get(name).default_backends)
+        offered = ", ".join(available[name])
+        reasons.append(
+            f"{name} offers {offered} there, none of which its order ({order}"
+            + ("" if wanted else ", the default")
+            + f") names: write space.backends: {{{name}: [{offered}]}}"
+        )
+    has = ", ".join(f"{rt} ({', '.join(b)})" for rt, b in available.items()) or "nothing"
+    return f"device {device!r} can run none of the sweep's runtimes: {'; '.join(reasons)} (it has: {has})"
 
 
 def _pick(trial: optuna.Trial, name: str, options: tuple[Any, ...]) -> Any:
@@ -247,3 +264,46 @@ def baseline_configs(space: DeviceSpace) -> list[DeploymentConfig]:
             quant = QuantConfig(next(m for m in space.choices[rt].modes if m in info.modes_for(backends)))
         configs.append(DeploymentConfig(rt, backends, quant, PartitionLimits(), threads))
     return configs
+
+
+class _PathTrial:
+    """Stands in for an Optuna trial: answers each ``suggest_*`` call with the choice the
+    current path names, and records how many choices each call had."""
+
+    def __init__(self, path: list[int]) -> None:
+        self.path = path
+        self.widths: list[int] = []
+
+    def _choose(self, count: int) -> int:
+        i = len(self.widths)
+        self.widths.append(count)
+        return self.path[i] if i < len(self.path) else 0
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        return choices[self._choose(len(choices))]
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        return low + self._choose(high - low + 1)
+
+
+def space_size(space: DeviceSpace, limit: int = 20_000) -> int | None:
+    """How many distinct configurations ``space`` holds (``None``: more than ``limit``).
+
+    Walks every path through :func:`suggest` (its choices depend on earlier ones), so
+    combinations that :func:`suggest` maps to one configuration are counted once.
+    """
+    digests: set[str] = set()
+    path: list[int] = []
+    for _ in range(limit * 4):
+        trial = _PathTrial(path)
+        with contextlib.suppress(SpecError):  # an invalid combination is no configuration
+            digests.add(suggest(trial, space).digest())  # type: ignore[arg-type]
+        if len(digests) > limit:
+            return None
+        path = [trial.path[i] if i < len(trial.path) else 0 for i in range(len(trial.widths))]
+        while path and path[-1] + 1 >= trial.widths[len(path) - 1]:  # odometer: carry
+            path.pop()
+        if not path:
+            return len(digests)
+        path[-1] += 1
+    return None

@@ -41,6 +41,7 @@ __all__ = ["BackgroundTracker", "MlflowTracker", "NullTracker", "Tracker", "abso
 _log = logging.getLogger(__name__)
 
 _SWEEP, _DEVICE, _KIND, _TRIAL = "nnsweep.sweep", "nnsweep.device", "nnsweep.kind", "nnsweep.trial"
+_SWEEP_ID = "nnsweep.sweep_id"  # one generation of a sweep (its studies' id): --fresh starts a new one
 # MLflow 3.17's limits (mlflow.utils.validation): tag/param value lengths, params + tags per log_batch.
 _TAG_LIMIT = 8000
 _PARAM_LIMIT = 6000
@@ -56,11 +57,16 @@ _END_STATUS = {
 class Tracker(Protocol):
     """Where the coordinator reports a sweep.
 
-    Call order per device: :meth:`open_device`; then per trial :meth:`start_trial`
-    (optional) and :meth:`finish_trial`; at the end :meth:`mark_front` and
-    :meth:`close_device`. :meth:`logged`, :meth:`trial_links` and
+    Call order: :meth:`bind` once; per device :meth:`open_device`; then per trial
+    :meth:`start_trial` (optional) and :meth:`finish_trial`; at the end :meth:`mark_front`
+    and :meth:`close_device`. :meth:`logged`, :meth:`trial_links` and
     :meth:`log_device_artifact` may be called any time after :meth:`open_device`.
     """
+
+    def bind(self, sweep_id: str) -> None:
+        """Record into this generation of the sweep (its studies' sweep id): a sweep started
+        again with ``--fresh`` gets new runs instead of reopening the old ones."""
+        ...
 
     def open_device(self, device: str, info: Mapping[str, str]) -> None:
         """Start (or resume) recording ``device``.
@@ -99,8 +105,9 @@ class Tracker(Protocol):
         """Stop recording ``device``; ``status`` is ``FINISHED``, ``FAILED`` or ``KILLED``."""
         ...
 
-    def logged(self, device: str) -> set[int]:
-        """Trials of ``device`` already recorded (the coordinator backfills the others)."""
+    def logged(self, device: str) -> dict[int, TrialStatus]:
+        """Trials of ``device`` whose record ended, with the status it ended with (the
+        coordinator logs again every trial whose study record says otherwise)."""
         ...
 
     def log_device_artifact(self, device: str, name: str, path: Path) -> None:
@@ -126,6 +133,9 @@ class Tracker(Protocol):
 class NullTracker:
     """Records nothing (``nnsweep run --no-tracking``)."""
 
+    def bind(self, sweep_id: str) -> None:
+        return None
+
     def open_device(self, device: str, info: Mapping[str, str]) -> None:
         return None
 
@@ -141,8 +151,8 @@ class NullTracker:
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         return None
 
-    def logged(self, device: str) -> set[int]:
-        return set()
+    def logged(self, device: str) -> dict[int, TrialStatus]:
+        return {}
 
     def log_device_artifact(self, device: str, name: str, path: Path) -> None:
         return None
@@ -196,6 +206,10 @@ class BackgroundTracker:
         """Wait until every call so far is written."""
         self._queue.join()
 
+    def bind(self, sweep_id: str) -> None:
+        self.flush()
+        self.inner.bind(sweep_id)
+
     def open_device(self, device: str, info: Mapping[str, str]) -> None:
         self.flush()
         self.inner.open_device(device, info)
@@ -214,7 +228,7 @@ class BackgroundTracker:
         self.flush()
         self.inner.close_device(device, status)
 
-    def logged(self, device: str) -> set[int]:
+    def logged(self, device: str) -> dict[int, TrialStatus]:
         self.flush()
         return self.inner.logged(device)
 
@@ -259,12 +273,14 @@ class MlflowTracker:
         self.uri = absolute_sqlite_uri(uri)
         self.experiment_name = experiment
         self.sweep = sweep
+        self.sweep_id = ""
         self._client: Any = None
         self._experiment_id: str | None = None
         self._parents: dict[str, str] = {}
         self._children: dict[tuple[str, int], str] = {}
         self._status: dict[tuple[str, int], str] = {}  # MLflow run status of each known child
         self._labels: dict[tuple[str, int], str] = {}  # config label of each known child
+        self._ended: dict[tuple[str, int], TrialStatus] = {}  # what each ended child recorded
 
     @property
     def client(self) -> Any:
@@ -333,16 +349,29 @@ class MlflowTracker:
             if not ps and not ts:
                 return
 
+    def bind(self, sweep_id: str) -> None:
+        """Find and create runs of this generation of the sweep only (tag ``nnsweep.sweep_id``)."""
+        if sweep_id != self.sweep_id:
+            self.sweep_id = sweep_id
+            for known in (self._parents, self._children, self._status, self._labels, self._ended):
+                known.clear()
+
     def _filter(self, device: str, kind: str) -> str:
-        # Names reach here validated by nnsweep.spec ([A-Za-z0-9_.-]): nothing to escape.
-        return f"tags.`{_SWEEP}` = '{self.sweep}' and tags.`{_DEVICE}` = '{device}' and tags.`{_KIND}` = '{kind}'"
+        # Names reach here validated by nnsweep.spec ([A-Za-z0-9_.-]) and sweep ids are hex: nothing to escape.
+        text = f"tags.`{_SWEEP}` = '{self.sweep}' and tags.`{_DEVICE}` = '{device}' and tags.`{_KIND}` = '{kind}'"
+        if self.sweep_id:
+            text += f" and tags.`{_SWEEP_ID}` = '{self.sweep_id}'"
+        return text
+
+    def _ids(self) -> dict[str, str]:
+        return {_SWEEP_ID: self.sweep_id} if self.sweep_id else {}
 
     def open_device(self, device: str, info: Mapping[str, str]) -> None:
         """Get or create the device's parent run (set RUNNING) and load its trials' run ids.
 
         Child runs left RUNNING by a sweep that was killed are terminated as ``KILLED``.
         """
-        tags = {_SWEEP: self.sweep, _DEVICE: device, _KIND: "device", "device": device}
+        tags = {_SWEEP: self.sweep, _DEVICE: device, _KIND: "device", "device": device, **self._ids()}
         tags.update({str(k): str(v) for k, v in info.items()})
         parents = self._search(self._filter(device, "device"))
         if parents:
@@ -389,6 +418,9 @@ class MlflowTracker:
                 self.client.set_terminated(run_id, status="KILLED")
                 status = "KILLED"
             self._status[key] = status
+            ended = _ended_as(status, child.data.tags.get("status", ""))
+            if ended is not None:
+                self._ended[key] = ended
 
     def _parent(self, device: str) -> str:
         if device not in self._parents:
@@ -406,6 +438,7 @@ class MlflowTracker:
             _DEVICE: device,
             _KIND: "trial",
             _TRIAL: str(number),
+            **self._ids(),
             "device": device,
             "runtime": config.runtime,
             "backends": ",".join(config.backends),
@@ -459,6 +492,7 @@ class MlflowTracker:
         status = _END_STATUS[record.status]
         self.client.set_terminated(run_id, status=status)
         self._status[(record.device, record.number)] = status
+        self._ended[(record.device, record.number)] = record.status
 
     def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
         """Tag the device's finished trial runs ``pareto`` and ``best`` (``true``/``false``);
@@ -480,9 +514,13 @@ class MlflowTracker:
         if parent is not None:
             self.client.set_terminated(parent, status=status)
 
-    def logged(self, device: str) -> set[int]:
-        """Trial numbers of the device whose runs have ended (known after :meth:`open_device`)."""
-        return {number for (dev, number), status in self._status.items() if dev == device and status != "RUNNING"}
+    def logged(self, device: str) -> dict[int, TrialStatus]:
+        """Trial number -> the status its run ended with (known after :meth:`open_device`).
+
+        A run ended ``KILLED`` counts as interrupted: a trial the study has as measured
+        is then logged again, with its metrics.
+        """
+        return {number: status for (dev, number), status in self._ended.items() if dev == device}
 
     def log_device_artifact(self, device: str, name: str, path: Path) -> None:
         """Attach a file or folder (the HTML report, a Pareto plot) to the device's parent run.
@@ -564,6 +602,13 @@ def artifact_location(uri: str, experiment: str) -> str | None:
         return None
     folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip(".") or "experiment"
     return (Path(db).parent / "mlartifacts" / folder).as_uri()
+
+
+def _ended_as(run_status: str, status_tag: str) -> TrialStatus | None:
+    """What an ended run recorded: its terminal MLflow status, and the status tag for FINISHED."""
+    if run_status == "FINISHED":
+        return TrialStatus(status_tag) if status_tag in (TrialStatus.OK, TrialStatus.REUSED) else None
+    return {"FAILED": TrialStatus.FAILED, "KILLED": TrialStatus.INTERRUPTED}.get(run_status)
 
 
 def _finite(metrics: Mapping[str, float]) -> dict[str, float]:

@@ -27,6 +27,9 @@ class RecordingTracker:
         self.closed: dict[str, str] = {}
         self.stop_after = stop_after
 
+    def bind(self, sweep_id: str) -> None:
+        assert sweep_id  # every study of a sweep carries its generation's id
+
     def open_device(self, device: str, info: dict) -> None:  # type: ignore[type-arg]
         assert "arch" in info
 
@@ -44,8 +47,8 @@ class RecordingTracker:
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         self.closed[device] = status
 
-    def logged(self, device: str) -> set[int]:
-        return {r.number for r in self.finished if r.device == device}
+    def logged(self, device: str) -> dict[int, TrialStatus]:
+        return {r.number: r.status for r in self.finished if r.device == device}
 
 
 def _spec(tmp_path: Path, trials: int, **space: object) -> object:
@@ -72,12 +75,15 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) -
 
 
 def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
-    spec = _spec(workdir, trials=5)
+    # 5 configurations: fp32, and static int8 x {per_tensor, per_channel} x {minmax, histogram}
+    spec = _spec(workdir, trials=4, granularity=["per_tensor", "per_channel"], calibration=["minmax", "histogram"])
     tracker = RecordingTracker()
     results = Sweep(spec, LocalExecutor(), tracker, workdir / "cache").run()  # type: ignore[arg-type]
     (host,) = results
-    assert len(host.records) == 5 and len(tracker.finished) == 5
+    assert len(tracker.finished) == len(host.records)
     statuses = Counter(r.status for r in host.records)
+    # the budget is spent on distinct configurations; repeats are told, but free
+    assert statuses[TrialStatus.OK] + statuses[TrialStatus.FAILED] == 4
     assert statuses[TrialStatus.OK] >= 2  # fp32 baseline and static int8 at least
     assert statuses[TrialStatus.FAILED] == 0
     for r in host.records:
@@ -95,8 +101,15 @@ def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type
     assert tracker.front["host"][1] == host.best.number and tracker.closed["host"] == "FINISHED"
 
 
+def test_a_finite_space_is_exhausted_not_repeated(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(workdir, trials=6)  # executorch fp32 and static int8: 2 configurations
+    results = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    measured = [r for r in results[0].records if r.status is TrialStatus.OK]
+    assert sorted(r.config.quant.mode.value for r in measured) == ["fp32", "static_int8"]
+
+
 def test_interrupted_sweep_resumes_to_exactly_the_budget(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
-    spec = _spec(workdir, trials=4)
+    spec = _spec(workdir, trials=4, granularity=["per_tensor", "per_channel"], calibration=["minmax", "histogram"])
     first = RecordingTracker(stop_after=2)
     with pytest.raises(KeyboardInterrupt):
         Sweep(spec, LocalExecutor(), first, workdir / "cache").run()  # type: ignore[arg-type]
@@ -109,7 +122,8 @@ def test_interrupted_sweep_resumes_to_exactly_the_budget(workdir: Path, digits) 
     second = RecordingTracker()
     results = Sweep(spec, LocalExecutor(), second, workdir / "cache").run()  # type: ignore[arg-type]
     records = results[0].records
-    counted = [r for r in records if r.status is not TrialStatus.INTERRUPTED]
+    # The budget counts configurations measured or failed; repeats of a measured one are free.
+    counted = [r for r in records if r.status in (TrialStatus.OK, TrialStatus.FAILED)]
     assert len(counted) == spec.budget.trials  # type: ignore[attr-defined]
     numbers = [r.number for r in records]
     assert len(numbers) == len(set(numbers))
@@ -139,4 +153,9 @@ def test_failed_conversion_fails_that_trial_and_the_sweep_goes_on(workdir: Path,
     failed = [r for r in records if r.status is TrialStatus.FAILED]
     assert failed and all("toolchain unavailable" in (r.reason or "") for r in failed)
     assert any(r.status is TrialStatus.OK for r in records)
-    assert len(records) == 4
+    # The space holds 2 configurations: each tried once, whatever the budget (4); a repeat of
+    # the failing one is told as failed at once, without converting again or spending budget.
+    tried = [r for r in records if r.reused_from is None]
+    assert sorted(r.status.value for r in tried) == ["failed", "ok"]
+    repeats = [r for r in records if r.reused_from is not None]
+    assert all(r.status is not TrialStatus.FAILED or "failed in trial" in (r.reason or "") for r in repeats)

@@ -137,7 +137,8 @@ def test_failed_interrupted_and_reused_trials(store: str) -> None:
     assert runs["1"].info.status == "KILLED" and runs["1"].data.tags["status"] == "interrupted"
     assert runs["2"].info.status == "FINISHED" and runs["2"].data.tags["reused_from"] == "0"
     assert runs["2"].data.params["config_digest"] == CFG.digest()
-    assert t.logged("host") == {0, 1, 2}
+    # what each run ended with, so a resume can tell which runs disagree with the study
+    assert t.logged("host") == {0: TrialStatus.FAILED, 1: TrialStatus.INTERRUPTED, 2: TrialStatus.REUSED}
 
 
 def test_resume_reuses_runs_and_kills_those_left_running(store: str) -> None:
@@ -155,7 +156,7 @@ def test_resume_reuses_runs_and_kills_those_left_running(store: str) -> None:
     assert after["parent"].info.run_id == before["parent"].info.run_id
     assert after["parent"].info.status == "RUNNING" and after["parent"].data.tags["cpu"] == "new"
     assert after["1"].info.status == "KILLED" and after["1"].data.tags["status"] == "interrupted"
-    assert second.logged("host") == {0, 1}
+    assert second.logged("host") == {0: TrialStatus.OK, 1: TrialStatus.INTERRUPTED}
 
     second.start_trial("host", 0, CFG)  # already there: no duplicate
     second.finish_trial(_ok(1))  # the same number again: the same run
@@ -172,7 +173,26 @@ def test_resume_reuses_runs_and_kills_those_left_running(store: str) -> None:
     }
     other = MlflowTracker(store, "exp", "another-sweep")  # same experiment, another sweep: its own runs
     other.open_device("host", {})
-    assert other.logged("host") == set() and len(_runs(store)) == 5
+    assert other.logged("host") == {} and len(_runs(store)) == 5
+
+
+def test_a_fresh_generation_of_a_sweep_gets_runs_of_its_own(store: str) -> None:
+    old = MlflowTracker(store, "exp", "sw")
+    old.bind("generation-1")
+    old.open_device("host", {})
+    old.finish_trial(_ok(0))
+    new = MlflowTracker(store, "exp", "sw")
+    new.bind("generation-2")  # `nnsweep run --fresh`: new studies, new sweep id
+    new.open_device("host", {})
+    assert new.logged("host") == {}
+    new.finish_trial(_ok(0))
+    runs = _runs(store)
+    assert len(runs) == 4  # a parent and a trial run per generation; the old ones are kept
+    assert {r.data.tags["nnsweep.sweep_id"] for r in runs} == {"generation-1", "generation-2"}
+    again = MlflowTracker(store, "exp", "sw")
+    again.bind("generation-1")
+    again.open_device("host", {})
+    assert again.logged("host") == {0: TrialStatus.OK}
 
 
 def test_mark_front_tags_finished_trials_and_the_parent(store: str) -> None:
@@ -233,7 +253,7 @@ def test_null_tracker_records_nothing(store: str, tmp_path: Path) -> None:
     t.finish_trial(_ok(0))
     t.mark_front("host", [0], 0)
     t.log_device_artifact("host", "report.html", tmp_path / "missing.html")
-    assert t.logged("host") == set() and t.trial_links("host") == {}
+    assert t.logged("host") == {} and t.trial_links("host") == {}
     t.close_device("host")
     assert list(tmp_path.iterdir()) == []
 
@@ -244,7 +264,7 @@ def test_background_tracker_writes_in_order_and_flushes(store: str) -> None:
     for n in range(3):
         t.start_trial("host", n, CFG)
         t.finish_trial(_ok(n))
-    assert t.logged("host") == {0, 1, 2}  # logged() waits for the queue
+    assert t.logged("host") == dict.fromkeys(range(3), TrialStatus.OK)  # logged() waits for the queue
     assert set(t.trial_links("host")) == {0, 1, 2}
     t.close_device("host")
     t.close()

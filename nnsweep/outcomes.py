@@ -1,0 +1,107 @@
+"""What a trial's result says: its record, and its judgement against the device's baseline.
+
+Pure functions from data to data (no study, no tracker), shared by the live
+coordinator and by resume, so a trial told from its record after a kill gets
+exactly the values it would have got live.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from nnsweep.config import DeploymentConfig
+from nnsweep.lifecycle import Ticket
+from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.spec import Objective
+
+__all__ = ["Judgement", "failed", "interrupted", "judge", "reused"]
+
+
+def failed(sweep: str, ticket: Ticket, reason: str) -> TrialRecord:
+    return TrialRecord(sweep, ticket.device, ticket.number, ticket.config, TrialStatus.FAILED, reason=reason)
+
+
+def interrupted(sweep: str, ticket: Ticket, reason: str) -> TrialRecord:
+    return TrialRecord(sweep, ticket.device, ticket.number, ticket.config, TrialStatus.INTERRUPTED, reason=reason)
+
+
+def reused(ticket: Ticket, earlier: TrialRecord) -> TrialRecord:
+    """``ticket``'s record when it repeats ``earlier``'s measurement (same configuration,
+    or a byte-identical artifact run the same way), or ``earlier``'s failure."""
+    if earlier.status is TrialStatus.FAILED:
+        reason = f"the same configuration failed in trial {earlier.number}: {earlier.reason}"
+        return dataclasses.replace(failed(earlier.sweep, ticket, reason), reused_from=earlier.number)
+    return TrialRecord(
+        sweep=earlier.sweep,
+        device=ticket.device,
+        number=ticket.number,
+        config=ticket.config,
+        status=TrialStatus.REUSED,
+        metrics={k: v for k, v in earlier.metrics.items() if not k.startswith("time_")},
+        partitions=dict(earlier.partitions),
+        reused_from=earlier.reused_from if earlier.reused_from is not None else earlier.number,
+        estimated=earlier.estimated,
+        emulated=earlier.emulated,
+        tags={k: v for k, v in earlier.tags.items() if k != "cache_hit"},
+    )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A record as told to the study: its values, its constraint, or why it cannot be told."""
+
+    record: TrialRecord
+    values: tuple[float, ...] | None
+    constraint: float | None
+
+
+def judge(
+    record: TrialRecord,
+    objectives: Sequence[Objective],
+    baseline: TrialRecord | None,
+    max_accuracy_drop: float | None,
+    eager_accuracy: float,
+    phases: Mapping[str, float] | None = None,
+) -> Judgement:
+    """Add speed-up and accuracy drop against the baseline, and the objective values.
+
+    Args:
+        record: a measured or reused record.
+        objectives: the sweep's objectives, in order.
+        baseline: the device's measured fp32 baseline (``None``: not measured; the
+            accuracy drop is then against ``eager_accuracy``, the fp32 model run eagerly).
+        max_accuracy_drop: the constraint (``None``: none).
+        eager_accuracy: the fp32 model's own accuracy on the evaluation split.
+        phases: seconds the trial spent in each lifecycle phase (logged as ``time_<phase>_s``).
+
+    Returns:
+        The judgement; ``values`` is ``None`` (and the record FAILED) when an objective was not measured.
+    """
+    metrics = dict(record.metrics)
+    metrics.update({f"time_{phase}_s": seconds for phase, seconds in (phases or {}).items()})
+    base = baseline.metrics if baseline is not None else {}
+    if base.get("latency_p50_ms") and metrics.get("latency_p50_ms"):
+        metrics["speedup_vs_fp32"] = base["latency_p50_ms"] / metrics["latency_p50_ms"]
+    constraint: float | None = None
+    feasible: bool | None = None
+    if max_accuracy_drop is not None and "accuracy" in metrics:
+        reference = base.get("accuracy", eager_accuracy)
+        metrics["accuracy_drop"] = reference - metrics["accuracy"]
+        constraint = metrics["accuracy_drop"] - max_accuracy_drop
+        feasible = constraint <= 1e-12
+    values = []
+    for obj in objectives:
+        value = metrics.get(obj.metric)
+        if value is None or not math.isfinite(value):
+            reason = f"objective {obj.metric} not measured"
+            bad = dataclasses.replace(record, status=TrialStatus.FAILED, reason=reason, metrics=metrics)
+            return Judgement(bad, None, None)
+        values.append(float(value))
+    return Judgement(dataclasses.replace(record, metrics=metrics, feasible=feasible), tuple(values), constraint)
+
+
+def with_config(record: TrialRecord, config: DeploymentConfig) -> TrialRecord:
+    return dataclasses.replace(record, config=config)

@@ -1,0 +1,133 @@
+"""Outcomes into records: a settled trial becomes a study tell and a tracker call.
+
+The :class:`Recorder` is the one place the coordinator writes results. For every
+outcome it writes the study first (the record of truth, in the kill-safe order of
+:mod:`nnsweep.studies`), then moves the ticket in the scheduler, then hands the
+record to the tracker (which a later run rebuilds from the study if it was lost).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nnsweep import outcomes, studies
+from nnsweep.lifecycle import Phase, Ticket
+from nnsweep.results import TrialRecord, TrialStatus
+
+if TYPE_CHECKING:
+    import optuna
+
+    from nnsweep.agents import Capabilities
+    from nnsweep.scheduler import Scheduler, Settlement
+    from nnsweep.space import DeviceSpace
+    from nnsweep.spec import SweepSpec
+    from nnsweep.tracking import Tracker
+
+__all__ = ["DeviceRun", "Recorder"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeviceRun:
+    """A device as the coordinator holds it: what it has, its space, its study, and the
+    live Optuna trial behind each of its tickets."""
+
+    caps: Capabilities
+    space: DeviceSpace
+    study: optuna.Study
+    trials: dict[Ticket, optuna.Trial] = field(default_factory=dict)
+
+
+class Recorder:
+    """Writes each outcome to the study, the scheduler and the tracker, in that order.
+
+    Args:
+        spec: the sweep.
+        scheduler: the sweep's scheduler (told about every outcome).
+        tracker: where trials are logged.
+        devices: device name -> its run.
+        eager_accuracy: the fp32 model's own accuracy (the reference when no baseline was measured).
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        scheduler: Scheduler,
+        tracker: Tracker,
+        devices: dict[str, DeviceRun],
+        eager_accuracy: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.spec, self.scheduler, self.tracker, self.devices = spec, scheduler, tracker, devices
+        self.eager_accuracy, self.clock = eager_accuracy, clock
+
+    def settle(self, ticket: Ticket, record: TrialRecord) -> None:
+        """A result is known (measured, or a repeat): tell it now or hold it."""
+        if record.status is TrialStatus.FAILED:  # a repeat of a configuration that failed
+            self.fail(ticket, record.reason or "", record)
+            return
+        self._apply(self.scheduler.settle(ticket, record, self.clock()))
+
+    def _apply(self, settlement: Settlement) -> None:
+        for ticket in settlement.tell:
+            self.tell(ticket)
+        for twin, earlier in settlement.reuse:
+            self.settle(twin, outcomes.reused(twin, earlier))
+
+    def tell(self, ticket: Ticket) -> None:
+        """Judge a settled ticket against the baseline and tell it to its study."""
+        dev = self.devices[ticket.device]
+        assert ticket.outcome is not None  # set by Scheduler.settle
+        judged = outcomes.judge(
+            ticket.outcome,
+            self.spec.objectives,
+            self.scheduler.devices[ticket.device].baseline,
+            self.spec.max_accuracy_drop,
+            self.eager_accuracy,
+            ticket.durations(),
+        )
+        trial = dev.trials.pop(ticket)
+        if judged.values is None:
+            studies.tell_failure(dev.study, trial, judged.record, judged.record.reason or "")
+        else:
+            studies.tell_record(dev.study, trial, judged.record, judged.values, judged.constraint)
+        self.scheduler.told(ticket, judged.record, self.clock())
+        self.tracker.finish_trial(judged.record)
+
+    def fail(self, ticket: Ticket, reason: str, record: TrialRecord | None = None) -> None:
+        """This trial failed (its conversion, benchmark or evaluation): the sweep goes on."""
+        dev = self.devices[ticket.device]
+        record = record or outcomes.failed(self.spec.name, ticket, reason)
+        studies.tell_failure(dev.study, dev.trials.pop(ticket), record, reason)
+        settlement = self.scheduler.failed(ticket, record, self.clock())
+        self.tracker.finish_trial(record)
+        log.info("%s trial %d failed: %s", ticket.device, ticket.number, reason)
+        self._apply(settlement)
+
+    def requeue(self, ticket: Ticket, reason: str, *, lost: bool = False) -> None:
+        """Not a measurement (interrupted, or the device's agent was lost): run it again later."""
+        dev = self.devices[ticket.device]
+        studies.requeue(dev.study, dev.trials.pop(ticket), ticket.role)
+        self.scheduler.requeue(ticket, self.clock(), lost=lost)
+        self.tracker.finish_trial(outcomes.interrupted(self.spec.name, ticket, reason))
+        if lost:
+            log.warning("%s lost (%s); trial %d requeued", ticket.device, reason, ticket.number)
+
+    def invalid(self, device: str, trial: optuna.Trial, reason: str) -> None:
+        """A sampled combination no configuration can express: fail it without a record."""
+        studies.tell_failure(self.devices[device].study, trial, None, reason)
+        self.scheduler.devices[device].counted += 1  # it spent an ask of the budget
+        log.warning("%s trial %d: %s", device, trial.number, reason)
+
+    def wind_down(self, device: str, reason: str) -> None:
+        """Tell what is held (measured: kept, even without the baseline), requeue the rest."""
+        state = self.scheduler.devices[device]
+        for ticket in list(state.live(Phase.HELD)):
+            self.tell(ticket)
+        for ticket in list(state.tickets):
+            self.requeue(ticket, reason)

@@ -1,0 +1,138 @@
+"""Opening a sweep: refuse before anything is written, then open or resume each device.
+
+:func:`check` runs everything that may refuse the sweep — the fingerprint against
+the studies an earlier run left, the devices' capabilities against the spec's space —
+and writes nothing (no study, no tracking store). :func:`open_device` then creates or
+resumes the device's study: it settles what a killed run left
+(:func:`nnsweep.studies.finish_interrupted`), seeds the default deployments once,
+rebuilds the scheduler's view from the study's records, and logs again every trial
+the tracker does not have as the study does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from nnsweep import studies
+from nnsweep.lifecycle import Role
+from nnsweep.recorder import DeviceRun
+from nnsweep.scheduler import DeviceState, Scheduler, reuse_key
+from nnsweep.space import DeviceSpace, baseline_configs, device_space, params_for, space_size
+from nnsweep.state import check_fingerprint
+
+if TYPE_CHECKING:
+    from nnsweep.agents import Capabilities
+    from nnsweep.execution import Executor
+    from nnsweep.spec import SweepSpec
+    from nnsweep.tracking import Tracker
+
+__all__ = ["Plan", "check", "open_device", "open_devices"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`check` found: each device's capabilities and space, and the sweep's
+    id (``None``: a new sweep, whose first study makes one)."""
+
+    devices: Mapping[str, tuple[Capabilities, DeviceSpace]]
+    sweep_id: str | None
+
+
+def check(spec: SweepSpec, executor: Executor, fingerprint: Mapping[str, str], *, fresh: bool) -> Plan:
+    """Refuse the sweep now, or say how to open it.
+
+    Raises:
+        SweepChanged: the studies were made for another model or spec (exit 2).
+        SpecError: a device can serve none of the spec's space (exit 2).
+    """
+    if fresh:
+        for name in studies.delete_studies(spec):
+            log.warning("deleted study %s (--fresh)", name)
+    sweep_id = None
+    for name in studies.existing_studies(spec):
+        study = studies.open_study(spec, name.split("/", 1)[1], create=False)
+        check_fingerprint(spec.name, studies.fingerprint_of(study), fingerprint)
+        sweep_id = sweep_id or studies.sweep_id_of(study)
+    executor.start(spec.devices)
+    devices = {}
+    for name in spec.devices:
+        caps = executor.capabilities(name)
+        devices[name] = (caps, device_space(spec, name, caps.runtimes, caps.cores))
+    return Plan(devices, sweep_id)
+
+
+def open_devices(
+    spec: SweepSpec,
+    plan: Plan,
+    fingerprint: Mapping[str, str],
+    scheduler: Scheduler,
+    tracker: Tracker,
+    model_digest: str,
+    depth: int,
+    now: float,
+) -> dict[str, DeviceRun]:
+    """:func:`open_device` for every device of the spec, all under one sweep id."""
+    devices = {}
+    for name in spec.devices:
+        devices[name], sweep_id = open_device(
+            spec, name, plan, fingerprint, scheduler, tracker, model_digest=model_digest, depth=depth, now=now
+        )
+        plan = Plan(plan.devices, sweep_id)
+    return devices
+
+
+def open_device(
+    spec: SweepSpec,
+    name: str,
+    plan: Plan,
+    fingerprint: Mapping[str, str],
+    scheduler: Scheduler,
+    tracker: Tracker,
+    *,
+    model_digest: str,
+    depth: int,
+    now: float,
+) -> tuple[DeviceRun, str]:
+    """Create or resume the device's study and rebuild the scheduler's and the tracker's view
+    of it. Returns the device's run and the sweep's id."""
+    from optuna.trial import TrialState
+
+    caps, space = plan.devices[name]
+    study = studies.open_study(spec, name)
+    sweep_id = plan.sweep_id or studies.sweep_id_of(study)
+    if studies.fingerprint_of(study) is None:
+        sweep_id = studies.stamp(study, fingerprint, sweep_id)
+    assert sweep_id is not None  # stamped on every study this version creates
+    tracker.bind(sweep_id)
+    tracker.open_device(name, caps.tags())
+    for number in studies.finish_interrupted(study, [o.metric for o in spec.objectives]):
+        log.info("%s: trial %d was interrupted; requeued", name, number)
+    seeded = studies.seeded(study)
+    for i, config in enumerate(baseline_configs(space)):
+        if i not in seeded:
+            role = Role.BASELINE if i == 0 and config.quant.mode.value == "fp32" else Role.DEFAULT
+            studies.enqueue(study, params_for(config, space), role, seed=i)
+    size = space_size(space)
+    log.info("%s: %s configurations in its space", name, size if size is not None else "unbounded")
+    deadline = None if spec.budget.timeout_s is None else now + spec.budget.timeout_s
+    state = DeviceState(name, caps.machine, spec.budget.trials, depth, deadline, size)
+    scheduler.add(state)
+    logged = tracker.logged(name)
+    for t in study.get_trials(deepcopy=False):
+        role = studies.role_of(t)
+        if t.state is TrialState.WAITING and role is Role.BASELINE:
+            state.baseline_waiting = True
+        record = studies.record_of(t)
+        if record is None or not t.state.is_finished():
+            continue
+        if record.status.measured and t.state is not TrialState.COMPLETE:
+            continue  # measured, but never told: not a result (as in studies.study_records)
+        scheduler.restore(name, record, reuse_key(model_digest, record.config), role)
+        if logged.get(t.number) != record.status:
+            tracker.finish_trial(record)  # the study is the record of truth: backfill the tracker
+    return DeviceRun(caps, space, study), sweep_id

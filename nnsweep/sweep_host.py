@@ -1,0 +1,172 @@
+"""What the coordinator does on its own host: the model, its fp32 reference, the
+artifact cache, and turning a device's reply into a trial record.
+
+Kept apart from :class:`~nnsweep.sweep.Sweep` so the loop stays a loop; everything
+here touches torch or the disk and runs on the coordinator's host (or, for
+:meth:`HostSide.outputs`, on its evaluation thread).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from nnsweep import runtimes
+from nnsweep.agents import MeasureReply, MeasureRequest
+from nnsweep.bench import MeasureSettings
+from nnsweep.config import DeploymentConfig
+from nnsweep.execution import ModelSource
+from nnsweep.lifecycle import Ticket
+from nnsweep.results import TrialRecord, TrialStatus, metrics_from_result
+
+if TYPE_CHECKING:
+    from nnsweep.artifacts import Artifact, ArtifactCache
+    from nnsweep.models import ModelBundle
+
+__all__ = ["HostSide", "host_twin"]
+
+
+def host_twin(config: DeploymentConfig) -> DeploymentConfig | None:
+    """What runs on the host for ``config``'s outputs: ``None`` for its own artifact; for a
+    whole-model backend only the device has (NNAPI), the config without it, on CPU kernels."""
+    info = runtimes.get(config.runtime)
+    if not (config.backends[:1] and config.backends[0] in info.whole_model):
+        return None
+    rest = config.backends[1:] or (info.default_backends[-1:] if config.quant.mode.is_int8 else ())
+    return dataclasses.replace(config, backends=rest)
+
+
+class HostSide:
+    """The sweep's model and artifacts as the coordinator's host holds them.
+
+    Args:
+        source: how the model is loaded (the same reference the workers load).
+        settings: the sweep's measure settings.
+    """
+
+    def __init__(self, source: ModelSource, settings: MeasureSettings) -> None:
+        self.source = source
+        self.settings = settings
+        self._bundle: ModelBundle | None = None
+        self._reference: Any = None
+        self._artifacts: dict[str, Artifact] = {}  # config digest -> artifact
+        self.eager_accuracy = 1.0
+        self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def bundle(self) -> ModelBundle:
+        assert self._bundle is not None, "load() first"
+        return self._bundle
+
+    def _cache(self) -> ArtifactCache:
+        from nnsweep.artifacts import ArtifactCache
+
+        return ArtifactCache(self.source.cache_root)
+
+    def load(self) -> None:
+        """Load the model and compute its fp32 reference outputs and accuracy."""
+        from nnsweep import deploy
+        from nnsweep.bench import evaluate
+        from nnsweep.models import load_model
+
+        self._bundle = load_model(
+            self.source.ref,
+            cache_dir=self._cache().models_dir,
+            weights=self.source.weights,
+            input_shape=self.source.input_shape,
+        )
+        self._reference = deploy.reference_outputs(self._bundle)
+        labels = self._bundle.dataset.evaluation.labels
+        # Without labels, accuracy is top-1 agreement with fp32, which fp32 itself meets fully.
+        if labels is not None:
+            accuracy = evaluate(self._reference, self._reference, labels).accuracy
+            self.eager_accuracy = 1.0 if accuracy is None else float(accuracy)
+
+    def cached(self, config: DeploymentConfig) -> Artifact | None:
+        """The artifact if this machine's cache holds it already (then no worker is needed)."""
+        from nnsweep import deploy
+
+        artifact = deploy.cached(self.bundle, config, self._cache())
+        if artifact is not None:
+            self.remember(artifact)
+        return artifact
+
+    def remember(self, artifact: Artifact) -> None:
+        self._artifacts[artifact.config.digest()] = artifact
+
+    def measure_request(self, config: DeploymentConfig) -> MeasureRequest:
+        a = self._artifacts[config.digest()]
+        return MeasureRequest(
+            runtime=a.config.runtime,
+            artifact_name=a.path.name,
+            artifact_bytes=a.path.read_bytes(),
+            io=a.io,
+            threads=a.config.threads,
+            backends=a.config.backends,
+            inputs=self.bundle.dataset.evaluation.inputs,
+            settings=self.settings,
+            sidecars={name: path.read_bytes() for name, (path, _) in a.sidecars.items()},
+            estimates=dict(a.estimates),
+        )
+
+    def submit_outputs(self, config: DeploymentConfig) -> Future[Any]:
+        """:meth:`outputs` on this host's evaluation thread."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="nnsweep-evaluate")
+        return self._pool.submit(self.outputs, config)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def outputs(self, config: DeploymentConfig) -> Any:
+        """Run ``config``'s artifact once per evaluation input on this host, for its outputs only
+        (a whole-model backend only the device has runs as its :func:`host_twin`)."""
+        from nnsweep import deploy
+
+        a = self._artifacts[config.digest()]
+        twin = host_twin(a.config)
+        if twin is not None:
+            a, _ = deploy.convert(self.bundle, twin, self._cache())
+        settings = MeasureSettings(warmup=0, iters=1, timeout_s=self.settings.timeout_s)
+        _, outputs = deploy.run_artifact(a, self.bundle.dataset.evaluation.inputs, settings)
+        return outputs
+
+    def record(self, sweep: str, ticket: Ticket, reply: MeasureReply, *, on_host: bool) -> TrialRecord:
+        """The trial's record from the device's reply (outputs evaluated against fp32).
+
+        Raises:
+            TrialError: the outputs are unusable.
+        """
+        from nnsweep import deploy
+
+        a = self._artifacts[ticket.config.digest()]
+        assert reply.outputs is not None  # from the device, or from outputs() on this host
+        result = deploy.assemble(self.bundle, a, reply.timing, reply.outputs, self._reference, cache_hit=False)
+        data = result.to_dict()
+        metrics = metrics_from_result(data)
+        # A compiler's figures are logged under their own names, never as measurements.
+        metrics.update({f"estimate_{k}": float(v) for k, v in reply.estimates.items()})
+        source = "labels" if data["accuracy"] is not None else "fp32 agreement"
+        if on_host:
+            twin = host_twin(ticket.config)
+            what = "the same artifact"
+            if twin is not None:
+                what = f"the same configuration without {ticket.config.backends[0]}, on CPU kernels"
+            source += f" (outputs from a host run of {what})"
+        tags = {"artifact_sha256": a.sha256, "accuracy_source": source, "latency_source": reply.source}
+        return TrialRecord(
+            sweep=sweep,
+            device=ticket.device,
+            number=ticket.number,
+            config=ticket.config,
+            status=TrialStatus.OK,
+            metrics=metrics,
+            partitions=data["partitions"],
+            samples_ms=tuple(data["samples_ms"]),
+            estimated=reply.estimated,
+            emulated=reply.emulated,
+            tags=tags,
+        )
