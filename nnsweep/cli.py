@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nnsweep import runtimes
 from nnsweep.errors import NnsweepError, SpecError, TrialError
 
 __all__ = ["main"]
@@ -180,7 +181,7 @@ def _build_parser() -> _Parser:
     bench.add_argument("--weights", type=Path, help="state dict for a torchvision model (default: random weights)")
     bench.add_argument("--input-shape", type=_positive_shape, help="input shape for user models, e.g. 1,3,224,224")
     bench.add_argument("--config", type=Path, help="a configuration file (YAML or JSON, as `nnsweep best` prints)")
-    bench.add_argument("--runtime", help="executorch, onnxruntime, torch, litert or armnn (default: executorch)")
+    bench.add_argument("--runtime", help=f"{', '.join(runtimes.listed_names())} (default: executorch)")
     bench.add_argument("--backends", help="comma list in preference order, e.g. xnnpack,portable or CpuAcc,CpuRef")
     bench.add_argument("--quant", help="fp32, fp16, dynamic_int8, static_int8 or qat_int8 (default: fp32)")
     bench.add_argument("--granularity", help="per_tensor or per_channel (int8 modes; default per_channel)")

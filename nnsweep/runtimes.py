@@ -21,7 +21,7 @@ from nnsweep.errors import SpecError
 if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
 
-__all__ = ["ARMNN_BACKENDS", "ETHOS_U_TARGETS", "SYSTEM_PYTHON", "RuntimeInfo", "get", "load_object", "names"]
+__all__ = ["ARMNN_BACKENDS", "ETHOS_U_TARGETS", "SYSTEM_PYTHON", "RuntimeInfo", "get", "listed_names", "load_object", "names", "probe"]
 
 _ALL_GRANULARITIES = frozenset(Granularity)
 
@@ -46,6 +46,10 @@ class RuntimeInfo:
         python: the interpreter that runs the runner (``None``: the one running nnsweep);
             for a runtime installed outside the project's environment (PyArmNN).
         no_partitions: why partition limits do not apply, when :attr:`delegates` is false.
+        probe: ``"module:function"`` that tells which backends load on this machine: called
+            with a dict it may add version strings to, it returns the backends (fallback
+            included) or ``None`` when the runtime does not load. Empty: the runtime loads
+            wherever its runner's module imports, with all its backends.
     """
 
     name: str
@@ -63,6 +67,7 @@ class RuntimeInfo:
     artifact_suffix: str = ".bin"
     default_backends: tuple[str, ...] = field(default=())
     python: str | None = None
+    probe: str = ""
     no_partitions: str = "it does not delegate ops in partitions"
     whole_model: Mapping[str, Mapping[QuantMode, frozenset[Granularity]]] = field(default_factory=dict)
     """Backends that take the whole model when first in the order, each with the modes
@@ -172,6 +177,7 @@ _ETHOS_MODES = {QuantMode.STATIC_INT8: _I8, QuantMode.QAT_INT8: _I8}
 _BUILTIN: dict[str, RuntimeInfo] = {
     "executorch": RuntimeInfo(
         name="executorch",
+        probe="nnsweep.agents._probe:executorch_backends",
         backends=("xnnpack", *ETHOS_U_TARGETS, "portable"),
         fallback="portable",
         modes={
@@ -194,6 +200,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "onnxruntime": RuntimeInfo(
         name="onnxruntime",
+        probe="nnsweep.agents._probe:onnxruntime_backends",
         backends=("cpu", "xnnpack", "acl", "armnn", "nnapi", "openvino", "cuda"),
         fallback="cpu",
         modes={
@@ -217,6 +224,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "torch": RuntimeInfo(
         name="torch",
+        probe="nnsweep.agents._probe:torch_backends",
         backends=("x86", "fbgemm", "qnnpack", "onednn", "nnapi"),
         fallback=None,
         modes={
@@ -248,6 +256,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "litert": RuntimeInfo(
         name="litert",
+        probe="nnsweep.agents._probe:litert_backends",
         # The XNNPACK delegate, then LiteRT's builtin CPU kernels for what it does not take.
         backends=("xnnpack", "cpu"),
         fallback="cpu",
@@ -266,6 +275,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "armnn": RuntimeInfo(
         name="armnn",
+        probe="nnsweep.agents._probe:armnn_backends",
         backends=ARMNN_BACKENDS,
         fallback="CpuRef",
         # Arm NN 22's reference backend aborts the process (an assertion in
@@ -309,6 +319,12 @@ def names() -> tuple[str, ...]:
     return tuple(_load())
 
 
+def listed_names() -> tuple[str, ...]:
+    """Registered runtime names without importing any plug-in (for help texts)."""
+    plugins = (entry.name for entry in metadata.entry_points(group="nnsweep.runtimes"))
+    return tuple(dict.fromkeys((*_BUILTIN, *plugins)))
+
+
 def get(name: str) -> RuntimeInfo:
     """The capabilities of runtime ``name``.
 
@@ -319,6 +335,18 @@ def get(name: str) -> RuntimeInfo:
     if name not in registry:
         raise SpecError("runtime", f"unknown runtime {name!r}; allowed: {', '.join(registry)}")
     return registry[name]
+
+
+def probe(info: RuntimeInfo, versions: dict[str, str]) -> tuple[str, ...] | None:
+    """The backends of ``info`` that load on this machine (``None``: the runtime does not load here)."""
+    if info.probe:
+        found: tuple[str, ...] | None = load_object(info.probe)(versions)
+        return found
+    try:
+        importlib.import_module(info.runner.partition(":")[0])
+    except ImportError:
+        return None
+    return info.backends
 
 
 def load_object(reference: str) -> Any:

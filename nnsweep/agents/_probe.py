@@ -18,7 +18,14 @@ from importlib import metadata
 from nnsweep.agents._capabilities import Capabilities, runtimes_that_fit
 from nnsweep.agents._emulation import detect as detect_emulation
 
-__all__ = ["probe"]
+__all__ = [
+    "armnn_backends",
+    "executorch_backends",
+    "litert_backends",
+    "onnxruntime_backends",
+    "probe",
+    "torch_backends",
+]
 
 
 def _cpu_model() -> str:
@@ -43,7 +50,7 @@ def _memory_mb() -> int:
     return 0
 
 
-def _executorch() -> tuple[str, ...] | None:
+def executorch_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     try:
         from executorch.runtime import Runtime
     except ImportError:
@@ -53,7 +60,7 @@ def _executorch() -> tuple[str, ...] | None:
     return (*(name for rid, name in names.items() if rid in registered), "portable")
 
 
-def _onnxruntime() -> tuple[str, ...] | None:
+def onnxruntime_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     try:
         import onnxruntime
 
@@ -66,7 +73,7 @@ def _onnxruntime() -> tuple[str, ...] | None:
     return (*found, "cpu")
 
 
-def _torch() -> tuple[str, ...] | None:
+def torch_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     try:
         import torch
     except ImportError:
@@ -75,7 +82,7 @@ def _torch() -> tuple[str, ...] | None:
     return tuple(e for e in ("x86", "fbgemm", "qnnpack", "onednn") if e in engines)
 
 
-def _litert() -> tuple[str, ...] | None:
+def litert_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     try:
         from ai_edge_litert.interpreter import Interpreter  # noqa: F401
     except ImportError:
@@ -84,7 +91,7 @@ def _litert() -> tuple[str, ...] | None:
     return ("xnnpack", "cpu")
 
 
-def _armnn(versions: dict[str, str]) -> tuple[str, ...] | None:
+def armnn_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     """Arm NN's backends here, asked of PyArmNN in the interpreter it is built for."""
     from nnsweep import runtimes
     from nnsweep.bench._foreign import python_command
@@ -105,20 +112,18 @@ def _armnn(versions: dict[str, str]) -> tuple[str, ...] | None:
 
 def probe(device: str, machine: str | None = None) -> Capabilities:
     """Capabilities of this machine as device ``device``."""
+    from nnsweep import runtimes
+
     found: dict[str, tuple[str, ...]] = {}
     versions: dict[str, str] = {}
-    checks = (
-        ("executorch", _executorch),
-        ("onnxruntime", _onnxruntime),
-        ("torch", _torch),
-        ("litert", _litert),
-        ("armnn", lambda: _armnn(versions)),
-    )
-    for name, check in checks:
-        backends = check()
+    packages = {"nnsweep", "ray"}
+    for name in runtimes.names():  # the registry is the one list of runtimes, plug-ins included
+        info = runtimes.get(name)
+        backends = runtimes.probe(info, versions)
         if backends:
             found[name] = backends
-    for package in ("nnsweep", "torch", "executorch", "onnxruntime", "ai-edge-litert", "litert-torch", "ray"):
+            packages.update(info.packages)
+    for package in sorted(packages):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -1,0 +1,149 @@
+"""A runtime from another package, registered through the ``nnsweep.runtimes`` entry point,
+is probed, searched and measured like a built-in one: the registry is the only list of runtimes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+PLUGIN = '''
+"""pt2: torch.export's ExportedProgram, saved with torch.export.save and run eagerly."""
+from pathlib import Path
+
+from nnsweep.bench import Runner
+from nnsweep.config import QuantMode
+from nnsweep.convert import ConversionResult, Converter, IOSpec, PartitionReport
+from nnsweep.runtimes import RuntimeInfo
+
+
+class Pt2Converter(Converter):
+    def convert(self, bundle, config, out_dir: Path) -> ConversionResult:
+        import torch
+
+        program = torch.export.export(bundle.module, (bundle.example_input,))
+        torch.export.save(program, str(out_dir / "model.pt2"))
+        nodes = sum(1 for n in program.graph.nodes if n.op == "call_function")
+        return ConversionResult("model.pt2", PartitionReport(config.backends, {"cpu": nodes}), IOSpec())
+
+
+class Pt2Runner(Runner):
+    def load(self) -> None:
+        import torch
+
+        self.module = torch.export.load(str(self.path)).module()
+
+    def prepare(self, x):
+        import torch
+
+        return torch.from_numpy(self.io.prepare_input(x))
+
+    def run(self, prepared):
+        import torch
+
+        with torch.no_grad():
+            return self.module(prepared)
+
+    def to_float(self, raw):
+        return raw.numpy()
+
+
+INFO = RuntimeInfo(
+    name="pt2",
+    backends=("cpu",),
+    fallback="cpu",
+    modes={QuantMode.FP32: frozenset()},
+    unsupported={},
+    full_interface=frozenset(),
+    calibrations=frozenset(),
+    delegates=False,
+    converter="nnsweep_pt2:Pt2Converter",
+    runner="nnsweep_pt2:Pt2Runner",
+    packages=("torch",),
+    artifact_suffix=".pt2",
+    default_backends=("cpu",),
+)
+'''
+
+PYPROJECT = """
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "nnsweep-pt2"
+version = "0.1.0"
+
+[project.entry-points."nnsweep.runtimes"]
+pt2 = "nnsweep_pt2:INFO"
+
+[tool.setuptools]
+py-modules = ["nnsweep_pt2"]
+"""
+
+
+@pytest.fixture
+def plugin_site(tmp_path: Path) -> Path:
+    """The plug-in, installed by pip from its own pyproject.toml into a folder of its own."""
+    src = tmp_path / "plugin"
+    src.mkdir()
+    (src / "pyproject.toml").write_text(PYPROJECT)
+    (src / "nnsweep_pt2.py").write_text(textwrap.dedent(PLUGIN))
+    site = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return site
+
+
+def test_a_plugin_runtime_is_probed_searched_and_measured(tmp_path: Path, plugin_site: Path, models_dir: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "sweep.yaml").write_text(
+        "name: plug\nmodel: digits\nspace: {runtime: [pt2]}\nbudget: {trials: 3}\nmeasure: {warmup: 1, iters: 20}\n"
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    env = dict(os.environ, PYTHONPATH=str(plugin_site), NNSWEEP_CACHE=str(cache))
+    nnsweep = [sys.executable, "-m", "nnsweep.cli"]
+
+    helped = subprocess.run([*nnsweep, "bench", "--help"], env=env, capture_output=True, text=True, check=True)
+    assert "pt2" in helped.stdout  # the CLI's help lists what the registry holds
+    devices = subprocess.run([*nnsweep, "devices", "--json"], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(devices.stdout)[0]["runtimes"]["pt2"] == ["cpu"]
+
+    run = subprocess.run(
+        [*nnsweep, "run", "sweep.yaml", "--executor", "local", "--no-tracking", "--json"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    (host,) = json.loads(run.stdout)
+    measured = [t for t in host["trials"] if t["status"] == "ok"]
+    assert [t["config"]["runtime"] for t in measured] == ["pt2"]  # its whole space: one configuration
+    assert measured[0]["metrics"]["accuracy"] > 0.9 and measured[0]["metrics"]["latency_p50_ms"] > 0
+    assert measured[0]["partitions"]["nodes_by_backend"]["cpu"] > 0
