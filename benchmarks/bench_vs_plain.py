@@ -134,8 +134,9 @@ def main() -> None:
         cache = Path(tmp) / "cache"
         bench = [python, "-m", "nnsweep.cli", "--cache-dir", str(cache), "bench", "--model", "digits"]
         bench += ["--runtime", "onnxruntime", "--quant", "fp32", "--iters", "200", "--json"]
-        _, _, out = _run(bench)  # fills the cache: model weights and the artifact
-        artifact = json.loads(out)["artifact"]
+        for env in reversed(envs.values()):  # fill the cache (each checkout's converter code keys its own)
+            _, _, out = _run(bench, env)
+        artifact = json.loads(out)["artifact"]  # this checkout's: the plain script runs the same file
         print(f"load average before: {_loadavg()}  (shared machine)")
 
         runs: dict[str, list[tuple[float, float]]] = {name: [] for name in [*envs, "plain script"]}
