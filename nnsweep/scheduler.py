@@ -152,7 +152,11 @@ class Scheduler:
             d.exhausted = True
             return 0
         in_flight = sum(1 for t in d.tickets if t.phase is not Phase.HELD)
-        return max(0, min(d.depth - in_flight, d.budget - d.counted - len(d.tickets)))
+        wanted = min(d.depth - in_flight, d.budget - d.counted - len(d.tickets))
+        if d.space_size is not None:  # never ask for more than the space has left untried
+            untried = d.space_size - len(d.measured) - len(d.failures) - len({t.key for t in d.tickets})
+            wanted = min(wanted, untried)
+        return max(0, wanted)
 
     def admit(self, ticket: Ticket, now: float) -> tuple[Admission, TrialRecord | None]:
         """Take a freshly asked trial: reuse a measurement, wait for a twin, or run it."""

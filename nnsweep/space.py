@@ -110,7 +110,7 @@ def device_space(spec: SweepSpec, device: str, available: Mapping[str, tuple[str
         choices[name] = RuntimeChoices(
             modes=tuple(modes),
             granularities=granularities or tuple(sorted(set().union(*int8), key=str)) or s.granularity,
-            calibrations=calibrations or (next(iter(info.calibrations)),),
+            calibrations=calibrations or tuple(sorted(info.calibrations))[:1],  # none: no static int8
             interfaces=tuple(i for i in s.interface if i is Interface.CORE or has_full) or (Interface.CORE,),
             orders=orders,
             max_partitions=s.max_delegated_partitions,

@@ -162,8 +162,9 @@ def test_repeats_do_not_spend_the_budget_and_a_finite_space_is_exhausted() -> No
     repeat = ex.propose("host", config(1), 1.0)
     ex.told(repeat, dataclasses.replace(record(repeat), status=TrialStatus.REUSED), 1.0)
     d = s.devices["host"]
-    assert (d.counted, d.reused) == (1, 1) and s.wanted("host", 1.0) == 2
+    assert (d.counted, d.reused) == (1, 1) and s.wanted("host", 1.0) == 1  # 1 configuration left untried
     b = ex.propose("host", config(2), 1.0)
+    assert s.wanted("host", 1.0) == 0  # the last one is in flight: nothing more to ask
     ex.told(b, record(b), 2.0)
     assert s.wanted("host", 2.0) == 0 and d.exhausted and s.finished(2.0)
 
