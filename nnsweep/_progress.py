@@ -166,6 +166,7 @@ class ProgressDisplay:
         self._progress: Any = None  # rich.progress.Progress, created on the first update
         self._tasks: dict[str, Any] = {}
         self._rerouted: list[tuple[logging.StreamHandler[Any], Any]] = []
+        self._closed = False
 
     # ------------------------------------------------------------------ public
     def update(self, devices: Sequence[DeviceSnapshot]) -> None:
@@ -185,8 +186,10 @@ class ProgressDisplay:
             self._write_lines(devices, now)
 
     def close(self) -> None:
-        """Stop the live display, leaving its last frame; idempotent."""
+        """Stop the live display, leaving its last frame (time per trial, no ETA: nothing is
+        pending once the sweep has ended or was interrupted); idempotent."""
         if self._progress is not None:
+            self._closed = True
             self._progress.stop()
             self._stop()
             self._progress = None
@@ -255,6 +258,8 @@ class ProgressDisplay:
         if pace is None:
             return ""
         per_trial = format_duration(pace.seconds_per_trial)
+        if self._closed:
+            return f"{per_trial}/trial"
         return f"{per_trial}/trial · ETA {format_duration(pace.eta(budget, self._clock()))}"
 
 
