@@ -276,25 +276,20 @@ def test_importing_the_report_module_does_not_import_plotly() -> None:
 @pytest.fixture
 def studied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The sample's host trials stored in an Optuna journal study, as the coordinator stores them."""
-    import optuna
-
-    from nnsweep.sweep import open_study
+    from nnsweep import studies
+    from nnsweep.lifecycle import Role
 
     monkeypatch.chdir(tmp_path)  # the spec's state (.nnsweep/) lives in the working directory
     spec = sample_spec()
-    study = open_study(spec, "host")
+    study = studies.open_study(spec, "host")
     for record in sample_devices()[0].records:
-        attrs: dict[str, Any] = {"record": record.to_dict(), "status": record.status.value}
-        if record.number == 0:
-            attrs["role"] = "baseline"
-        finished = record.status in (TrialStatus.OK, TrialStatus.REUSED)
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=optuna.trial.TrialState.COMPLETE if finished else optuna.trial.TrialState.FAIL,
-                values=[record.metrics["accuracy"], record.metrics["latency_p50_ms"]] if finished else None,
-                user_attrs=attrs,
-            )
-        )
+        studies.enqueue(study, {}, Role.BASELINE if record.number == 0 else Role.SEARCH)
+        trial = study.ask()
+        if record.status in (TrialStatus.OK, TrialStatus.REUSED):
+            values = [record.metrics["accuracy"], record.metrics["latency_p50_ms"]]
+            studies.tell_record(study, trial, record, values, None)
+        else:
+            studies.tell_failure(study, trial, record, record.reason or "failed")
     return spec
 
 
