@@ -14,7 +14,7 @@ STAMP := $(VENV)/.nnsweep-installed
 APT_PACKAGES ?= chromium python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22 postgresql
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: install system-deps quickstart test test-fast lint clean
+.PHONY: install system-deps quickstart test test-fast lint clean arm-sim arm-sim-build arm-sim-stop
 
 install: $(STAMP)
 
@@ -36,8 +36,22 @@ system-deps:
 quickstart: install
 	$(BIN)/nnsweep run sweeps/quickstart.yaml
 
-# Every test, including the slow, integration and Ray ones (this is what CI runs).
-test: install system-deps
+# An emulated aarch64 board (Debian arm64 under qemu-user, docs/arm-sim.md), cached in
+# /var/cache/nnsweep-arm-sim: `make arm-sim` builds it once (~25 min on a new 2-core
+# machine) and joins the head at ARM_SIM_HEAD as device arm64-sim; `make arm-sim-stop`.
+ARM_SIM_HEAD ?= 127.0.0.1:6379
+ARM_SIM := $(SUDO) env NNSWEEP_TOKEN_FILE=$(HOME)/.ray/auth_token bash device_agents/arm_sim.sh
+arm-sim:
+	$(ARM_SIM) start $(ARM_SIM_HEAD)
+arm-sim-stop:
+	$(ARM_SIM) stop
+# Builds or reuses the board for the `emulation` tests where that is possible (root on x86_64).
+arm-sim-build:
+	@if [ "$$(id -u)" = 0 ] && [ "$$(uname -m)" = x86_64 ]; then bash device_agents/arm_sim.sh build; \
+	else echo "arm-sim-build: skipped (needs root on x86_64); the emulation tests will skip"; fi
+
+# Every test, including the slow, integration, Ray and emulation ones (this is what CI runs).
+test: install system-deps arm-sim-build
 	$(BIN)/ruff check nnsweep dashboards tests benchmarks
 	$(BIN)/python -m pytest
 

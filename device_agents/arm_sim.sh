@@ -14,7 +14,7 @@
 #   arm_sim.sh run CMD...            run a command inside the root (mounts what it needs)
 #
 # Environment: NNSWEEP_ARM_SIM_DIR (default /var/cache/nnsweep-arm-sim; the root is its
-# `root` folder), NNSWEEP_ARM_SIM_DEVICE (default arm64-sim), NNSWEEP_ARM_SIM_CPUS (2),
+# `root` folder), NNSWEEP_ARM_SIM_DEVICE (default arm64-sim), NNSWEEP_ARM_SIM_CPUS (this host's cores),
 # NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT (52366), NNSWEEP_TOKEN_FILE (default ~/.ray/auth_token).
 set -euo pipefail
 
@@ -22,7 +22,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${NNSWEEP_ARM_SIM_DIR:-/var/cache/nnsweep-arm-sim}"
 root="$cache/root"
 device="${NNSWEEP_ARM_SIM_DEVICE:-arm64-sim}"
-cpus="${NNSWEEP_ARM_SIM_CPUS:-2}"
+cpus="${NNSWEEP_ARM_SIM_CPUS:-$(nproc)}"
 agent_port="${NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT:-52366}"
 token_file="${NNSWEEP_TOKEN_FILE:-$HOME/.ray/auth_token}"
 suite=bookworm
@@ -91,11 +91,17 @@ mount_root() {
     # Ray's object store lives in /dev/shm; a private tmpfs keeps the host's out of reach.
     mkdir -p "$root/dev/shm"
     is_mounted "$root/dev/shm" || mount -t tmpfs -o size=2g shm "$root/dev/shm"
+    # The host's measurement lock (nnsweep.bench._machine_lock): the board shares this
+    # machine's cores, so its measurements and the host's never overlap.
+    if [ -d /run/lock ]; then
+        mkdir -p "$root/run/lock"
+        is_mounted "$root/run/lock" || mount --bind /run/lock "$root/run/lock"
+    fi
 }
 
 umount_root() {
     local m
-    for m in dev/shm dev/pts dev proc; do
+    for m in run/lock dev/shm dev/pts dev proc; do
         if is_mounted "$root/$m"; then umount "$root/$m" || umount -l "$root/$m"; fi
     done
 }
@@ -112,7 +118,7 @@ build_root() {
     if [ -e "$cache/.root-built" ]; then return 0; fi
     mkdir -p "$cache"
     local tmp="$cache/root.partial"
-    umount_root_of() { local r=$1 m; for m in dev/shm dev/pts dev proc; do
+    umount_root_of() { local r=$1 m; for m in run/lock dev/shm dev/pts dev proc; do
         grep -q " $r/$m " /proc/mounts && umount -l "$r/$m"; done; true; }
     umount_root_of "$tmp"
     rm -rf "$tmp"
@@ -164,9 +170,9 @@ cmd_build() {
     copy_host_files
     write_cpu_tree
     install_agent
+    # Leave nothing mounted behind a build unless the board is running.
+    root_pids | grep -q . || umount_root
 }
-
-agent_running() { pgrep -f "^$root" >/dev/null 2>&1 || root_pids | grep -q .; }
 
 # Processes whose root directory is the board's root.
 root_pids() {
@@ -183,8 +189,7 @@ cmd_start() {
     cmd_build
     [ -f "$token_file" ] || die "no Ray token at $token_file (the head's ~/.ray/auth_token; set NNSWEEP_TOKEN_FILE)"
     if root_pids | grep -q .; then
-        log "already running (pids: $(root_pids | tr '\n' ' ')); stop it first"
-        return 0
+        die "already running (pids: $(root_pids | tr '\n' ' ')); \`$0 stop\` first"
     fi
     mount_root
     mkdir -p "$root/etc/nnsweep"
@@ -195,23 +200,24 @@ cmd_start() {
     log "joined $address as $device in $((SECONDS - t0)) s (emulated aarch64)"
 }
 
+# Not `ray stop`: the chroot shares the host's PID namespace, and `ray stop` (run inside
+# the root or not) kills every Ray process it can see, the head and other clusters
+# included. The board's processes are exactly those whose root is the board's root.
 cmd_stop() {
     need_root
-    if [ -x "$root$agent_bin/ray" ] && is_mounted "$root/proc"; then
-        in_root timeout 120 ray stop --force >/dev/null 2>&1 || true
-    fi
     local pids i
-    for i in 1 2 3 4 5 6 7 8 9 10; do
+    for i in $(seq 1 20); do
         pids=$(root_pids)
         [ -z "$pids" ] && break
         # shellcheck disable=SC2086
-        if [ "$i" -lt 5 ]; then kill -TERM $pids 2>/dev/null || true; else kill -KILL $pids 2>/dev/null || true; fi
+        if [ "$i" -le 10 ]; then kill -TERM $pids 2>/dev/null || true; else kill -KILL $pids 2>/dev/null || true; fi
         sleep 1
     done
     pids=$(root_pids)
     [ -z "$pids" ] || log "processes left in the root: $pids"
     umount_root
     rm -f "$root/etc/nnsweep/auth_token"
+    [ -z "$pids" ] && log "stopped: no process left in $root, nothing mounted"
     [ -z "$pids" ]
 }
 
