@@ -479,8 +479,14 @@ def _bench_summary(result: Any) -> str:
     sqnr = "inf (identical)" if f.sqnr_db == float("inf") else f"{f.sqnr_db:.1f} dB"
     lines.append(
         f"Fidelity vs fp32: top-1 agreement {f.top1_agreement * 100:.1f} %, max abs err {f.max_abs_err:.3g}, "
-        f"mean abs err {f.mean_abs_err:.3g}, SQNR {sqnr}"
+        f"mean abs err {f.mean_abs_err:.3g}, SQNR {sqnr}" + (" (worst of the outputs)" if e.per_output else "")
     )
+    for i, part in enumerate(e.per_output):
+        part_sqnr = "inf (identical)" if part.sqnr_db == float("inf") else f"{part.sqnr_db:.1f} dB"
+        lines.append(
+            f"  output {i}: top-1 agreement {part.top1_agreement * 100:.1f} %, max abs err {part.max_abs_err:.3g}, "
+            f"mean abs err {part.mean_abs_err:.3g}, SQNR {part_sqnr}"
+        )
     lines.append(a.partitions.render())
     return "\n".join(lines)
 

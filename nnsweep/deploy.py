@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep import runtimes
 from nnsweep.artifacts import Artifact, ArtifactCache, cache_key, toolchain_versions
-from nnsweep.errors import BenchmarkError, ConversionError, TrialError
+from nnsweep.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,8 +45,13 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
     Raises:
         ConversionError: the converter failed; the message says why.
     """
+    from nnsweep.config import Interface
+
     info = runtimes.get(config.runtime)
     key, toolchain = artifact_key(bundle.digest, config)
+    if len(bundle.outputs) > 1 and config.quant.interface is Interface.FULL:
+        # One output quantization (scale, zero point) per deployed model is all IOSpec describes.
+        raise ConversionError("the full (quantized in/out) interface takes single-output models; use core")
 
     def build(out_dir: Any) -> Any:
         try:
@@ -59,10 +64,21 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
                 return converter.convert(bundle, config, out_dir)
         except TrialError:
             raise
+        except OSError as exc:  # a full disk, a vanished folder: the machine's fault, not the config's
+            raise _storage_error(exc, out_dir) from exc
         except Exception as exc:  # toolchain code: whatever it raises fails this conversion only
             raise ConversionError(f"{config.runtime} conversion failed: {type(exc).__name__}: {exc}") from exc
 
-    return cache.get_or_build(key, config, toolchain, build)
+    try:
+        return cache.get_or_build(key, config, toolchain, build)
+    except OSError as exc:
+        raise _storage_error(exc, cache.root) from exc
+
+
+def _storage_error(exc: OSError, where: Any) -> ConversionStorageError:
+    path = exc.filename or where
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return ConversionStorageError(f"cannot write the artifact at {path}: {reason}", path=path)
 
 
 _CONVERT_LOCK = threading.Lock()
@@ -102,10 +118,17 @@ def reference_outputs(bundle: ModelBundle) -> np.ndarray:
     import numpy as np
     import torch
 
+    from nnsweep.models._bundle import flatten_outputs
+
     inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
+    rows = []
     with torch.no_grad():
-        outs = [bundle.module(inputs[i : i + 64]) for i in range(0, len(inputs), 64)]
-    return np.concatenate([o.reshape(len(o), -1).numpy() for o in outs])
+        for i in range(0, len(inputs), 64):
+            # Every output (a tuple's or dict's leaves), flattened per sample and side by side:
+            # the layout a runner's to_float gives the deployed model's outputs.
+            leaves = flatten_outputs(bundle.module(inputs[i : i + 64]))
+            rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
+    return np.concatenate(rows)
 
 
 @dataclass(frozen=True)
@@ -137,6 +160,7 @@ class DeploymentResult:
             "size_bytes": self.artifact.size_bytes,
             "accuracy": e.accuracy,
             "fidelity": e.fidelity.to_dict(),
+            "fidelity_per_output": [f.to_dict() for f in e.per_output],
             "eval_samples": e.samples,
             "partitions": self.artifact.partitions.to_dict(),
             "cache_hit": self.cache_hit,
@@ -201,7 +225,13 @@ def assemble(
     from nnsweep.bench import evaluate
 
     try:
-        evaluation = evaluate(outputs, reference, bundle.dataset.evaluation.labels)
+        evaluation = evaluate(
+            outputs,
+            reference,
+            bundle.dataset.evaluation.labels,
+            sizes=bundle.outputs or None,
+            accuracy_output=bundle.dataset.accuracy_output,
+        )
     except ValueError as exc:
         raise BenchmarkError(f"unusable outputs: {exc}") from exc
     return DeploymentResult(bundle.name, bundle.digest, artifact, cache_hit, timing, evaluation)

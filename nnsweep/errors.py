@@ -9,7 +9,8 @@
     │   └── BenchmarkError              the artifact did not load or run on the device
     └── InfrastructureError(RuntimeError)   retry elsewhere; never recorded as a measurement
         ├── AgentLost                   a device agent or its node went away
-        └── CacheCorrupted              a cache entry failed its checksum (rebuilt, not trusted)
+        ├── CacheCorrupted              a cache entry failed its checksum (rebuilt, not trusted)
+        └── ConversionStorageError      the disk failed a conversion (full, read-only): retried later
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "BenchmarkError",
     "CacheCorrupted",
     "ConversionError",
+    "ConversionStorageError",
     "InfrastructureError",
     "NnsweepError",
     "SpecError",
@@ -67,3 +69,18 @@ class AgentLost(InfrastructureError):
 
 class CacheCorrupted(InfrastructureError):
     """A cache entry does not match its recorded checksum."""
+
+
+class ConversionStorageError(InfrastructureError):
+    """Writing a conversion's files failed (a full disk, a read-only or vanished folder).
+
+    Not the configuration's fault: the trial is retried later, never recorded as failed.
+
+    Args:
+        message: what failed, naming the path.
+        path: the file or folder that could not be written.
+    """
+
+    def __init__(self, message: str, path: object = None) -> None:
+        super().__init__(message)
+        self.path = path

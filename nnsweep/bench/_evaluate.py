@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -28,18 +29,48 @@ class Fidelity:
             d["sqnr_db"] = None  # JSON has no infinity: null with max_abs_err 0 means bit-identical
         return d
 
+    @classmethod
+    def worst(cls, parts: list[Fidelity]) -> Fidelity:
+        """The worst of several outputs' fidelities, metric by metric."""
+        return cls(
+            top1_agreement=min(p.top1_agreement for p in parts),
+            max_abs_err=max(p.max_abs_err for p in parts),
+            mean_abs_err=max(p.mean_abs_err for p in parts),
+            sqnr_db=min(p.sqnr_db for p in parts),
+        )
+
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Top-1 accuracy on the evaluation split (``None`` without labels) and fidelity."""
+    """Top-1 accuracy on the evaluation split (``None`` without labels) and fidelity.
+
+    For a model with several outputs, ``fidelity`` is the worst over them (each metric
+    on its own) and ``per_output`` holds each output's; accuracy comes from one output
+    (the first unless the model's dataset names another).
+    """
 
     accuracy: float | None
     fidelity: Fidelity
     samples: int
+    per_output: tuple[Fidelity, ...] = ()
 
 
-def evaluate(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | None) -> Evaluation:
+def evaluate(
+    outputs: np.ndarray,
+    reference: np.ndarray,
+    labels: np.ndarray | None,
+    *,
+    sizes: tuple[int, ...] | None = None,
+    accuracy_output: int = 0,
+) -> Evaluation:
     """Compare deployed ``outputs`` (N, classes) with the fp32 ``reference`` and ``labels``.
+
+    Args:
+        outputs, reference: (N, total) arrays; a model with several outputs has them side
+            by side in each row, ``sizes`` wide each.
+        labels: (N,) class labels, or ``None``.
+        sizes: per-sample size of each output (``None``: one output).
+        accuracy_output: which output's argmax is compared with ``labels``.
 
     Raises:
         ValueError: shapes differ, or outputs contain NaN/inf.
@@ -50,6 +81,20 @@ def evaluate(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | No
         raise ValueError(f"deployed outputs have shape {out.shape}, the reference {ref.shape}")
     if not np.isfinite(out).all():
         raise ValueError("deployed outputs contain NaN or infinity")
+    widths = tuple(sizes) if sizes else (out.shape[1],)
+    if sum(widths) != out.shape[1]:
+        raise ValueError(f"deployed outputs have {out.shape[1]} values per sample, the model's outputs {sum(widths)}")
+    bounds = np.cumsum((0, *widths))
+    parts = [_fidelity(out[:, a:b], ref[:, a:b]) for a, b in itertools.pairwise(bounds)]
+    first = out[:, bounds[accuracy_output] : bounds[accuracy_output + 1]]
+    accuracy = None if labels is None else float(np.mean(first.argmax(axis=1) == np.asarray(labels)))
+    fidelity = parts[0] if len(parts) == 1 else Fidelity.worst(parts)
+    return Evaluation(
+        accuracy=accuracy, fidelity=fidelity, samples=len(out), per_output=tuple(parts) if len(parts) > 1 else ()
+    )
+
+
+def _fidelity(out: np.ndarray, ref: np.ndarray) -> Fidelity:
     err = out - ref
     noise = float(np.sum(err**2))
     signal = float(np.sum(ref**2))
@@ -59,12 +104,9 @@ def evaluate(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | No
         sqnr = -math.inf
     else:
         sqnr = 10.0 * math.log10(signal / noise)
-    top = out.argmax(axis=1)
-    fidelity = Fidelity(
-        top1_agreement=float(np.mean(top == ref.argmax(axis=1))),
+    return Fidelity(
+        top1_agreement=float(np.mean(out.argmax(axis=1) == ref.argmax(axis=1))),
         max_abs_err=float(np.abs(err).max()),
         mean_abs_err=float(np.abs(err).mean()),
         sqnr_db=sqnr,
     )
-    accuracy = None if labels is None else float(np.mean(top == np.asarray(labels)))
-    return Evaluation(accuracy=accuracy, fidelity=fidelity, samples=len(out))

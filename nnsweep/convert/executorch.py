@@ -52,8 +52,11 @@ class _HalfPrecision(nn.Module):
         super().__init__()
         self.model = model.half()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x.half()).float()
+    def forward(self, x: torch.Tensor) -> Any:
+        from torch.utils import _pytree
+
+        # Every output back to float32, whatever the structure (a tuple or dict of outputs).
+        return _pytree.tree_map(lambda t: t.float(), self.model(x.half()))
 
 
 def _quantizer(quant: QuantConfig) -> Any:

@@ -80,8 +80,11 @@ class _HalfPrecision(nn.Module):
         super().__init__()
         self.model = model.half()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x.half()).float()
+    def forward(self, x: torch.Tensor) -> Any:
+        from torch.utils import _pytree
+
+        # Every output back to float32, whatever the structure (a tuple or dict of outputs).
+        return _pytree.tree_map(lambda t: t.float(), self.model(x.half()))
 
 
 @contextlib.contextmanager
@@ -332,14 +335,44 @@ _BUNDLED_INPUT_METHODS = (
 )
 
 
-def _freeze_with_bundled_input(traced: torch.jit.ScriptModule, shape: tuple[int, ...], io: IOSpec) -> Any:
+def _shell(traced: torch.jit.ScriptModule, example: torch.Tensor) -> nn.Module:
+    """The scripted shell for ``traced``: its ``forward`` must declare the output's structure
+    (one tensor, a tuple of n tensors, or a dict of tensors) for TorchScript."""
+    from typing import Dict, Tuple  # noqa: UP035 (TorchScript reads these annotations)
+
+    out = traced(example)
+    if isinstance(out, torch.Tensor):
+        return _Forward(traced)
+    if isinstance(out, tuple) and all(isinstance(t, torch.Tensor) for t in out):
+        returns: Any = Tuple[tuple([torch.Tensor] * len(out))]  # noqa: UP006
+    elif isinstance(out, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in out.items()):
+        returns = Dict[str, torch.Tensor]  # noqa: UP006
+    else:
+        raise ConversionError(f"TorchScript cannot return {type(out).__name__} outputs; return tensors")
+
+    class _MultiForward(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> Any:
+            return self.model(x)
+
+    _MultiForward.forward.__annotations__["return"] = returns  # what this model's forward returns
+    return _MultiForward(traced)
+
+
+def _freeze_with_bundled_input(
+    traced: torch.jit.ScriptModule, shape: tuple[int, ...], io: IOSpec, example: torch.Tensor | None = None
+) -> Any:
     """The frozen deployable module, with a benchmark input bundled.
 
     Freezing inlines the submodules into one graph, makes weights constants and
     folds BatchNorm into convolutions (about 10 % faster on digits fp32); the
     scripted shell costs nothing once frozen.
     """
-    scripted = torch.jit.script(_Forward(traced)).eval()
+    shell = _Forward(traced) if example is None else _shell(traced, example)
+    scripted = torch.jit.script(shell).eval()
     _bundle_input(scripted, shape, io, channels_last=False)
     methods = [name for name in _BUNDLED_INPUT_METHODS if hasattr(scripted, name)]
     return torch.jit.freeze(scripted, preserved_attrs=methods)
@@ -409,8 +442,9 @@ class TorchConverter(Converter):
             with torch.no_grad(), warnings.catch_warnings():
                 # torch.jit is deprecated in favour of ExecuTorch; TorchScript is still what Mobile/NNAPI load.
                 warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
-                traced = torch.jit.trace(model, example, check_trace=False)
-                deployable = _freeze_with_bundled_input(traced, tuple(bundle.example_input.shape), io)
+                # strict=False: a model may return a dict of outputs (several heads)
+                traced = torch.jit.trace(model, example, check_trace=False, strict=False)
+                deployable = _freeze_with_bundled_input(traced, tuple(bundle.example_input.shape), io, example)
                 meta = {"engine": engine if quant.mode.is_int8 else None, "mode": quant.mode.value}
                 path = out_dir / _ARTIFACT
                 torch.jit.save(deployable, str(path), _extra_files={META_FILE: json.dumps(meta)})

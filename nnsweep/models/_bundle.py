@@ -11,7 +11,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Dataset", "ModelBundle", "Split", "module_digest"]
+__all__ = ["Dataset", "ModelBundle", "Split", "flatten_outputs", "module_digest", "output_sizes"]
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,15 @@ class Dataset:
         evaluation: inputs for accuracy and fidelity; accuracy needs labels.
         train: labelled data for quantization-aware fine-tuning; without it QAT
             distills from the fp32 model's outputs on the calibration inputs.
+        accuracy_output: for a model with several outputs (a tuple or dict), the one
+            whose argmax is compared with the labels (in the order of
+            :func:`flatten_outputs`; default the first).
     """
 
     calibration: Split
     evaluation: Split
     train: Split | None = None
+    accuracy_output: int = 0
 
     @property
     def labelled(self) -> bool:
@@ -67,6 +71,10 @@ class ModelBundle:
         example_input: one input of batch size 1.
         dataset: calibration and evaluation data.
         digest: sha256 of the architecture, weights and data; part of every cache key.
+        outputs: the size (per sample) of each of the model's outputs, in the order of
+            :func:`flatten_outputs`: one entry for a plain tensor, several for a tuple or
+            dict. Deployed outputs arrive concatenated in this order; fidelity is
+            computed for each. Empty: not known (treated as one output).
     """
 
     name: str
@@ -74,6 +82,7 @@ class ModelBundle:
     example_input: torch.Tensor
     dataset: Dataset
     digest: str
+    outputs: tuple[int, ...] = ()
 
 
 def module_digest(name: str, module: torch.nn.Module, example_input: torch.Tensor, *extra: Any) -> str:
@@ -92,3 +101,30 @@ def module_digest(name: str, module: torch.nn.Module, example_input: torch.Tenso
     for item in extra:
         h.update(repr(item).encode())
     return h.hexdigest()
+
+
+def flatten_outputs(result: Any) -> list[torch.Tensor]:
+    """A model's outputs as a flat list of tensors: a tensor, or the leaves of a tuple/list/dict
+    in the order ``torch.export`` and ``torch.onnx.export`` give them (pytree order).
+
+    Raises:
+        TypeError: a leaf is not a tensor.
+    """
+    import torch
+    from torch.utils import _pytree
+
+    leaves = _pytree.tree_leaves(result)
+    bad = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
+    if bad or not leaves:
+        raise TypeError(f"outputs must be tensors (or a tuple/list/dict of tensors); got {bad[0] if bad else 'none'}")
+    return list(leaves)
+
+
+def output_sizes(result: Any, batch: int = 1) -> tuple[int, ...]:
+    """Per-sample sizes of each output in ``result`` (from a forward pass on ``batch`` samples)."""
+    sizes = []
+    for tensor in flatten_outputs(result):
+        if tensor.dim() == 0 or tensor.shape[0] != batch:
+            raise TypeError(f"an output of shape {tuple(tensor.shape)} has no batch dimension of {batch}")
+        sizes.append(int(tensor[0].numel()))
+    return tuple(sizes)

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from nnsweep.errors import SpecError
-from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
+from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest, output_sizes
+from nnsweep.spec import MAX_INPUT_ELEMENTS, check_input_shape
 
-__all__ = ["BUILTIN", "check_reference", "load_model"]
+__all__ = ["BUILTIN", "check_forward", "check_reference", "load_model"]
 
 BUILTIN = ("digits", "digits_gn")  # nnsweep.models.digits.VARIANTS; kept here so checking stays light
 
@@ -95,7 +96,7 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         raise SpecError("model", f"torchvision has no classification model {name!r}; e.g. mobilenet_v2, resnet18")
     torch.manual_seed(0)
     module = torchvision.models.get_model(name, weights=None)
-    shape = input_shape or (1, 3, 224, 224)
+    shape = check_input_shape(tuple(input_shape or (1, 3, 224, 224)), "input_shape")
     example, data = _synthetic_data(shape)
     if weights is not None:
         if not weights.is_file():
@@ -108,7 +109,34 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         _recalibrate_batchnorm(module, data.calibration.inputs)
     module.eval()
     ref = f"torchvision:{name}"
-    return ModelBundle(ref, module, example, data, module_digest(ref, module, example, data.evaluation.digest()))
+    sizes = check_forward(ref, module, example)
+    return ModelBundle(ref, module, example, data, module_digest(ref, module, example, data.evaluation.digest()), sizes)
+
+
+def check_forward(ref: str, module: Any, example: Any) -> tuple[int, ...]:
+    """Run the model once on its example input (batch 1): a wrong shape or output fails here,
+    clearly and before any conversion, instead of after one.
+
+    Returns:
+        The per-sample size of each output (see :attr:`ModelBundle.outputs`).
+
+    Raises:
+        SpecError: the forward pass fails, or returns something other than tensors.
+    """
+    import torch
+
+    try:
+        with torch.no_grad():
+            result = module(example)
+    except Exception as exc:  # the user's model: any failure on its own example is an input error
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise SpecError(
+            "model", f"{ref} fails on its example input of shape {tuple(example.shape)}: {type(exc).__name__}: {first}"
+        ) from None
+    try:
+        return output_sizes(result)
+    except TypeError as exc:
+        raise SpecError("model", f"{ref}: {exc}") from None
 
 
 def _synthetic_data(shape: tuple[int, ...]) -> tuple[Any, Dataset]:
@@ -186,15 +214,24 @@ def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBund
     if not isinstance(net, torch.nn.Module):
         raise SpecError("model", f"{ref}() returned {type(net).__name__}, not a torch.nn.Module")
     if example is None:
+        if input_shape is not None:
+            check_input_shape(tuple(input_shape), "input_shape")
         if input_shape is None:
             raise SpecError(
                 "input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)"
             )
         example = torch.zeros(input_shape)
-    if not isinstance(example, torch.Tensor) or example.shape[0] != 1:
+    if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
+    if not example.is_floating_point():
+        raise SpecError("model", f"{ref}(): the example input must be a float tensor, got {example.dtype}")
+    if example.numel() > MAX_INPUT_ELEMENTS:
+        raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
+    net.eval()
+    sizes = check_forward(ref, net, example)
     if dataset is None:
         example, dataset = _synthetic_data(tuple(example.shape))
-    net.eval()
+    if not 0 <= dataset.accuracy_output < len(sizes):
+        raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
-    return ModelBundle(ref, net, example.contiguous(), dataset, digest)
+    return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes)

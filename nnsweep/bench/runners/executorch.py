@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from nnsweep.bench._runner import Runner
+from nnsweep.bench.runners._outputs import concat_float
 from nnsweep.errors import BenchmarkError
 
 __all__ = ["ExecuTorchRunner"]
@@ -22,7 +23,7 @@ class ExecuTorchRunner(Runner):
     @classmethod
     def set_threads(cls, threads: int) -> None:
         # The threadpool can only be sized before any program is loaded: changing it
-        # afterwards crashes (ARCHITECTURE.md §3), hence one process per measurement.
+        # afterwards crashes (docs/architecture.md §4), hence one process per measurement.
         from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
         _unsafe_reset_threadpool(threads)
@@ -50,7 +51,7 @@ class ExecuTorchRunner(Runner):
         return torch.from_numpy(self.io.prepare_input(x))
 
     def run(self, prepared: Any) -> Any:
-        return self._method.execute([prepared])[0]
+        return self._method.execute([prepared])  # every output (several for tuple/dict models)
 
     def to_float(self, raw: Any) -> np.ndarray:
-        return self.io.float_output(raw.numpy())
+        return concat_float(self.io, [t.numpy() for t in raw])

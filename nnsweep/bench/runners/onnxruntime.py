@@ -12,6 +12,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from nnsweep.bench._runner import Runner
+from nnsweep.bench.runners._outputs import concat_float
 from nnsweep.errors import BenchmarkError
 
 __all__ = ["PROVIDERS", "OnnxRuntimeRunner", "providers_for", "session_options"]
@@ -104,8 +105,11 @@ class OnnxRuntimeRunner(Runner):
             raise BenchmarkError(f"ONNX Runtime cannot load {self.path.name}: {type(exc).__name__}: {exc}") from exc
         self._input = self._session.get_inputs()[0].name
 
-    def run(self, prepared: Any) -> np.ndarray:
-        try:
-            return self._session.run(None, {self._input: prepared})[0]  # type: ignore[no-any-return]
+    def run(self, prepared: Any) -> Any:
+        try:  # every output (several for tuple/dict models); to_float joins them
+            return self._session.run(None, {self._input: prepared})  # type: ignore[no-any-return]
         except _ORT_ERRORS as exc:
             raise BenchmarkError(f"ONNX Runtime failed to run {self.path.name}: {type(exc).__name__}: {exc}") from exc
+
+    def to_float(self, raw: Any) -> np.ndarray:
+        return concat_float(self.io, raw)

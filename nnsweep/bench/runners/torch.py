@@ -111,5 +111,8 @@ class TorchScriptRunner(Runner):
             return self._module(prepared)
 
     def to_float(self, raw: Any) -> np.ndarray:
-        tensor = raw.dequantize() if raw.is_quantized else raw
-        return np.asarray(tensor.float().numpy(), dtype=np.float32)
+        from nnsweep.models._bundle import flatten_outputs
+
+        tensors = [t.dequantize() if t.is_quantized else t for t in flatten_outputs(raw)]
+        arrays = [np.asarray(t.float().numpy(), dtype=np.float32) for t in tensors]
+        return arrays[0] if len(arrays) == 1 else np.concatenate([a.reshape(-1) for a in arrays])

@@ -1,0 +1,30 @@
+"""A deployed model's outputs as one float row: what the harness records per input.
+
+A model with several outputs (a tuple or dict: detection heads, multi-task models)
+returns them in the order ``torch.export`` flattens them; each becomes float32,
+flattened, and they are concatenated in that order, as
+:func:`nnsweep.deploy.reference_outputs` lays out the fp32 reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnsweep.convert._base import IOSpec
+
+__all__ = ["concat_float"]
+
+
+def concat_float(io: IOSpec, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """One output: as ``io`` dequantizes it. Several: each float32 and flattened, side by side.
+
+    Only single-output models take the ``full`` interface (quantized outputs), so the
+    output quantization in ``io`` belongs to the first output.
+    """
+    if len(arrays) == 1:
+        return io.float_output(np.asarray(arrays[0]))
+    first = io.float_output(np.asarray(arrays[0])).reshape(-1)
+    rest = [np.asarray(a, dtype=np.float32).reshape(-1) for a in arrays[1:]]
+    return np.concatenate([first, *rest]).astype(np.float32, copy=False)
