@@ -7,8 +7,10 @@ the kind of configurations a sweep's Pareto front holds), it measures --processe
 times in a fresh process and --processes times in a child forked from a warm worker,
 each until the p50's 95 % confidence interval is within --ci of the p50 or --cap
 seconds of timed runs have passed, and prints every p50, the CV between processes,
-the median within-process interval, why each measurement stopped, and the load
-average before and after. Measurements hold the machine-wide measurement lock, so
+the median within-process interval (half-width over p50), the median share of the
+timed runs' wall time the measuring process was on a CPU (below 100 %: something
+else ran on its core), why each measurement stopped, and the load average before
+and after. Measurements hold the machine-wide measurement lock, so
 no other nnsweep measurement runs meanwhile; other work on the machine does.
 
 Usage: .venv/bin/python benchmarks/measure_stability.py [--processes 5] [--ci 0.01] [--cap 10]
@@ -60,7 +62,8 @@ def main() -> None:
         settings = MeasureSettings(warmup=10, iters=200, until_stable=True, ci_rel=args.ci, max_duration_s=args.cap)
         print(f"{args.model}, 1 thread; until the p50's 95 % CI is within {args.ci:.1%} or {args.cap:g} s")
         print("shared machine: other engineers' work runs on the same 2 cores\n")
-        header = f"{'configuration':<44}{'mode':<6}{'p50 ms per process':<44}{'CV':>7}{'CI/p50':>8}  stops  loadavg"
+        header = f"{'configuration':<44}{'mode':<6}{'p50 ms per process':<44}{'CV':>7}{'CI/p50':>8}{'cpu/wall':>9}"
+        header += "  stops  loadavg"
         print(header)
         for data in CONFIGS:
             if args.runtime and data["runtime"] not in args.runtime:
@@ -88,9 +91,12 @@ def main() -> None:
                     cv = statistics.stdev(p50s) / statistics.mean(p50s) if len(p50s) > 1 else 0.0
                     ci = statistics.median(t.p50_ci_rel for t in timings)
                     stops = ",".join(sorted({t.stop_reason for t in timings}))
+                    # CPU time over wall time of the timed runs: below 100 % (1 thread), the
+                    # measuring process was descheduled: other work ran on its core.
+                    cpu = statistics.median(t.phases_ms.get("timed_cpu", 0.0) / t.phases_ms["timed"] for t in timings)
                     shown = " ".join(f"{p:.3f}" for p in p50s)
                     print(
-                        f"{config.label():<44}{mode:<6}{shown:<44}{cv:7.2%}{ci:8.2%}  {stops:<6} "
+                        f"{config.label():<44}{mode:<6}{shown:<44}{cv:7.2%}{ci:8.2%}{cpu:9.1%}  {stops:<6} "
                         f"{before} -> {_loadavg()}"
                     )
             finally:

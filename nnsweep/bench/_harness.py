@@ -84,7 +84,8 @@ class Timing:
     worker's resident memory when it forked: pages the child shares rather than owns)
     and ``phases_ms``, where the measurement's wall time went (``lock_wait``,
     ``start``: from the request to the measuring code running, ``load``,
-    ``first_inference``, ``warmup``, ``timed``, ``outputs``: the evaluation inputs,
+    ``first_inference``, ``warmup``, ``timed``, ``timed_cpu``: this process's CPU
+    time during the timed runs, ``outputs``: the evaluation inputs,
     ``total``: the whole call as its caller saw it), and ``held_monotonic``: when
     the lock was taken and given back, in seconds of ``CLOCK_MONOTONIC`` (one clock
     for every process of a machine, so two sweeps' measurement intervals compare).
@@ -200,9 +201,11 @@ def time_runner(runner: Runner, x: np.ndarray, settings: MeasureSettings) -> Tim
     for _ in range(settings.warmup):
         runner.run(prepared)
     samples: list[float] = []
+    cpu_start = time.process_time_ns()
     start = time.perf_counter_ns()
     reason = _time_runs(runner, prepared, settings, samples, start)
     end = time.perf_counter_ns()
+    cpu_end = time.process_time_ns()
     return Timing(
         load_ms=(t1 - t0) / 1e6,
         first_inference_ms=(t3 - t2) / 1e6,
@@ -218,6 +221,9 @@ def time_runner(runner: Runner, x: np.ndarray, settings: MeasureSettings) -> Tim
             "first_inference": (t3 - t2) / 1e6,
             "warmup": (start - t3) / 1e6,
             "timed": (end - start) / 1e6,
+            # CPU time of this process during the timed runs: well below "timed" (with one
+            # thread) means it was descheduled, i.e. something else ran on its core.
+            "timed_cpu": (cpu_end - cpu_start) / 1e6,
         },
     )
 
