@@ -12,16 +12,19 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nnsweep.config import DeploymentConfig
 from nnsweep.lifecycle import Ticket
 from nnsweep.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
-__all__ = ["Judgement", "failed", "interrupted", "judge", "reused"]
+__all__ = ["PHASE_NAMES", "Judgement", "failed", "interrupted", "judge", "reused", "time_breakdown"]
 
 
 def failed(sweep: str, ticket: Ticket, reason: str) -> TrialRecord:
-    return TrialRecord(sweep, ticket.device, ticket.number, ticket.config, TrialStatus.FAILED, reason=reason)
+    """A failed trial's record; its metrics are only where its time went (``time_<phase>_s``)."""
+    metrics = {f"time_{phase}_s": seconds for phase, seconds in ticket.durations().items()}
+    return TrialRecord(
+        sweep, ticket.device, ticket.number, ticket.config, TrialStatus.FAILED, metrics=metrics, reason=reason
+    )
 
 
 def interrupted(sweep: str, ticket: Ticket, reason: str) -> TrialRecord:
@@ -103,5 +106,29 @@ def judge(
     return Judgement(dataclasses.replace(record, metrics=metrics, feasible=feasible), tuple(values), constraint)
 
 
-def with_config(record: TrialRecord, config: DeploymentConfig) -> TrialRecord:
-    return dataclasses.replace(record, config=config)
+# Phase -> what the time breakdown calls it.
+PHASE_NAMES = {
+    "proposed": "waiting to convert",
+    "converting": "converting",
+    "ready": "waiting for the device",
+    "measuring": "measuring",
+    "evaluating": "evaluating on the host",
+    "twin": "waiting for a twin",
+    "held": "held for the baseline",
+}
+
+
+def time_breakdown(records: Sequence[TrialRecord]) -> dict[str, float]:
+    """Where a device's trials spent their time, summed (seconds): each lifecycle phase, and
+    ``timed runs`` — the timed inferences alone, the physical limit of a sweep. Repeats of an
+    earlier trial cost nothing and are left out; so are trials of runs before phases were logged."""
+    out: dict[str, float] = {}
+    for r in records:
+        if r.reused_from is not None:
+            continue
+        for key, value in r.metrics.items():
+            if key.startswith("time_") and key.endswith("_s"):
+                name = PHASE_NAMES.get(key[5:-2], key[5:-2])
+                out[name] = out.get(name, 0.0) + float(value)
+        out["timed runs"] = out.get("timed runs", 0.0) + sum(r.samples_ms) / 1000.0
+    return out

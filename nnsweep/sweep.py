@@ -21,7 +21,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from functools import partial
@@ -92,6 +92,7 @@ class DeviceResult:
     pareto: tuple[TrialRecord, ...]
     best: TrialRecord | None
     baseline: TrialRecord | None
+    breakdown: Mapping[str, float] = field(default_factory=dict)  # seconds per phase (outcomes.time_breakdown)
 
 
 class Sweep:
@@ -351,7 +352,8 @@ class Sweep:
             self.tracker.mark_front(name, [r.number for r in front], best.number if best else None)
             self.tracker.close_device(name, "FINISHED")
             baseline = self.scheduler.devices[name].baseline
-            results.append(DeviceResult(name, dev.caps, tuple(records), tuple(front), best, baseline))
+            breakdown = outcomes.time_breakdown(records)
+            results.append(DeviceResult(name, dev.caps, tuple(records), tuple(front), best, baseline, breakdown))
         return results
 
     def _report_progress(self) -> None:

@@ -1,0 +1,66 @@
+"""What a result says: records, the judgement against the baseline, the time breakdown."""
+
+from __future__ import annotations
+
+import math
+
+from nnsweep import outcomes
+from nnsweep.config import DeploymentConfig, QuantConfig, QuantMode
+from nnsweep.lifecycle import Phase, Ticket
+from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.spec import Objective
+
+CFG = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32))
+OBJ = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
+
+
+def _ok(number: int, accuracy: float, latency: float, **extra: float) -> TrialRecord:
+    metrics = {"accuracy": accuracy, "latency_p50_ms": latency, **extra}
+    return TrialRecord("s", "d", number, CFG, TrialStatus.OK, metrics=metrics, samples_ms=(latency,) * 10)
+
+
+def test_judge_against_the_baseline() -> None:
+    base = _ok(0, 0.97, 2.0)
+    j = outcomes.judge(_ok(1, 0.955, 1.0), OBJ, base, 0.01, eager_accuracy=0.99, phases={"measuring": 3.0})
+    assert j.values == (0.955, 1.0) and j.record.metrics["speedup_vs_fp32"] == 2.0
+    assert math.isclose(j.record.metrics["accuracy_drop"], 0.015) and math.isclose(j.constraint or 0, 0.005)
+    assert j.record.feasible is False and j.record.metrics["time_measuring_s"] == 3.0
+
+
+def test_judge_without_a_measured_baseline_uses_the_eager_model() -> None:
+    j = outcomes.judge(_ok(1, 0.985, 1.0), OBJ, None, 0.01, eager_accuracy=0.99)
+    assert j.record.feasible is True and "speedup_vs_fp32" not in j.record.metrics
+
+
+def test_an_objective_not_measured_fails_the_trial() -> None:
+    rec = TrialRecord("s", "d", 1, CFG, TrialStatus.OK, metrics={"accuracy": 0.9, "latency_p50_ms": math.inf})
+    j = outcomes.judge(rec, OBJ, None, None, eager_accuracy=1.0)
+    assert j.values is None and j.record.status is TrialStatus.FAILED and "latency_p50_ms" in (j.record.reason or "")
+
+
+def test_a_repeat_of_a_failure_is_a_failure_that_names_the_first() -> None:
+    ticket = Ticket("d", 5, CFG, "k")
+    first = TrialRecord("s", "d", 2, CFG, TrialStatus.FAILED, reason="no kernel")
+    again = outcomes.reused(ticket, first)
+    assert again.status is TrialStatus.FAILED and again.reused_from == 2
+    assert "failed in trial 2: no kernel" in (again.reason or "")
+    ok = outcomes.reused(ticket, _ok(3, 0.9, 1.0, time_measuring_s=4.0))
+    assert ok.status is TrialStatus.REUSED and ok.reused_from == 3 and "time_measuring_s" not in ok.metrics
+
+
+def test_time_breakdown_sums_phases_and_timed_runs_and_skips_repeats() -> None:
+    ticket = Ticket("d", 1, CFG, "k")
+    ticket.start(0.0)
+    ticket.move(Phase.CONVERTING, 1.0)
+    ticket.move(Phase.FAILED, 4.0)
+    failed = outcomes.failed("s", ticket, "conversion failed")
+    measured = _ok(2, 0.9, 1.5, time_converting_s=2.0, time_ready_s=0.5, time_measuring_s=5.0)
+    repeat = outcomes.reused(Ticket("d", 3, CFG, "k"), measured)
+    out = outcomes.time_breakdown([failed, measured, repeat])
+    assert out == {
+        "waiting to convert": 1.0,
+        "converting": 5.0,
+        "waiting for the device": 0.5,
+        "measuring": 5.0,
+        "timed runs": 0.015,
+    }
