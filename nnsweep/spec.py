@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -195,6 +196,7 @@ def _default_objectives() -> dict[str, Literal["maximize", "minimize"]]:
     return {"accuracy": "maximize", "latency_p50_ms": "minimize"}
 
 
+@functools.lru_cache(maxsize=1)
 def _pydantic_models() -> Any:
     """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed)."""
     from typing import Annotated
