@@ -25,11 +25,11 @@ from typing import Any, NoReturn
 from nnsweep import runtimes
 from nnsweep.errors import NnsweepError, SpecError, TrialError
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 log = logging.getLogger("nnsweep")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
 _BENCH_OPTIONS = {
@@ -601,6 +601,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     tracker = _tracker(spec, enabled=not args.no_tracking)
     display = _ProgressDisplay(enabled=not args.json)
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh)
+    interrupted = False
     try:
         with _stop_on_signals(sweep.stop):
             results = sweep.run()
@@ -610,12 +611,14 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     except KeyboardInterrupt:
         display.close()
         sys.stderr.write("nnsweep run: interrupted; run the same command again to continue\n")
-        return 130
+        interrupted = True
     finally:
         display.close()
         if hasattr(tracker, "close"):
             tracker.close()  # write what is still queued
         executor.shutdown()
+    if interrupted:
+        return EXIT_INTERRUPTED
     if args.json:
         out = [
             {
@@ -919,7 +922,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         sys.stderr.write("nnsweep: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # the top-level handler: one line, the traceback only with -v
         sys.stderr.write(f"nnsweep: error: {type(exc).__name__}: {_one_line(str(exc))}")
         sys.stderr.write("\n" if args.verbose else " (run again with -v for the traceback)\n")
@@ -935,5 +938,17 @@ def _traceback_if_verbose(verbose: int) -> None:
         traceback.print_exc(file=sys.stderr)
 
 
+def entry() -> None:
+    """The console script: :func:`main`, and after an interrupt exit at once. Everything is
+    recorded by then (the studies synchronously, the tracker flushed), so the interpreter's
+    exit must not wait for a local conversion thread whose trial was requeued."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

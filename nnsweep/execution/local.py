@@ -50,6 +50,8 @@ class LocalExecutor(Executor):
         return {name: agent.busy_s for name, agent in self._agents.items()}
 
     def shutdown(self) -> None:
-        self._convert_pool.shutdown(wait=True, cancel_futures=True)
+        # Not waiting: after an interrupt, a conversion still running is abandoned (its
+        # trial was requeued); at the end of a sweep nothing runs any more.
+        self._convert_pool.shutdown(wait=False, cancel_futures=True)
         for pool in self._pools.values():
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)
