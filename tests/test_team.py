@@ -156,6 +156,14 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
         server.start()
         server.create_database("mlflow")
         server.create_database("optuna")
+        # docs/team.md's step 2: Optuna's tables, created once before anybody sweeps. Two first
+        # sweeps creating them at once collide in PostgreSQL's catalog (UniqueViolation).
+        subprocess.run(
+            [str(VENV_BIN / "optuna"), "studies", "--storage", server.url("optuna")],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         yield server
     finally:
         server.stop()
