@@ -336,35 +336,38 @@ def strategies() -> dict[str, Strategy]:
         "TPE independent, 10 startup": study_strategy(tpe()),
         "NSGA-II, population 10": study_strategy(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=10)),
         "Optuna RandomSampler": study_strategy(lambda s: optuna.samplers.RandomSampler(seed=s)),
-        "GP": study_strategy(_gp),
     }
 
 
 def candidates() -> dict[str, Strategy]:
     """The settings tried when tuning the sampler (``--tune``): startup trials,
-    multivariate/group, constraint handling and the enqueued defaults."""
+    multivariate/group, constraint handling, the enqueued defaults, and a random
+    draw after a repeat (:func:`nnsweep._sampler.repeat_escape`)."""
+    import optuna
+
+    mv_group_3 = tpe(n_startup_trials=3, multivariate=True, group=True)
     return {
         "random (no replacement)": lambda table, seed: replay_random(table, seed),
         "today (mv+group, 8 startup, baselines)": study_strategy(nnsweep_today),
-        "mv+group, 3 startup": study_strategy(tpe(n_startup_trials=3, multivariate=True, group=True)),
-        "mv+group, 5 startup": study_strategy(tpe(n_startup_trials=5, multivariate=True, group=True)),
-        "mv (no group), 5 startup": study_strategy(tpe(n_startup_trials=5, multivariate=True)),
-        "independent, 3 startup": study_strategy(tpe(n_startup_trials=3)),
-        "independent, 10 startup": study_strategy(tpe()),
-        "today, no constraint": study_strategy(nnsweep_today, constraints=False),
-        "today, fp32 baseline only": study_strategy(nnsweep_today, baselines="fp32"),
-        "mv+group, 8 startup, 96 EI candidates": study_strategy(
-            tpe(n_startup_trials=8, multivariate=True, group=True, n_ei_candidates=96)
+        "today + random after a repeat": study_strategy(escape(nnsweep_today)),
+        "today + random after a repeat, fp32 baseline only": study_strategy(escape(nnsweep_today), baselines="fp32"),
+        "today + random after a repeat, no constraint": study_strategy(escape(nnsweep_today), constraints=False),
+        "mv+group, 3 startup + random after a repeat": study_strategy(escape(mv_group_3)),
+        "mv (no group), 3 startup + random after a repeat": study_strategy(
+            escape(tpe(n_startup_trials=3, multivariate=True))
         ),
+        "independent, 3 startup + random after a repeat": study_strategy(escape(tpe(n_startup_trials=3))),
+        "independent, 10 startup + random after a repeat": study_strategy(escape(tpe())),
+        "NSGA-II, population 10": study_strategy(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=10)),
+        "Optuna RandomSampler": study_strategy(lambda s: optuna.samplers.RandomSampler(seed=s)),
     }
 
 
-def _gp(seed: int) -> optuna.samplers.BaseSampler:
-    import optuna
+def escape(make: Callable[[int], optuna.samplers.BaseSampler]) -> Callable[[int], optuna.samplers.BaseSampler]:
+    """``make``'s sampler wrapped by :func:`nnsweep._sampler.repeat_escape`."""
+    from nnsweep._sampler import repeat_escape
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+    return lambda seed: repeat_escape(make(seed), seed)
 
 
 # ---------------------------------------------------------------------------- summary

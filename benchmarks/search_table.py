@@ -8,19 +8,24 @@ enough to measure in about half an hour on a 2-core machine:
 * ``qat_int8`` is left out: its conversion fine-tunes the model and costs more than the
   rest of a configuration together;
 * ``min_nodes_per_partition`` is searched over 1..3 instead of 1..8;
+* static int8 is calibrated with ``minmax`` only (not histogram or entropy);
 * threads are fixed per table: each thread count is one "device" (one table).
 
 Every configuration goes through the real code: ``nnsweep.deploy.convert`` through an
-``ArtifactCache`` (default ``~/.cache/nnsweep-search-table``), then
-``nnsweep.deploy.measure`` in a fresh process. As in a sweep, an artifact whose bytes
+``ArtifactCache`` (default ``~/.cache/nnsweep-search-table``), then measured as a
+sweep's device agent measures it: ``measure_in_subprocess`` in a process forked from a
+warm worker for the runtime (under the machine's measurement lock), evaluated by
+``nnsweep.deploy.assemble`` against the fp32 outputs. As in a sweep, an artifact whose bytes
 equal one measured before, run the same way (runtime, backend order, threads), is
 measured once and its result shared: partition limits that change nothing give equal
 bytes. Artifact bytes do not depend on the thread count, so each configuration is
 converted once (at the first thread count) and that artifact is measured at every
 thread count. The raw latency samples of every measurement are kept in the table.
 
-Usage:
-    .venv/bin/python benchmarks/search_table.py --threads 1 --threads 2 --out-dir benchmarks/data
+Usage (two processes, then merge; a killed run resumes where it stopped):
+    .venv/bin/python benchmarks/search_table.py --shard 0 2 &
+    .venv/bin/python benchmarks/search_table.py --shard 1 2
+    .venv/bin/python benchmarks/search_table.py --merge 2
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nnsweep.config import DeploymentConfig, QuantMode
+from nnsweep.config import Calibration, DeploymentConfig, QuantMode
 from nnsweep.space import DeviceSpace, device_space, suggest
 from nnsweep.spec import IntRange, SweepSpec, load_spec
 
@@ -43,6 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO / "sweeps" / "quickstart.yaml"
 DEFAULT_QUANT = ("fp32", "dynamic_int8", "static_int8")
 DEFAULT_MIN_NODES = (1, 3)
+DEFAULT_CALIBRATION = ("minmax",)
 
 
 class _Enumerator:
@@ -87,11 +93,18 @@ def enumerate_configs(space: DeviceSpace) -> list[DeploymentConfig]:
         path[-1] += 1
 
 
-def finite_spec(spec: SweepSpec, quant: tuple[str, ...], min_nodes: tuple[int, int], threads: int) -> SweepSpec:
+def finite_spec(
+    spec: SweepSpec,
+    quant: tuple[str, ...],
+    min_nodes: tuple[int, int],
+    threads: int,
+    calibration: tuple[str, ...] = DEFAULT_CALIBRATION,
+) -> SweepSpec:
     """``spec`` with its space narrowed to the table's grid."""
     space = dataclasses.replace(
         spec.space,
         quant=tuple(QuantMode(q) for q in quant),
+        calibration=tuple(Calibration(c) for c in calibration),
         min_nodes_per_partition=IntRange(*min_nodes),
         threads=(threads,),
     )
@@ -105,6 +118,7 @@ def table_space(meta: dict[str, Any]) -> DeviceSpace:
         tuple(meta["quant"]),
         (meta["min_nodes"][0], meta["min_nodes"][1]),
         meta["threads"],
+        tuple(meta["calibration"]),
     )
     available = {k: tuple(v) for k, v in meta["available"].items()}
     return device_space(spec, meta["device"], available, meta["cores"])
@@ -119,8 +133,33 @@ def _measurement(result: Any) -> dict[str, Any]:
         "samples_ms": d["samples_ms"],
         "partitions": d["partitions"],
         "loadavg_1m": d["loadavg_1m"],
+        "lock_wait_ms": result.timing.lock_wait_ms,
         "artifact_sha256": result.artifact.sha256,
     }
+
+
+def _shard(configs: list[DeploymentConfig], index: int, count: int) -> list[DeploymentConfig]:
+    """The configurations of shard ``index`` of ``count``: whole groups of configurations that
+    differ only in partition limits (their artifacts are often byte-identical, measured once),
+    dealt out so that the shards get about as many configurations each."""
+    groups: dict[tuple[Any, ...], list[DeploymentConfig]] = {}
+    for c in configs:
+        groups.setdefault((c.runtime, c.backends, c.quant), []).append(c)
+    sizes = [0] * count
+    mine: list[DeploymentConfig] = []
+    for group in groups.values():
+        k = sizes.index(min(sizes))
+        sizes[k] += len(group)
+        if k == index:
+            mine.extend(group)
+    return mine
+
+
+def _checkpoint(path: Path) -> dict[str, Any]:
+    if path.exists():
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    return {"configs": [], "measurements": {}}
 
 
 def main() -> None:
@@ -132,14 +171,27 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "nnsweep-search-table")
     parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--limit", type=int, default=0, help="measure only the first N configurations (a dry run)")
+    parser.add_argument(
+        "--shard",
+        type=int,
+        nargs=2,
+        default=(0, 1),
+        metavar=("K", "N"),
+        help="measure only shard K of N (run N processes, then --merge N)",
+    )
+    parser.add_argument("--merge", type=int, default=0, metavar="N", help="combine the N shards' files into the tables")
     args = parser.parse_args()
     threads_list: list[int] = args.threads or [1, 2]
     quant = tuple(args.quant or DEFAULT_QUANT)
+    if args.merge:
+        _merge(args.out_dir, threads_list, args.merge)
+        return
 
     from nnsweep import deploy
     from nnsweep.agents._probe import probe
     from nnsweep.artifacts import ArtifactCache
-    from nnsweep.bench import MeasureSettings
+    from nnsweep.bench import MeasureSettings, measure_in_subprocess
+    from nnsweep.bench._warm import WarmWorker
     from nnsweep.errors import TrialError
     from nnsweep.models import load_model
 
@@ -154,16 +206,27 @@ def main() -> None:
     spaces = {
         t: device_space(finite_spec(spec, quant, args.min_nodes, t), "host", wanted, caps.cores) for t in threads_list
     }
-    configs = enumerate_configs(spaces[threads_list[0]])
+    all_configs = enumerate_configs(spaces[threads_list[0]])
+    configs = _shard(all_configs, *args.shard)
     if args.limit:
         configs = configs[: args.limit]
-    print(f"{len(configs)} configurations x threads {threads_list}; load {os.getloadavg()}", file=sys.stderr)
+    k, n = args.shard
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {t: args.out_dir / f"search_table_threads{t}.shard{k}of{n}.json" for t in threads_list}
+    state = {t: _checkpoint(paths[t]) for t in threads_list}
+    done = {row["digest"] for row in state[threads_list[0]]["configs"]}
+    print(
+        f"{len(all_configs)} configurations, shard {k}/{n}: {len(configs)} ({len(done)} done before) "
+        f"x threads {threads_list}; load {os.getloadavg()}",
+        file=sys.stderr,
+    )
 
+    workers: dict[str, WarmWorker] = {}  # one per runtime, as a sweep's device agent keeps them
     started = time.monotonic()
-    rows: dict[int, list[dict[str, Any]]] = {t: [] for t in threads_list}
-    measured: dict[int, dict[str, dict[str, Any]]] = {t: {} for t in threads_list}
     convert_s = measure_s = 0.0
     for i, config in enumerate(configs):
+        if config.digest() in done:
+            continue
         t0 = time.monotonic()
         try:
             artifact, hit = deploy.convert(bundle, config, cache)
@@ -174,57 +237,101 @@ def main() -> None:
         for t in threads_list:
             cfg = dataclasses.replace(config, threads=t)
             row: dict[str, Any] = {"config": cfg.to_dict(), "digest": cfg.digest()}
+            measured = state[t]["measurements"]
             if artifact is None:
                 row["error"] = error
-                rows[t].append(row)
+                state[t]["configs"].append(row)
                 continue
             run = dataclasses.replace(artifact, config=cfg)  # the same bytes, run with t threads
             key = "|".join([artifact.sha256, cfg.runtime, ">".join(cfg.backends), str(t)])
             row.update(execution_key=key, convert_s=artifact.convert_s, cache_hit=hit)
-            if key not in measured[t]:
+            if key not in measured:
                 t1 = time.monotonic()
                 try:
-                    measured[t][key] = _measurement(deploy.measure(bundle, run, settings, reference=reference))
+                    timing, outputs = measure_in_subprocess(
+                        runtime=cfg.runtime,
+                        artifact=run.path,
+                        io=run.io,
+                        threads=t,
+                        backends=cfg.backends,
+                        inputs=bundle.dataset.evaluation.inputs,
+                        settings=settings,
+                        worker=workers.setdefault(cfg.runtime, WarmWorker(cfg.runtime)),
+                    )
+                    result = deploy.assemble(bundle, run, timing, outputs, reference, cache_hit=hit)
+                    measured[key] = _measurement(result)
                 except TrialError as exc:
-                    measured[t][key] = {"error": f"{type(exc).__name__}: {exc}"}
+                    measured[key] = {"error": f"{type(exc).__name__}: {exc}"}
                 measure_s += time.monotonic() - t1
-            rows[t].append(row)
-        m = measured[threads_list[0]].get(rows[threads_list[0]][-1].get("execution_key", ""), {})
-        p50 = m.get("metrics", {}).get("latency_p50_ms")
+            state[t]["configs"].append(row)
+        for t in threads_list:
+            meta = _meta(args, spec, caps, wanted, quant, settings, t)
+            meta.update(elapsed_s=round(time.monotonic() - started, 1), convert_s=round(convert_s, 1))
+            meta.update(measure_s=round(measure_s, 1), loadavg_at_end=list(os.getloadavg()))
+            state[t]["meta"] = meta
+            _write(paths[t], state[t])
+        first = state[threads_list[0]]
+        m = first["measurements"].get(first["configs"][-1].get("execution_key", ""), {})
         print(
             f"[{i + 1}/{len(configs)}] {time.monotonic() - started:6.0f}s {config.digest()[:8]} "
             f"{config.runtime} {'>'.join(config.backends)} {config.quant.mode.value} "
             f"{config.quant.granularity} {config.quant.calibration} {config.partitions} "
-            f"p50={p50} {error or ''}",
+            f"p50={m.get('metrics', {}).get('latency_p50_ms')} acc={m.get('metrics', {}).get('accuracy')} "
+            f"{error or ''}",
             file=sys.stderr,
             flush=True,
         )
-    elapsed = time.monotonic() - started
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for worker in workers.values():
+        worker.close()
+    print(f"shard {k}/{n} elapsed {time.monotonic() - started:.0f} s", file=sys.stderr)
+    if n == 1:
+        _merge(args.out_dir, threads_list, 1)
+
+
+def _meta(
+    args: Any, spec: SweepSpec, caps: Any, wanted: dict[str, Any], quant: tuple[str, ...], settings: Any, t: int
+) -> dict[str, Any]:
+    return {
+        "spec": str(args.spec.resolve().relative_to(REPO)),
+        "model": spec.model,
+        "device": "host",
+        "threads": t,
+        "quant": list(quant),
+        "min_nodes": list(args.min_nodes),
+        "calibration": list(DEFAULT_CALIBRATION),
+        "available": {k: list(v) for k, v in wanted.items()},
+        "cores": caps.cores,
+        "objectives": {o.metric: o.direction for o in spec.objectives},
+        "max_accuracy_drop": spec.max_accuracy_drop,
+        "measure": dataclasses.asdict(settings),
+        "machine": {"cpu": caps.cpu, "python": platform.python_version(), "arch": platform.machine()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def _merge(out_dir: Path, threads_list: list[int], n: int) -> None:
+    """One table per thread count from the shards' files; each shard's time and load kept in ``meta.shards``."""
     for t in threads_list:
-        meta = {
-            "spec": str(args.spec.resolve().relative_to(REPO)),
-            "model": spec.model,
-            "device": "host",
-            "threads": t,
-            "quant": list(quant),
-            "min_nodes": list(args.min_nodes),
-            "available": {k: list(v) for k, v in wanted.items()},
-            "cores": caps.cores,
-            "objectives": {o.metric: o.direction for o in spec.objectives},
-            "max_accuracy_drop": spec.max_accuracy_drop,
-            "measure": dataclasses.asdict(settings),
-            "machine": {"cpu": caps.cpu, "python": platform.python_version(), "arch": platform.machine()},
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "elapsed_s_all_tables": round(elapsed, 1),
-            "convert_s_all_tables": round(convert_s, 1),
-            "measure_s_all_tables": round(measure_s, 1),
-            "loadavg_at_end": list(os.getloadavg()),
-        }
-        out = args.out_dir / f"search_table_threads{t}.json"
-        out.write_text(json.dumps({"meta": meta, "configs": rows[t], "measurements": measured[t]}, indent=1) + "\n")
-        print(f"wrote {out}: {len(rows[t])} configurations, {len(measured[t])} measurements", file=sys.stderr)
-    print(f"elapsed {elapsed:.0f} s (convert {convert_s:.0f} s, measure {measure_s:.0f} s)", file=sys.stderr)
+        shards = [json.loads((out_dir / f"search_table_threads{t}.shard{k}of{n}.json").read_text()) for k in range(n)]
+        meta = {k: v for k, v in shards[0]["meta"].items() if k not in ("elapsed_s", "convert_s", "measure_s")}
+        meta["shards"] = [
+            {k: s["meta"][k] for k in ("elapsed_s", "convert_s", "measure_s", "loadavg_at_end", "measured_at")}
+            for s in shards
+        ]
+        rows = [row for s in shards for row in s["configs"]]
+        measurements: dict[str, Any] = {}
+        for s in shards:
+            for key, m in s["measurements"].items():
+                measurements.setdefault(key, m)  # equal bytes measured in two shards: keep one
+        out = out_dir / f"search_table_threads{t}.json"
+        _write(out, {"meta": meta, "configs": rows, "measurements": measurements})
+        print(f"wrote {out}: {len(rows)} configurations, {len(measurements)} measurements", file=sys.stderr)
 
 
 if __name__ == "__main__":

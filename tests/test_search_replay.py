@@ -124,3 +124,30 @@ def test_a_study_replay_reaches_both_targets() -> None:
     run = replay.study_strategy(replay.nnsweep_today)(table, 0)
     assert run.best_at < float("inf") and run.hv_at < float("inf")
     assert run.counted == max(run.best_at, run.hv_at)  # it stops once both are reached
+
+
+def test_make_sampler_is_a_sampler_and_replays() -> None:
+    from nnsweep._sampler import make_sampler
+
+    assert isinstance(make_sampler(0), optuna.samplers.BaseSampler)
+    run = replay.study_strategy(make_sampler)(_table(), 1)
+    assert run.best_at < float("inf")
+
+
+def test_repeat_escape_samples_at_random_after_a_repeat() -> None:
+    from nnsweep._sampler import repeat_escape
+
+    sampler = repeat_escape(optuna.samplers.TPESampler(seed=0, n_startup_trials=0), seed=0)
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(2):
+        study.enqueue_trial({"x": 1})
+    for _ in range(2):
+        trial = study.ask()
+        trial.suggest_categorical("x", [0, 1, 2])
+        study.tell(trial, 1.0)
+    assert sampler._escaping == set()
+    trial = study.ask()  # the last finished trial repeated an earlier one
+    assert sampler._escaping == {trial.number}
+    trial.suggest_categorical("x", [0, 1, 2])
+    study.tell(trial, 0.5)
+    assert sampler._escaping == set()
