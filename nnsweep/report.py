@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from nnsweep.config import DeploymentConfig
 from nnsweep.results import TrialRecord
 from nnsweep.spec import Objective
 
-__all__ = ["best_trial", "pareto_front", "render_table"]
+__all__ = ["DeviceCost", "SharedChoice", "best_across_devices", "best_trial", "pareto_front", "render_table"]
 
 
 def _vector(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[float, ...] | None:
@@ -101,3 +103,74 @@ def render_table(records: Sequence[TrialRecord], objectives: Sequence[Objective]
     lines.append("  ".join("-" * w for w in widths))
     lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """What shipping one configuration costs on one device, against that device's own best.
+
+    Args:
+        device: the device.
+        record: the configuration's trial there.
+        own_best: the device's best trial.
+        slowdown: ``record``'s cost over ``own_best``'s (1.0: it is the device's best).
+    """
+
+    device: str
+    record: TrialRecord
+    own_best: TrialRecord
+    slowdown: float
+
+
+@dataclass(frozen=True)
+class SharedChoice:
+    """The one configuration to ship to every device, and what it costs on each."""
+
+    config: DeploymentConfig
+    metric: str
+    costs: tuple[DeviceCost, ...]
+
+    @property
+    def worst_slowdown(self) -> float:
+        return max(c.slowdown for c in self.costs)
+
+
+def best_across_devices(
+    records: Mapping[str, Sequence[TrialRecord]], objectives: Sequence[Objective]
+) -> SharedChoice | None:
+    """The configuration feasible on every device with the smallest worst-case slowdown
+    against each device's own best (ties: the smaller mean slowdown, then the digest).
+
+    The cost is the first objective to minimise (latency, usually). A configuration counts
+    on a device when it was measured there (or reused a measurement) and met the constraint.
+
+    Returns:
+        ``None`` when no configuration is feasible on every device, or no objective is minimised.
+    """
+    metric = next((o.metric for o in objectives if o.direction == "minimize"), None)
+    if metric is None or not records:
+        return None
+    bests: dict[str, TrialRecord] = {}
+    usable: dict[str, dict[str, TrialRecord]] = {}
+    for device, trials in records.items():
+        best = best_trial(trials, objectives)
+        if best is None:
+            return None
+        bests[device] = best
+        usable[device] = {}
+        for r in sorted(trials, key=lambda r: r.number):
+            if r.status.measured and r.feasible is not False and math.isfinite(r.metrics.get(metric, math.inf)):
+                usable[device].setdefault(r.config.digest(), r)
+    shared = set.intersection(*(set(found) for found in usable.values()))
+    candidates = []
+    for digest in shared:
+        costs = tuple(
+            DeviceCost(d, usable[d][digest], bests[d], usable[d][digest].metrics[metric] / bests[d].metrics[metric])
+            for d in records
+        )
+        slowdowns = [c.slowdown for c in costs]
+        candidates.append((max(slowdowns), sum(slowdowns) / len(slowdowns), digest, costs))
+    if not candidates:
+        return None
+    _, _, digest, costs = min(candidates)
+    return SharedChoice(costs[0].record.config, metric, costs)

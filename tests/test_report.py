@@ -51,3 +51,28 @@ def test_table_shows_status_and_reasons() -> None:
     )
     assert "98.00%" in text and "failed: no kernel" in text
     assert text.splitlines()[0].split()[:4] == ["#", "configuration", "accuracy", "latency_p50_ms"]
+
+
+def _on(device: str, number: int, threads: int, latency: float, feasible: bool = True) -> TrialRecord:
+    from nnsweep.config import QuantConfig, QuantMode
+
+    config = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32), threads=threads)
+    metrics = {"accuracy": 0.95, "latency_p50_ms": latency}
+    return TrialRecord("s", device, number, config, TrialStatus.OK, metrics=metrics, feasible=feasible)
+
+
+def test_one_configuration_for_all_devices_minimises_the_worst_slowdown() -> None:
+    from nnsweep.report import best_across_devices
+
+    objectives = OBJ
+    records = {
+        # the laptop is fastest with 4 threads, the board with 1; 4 threads break the board's constraint
+        "laptop": [_on("laptop", 0, 1, 4.0), _on("laptop", 1, 2, 2.5), _on("laptop", 2, 4, 2.0)],
+        "board": [_on("board", 0, 1, 10.0), _on("board", 1, 2, 11.0), _on("board", 2, 4, 30.0, feasible=False)],
+    }
+    choice = best_across_devices(records, objectives)
+    assert choice is not None and choice.config.threads == 2  # worst slowdown 1.25 (laptop), not 2.0 (threads=1)
+    costs = {c.device: c for c in choice.costs}
+    assert costs["laptop"].slowdown == 1.25 and costs["laptop"].own_best.config.threads == 4
+    assert costs["board"].slowdown == 1.1 and choice.worst_slowdown == 1.25
+    assert best_across_devices({"laptop": records["laptop"], "board": records["board"][2:]}, objectives) is None
