@@ -551,9 +551,10 @@ _SPEC_OPTIONS: dict[str, str] = {}  # sweep errors name the YAML field path as w
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+def _stop_on_signals(stop: Callable[[], bool]) -> Iterator[None]:
     """SIGTERM and Ctrl-C stop the sweep at its next safe point (in-flight trials are
-    requeued, the tracker is flushed); a second one interrupts at once."""
+    requeued, the tracker is flushed); a second one, or one before the sweep's loop runs
+    (nothing in flight yet), interrupts at once."""
     import signal
     import threading
 
@@ -564,9 +565,8 @@ def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
 
     def handler(signum: int, frame: object) -> None:
         received.append(signum)
-        if len(received) > 1:
+        if not stop() or len(received) > 1:
             raise KeyboardInterrupt
-        stop()
 
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -137,11 +137,18 @@ class Sweep:
         self._recorder: Recorder | None = None
         self._retries: dict[str, int] = {}
         self._stop = threading.Event()
+        self._looping = False
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
         """Ask the run to stop at its next safe point, as Ctrl-C would (from a signal handler
-        or another thread): in-flight trials are requeued, measured ones kept."""
+        or another thread): in-flight trials are requeued, measured ones kept.
+
+        Returns:
+            Whether the loop will honour it; ``False`` before the loop runs, when nothing is in
+            flight and the caller may interrupt at once (opening a sweep is safe to kill).
+        """
         self._stop.set()
+        return self._looping
 
     @property
     def scheduler(self) -> Scheduler:
@@ -193,6 +200,7 @@ class Sweep:
 
     # ------------------------------------------------------------------ loop
     def _loop(self) -> list[DeviceResult]:
+        self._looping = True
         self._report_progress()
         try:
             while True:
