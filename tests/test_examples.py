@@ -1,7 +1,7 @@
 """The example specs in sweeps/, one per device kind, run as a user runs them (``nnsweep run``).
 
-Each runs in its own working directory in tmp_path (its mlflow.db, .nnsweep/ and
-reports/ land there); they share one artifact and model cache so digits trains once.
+Each runs from a copy in its own working directory in tmp_path (its mlflow.db, .nnsweep/
+and reports/ land there, never in the checkout); they share one artifact and model cache so digits trains once.
 Where the device cannot exist here the example is only validated, and the reason is
 written below: an ssh board, and the emulated Arm board (``make arm-sim`` needs root,
 qemu and ~25 minutes to build; its own tests cover it). The phone is the fake ``adb``
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -93,7 +94,10 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> 
 def _run(
     example: str, cwd: Path, cache: Path, *extra: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(cache), "run", str(SWEEPS / example), *extra]
+    # A copy beside its working directory: a sweep keeps its state (.nnsweep/) beside its spec,
+    # and the checkout's sweeps/ must stay as it is (and each test start afresh).
+    shutil.copy(SWEEPS / example, cwd / example)
+    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(cache), "run", example, *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
     print(f"\n{example}: {time.perf_counter() - t0:.0f} s wall (load {os.getloadavg()[0]:.1f})")
@@ -101,6 +105,7 @@ def _run(
     spec = load_spec(SWEEPS / example)
     assert (cwd / "reports" / f"{spec.name}.html").is_file()
     assert (cwd / "mlflow.db").is_file()
+    assert (cwd / ".nnsweep" / spec.name).is_dir()
     return proc
 
 
