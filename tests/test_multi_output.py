@@ -1,0 +1,151 @@
+"""Models with several outputs (a tuple or dict, as detection and multi-head models have)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnsweep.bench import evaluate
+from nnsweep.errors import ConversionStorageError, SpecError
+
+TWO_HEADS = '''
+import numpy as np
+import torch
+
+from nnsweep.models import Dataset, Split
+
+
+class TwoHeads(torch.nn.Module):
+    """A classifier head and a box head on one body: a detector in miniature."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten())
+        self.classes = torch.nn.Linear(8 * 8 * 8, 10)
+        self.boxes = torch.nn.Linear(8 * 8 * 8, 4)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.classes(h), self.boxes(h)
+
+
+class DictHeads(TwoHeads):
+    def forward(self, x):
+        h = self.body(x)
+        return {"classes": self.classes(h), "boxes": self.boxes(h)}
+
+
+def _data():
+    rng = np.random.RandomState(0)
+    cal = rng.standard_normal((32, 1, 8, 8)).astype(np.float32)
+    ev = rng.standard_normal((16, 1, 8, 8)).astype(np.float32)
+    return Dataset(calibration=Split(cal), evaluation=Split(ev, rng.randint(0, 10, 16).astype(np.int64)))
+
+
+def build():
+    torch.manual_seed(0)
+    return TwoHeads().eval(), torch.randn(1, 1, 8, 8), _data()
+
+
+def build_dict():
+    torch.manual_seed(0)
+    return DictHeads().eval(), torch.randn(1, 1, 8, 8), _data()
+
+
+def broken():
+    return torch.nn.Linear(3, 2), torch.randn(1, 5)
+'''
+
+
+def test_fidelity_is_the_worst_over_outputs_and_accuracy_comes_from_the_first() -> None:
+    ref = np.array([[1.0, 0.0, 0.5, 0.5], [0.0, 1.0, 0.5, 0.5]])
+    out = ref.copy()
+    out[:, 2:] += 0.25  # only the second output (width 2) is off
+    e = evaluate(out, ref, np.array([0, 0]), sizes=(2, 2))
+    assert e.accuracy == 0.5  # labels against the first output's argmax
+    assert len(e.per_output) == 2 and math.isinf(e.per_output[0].sqnr_db)
+    assert e.fidelity.max_abs_err == 0.25 and e.fidelity.sqnr_db == e.per_output[1].sqnr_db
+    assert evaluate(out, ref, np.array([1, 0]), sizes=(2, 2), accuracy_output=1).accuracy == 0.5
+    with pytest.raises(ValueError, match="values per sample"):
+        evaluate(out, ref, None, sizes=(2, 3))
+    assert evaluate(ref, ref, None).per_output == ()  # one output: nothing extra
+
+
+def test_a_model_that_fails_on_its_example_is_an_input_error_at_load(tmp_path: Path) -> None:
+    from nnsweep.models import load_model
+
+    (tmp_path / "heads.py").write_text(TWO_HEADS)
+    with pytest.raises(SpecError, match=r"fails on its example input of shape \(1, 5\): RuntimeError"):
+        load_model(f"{tmp_path}/heads.py:broken")
+    bundle = load_model(f"{tmp_path}/heads.py:build_dict")
+    assert bundle.outputs == (10, 4)
+
+
+def test_a_disk_error_during_conversion_is_an_infrastructure_error_naming_the_path(tmp_path: Path) -> None:
+    from nnsweep import deploy
+    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.config import DeploymentConfig
+    from nnsweep.models import load_model
+
+    (tmp_path / "heads.py").write_text(TWO_HEADS)
+    bundle = load_model(f"{tmp_path}/heads.py:build")
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "artifacts").write_text("a file where the cache needs a folder")
+    with pytest.raises(ConversionStorageError, match=str(root)) as info:
+        deploy.convert(bundle, DeploymentConfig.from_dict({"runtime": "onnxruntime"}), ArtifactCache(root))
+    assert str(root) in str(info.value.path)
+
+
+def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(tmp_path / "cache"), "bench", *args]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["executorch", "onnxruntime", "torch"])
+@pytest.mark.parametrize("build", ["build", "build_dict"])
+def test_two_output_model_through_nnsweep_bench(tmp_path: Path, runtime: str, build: str) -> None:
+    (tmp_path / "heads.py").write_text(TWO_HEADS)
+    proc = _bench(
+        tmp_path, "--model", f"heads.py:{build}", "--runtime", runtime, "--iters", "20", "--warmup", "1", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    parts = result["fidelity_per_output"]
+    assert len(parts) == 2
+    for part in parts:  # fp32 deployments: both heads match the eager model closely
+        assert part["top1_agreement"] == 1.0 and part["max_abs_err"] < 1e-4
+    assert result["fidelity"]["max_abs_err"] == max(p["max_abs_err"] for p in parts)
+    assert result["accuracy"] is not None and 0.0 <= result["accuracy"] <= 1.0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_quantized_two_output_model_reports_each_head(tmp_path: Path) -> None:
+    (tmp_path / "heads.py").write_text(TWO_HEADS)
+    proc = _bench(
+        tmp_path, "--model", "heads.py:build", "--runtime", "onnxruntime", "--quant", "static_int8", "--iters", "20"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "(worst of the outputs)" in proc.stdout
+    assert "output 0:" in proc.stdout and "output 1:" in proc.stdout
+    full = _bench(
+        tmp_path,
+        "--model",
+        "heads.py:build",
+        "--runtime",
+        "onnxruntime",
+        "--quant",
+        "static_int8",
+        "--interface",
+        "full",
+    )
+    assert full.returncode == 1 and "single-output models" in full.stderr
