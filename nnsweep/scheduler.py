@@ -112,8 +112,11 @@ class Scheduler:
     Args:
         converter_machine: the machine conversions and host evaluations run on.
         converter_slots: conversions that may run at once.
-        repeat_cap: proposals in a row that repeat a measured configuration before a
+        repeat_cap: proposals in a row that repeat a tried configuration before a
             device is called exhausted.
+        divert_after: repeats in a row after which the next trial is an untried
+            configuration the caller draws (:meth:`diverts`), so the budget is spent on
+            distinct configurations even when the sampler keeps returning to known ones.
         lost_timeout_s: how long a lost device is waited for once the others are done.
         revive_every_s: how often a lost device's agent is restarted.
     """
@@ -124,12 +127,14 @@ class Scheduler:
         converter_slots: int = 1,
         *,
         repeat_cap: int = 50,
+        divert_after: int = 3,
         lost_timeout_s: float = 300.0,
         revive_every_s: float = 5.0,
     ) -> None:
         self.converter_machine = converter_machine
         self.converter_slots = converter_slots
         self.repeat_cap = repeat_cap
+        self.divert_after = divert_after
         self.lost_timeout_s = lost_timeout_s
         self.revive_every_s = revive_every_s
         self.devices: dict[str, DeviceState] = {}
@@ -157,6 +162,15 @@ class Scheduler:
             untried = d.space_size - len(d.measured) - len(d.failures) - len({t.key for t in d.tickets})
             wanted = min(wanted, untried)
         return max(0, wanted)
+
+    def diverts(self, device: str) -> bool:
+        """Whether the device's next trial should be an untried configuration, not the sampler's."""
+        return self.devices[device].repeats_in_row >= self.divert_after
+
+    def tried(self, device: str, key: str) -> bool:
+        """Whether a configuration (by its reuse key) was measured, failed or is in flight on the device."""
+        d = self.devices[device]
+        return key in d.measured or key in d.failures or any(t.key == key for t in d.tickets)
 
     def admit(self, ticket: Ticket, now: float) -> tuple[Admission, TrialRecord | None]:
         """Take a freshly asked trial: reuse a measurement, wait for a twin, or run it."""

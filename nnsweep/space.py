@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,16 @@ from nnsweep.spec import IntRange, SweepSpec
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["DeviceSpace", "RuntimeChoices", "baseline_configs", "device_space", "params_for", "suggest"]
+__all__ = [
+    "DeviceSpace",
+    "RuntimeChoices",
+    "baseline_configs",
+    "device_space",
+    "params_for",
+    "space_size",
+    "suggest",
+    "untried",
+]
 
 ORDER_SEP = ">"
 
@@ -307,3 +317,46 @@ def space_size(space: DeviceSpace, limit: int = 20_000) -> int | None:
             return len(digests)
         path[-1] += 1
     return None
+
+
+class _RandomTrial(_PathTrial):
+    """A :class:`_PathTrial` whose every choice is drawn at random."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__([])
+        self.rng = rng
+
+    def _choose(self, count: int) -> int:
+        self.widths.append(count)
+        return self.rng.randrange(count)
+
+
+def untried(
+    space: DeviceSpace, tried: Callable[[DeploymentConfig], bool], rng: random.Random, draws: int = 200
+) -> DeploymentConfig | None:
+    """A configuration of ``space`` for which ``tried`` is false, drawn at random (``None``:
+    none was found, so the space is, as far as can be told, fully tried).
+
+    Random paths first; a finite space is then searched whole, so its last untried
+    configuration is found too.
+    """
+    for _ in range(draws):
+        with contextlib.suppress(SpecError):
+            config = suggest(_RandomTrial(rng), space)  # type: ignore[arg-type]
+            if not tried(config):
+                return config
+    if space_size(space) is None:
+        return None
+    path: list[int] = []
+    while True:  # the odometer walk of space_size, stopping at the first untried configuration
+        trial = _PathTrial(path)
+        with contextlib.suppress(SpecError):
+            config = suggest(trial, space)  # type: ignore[arg-type]
+            if not tried(config):
+                return config
+        path = [trial.path[i] if i < len(trial.path) else 0 for i in range(len(trial.widths))]
+        while path and path[-1] + 1 >= trial.widths[len(path) - 1]:
+            path.pop()
+        if not path:
+            return None
+        path[-1] += 1

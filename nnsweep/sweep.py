@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import shutil
 import threading
 import time
@@ -33,15 +34,15 @@ from nnsweep.agents import Capabilities, MeasureReply
 from nnsweep.bench import MeasureSettings
 from nnsweep.errors import InfrastructureError, SpecError, TrialError
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
-from nnsweep.lifecycle import Phase, Ticket
+from nnsweep.lifecycle import Phase, Role, Ticket
 from nnsweep.recorder import Recorder
 from nnsweep.report import best_trial, pareto_front
 from nnsweep.results import TrialRecord
 from nnsweep.scheduler import Action, Admission, Scheduler, reuse_key
-from nnsweep.space import suggest
+from nnsweep.space import params_for, suggest, untried
 from nnsweep.spec import Objective, SweepSpec
 from nnsweep.state import SweepLock, fingerprint
-from nnsweep.studies import open_study, role_of, study_records
+from nnsweep.studies import enqueue, open_study, role_of, study_records
 from nnsweep.sweep_host import HostSide
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class Sweep:
         self._retries: dict[str, int] = {}
         self._stop = threading.Event()
         self._looping = False
+        self._rng = random.Random(0)  # untried configurations drawn when the sampler repeats itself
 
     def stop(self) -> bool:
         """Ask the run to stop at its next safe point, as Ctrl-C would (from a signal handler
@@ -238,6 +240,8 @@ class Sweep:
         dev = self.recorder.devices[device]
         for _ in range(self.scheduler.wanted(device, now)):
             started = _clocks()
+            if self.scheduler.diverts(device):
+                self._divert(device)
             trial = dev.study.ask()
             try:
                 config = suggest(trial, dev.space)
@@ -259,6 +263,13 @@ class Sweep:
                 self.stats.cache_hits += 1
             self.stats.overhead_ms.append((_clocks()[0] - started[0]) * 1000)
             self.stats.overhead_cpu_ms.append((_clocks()[1] - started[1]) * 1000)
+
+    def _divert(self, device: str) -> None:
+        """The sampler keeps proposing tried configurations: queue an untried one, drawn at random."""
+        dev, digest = self.recorder.devices[device], self.host.bundle.digest
+        config = untried(dev.space, lambda c: self.scheduler.tried(device, reuse_key(digest, c)), self._rng)
+        if config is not None:
+            enqueue(dev.study, params_for(config, dev.space), Role.SEARCH)
 
     def _start(self, action: Action) -> None:
         t = action.ticket

@@ -225,3 +225,16 @@ def test_requeued_baseline_goes_back_to_waiting() -> None:
     assert base.phase is Phase.REQUEUED and s.devices["host"].baseline_waiting
     other = ex.propose("host", config(2), 1.0)
     assert s.settle(other, record(other), 2.0).tell == []  # held: the baseline will be measured
+
+
+def test_repeats_in_a_row_divert_the_next_trial_to_an_untried_configuration() -> None:
+    s, ex = scheduler(("host", HOST))
+    a = ex.propose("host", config(1), 0.0)
+    ex.told(a, record(a), 1.0)
+    assert not s.diverts("host") and s.tried("host", a.key) and not s.tried("host", reuse_key("model", config(2)))
+    for _ in range(s.divert_after):
+        again = ex.propose("host", config(1), 1.0)
+        ex.told(again, dataclasses.replace(record(again), status=TrialStatus.REUSED, reused_from=a.number), 1.0)
+    assert s.diverts("host")
+    ex.propose("host", config(2), 2.0)  # the untried one the caller drew
+    assert not s.diverts("host")

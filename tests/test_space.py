@@ -46,8 +46,16 @@ def test_runtime_limits_narrow_modes_and_calibrations() -> None:
 
 
 def test_a_device_without_the_runtimes_is_an_error() -> None:
-    with pytest.raises(SpecError, match="offers none"):
+    with pytest.raises(SpecError, match="can run none of the sweep's runtimes: executorch does not load there"):
         device_space(SPEC, "phone", {"tflite": ("nnapi",)}, cores=8)
+
+
+def test_a_runtime_whose_backends_the_order_misses_says_what_to_write() -> None:
+    """The Ethos-U mistake: the executorch order must name the NPU target."""
+    spec = parse_spec({"name": "t", "model": "digits", "space": {"runtime": ["executorch"]}})
+    with pytest.raises(SpecError) as caught:
+        device_space(spec, "u55", {"executorch": ("ethos-u55-128",)}, cores=1)
+    assert "write space.backends: {executorch: [ethos-u55-128]}" in str(caught.value)
 
 
 def test_every_sampled_trial_is_a_valid_config_and_all_dimensions_move() -> None:
@@ -80,3 +88,30 @@ def test_enqueued_params_reproduce_the_baselines_first() -> None:
         got.append(suggest(trial, space))
         study.tell(trial, [0.5, 1.0])
     assert got == baselines
+
+
+def test_untried_finds_the_last_untried_configuration_of_a_finite_space() -> None:
+    import random
+
+    from nnsweep.space import space_size, untried
+
+    spec = parse_spec(
+        {
+            "name": "t",
+            "model": "digits",
+            "space": {
+                "runtime": ["onnxruntime"],
+                "quant": ["fp32", "dynamic_int8"],
+                "granularity": ["per_tensor", "per_channel"],
+            },
+        }
+    )
+    space = device_space(spec, "host", {"onnxruntime": ("cpu",)}, 1)
+    assert space_size(space) == 3
+    seen: set[str] = set()
+    rng = random.Random(1)
+    for _ in range(3):
+        config = untried(space, lambda c: c.digest() in seen, rng, draws=2)
+        assert config is not None and config.digest() not in seen
+        seen.add(config.digest())
+    assert untried(space, lambda c: c.digest() in seen, rng) is None
