@@ -18,6 +18,7 @@ The report and the CLI read studies through :func:`study_records` and
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
@@ -81,7 +82,15 @@ def _storage(spec: SweepSpec, *, create: bool) -> Any:
             return None  # never ran: read nothing, and create no state directory
         spec.state_dir.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
-    return optuna.storages.RDBStorage(spec.storage)
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        return optuna.storages.RDBStorage(spec.storage)
+    except IntegrityError:
+        # Two first sweeps into an empty database at once both create Optuna's tables and one
+        # fails on a unique index (seen with PostgreSQL); the tables exist now, so try once more.
+        time.sleep(1.0)
+        return optuna.storages.RDBStorage(spec.storage)
 
 
 def _sampler(seed: int) -> Any:

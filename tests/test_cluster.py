@@ -19,7 +19,7 @@ from typing import IO
 
 import pytest
 
-from nnsweep.agents._node import head_command, join_command
+from nnsweep.agents._node import ensure_token, head_command, join_command, ray_env
 
 pytestmark = [pytest.mark.ray, pytest.mark.integration, pytest.mark.slow]
 
@@ -40,7 +40,9 @@ class Cluster:
     def __init__(self, tmp: Path) -> None:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.env = dict(os.environ, RAY_AUTH_MODE="token")
+        self.token = tmp / "ray" / "auth_token"  # a token of this cluster's own, 0600
+        ensure_token(self.token)
+        self.env = ray_env(os.environ, self.token)
         self.tmp = tmp
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: list[IO[bytes]] = []
@@ -85,8 +87,10 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the test process is a Ray client too
     c = Cluster(tmp_path)
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
+        if key in c.env:
+            monkeypatch.setenv(key, c.env[key])  # the test process is a Ray client too
     c.start_head()
     c.join_board()
     try:
