@@ -599,7 +599,9 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
 
         executor = RayExecutor(address=args.address, transports=transports)
     tracker = _tracker(spec, enabled=not args.no_tracking)
-    display = _ProgressDisplay(enabled=not args.json)
+    from nnsweep._progress import ProgressDisplay
+
+    display = ProgressDisplay(enabled=not args.json)
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh)
     interrupted = False
     try:
@@ -756,6 +758,10 @@ def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
         check_tracking(spec.tracking.uri)
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
+    if spec.tracking.uri.startswith(("http://", "https://")):
+        # A tracking server is its own UI: there is nothing to start.
+        sys.stdout.write(f"{spec.name} is tracked by the MLflow server at {spec.tracking.uri}: open it in a browser\n")
+        return EXIT_OK
     cmd = [
         sys.executable, "-m", "mlflow", "ui",
         "--backend-store-uri", absolute_sqlite_uri(spec.tracking.uri),
@@ -853,43 +859,6 @@ def _cmd_agent_join(args: argparse.Namespace, cache_dir: Path) -> int:
     return _ray_start(cmd, ray_env(os.environ, token))
 
 
-class _ProgressDisplay:
-    """Per-device progress lines: rewritten in place on a terminal, one line per change otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty()
-        self._lines = 0
-        self._last: dict[str, tuple[int, str]] = {}
-
-    def update(self, devices: list[Any]) -> None:
-        if not self.enabled:
-            return
-        texts = []
-        for d in devices:
-            state = "LOST" if d.lost else d.activity
-            text = f"{d.device}: {d.done}/{d.budget} trials ({d.failed} failed, {d.reused} reused) · {state}"
-            if d.best:
-                text += f"\n    best so far: {d.best}"
-            texts.append((d.device, d.done, text))
-        if self.tty:
-            if self._lines:
-                sys.stderr.write(f"\x1b[{self._lines}F\x1b[J")
-            block = "\n".join(t for _, _, t in texts)
-            sys.stderr.write(block + "\n")
-            self._lines = block.count("\n") + 1
-        else:
-            for device, done, text in texts:
-                first = text.splitlines()[0]
-                if self._last.get(device) != (done, first.split("·")[0]):
-                    self._last[device] = (done, first.split("·")[0])
-                    sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        self._lines = 0
-
-
 def _setup_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -911,6 +880,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error argparse has already printed in one line
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     _setup_logging(args.verbose)
+    # With an http(s) tracking store MLflow prints a "View run ... at" line to stdout whenever a
+    # run ends: that would corrupt `--json` output and the progress display.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     cache_dir = args.cache_dir or default_cache_dir()
     try:
         code: int = args.handler(args, cache_dir)
