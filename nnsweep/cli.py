@@ -658,14 +658,30 @@ def _results_text(spec: Any, results: Any) -> str:
             blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}")
         else:
             blocks.append(f"Best on {r.device}: none (no feasible measured trial)")
-        counts = {s: sum(1 for t in r.records if t.status.value == s) for s in ("ok", "reused", "failed")}
-        interrupted = sum(1 for t in r.records if t.status.value == "interrupted")
-        line = f"Trials: {counts['ok']} measured, {counts['reused']} reused, {counts['failed']} failed"
-        if interrupted:
-            line += f" (+{interrupted} interrupted and run again)"
-        blocks.append(line)
+        tried = [t for t in r.records if t.reused_from is None]
+        measured = sum(1 for t in tried if t.status.value == "ok")
+        failed = sum(1 for t in tried if t.status.value == "failed")
+        repeats = len(r.records) - len(tried)
+        blocks.append(
+            f"Trials: {measured} measured, {failed} failed (distinct configurations); "
+            f"{repeats} repeats of those told to the study for free"
+        )
+        blocks.append(_breakdown_text(r.breakdown))
     blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
     return "\n\n".join(blocks)
+
+
+def _breakdown_text(breakdown: Any) -> str:
+    """Where a device's time went, and how far it is from the physical limit (its timed runs)."""
+    timed = breakdown.get("timed runs", 0.0)
+    parts = [
+        f"{name} {seconds:.1f} s" for name, seconds in breakdown.items() if name != "timed runs" and seconds >= 0.05
+    ]
+    text = "Time: " + (", ".join(parts) or "nothing measured in this sweep")
+    measuring = breakdown.get("measuring", 0.0)
+    if timed > 0 and measuring > 0:
+        text += f"; timed runs {timed:.1f} s = {timed / measuring:.0%} of the time measuring"
+    return text
 
 
 def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
