@@ -207,7 +207,7 @@ def _measuring_process(artifact: Path, repeats: int) -> None:
     finally:
         worker.close()
     print(f"\n3. the measuring process alone (medians of {repeats}; 200 timed runs + 360 evaluation inputs)")
-    keys = ["call", "lock_wait", "start", "load", "warmup", "timed", "outputs", "peak_rss_mb"]
+    keys = ["call", "lock_wait", "start", "import", "load", "warmup", "timed", "outputs", "peak_rss_mb"]
     print("   " + f"{'':<6}" + "".join(f"{k:>12}" for k in keys))
     for name, values in rows.items():
         print("   " + f"{name:<6}" + "".join(f"{_median([v.get(k, 0.0) for v in values]):12.1f}" for k in keys))

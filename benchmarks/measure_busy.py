@@ -82,7 +82,7 @@ def main() -> None:
                 timed = statistics.median(t.phases_ms["timed"] / 1e3 for _, t in rows)
                 other = {
                     k: statistics.median(t.phases_ms.get(k, 0.0) for _, t in rows)
-                    for k in ("lock_wait", "start", "load", "warmup", "outputs")
+                    for k in ("lock_wait", "start", "import", "load", "warmup", "outputs")
                 }
                 shown = " ".join(f"{k} {v:.0f}" for k, v in other.items())
                 name = "forked (warm)" if warm else "fresh"

@@ -83,7 +83,8 @@ class Timing:
     imported; ``tool``: a device's own benchmark tool), ``parent_rss_mb`` (the warm
     worker's resident memory when it forked: pages the child shares rather than owns)
     and ``phases_ms``, where the measurement's wall time went (``lock_wait``,
-    ``start``: from the request to the measuring code running, ``load``,
+    ``start``: from the request to the measuring code running, ``import``: the
+    runner's runtime import, its thread setting and reading the inputs, ``load``,
     ``first_inference``, ``warmup``, ``timed``, ``timed_cpu``: this process's CPU
     time during the timed runs, ``outputs``: the evaluation inputs,
     ``total``: the whole call as its caller saw it), and ``held_monotonic``: when
