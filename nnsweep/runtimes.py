@@ -21,7 +21,17 @@ from nnsweep.errors import SpecError
 if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
 
-__all__ = ["ARMNN_BACKENDS", "ETHOS_U_TARGETS", "SYSTEM_PYTHON", "RuntimeInfo", "get", "listed_names", "load_object", "names", "probe"]
+__all__ = [
+    "ARMNN_BACKENDS",
+    "ETHOS_U_TARGETS",
+    "SYSTEM_PYTHON",
+    "RuntimeInfo",
+    "get",
+    "listed_names",
+    "load_object",
+    "names",
+    "probe",
+]
 
 _ALL_GRANULARITIES = frozenset(Granularity)
 

@@ -52,7 +52,7 @@ __all__ = ["DeviceProgress", "DeviceResult", "Sweep", "SweepStats", "open_study"
 
 log = logging.getLogger(__name__)
 
-_CONVERT_RETRIES = 5
+_CONVERT_RETRIES = 2  # an infrastructure failure (a full disk) is retried, never recorded
 
 
 @dataclass(frozen=True)
@@ -230,8 +230,8 @@ class Sweep:
                 for future in done:
                     self._futures.pop(future)(future)
                 self._report_progress()
-        except KeyboardInterrupt:
-            self._interrupt()
+        except (KeyboardInterrupt, InfrastructureError):
+            self._interrupt()  # an infrastructure failure that retries did not cure ends the run the same way
             raise
         self.stats.finished_at = self.clock()
         return self._finish()
@@ -300,7 +300,10 @@ class Sweep:
         except InfrastructureError as exc:
             self._retries[digest] = self._retries.get(digest, 0) + 1
             if self._retries[digest] > _CONVERT_RETRIES:
-                raise InfrastructureError(f"conversion failed {_CONVERT_RETRIES + 1} times: {exc}") from exc
+                raise InfrastructureError(
+                    f"conversion failed {_CONVERT_RETRIES + 1} times ({exc}); mend that and run the sweep again: "
+                    "finished trials are kept, this one is requeued"
+                ) from exc
             log.warning("conversion worker failed (%s); converting again", exc)
             for ticket in waiting:
                 self.scheduler.retry(ticket, now)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nnsweep.errors import ConversionError
+from nnsweep.errors import ConversionError, ConversionStorageError, InfrastructureError
 from nnsweep.execution import ConvertRequest, LocalExecutor
 from nnsweep.results import TrialRecord, TrialStatus
 from nnsweep.spec import parse_spec
@@ -159,3 +159,39 @@ def test_failed_conversion_fails_that_trial_and_the_sweep_goes_on(workdir: Path,
     assert sorted(r.status.value for r in tried) == ["failed", "ok"]
     repeats = [r for r in records if r.reused_from is not None]
     assert all(r.status is not TrialStatus.FAILED or "failed in trial" in (r.reason or "") for r in repeats)
+
+
+class FlakyDisk(LocalExecutor):
+    """Stands at the executor seam: each configuration's first conversion hits a full disk
+    (``always``: every conversion does), as ``deploy.convert`` reports an OSError."""
+
+    def __init__(self, always: bool = False) -> None:
+        super().__init__()
+        self.always = always
+        self.failed: set[str] = set()
+
+    def convert(self, request: ConvertRequest) -> Future:  # type: ignore[type-arg]
+        digest = request.config.digest()
+        if self.always or digest not in self.failed:
+            self.failed.add(digest)
+            full: Future = Future()  # type: ignore[type-arg]
+            full.set_exception(ConversionStorageError("cannot write the artifact at /cache/x: No space left on device"))
+            return full
+        return super().convert(request)
+
+
+def test_a_full_disk_is_retried_not_recorded(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(workdir, trials=2)
+    results = Sweep(spec, FlakyDisk(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    assert [r.status for r in results[0].records if r.reused_from is None] == [TrialStatus.OK, TrialStatus.OK]
+
+
+def test_a_disk_that_stays_full_ends_the_run_and_loses_nothing(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(workdir, trials=2)
+    tracker = RecordingTracker()
+    with pytest.raises(InfrastructureError, match="No space left on device"):
+        Sweep(spec, FlakyDisk(always=True), tracker, workdir / "cache").run()  # type: ignore[arg-type]
+    study = open_study(spec, "host")  # type: ignore[arg-type]
+    assert study_records(study) == []  # nothing recorded as a result
+    assert not [t for t in study.get_trials() if t.state.name == "RUNNING"]  # requeued, for the next run
+    assert tracker.closed["host"] == "KILLED"
