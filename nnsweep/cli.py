@@ -583,22 +583,15 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
 
-    from nnsweep.agents import VelaEstimateTransport, bridge_transport
-    from nnsweep.execution import Executor, LocalExecutor
+    from nnsweep.execution import executor_for
     from nnsweep.sweep import Sweep
+    from nnsweep.tracking import tracker_for
 
-    transports: dict[str, Any] = {name: bridge_transport(bridge) for name, bridge in spec.bridges.items()}
-    transports.update({name: VelaEstimateTransport(target) for name, target in spec.npus.items()})
-    executor: Executor
-    if args.executor == "local":
-        if args.address:
-            return _usage_error(SpecError("--address", "needs --executor ray"), _SPEC_OPTIONS)
-        executor = LocalExecutor(transports)
-    else:
-        from nnsweep.execution.ray_cluster import RayExecutor
-
-        executor = RayExecutor(address=args.address, transports=transports)
-    tracker = _tracker(spec, enabled=not args.no_tracking)
+    try:
+        executor = executor_for(spec, args.executor, args.address)
+    except SpecError as exc:
+        return _usage_error(exc, _SPEC_OPTIONS)
+    tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=not args.no_tracking)
     from nnsweep._progress import ProgressDisplay
 
     display = ProgressDisplay(enabled=not args.json)
@@ -637,14 +630,6 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
         sys.stdout.write(_results_text(spec, results) + "\n")
         sys.stdout.write(f"Report: {report}\n")
     return EXIT_OK
-
-
-def _tracker(spec: Any, enabled: bool) -> Any:
-    from nnsweep.tracking import BackgroundTracker, MlflowTracker, NullTracker
-
-    if not enabled:
-        return NullTracker()
-    return BackgroundTracker(MlflowTracker(spec.tracking.uri, spec.tracking.experiment, spec.name))
 
 
 def _results_text(spec: Any, results: Any) -> str:

@@ -36,7 +36,15 @@ from nnsweep.results import TrialRecord, TrialStatus
 if TYPE_CHECKING:
     from nnsweep.config import DeploymentConfig
 
-__all__ = ["BackgroundTracker", "MlflowTracker", "NullTracker", "Tracker", "absolute_sqlite_uri", "artifact_location"]
+__all__ = [
+    "BackgroundTracker",
+    "MlflowTracker",
+    "NullTracker",
+    "Tracker",
+    "absolute_sqlite_uri",
+    "artifact_location",
+    "tracker_for",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -549,6 +557,16 @@ class MlflowTracker:
             for (dev, number), run_id in sorted(self._children.items())
             if dev == device
         }
+
+
+def tracker_for(uri: str, experiment: str, sweep: str, *, enabled: bool = True) -> Tracker:
+    """What ``nnsweep run`` logs through: MLflow on a background thread, or nothing.
+
+    Call ``close()`` on it at the end (when it has one) to write what is still queued.
+    """
+    if not enabled:
+        return NullTracker()
+    return BackgroundTracker(MlflowTracker(uri, experiment, sweep))
 
 
 def absolute_sqlite_uri(uri: str, base: Path | None = None) -> str:

@@ -2,6 +2,6 @@
 and user models given as ``package.module:function`` or ``path/to/file.py:function``."""
 
 from nnsweep.models._bundle import Dataset, ModelBundle, Split
-from nnsweep.models._load import BUILTIN, check_reference, load_model
+from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
 
-__all__ = ["BUILTIN", "Dataset", "ModelBundle", "Split", "check_reference", "load_model"]
+__all__ = ["BUILTIN", "Dataset", "ModelBundle", "Split", "check_reference", "load_model", "register_live"]

@@ -20,7 +20,7 @@ from nnsweep.errors import SpecError
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest, output_sizes
 from nnsweep.spec import MAX_INPUT_ELEMENTS, check_input_shape
 
-__all__ = ["BUILTIN", "check_forward", "check_reference", "load_model"]
+__all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
 
 BUILTIN = ("digits", "digits_gn")  # nnsweep.models.digits.VARIANTS; kept here so checking stays light
 
@@ -32,7 +32,7 @@ _BN_RECALIBRATION_BATCHES = 8
 def check_reference(ref: str) -> str:
     """Validate the form of a model reference without importing anything heavy.
 
-    Returns the kind: ``builtin``, ``torchvision``, ``file`` or ``module``.
+    Returns the kind: ``builtin``, ``torchvision``, ``live``, ``file`` or ``module``.
 
     Raises:
         SpecError: the reference has no recognisable form, or a file it names is missing.
@@ -50,11 +50,33 @@ def check_reference(ref: str) -> str:
         )
     if head == "torchvision":
         return "torchvision"
+    if head == "live":
+        if func not in _LIVE:
+            raise SpecError("model", f"no live model {func!r} in this process (nnsweep.api registers them)")
+        return "live"
     if head.endswith(".py"):
         if not Path(head).is_file():
             raise SpecError("model", f"file {head!r} does not exist")
         return "file"
     return "module"
+
+
+_LIVE: dict[str, tuple[Any, ...]] = {}  # "live:NAME" -> what a model function would return
+
+
+def register_live(name: str, module: Any, example_input: Any, dataset: Dataset | None = None) -> str:
+    """Make a model that lives in this process (a notebook's) loadable as ``live:NAME``.
+
+    Only this process can load it: sweep it with the local executor (a Ray worker is
+    another process). Registering a name again replaces the model.
+
+    Returns:
+        The reference to use in a spec: ``live:NAME``.
+    """
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise SpecError("model", f"{str(name)[:60]!r} is not a model name (letters, digits, '_', '-')")
+    _LIVE[name] = (module, example_input) if dataset is None else (module, example_input, dataset)
+    return f"live:{name}"
 
 
 def load_model(
@@ -84,6 +106,8 @@ def load_model(
         return load_digits(ref, cache_dir=cache_dir, progress=progress)
     if kind == "torchvision":
         return _torchvision(ref.partition(":")[2], weights, input_shape)
+    if kind == "live":
+        return _bundle_from(ref, _LIVE[ref.partition(":")[2]], input_shape)
     return _user(ref, kind, input_shape)
 
 
@@ -175,7 +199,6 @@ def _recalibrate_batchnorm(module: Any, inputs: Any) -> None:
 
 
 def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBundle:
-    import torch
 
     head, _, func_name = ref.rpartition(":")
     try:
@@ -198,6 +221,13 @@ def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBund
         result = func()
     except Exception as exc:
         raise SpecError("model", f"{ref}() failed: {type(exc).__name__}: {exc}") from exc
+    return _bundle_from(ref, result, input_shape)
+
+
+def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> ModelBundle:
+    """A bundle from what a model function returned: a module, ``(module, example_input)``
+    or ``(module, example_input, Dataset)``."""
+    import torch
 
     dataset: Dataset | None = None
     if isinstance(result, tuple):

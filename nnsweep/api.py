@@ -1,0 +1,145 @@
+"""nnsweep from Python: measure a live model, or sweep it, from a notebook or a script.
+
+The same code paths as the command line — :func:`measure` is ``nnsweep bench``,
+:func:`sweep` is ``nnsweep run`` — with a model that lives in this process
+instead of one named by reference.
+
+Example:
+    >>> import torch, nnsweep.api as ns  # doctest: +SKIP
+    >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).eval()
+    >>> result = ns.measure(net, torch.randn(1, 1, 8, 8), runtime="onnxruntime")
+    >>> results = ns.sweep({"name": "nb", "space": {"runtime": ["onnxruntime"]}}, net, torch.randn(1, 1, 8, 8))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nnsweep.config import DeploymentConfig
+from nnsweep.errors import SpecError
+
+if TYPE_CHECKING:
+    import torch
+
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.deploy import DeploymentResult
+    from nnsweep.models import Dataset
+    from nnsweep.spec import SweepSpec
+    from nnsweep.sweep import DeviceProgress, DeviceResult
+
+__all__ = ["measure", "sweep"]
+
+
+def _default_cache() -> Path:
+    return Path.home() / ".cache" / "nnsweep"
+
+
+def _live(name: str, model: torch.nn.Module, example_input: torch.Tensor, dataset: Dataset | None) -> str:
+    from nnsweep.models import register_live
+
+    return register_live(name, model, example_input, dataset)
+
+
+def measure(
+    model: torch.nn.Module,
+    example_input: torch.Tensor,
+    config: DeploymentConfig | None = None,
+    *,
+    dataset: Dataset | None = None,
+    settings: MeasureSettings | None = None,
+    cache_dir: Path | None = None,
+    **options: Any,
+) -> DeploymentResult:
+    """Convert ``model`` for one configuration and measure it on this machine, as ``nnsweep bench``.
+
+    Args:
+        model: the float model (put in eval mode).
+        example_input: one input of batch size 1.
+        config: the deployment (default: ``DeploymentConfig(**options)``, e.g. ``runtime="onnxruntime"``).
+        dataset: calibration and evaluation data (default: random inputs; accuracy is then
+            top-1 agreement with the float model).
+        settings: warm-up, timed runs, timeout (default: 5 warm-up, 200 timed runs).
+        cache_dir: the artifact cache (default ``~/.cache/nnsweep``).
+        options: fields of :class:`DeploymentConfig` when ``config`` is not given.
+
+    Returns:
+        Latency statistics, memory, size, accuracy and fidelity (``.to_dict()`` is ``bench --json``).
+
+    Raises:
+        SpecError: the model or the configuration is not valid.
+        TrialError: the conversion or the measurement failed.
+    """
+    from nnsweep import deploy
+    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.models import load_model
+
+    if config is None:
+        config = DeploymentConfig(**options)
+    elif options:
+        raise SpecError("config", f"give a config or its fields, not both ({', '.join(options)})")
+    cache = ArtifactCache(cache_dir or _default_cache())
+    bundle = load_model(_live("measure", model, example_input, dataset), cache_dir=cache.models_dir)
+    artifact, hit = deploy.convert(bundle, config, cache)
+    return deploy.measure(bundle, artifact, settings or MeasureSettings(), cache_hit=hit)
+
+
+def sweep(
+    spec: SweepSpec | Mapping[str, Any],
+    model: torch.nn.Module | None = None,
+    example_input: torch.Tensor | None = None,
+    *,
+    dataset: Dataset | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    tracking: bool = True,
+    fresh: bool = False,
+    cache_dir: Path | None = None,
+    progress: Callable[[list[DeviceProgress]], None] | None = None,
+) -> list[DeviceResult]:
+    """Run a sweep, as ``nnsweep run``: per device its trials, Pareto front and best configuration.
+
+    Args:
+        spec: a :class:`~nnsweep.spec.SweepSpec`, or the mapping a sweep YAML holds.
+        model: a live model to sweep (then ``example_input`` too); it replaces the spec's
+            ``model`` (which a mapping may leave out). Only this process has it, so a live
+            model is swept with the ``local`` executor.
+        example_input: one input of batch size 1, for ``model``.
+        dataset: calibration and evaluation data for ``model``.
+        executor: ``local`` (threads in this process) or ``ray``.
+        address: a Ray cluster to join (``ray`` only).
+        tracking: log to the spec's MLflow store.
+        fresh: delete the sweep's studies first (after changing its model or spec).
+        cache_dir: the artifact cache (default ``~/.cache/nnsweep``).
+        progress: called with every device's progress whenever something changes.
+
+    Raises:
+        SpecError: the spec, the model or the devices refuse the sweep (nothing is written).
+    """
+    from nnsweep.execution import executor_for
+    from nnsweep.spec import SweepSpec, parse_spec
+    from nnsweep.sweep import Sweep
+    from nnsweep.tracking import tracker_for
+
+    if model is not None:
+        if example_input is None:
+            raise SpecError("example_input", "a live model needs its example input (batch size 1)")
+        if executor != "local":
+            raise SpecError("executor", "a live model exists only in this process: sweep it with executor='local'")
+        name = spec.name if isinstance(spec, SweepSpec) else str(spec.get("name", "live"))
+        ref = _live(name, model, example_input, dataset)
+        spec = dataclasses.replace(spec, model=ref) if isinstance(spec, SweepSpec) else {**spec, "model": ref}
+    if not isinstance(spec, SweepSpec):
+        spec = parse_spec(spec)
+    runner = executor_for(spec, executor, address)
+    tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=tracking)
+    try:
+        return Sweep(spec, runner, tracker, cache_dir or _default_cache(), progress=progress, fresh=fresh).run()
+    finally:
+        close = getattr(tracker, "close", None)
+        if close is not None:
+            close()  # write what is still queued
+        runner.shutdown()

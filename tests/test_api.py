@@ -1,0 +1,41 @@
+"""The Python API, through the README's example exactly as a user copies it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+pytestmark = pytest.mark.integration
+
+
+def _example() -> str:
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"<!-- api-example[^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert found is not None, "README.md lost its Python API example"
+    return found.group(1)
+
+
+def test_the_readme_example_measures_and_sweeps_a_live_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the sweep's state, mlflow.db and reports land here
+    monkeypatch.setenv("HOME", str(tmp_path))  # and the artifact cache (~/.cache/nnsweep)
+    exec(compile(_example(), "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert re.search(r"onnxruntime fp32 p50: \d+\.\d+ ms", out)
+    assert re.search(r"host best: onnxruntime/cpu/\S+ front: \[\d", out)
+    assert (tmp_path / "mlflow.db").is_file() and (tmp_path / ".nnsweep" / "notebook" / "optuna.journal").is_file()
+
+
+def test_a_live_model_cannot_go_to_a_ray_cluster() -> None:
+    import torch
+
+    from nnsweep.api import sweep
+    from nnsweep.errors import SpecError
+
+    with pytest.raises(SpecError, match="executor='local'"):
+        sweep({"name": "x"}, torch.nn.Linear(4, 2), torch.randn(1, 4), executor="ray")
