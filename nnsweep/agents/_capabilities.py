@@ -84,12 +84,15 @@ class Capabilities:
 # includes the emulator's own translation cache, so a real board needs somewhat less;
 # docs/arm-sim.md has the measurement. A board with less memory than a runtime's peak
 # plus MEASURE_HEADROOM_MB (the agent's own Ray worker, the OS) does not offer it.
+# Measured 2026-11-23 (benchmarks/arm_sim.py, fp32 and int8 digits; the larger, rounded up):
+# ExecuTorch 917 (908 before loading: the measuring process imports torch), torch 713,
+# ONNX Runtime 168, Arm NN 139 (system python3), LiteRT 103.
 MEASURE_PEAK_MB: Mapping[str, int] = {
-    "executorch": 0,
-    "onnxruntime": 0,
-    "torch": 0,
-    "litert": 0,
-    "armnn": 0,
+    "executorch": 920,
+    "torch": 720,
+    "onnxruntime": 170,
+    "armnn": 140,
+    "litert": 110,
 }
 MEASURE_HEADROOM_MB = 256
 

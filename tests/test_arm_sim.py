@@ -1,0 +1,357 @@
+"""The emulated aarch64 board (``device_agents/arm_sim.sh``) and how emulation is detected and labelled.
+
+The unit tests feed the detector the ``/proc/cpuinfo`` texts of a real x86 host and a
+real Raspberry Pi 4. The integration test (marker ``emulation``, root only) builds or
+reuses the board's root, joins it to a head on this machine and sweeps ``[host,
+arm64-sim]`` with the digits model: a real aarch64 userland under qemu-user, nothing faked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nnsweep.agents import Capabilities, DeviceAgent, MeasureReply, MeasureRequest, Transport
+from nnsweep.agents._capabilities import MEASURE_HEADROOM_MB, MEASURE_PEAK_MB, runtimes_that_fit
+from nnsweep.agents._emulation import cpuinfo_arch, detect, detect_from
+
+REPO = Path(__file__).resolve().parent.parent
+ARM_SIM = REPO / "device_agents" / "arm_sim.sh"
+
+# The first lines of /proc/cpuinfo on this kind of x86 host, and on a Raspberry Pi 4.
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC 7B13
+flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ht
+"""
+RPI4_CPUINFO = """processor\t: 0
+BogoMIPS\t: 108.00
+Features\t: fp asimd evtstrm crc32 cpuid
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x0
+CPU part\t: 0xd08
+CPU revision\t: 3
+"""
+
+
+# -- detection ---------------------------------------------------------------------------
+
+
+def test_cpuinfo_arch_tells_x86_from_arm() -> None:
+    assert cpuinfo_arch(X86_CPUINFO) == "x86_64"
+    assert cpuinfo_arch(RPI4_CPUINFO) == "arm"
+    assert cpuinfo_arch("") is None
+
+
+def test_aarch64_userland_on_an_x86_cpu_is_emulated() -> None:
+    found = detect_from("aarch64", X86_CPUINFO)
+    assert found is not None
+    assert (found.userland, found.host, found.host_cpu) == ("aarch64", "x86_64", "AMD EPYC 7B13")
+    assert found.describe() == "aarch64 userland emulated by qemu-user on x86_64 (AMD EPYC 7B13)"
+
+
+def test_a_real_arm_board_and_a_real_x86_host_are_native() -> None:
+    assert detect_from("aarch64", RPI4_CPUINFO) is None
+    assert detect_from("x86_64", X86_CPUINFO) is None
+
+
+def test_qemu_parent_gives_emulation_away_when_cpuinfo_looks_arm() -> None:
+    # A newer qemu-user fakes an Arm /proc/cpuinfo; the parent's executable is still the emulator.
+    for exe in ("/usr/bin/qemu-aarch64-static", "/usr/libexec/qemu-binfmt/aarch64-binfmt-P"):
+        found = detect_from("aarch64", RPI4_CPUINFO, parent_exe=exe)
+        assert found is not None and found.host == "unknown"
+    assert detect_from("aarch64", RPI4_CPUINFO, parent_exe="/usr/bin/bash") is None
+
+
+def test_this_machine_is_detected_as_it_is() -> None:
+    found = detect()
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert found is None
+    else:  # pragma: no cover - runs on the emulated board itself
+        assert found is not None
+
+
+# -- memory: a board that cannot hold a runtime's measuring process does not offer it ----------
+
+
+def test_runtimes_that_fit_drops_what_needs_more_memory_than_the_board_has() -> None:
+    runtimes = {name: ("cpu",) for name in MEASURE_PEAK_MB}
+    smallest = min(MEASURE_PEAK_MB, key=lambda r: MEASURE_PEAK_MB[r])
+    largest = max(MEASURE_PEAK_MB, key=lambda r: MEASURE_PEAK_MB[r])
+    board_mb = MEASURE_PEAK_MB[smallest] + MEASURE_HEADROOM_MB
+    kept, dropped = runtimes_that_fit(runtimes, board_mb)
+    assert smallest in kept and largest in dropped
+    assert dropped[largest] == MEASURE_PEAK_MB[largest] + MEASURE_HEADROOM_MB
+    assert set(kept) | set(dropped) == set(runtimes)
+    assert runtimes_that_fit(runtimes, 0) == (runtimes, {})  # unknown memory: keep all
+    assert runtimes_that_fit(runtimes, 1 << 20)[1] == {}
+
+
+def test_measured_peaks_are_filled_in() -> None:
+    assert all(mb > 0 for mb in MEASURE_PEAK_MB.values()), MEASURE_PEAK_MB
+
+
+# -- the agent labels an emulated device's replies --------------------------------------------
+
+
+@dataclass
+class _Fixed(Transport):
+    """Stands at the transport seam: fixed capabilities, a canned reply."""
+
+    emulated: bool
+    name = "fixed"
+
+    def probe(self, device: str) -> Capabilities:
+        return Capabilities(device, "m", "aarch64", "cpu", 2, 4096, {"onnxruntime": ("cpu",)}, emulated=self.emulated)
+
+    def measure(self, request: MeasureRequest) -> MeasureReply:
+        return MeasureReply(timing=None, outputs=None)  # type: ignore[arg-type]  (the agent passes it on)
+
+
+@pytest.mark.parametrize("emulated", [True, False])
+def test_agent_sets_emulated_on_each_reply_from_the_capabilities(emulated: bool) -> None:
+    agent = DeviceAgent("arm64-sim", _Fixed(emulated))
+    reply = agent.measure(object())  # type: ignore[arg-type]
+    assert reply.emulated is emulated
+
+
+def test_tables_label_emulated_latencies() -> None:
+    from nnsweep.config import DeploymentConfig
+    from nnsweep.dashboards import _format, sections
+    from nnsweep.report import render_table
+    from nnsweep.results import TrialRecord, TrialStatus
+    from nnsweep.spec import parse_spec
+
+    spec = parse_spec({"name": "t", "model": "digits", "devices": ["arm64-sim"]})
+    metrics = {"accuracy": 0.97, "latency_p50_ms": 1.9, "latency_p90_ms": 2.1}
+    rec = TrialRecord("t", "arm64-sim", 1, DeploymentConfig("onnxruntime"), TrialStatus.OK, metrics, emulated=True)
+    native = TrialRecord("t", "host", 1, DeploymentConfig("onnxruntime"), TrialStatus.OK, metrics)
+    assert "(emulated)" in render_table([rec], spec.objectives)
+    assert _format.latency_note(rec) == " (emulated)"
+    assert ">emulated</span>" in sections.best_card("arm64-sim", rec, None, spec.objectives, link=None)
+    assert "(emulated)" not in render_table([native], spec.objectives)
+    assert "emulated" not in sections.best_card("host", native, None, spec.objectives, link=None)
+
+
+def test_mlflow_trial_runs_carry_an_emulated_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from nnsweep.config import DeploymentConfig
+    from nnsweep.results import TrialRecord, TrialStatus
+    from nnsweep.tracking import MlflowTracker, absolute_sqlite_uri
+
+    monkeypatch.chdir(tmp_path)
+    t = MlflowTracker("sqlite:///mlflow.db", "exp", "sw")
+    cfg = DeploymentConfig("onnxruntime")
+    for number, (device, emulated) in enumerate((("arm64-sim", True), ("host", False))):
+        t.open_device(device, {"arch": "aarch64" if emulated else "x86_64", "emulated": str(emulated).lower()})
+        t.start_trial(device, number, cfg)
+        t.finish_trial(
+            TrialRecord("sw", device, number, cfg, TrialStatus.OK, {"latency_p50_ms": 1.0}, emulated=emulated)
+        )
+    client = MlflowClient(absolute_sqlite_uri("sqlite:///mlflow.db"))
+    exp = client.get_experiment_by_name("exp")
+    runs = client.search_runs([exp.experiment_id])
+    tags = {r.data.tags["nnsweep.device"]: r.data.tags["emulated"] for r in runs if "nnsweep.trial" in r.data.tags}
+    assert tags == {"arm64-sim": "true", "host": "false"}
+
+
+def test_arm_sim_script_parses_and_says_how_to_use_it(tmp_path: Path) -> None:
+    assert subprocess.run(["bash", "-n", str(ARM_SIM)]).returncode == 0
+    proc = subprocess.run(["bash", str(ARM_SIM)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "build|start" in proc.stderr
+    env = dict(os.environ, NNSWEEP_ARM_SIM_DIR=str(tmp_path))
+    status = subprocess.run(["bash", str(ARM_SIM), "status"], capture_output=True, text=True, env=env, check=True)
+    assert "(not built)" in status.stdout and "running: nothing" in status.stdout
+
+
+# -- the emulated board, end to end -------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _can_emulate() -> str | None:
+    if not os.environ.get("NNSWEEP_ARM_SIM_TESTS"):
+        return "opt-in: set NNSWEEP_ARM_SIM_TESTS=1 (builds the board: ~50 min on a new machine)"
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return "the emulated board is built on an x86_64 Linux host"
+    if os.geteuid() != 0:
+        return "building and entering the board's root needs root"
+    for tool in ("apt-get", "chroot", "mount"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    return None
+
+
+@dataclass
+class Board:
+    address: str
+    env: dict[str, str]
+
+
+def _ray_ready(address: str, device: str, env: dict[str, str], timeout: float) -> None:
+    probe = f"import ray; ray.init(address='{address}'); print('device:{device}' in ray.cluster_resources())"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+        if out.stdout.strip().endswith("True"):
+            return
+        time.sleep(2)
+    raise TimeoutError(f"{device} did not join {address}")
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
+    from nnsweep.agents._node import head_command
+
+    reason = _can_emulate()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("arm-sim")
+    token = tmp / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    env = dict(
+        os.environ,
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN=token.read_text(),
+        # Debian bookworm's Python is 3.11.2; Ray matches patch versions unless told otherwise.
+        RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL="minor",
+        NNSWEEP_TOKEN_FILE=str(token),
+        NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT=str(_free_port()),
+    )
+    # Builds the root on a new machine (~25 min), reinstalls the agent when the checkout changed.
+    subprocess.run(["bash", str(ARM_SIM), "build"], env=env, check=True, timeout=3600)
+    log = open(tmp / "head.log", "ab")  # noqa: SIM115 (kept open for the head's lifetime)
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    head = subprocess.Popen(
+        [ray_bin, *head_command(port, converters=1, block=True)[1:]],
+        env=env,
+        start_new_session=True,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        _ray_ready(address, "host", env, timeout=120)
+        subprocess.run(["bash", str(ARM_SIM), "start", address], env=env, check=True, timeout=600)
+        _ray_ready(address, "arm64-sim", env, timeout=300)
+        yield Board(address, env)
+    finally:
+        with contextlib.suppress(Exception):
+            import ray
+
+            ray.shutdown()
+        stop = subprocess.run(["bash", str(ARM_SIM), "stop"], env=env, capture_output=True, text=True, timeout=300)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait(timeout=60)
+        log.close()
+        assert stop.returncode == 0, stop.stderr
+        assert (
+            "running: nothing"
+            in subprocess.run(["bash", str(ARM_SIM), "status"], capture_output=True, text=True, check=True).stdout
+        )
+
+
+@pytest.mark.emulation
+@pytest.mark.integration
+@pytest.mark.ray
+@pytest.mark.slow
+def test_devices_lists_the_host_and_the_emulated_board(board: Board) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nnsweep.cli", "devices", "--address", board.address, "--json"],
+        env=board.env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = {c["device"]: c for c in json.loads(proc.stdout)}
+    host, arm = found["host"], found["arm64-sim"]
+    assert (host["arch"], host["emulated"]) == ("x86_64", False)
+    assert (arm["arch"], arm["emulated"]) == ("aarch64", True)
+    assert arm["versions"]["python"].startswith("3.11.")
+    rts = arm["runtimes"]
+    assert rts["executorch"][0] == "xnnpack"
+    assert "cpu" in rts["onnxruntime"] and "xnnpack" in rts["litert"]
+    assert rts["armnn"][:2] == ["CpuAcc", "CpuRef"]  # Neon kernels load on (emulated) Arm, not on x86
+    assert "CpuAcc" not in host["runtimes"].get("armnn", [])
+
+
+@pytest.mark.emulation
+@pytest.mark.integration
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sweep_over_host_and_the_emulated_board(
+    board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    from nnsweep.execution.ray_cluster import RayExecutor
+    from nnsweep.results import TrialStatus
+    from nnsweep.spec import parse_spec
+    from nnsweep.sweep import Sweep, open_study
+    from nnsweep.tracking import MlflowTracker
+
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
+        monkeypatch.setenv(key, board.env[key])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)
+    spec = parse_spec(
+        {
+            "name": "armsim",
+            "model": "digits",
+            "devices": ["host", "arm64-sim"],
+            "space": {"runtime": ["onnxruntime", "executorch"], "quant": ["fp32", "static_int8"], "threads": [1]},
+            "budget": {"trials": 3},
+            "measure": {"warmup": 2, "iters": 30},
+        }
+    )
+    tracker = MlflowTracker("sqlite:///mlflow.db", "armsim", "armsim")
+    executor = RayExecutor(address=board.address)
+    try:
+        results = Sweep(spec, executor, tracker, tmp_path / "cache").run()
+    finally:
+        executor.shutdown()
+    by_device = {r.device: r for r in results}
+    assert by_device["arm64-sim"].capabilities.emulated and by_device["arm64-sim"].capabilities.arch == "aarch64"
+    for device, emulated in (("host", False), ("arm64-sim", True)):
+        records = [r for r in by_device[device].records if r.status is not TrialStatus.INTERRUPTED]
+        assert len(records) == 3, [(r.number, r.status, r.reason) for r in records]
+        measured = [r for r in records if r.status is TrialStatus.OK]
+        assert measured, [(r.number, r.reason) for r in records]
+        assert all(r.emulated is emulated for r in measured)
+        # accuracy on the board is real: the aarch64 kernels' own outputs, evaluated
+        assert all(r.metrics["accuracy"] > 0.9 for r in measured if r.config.quant.mode.value == "fp32")
+        assert open_study(spec, device, create=False).study_name == f"armsim/{device}"
+    runs = tracker.client.search_runs([tracker.experiment_id])
+    assert sorted(r.info.run_name for r in runs if r.data.tags.get("nnsweep.kind") == "device") == [
+        "arm64-sim",
+        "host",
+    ]
+    trials = [r for r in runs if "nnsweep.trial" in r.data.tags]
+    tags = {(r.data.tags["nnsweep.device"], r.data.tags.get("status"), r.data.tags.get("emulated")) for r in trials}
+    assert ("arm64-sim", "ok", "true") in tags and ("host", "ok", "false") in tags
+    assert not any(d == "host" and e == "true" for d, _, e in tags)
