@@ -131,6 +131,9 @@ def reference_outputs(bundle: ModelBundle) -> np.ndarray:
     return np.concatenate(rows)
 
 
+_MEASUREMENT_KEYS = ("p50_ci95_ms", "stop_reason", "lock_wait_ms", "isolation", "phases_ms", "held_monotonic")
+
+
 @dataclass(frozen=True)
 class DeploymentResult:
     """Everything measured for one configuration on one device."""
@@ -167,6 +170,9 @@ class DeploymentResult:
             "convert_s": self.artifact.convert_s,
             "artifact": str(self.artifact.path),
             "samples_ms": list(t.samples_ms),
+            # how the measurement went: its p50's 95 % interval, why it stopped, the machine lock's
+            # wait, fresh process or forked child, and where the measuring process's time went
+            **{k: v for k, v in t.to_dict().items() if k in _MEASUREMENT_KEYS},
         }
 
 

@@ -149,6 +149,8 @@ class HostSide:
         metrics = metrics_from_result(data)
         # A compiler's figures are logged under their own names, never as measurements.
         metrics.update({f"estimate_{k}": float(v) for k, v in reply.estimates.items()})
+        # Where the measuring process's time went (start, import, load, warm-up, timed, lock wait).
+        metrics.update({f"measure_{k}_ms": float(v) for k, v in (data.get("phases_ms") or {}).items()})
         source = "labels" if data["accuracy"] is not None else "fp32 agreement"
         if on_host:
             twin = host_twin(ticket.config)

@@ -55,3 +55,7 @@ class LocalExecutor(Executor):
         self._convert_pool.shutdown(wait=False, cancel_futures=True)
         for pool in self._pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
+        for agent in self._agents.values():
+            close = getattr(agent.transport, "close", None)
+            if close is not None:
+                close()  # its warm measuring workers
