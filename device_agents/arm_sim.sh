@@ -90,7 +90,7 @@ mount_root() {
     is_mounted "$root/dev/pts" || mount --bind /dev/pts "$root/dev/pts"
     # Ray's object store lives in /dev/shm; a private tmpfs keeps the host's out of reach.
     mkdir -p "$root/dev/shm"
-    is_mounted "$root/dev/shm" || mount -t tmpfs -o size=2g shm "$root/dev/shm"
+    is_mounted "$root/dev/shm" || mount -t tmpfs -o size=50% shm "$root/dev/shm"
     # The host's measurement lock (nnsweep.bench._machine_lock): the board shares this
     # machine's cores, so its measurements and the host's never overlap.
     if [ -d /run/lock ]; then
@@ -149,7 +149,9 @@ install_agent() {
     rm -rf "$src"
     mkdir -p "$src"
     (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 -r tar -cf - 2>/dev/null) | tar -xf - -C "$src"
-    digest=$(cd "$src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64)
+    # What pip installs: the package, its data, and how it is built (not docs or tests).
+    digest=$(cd "$src" && find pyproject.toml nnsweep dashboards device_agents/install.sh -type f \
+        ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64)
     if [ -e "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && [ -x "$root$agent_bin/nnsweep" ]; then
         log "agent up to date ($digest)"
         return 0
@@ -194,17 +196,27 @@ cmd_start() {
     mount_root
     mkdir -p "$root/etc/nnsweep"
     install -m 0600 "$token_file" "$root/etc/nnsweep/auth_token"
-    local t0=$SECONDS
-    in_root nnsweep agent join --address "$address" --device "$device" \
-        --token-file /etc/nnsweep/auth_token --dashboard-agent-port "$agent_port"
-    log "joined $address as $device in $((SECONDS - t0)) s (emulated aarch64)"
+    local t0=$SECONDS attempt
+    # Under emulation on a busy host, Ray's dashboard agent can take longer to import than
+    # the raylet waits for its port file, and `ray start` gives the node only 30 s to
+    # register: allow the agent longer, and try again (the second start is warmer).
+    for attempt in 1 2 3; do
+        if in_root env RAY_agent_register_timeout_ms=300000 RAY_raylet_start_wait_time_s=600 \
+            nnsweep agent join --address "$address" --device "$device" \
+            --token-file /etc/nnsweep/auth_token --dashboard-agent-port "$agent_port"; then
+            log "joined $address as $device in $((SECONDS - t0)) s (emulated aarch64; attempt $attempt)"
+            return 0
+        fi
+        log "join attempt $attempt failed; cleaning up the board's processes"
+        kill_root_pids
+    done
+    die "could not join $address"
 }
 
 # Not `ray stop`: the chroot shares the host's PID namespace, and `ray stop` (run inside
 # the root or not) kills every Ray process it can see, the head and other clusters
 # included. The board's processes are exactly those whose root is the board's root.
-cmd_stop() {
-    need_root
+kill_root_pids() {
     local pids i
     for i in $(seq 1 20); do
         pids=$(root_pids)
@@ -213,6 +225,12 @@ cmd_stop() {
         if [ "$i" -le 10 ]; then kill -TERM $pids 2>/dev/null || true; else kill -KILL $pids 2>/dev/null || true; fi
         sleep 1
     done
+}
+
+cmd_stop() {
+    need_root
+    local pids
+    kill_root_pids
     pids=$(root_pids)
     [ -z "$pids" ] || log "processes left in the root: $pids"
     umount_root
