@@ -358,16 +358,22 @@ def candidates() -> dict[str, Strategy]:
         ),
         "independent, 3 startup + random after a repeat": study_strategy(escape(tpe(n_startup_trials=3))),
         "independent, 10 startup + random after a repeat": study_strategy(escape(tpe())),
+        "today + mutate a repeat (keep 0.5)": study_strategy(escape(nnsweep_today, 0.5)),
+        "today + mutate a repeat (keep 0.7)": study_strategy(escape(nnsweep_today, 0.7)),
+        "mv+group, 3 startup + mutate a repeat (keep 0.7)": study_strategy(escape(mv_group_3, 0.7)),
+        "independent, 3 startup + mutate a repeat (keep 0.7)": study_strategy(escape(tpe(n_startup_trials=3), 0.7)),
         "NSGA-II, population 10": study_strategy(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=10)),
         "Optuna RandomSampler": study_strategy(lambda s: optuna.samplers.RandomSampler(seed=s)),
     }
 
 
-def escape(make: Callable[[int], optuna.samplers.BaseSampler]) -> Callable[[int], optuna.samplers.BaseSampler]:
+def escape(
+    make: Callable[[int], optuna.samplers.BaseSampler], keep: float = 0.0
+) -> Callable[[int], optuna.samplers.BaseSampler]:
     """``make``'s sampler wrapped by :func:`nnsweep._sampler.repeat_escape`."""
     from nnsweep._sampler import repeat_escape
 
-    return lambda seed: repeat_escape(make(seed), seed)
+    return lambda seed: repeat_escape(make(seed), seed, keep)
 
 
 # ---------------------------------------------------------------------------- summary

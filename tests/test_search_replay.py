@@ -145,9 +145,9 @@ def test_repeat_escape_samples_at_random_after_a_repeat() -> None:
         trial = study.ask()
         trial.suggest_categorical("x", [0, 1, 2])
         study.tell(trial, 1.0)
-    assert sampler._escaping == set()
+    assert sampler._escaping == {}
     trial = study.ask()  # the last finished trial repeated an earlier one
-    assert sampler._escaping == {trial.number}
+    assert sampler._escaping == {trial.number: {"x": 1}}
     trial.suggest_categorical("x", [0, 1, 2])
     study.tell(trial, 0.5)
-    assert sampler._escaping == set()
+    assert sampler._escaping == {}
