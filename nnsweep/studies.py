@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -94,13 +93,10 @@ def _storage(spec: SweepSpec, *, create: bool) -> Any:
 
 
 def _sampler(seed: int) -> Any:
-    import optuna
+    # Chosen on the tabular search benchmark (benchmarks/search_replay.py, docs/search.md).
+    from nnsweep._sampler import make_sampler
 
-    with warnings.catch_warnings():
-        # Multivariate TPE with groups models the conditional space (per-runtime
-        # dimensions) jointly; Optuna 5 still labels both options experimental.
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True, group=True)
+    return make_sampler(seed)
 
 
 def open_study(spec: SweepSpec, device: str, *, create: bool = True) -> optuna.Study:
