@@ -9,18 +9,21 @@ record to the tracker (which a later run rebuilds from the study if it was lost)
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nnsweep import outcomes, studies
-from nnsweep.lifecycle import Phase, Ticket
+from nnsweep.lifecycle import Phase, Role, Ticket
 from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.space import params_for, untried
 
 if TYPE_CHECKING:
     import optuna
 
     from nnsweep.agents import Capabilities
+    from nnsweep.config import DeploymentConfig
     from nnsweep.scheduler import Scheduler, Settlement
     from nnsweep.space import DeviceSpace
     from nnsweep.spec import SweepSpec
@@ -123,6 +126,13 @@ class Recorder:
         studies.tell_failure(self.devices[device].study, trial, None, reason)
         self.scheduler.devices[device].counted += 1  # it spent an ask of the budget
         log.warning("%s trial %d: %s", device, trial.number, reason)
+
+    def divert(self, device: str, tried: Callable[[DeploymentConfig], bool], rng: random.Random) -> None:
+        """Queue an untried configuration, drawn at random, as the device's next trial."""
+        dev = self.devices[device]
+        config = untried(dev.space, tried, rng)
+        if config is not None:
+            studies.enqueue(dev.study, params_for(config, dev.space), Role.SEARCH)
 
     def wind_down(self, device: str, reason: str) -> None:
         """Tell what is held (measured: kept, even without the baseline), requeue the rest."""

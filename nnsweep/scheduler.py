@@ -105,6 +105,34 @@ class DeviceState:
     def live(self, *phases: Phase) -> Iterator[Ticket]:
         return (t for t in self.tickets if not phases or t.phase in phases)
 
+    def tried(self, key: str) -> bool:
+        """Whether a configuration (by its reuse key) was measured, failed or is in flight here."""
+        return key in self.measured or key in self.failures or any(t.key == key for t in self.tickets)
+
+    def baseline_pending(self, ticket: Ticket) -> bool:
+        """Whether a baseline other than ``ticket`` will still be measured."""
+        return self.baseline_waiting or any(t.role is Role.BASELINE and t is not ticket for t in self.tickets)
+
+    def account(self, record: TrialRecord, key: str, role: Role) -> None:
+        """Count a told trial: budget, failures, repeats, and what later trials may reuse."""
+        if record.status is TrialStatus.INTERRUPTED:
+            return
+        if record.status is TrialStatus.REUSED or record.reused_from is not None:
+            self.reused += 1  # a repeat: told, but free
+            return
+        self.counted += 1
+        if record.status is TrialStatus.FAILED:
+            self.failed += 1
+            self.failures.setdefault(key, record)
+            return
+        self.measured.setdefault(key, record)
+        sha = record.tags.get("artifact_sha256")
+        if sha:
+            c = record.config
+            self.by_artifact.setdefault((sha, c.runtime, c.backends, c.threads), record)
+        if role is Role.BASELINE:
+            self.baseline = record
+
 
 class Scheduler:
     """The coordinator's rules (see the module docstring).
@@ -145,7 +173,7 @@ class Scheduler:
 
     def restore(self, device: str, record: TrialRecord, key: str, role: Role) -> None:
         """Account a trial an earlier run of the sweep told (on resume)."""
-        self._account(self.devices[device], record, key, role)
+        self.devices[device].account(record, key, role)
 
     # ----------------------------------------------------------- proposals
     def wanted(self, device: str, now: float) -> int:
@@ -166,11 +194,6 @@ class Scheduler:
     def diverts(self, device: str) -> bool:
         """Whether the device's next trial should be an untried configuration, not the sampler's."""
         return self.devices[device].repeats_in_row >= self.divert_after
-
-    def tried(self, device: str, key: str) -> bool:
-        """Whether a configuration (by its reuse key) was measured, failed or is in flight on the device."""
-        d = self.devices[device]
-        return key in d.measured or key in d.failures or any(t.key == key for t in d.tickets)
 
     def admit(self, ticket: Ticket, now: float) -> tuple[Admission, TrialRecord | None]:
         """Take a freshly asked trial: reuse a measurement, wait for a twin, or run it."""
@@ -257,7 +280,7 @@ class Scheduler:
             d.baseline = record
             out.tell.append(ticket)
             out.tell.extend(self._release_held(d))
-        elif d.baseline is None and self._baseline_pending(d, ticket):
+        elif d.baseline is None and d.baseline_pending(ticket):
             ticket.move(Phase.HELD, now)
         else:
             out.tell.append(ticket)
@@ -270,9 +293,6 @@ class Scheduler:
                 out.alone.append(twin)
         return out
 
-    def _baseline_pending(self, d: DeviceState, ticket: Ticket) -> bool:
-        return d.baseline_waiting or any(t.role is Role.BASELINE and t is not ticket for t in d.tickets)
-
     def _release_held(self, d: DeviceState) -> list[Ticket]:
         return list(d.live(Phase.HELD))
 
@@ -282,7 +302,7 @@ class Scheduler:
         ticket.outcome = record
         ticket.move(Phase.FAILED if record.status is TrialStatus.FAILED else Phase.TOLD, now)
         d.tickets.remove(ticket)
-        self._account(d, record, ticket.key, ticket.role)
+        d.account(record, ticket.key, ticket.role)
 
     def failed(self, ticket: Ticket, record: TrialRecord, now: float) -> Settlement:
         """The trial failed (conversion, benchmark, evaluation): settle its twins, release
@@ -303,25 +323,6 @@ class Scheduler:
             # No measured baseline: held trials are judged against the eager fp32 model.
             out.tell.extend(t for t in self._release_held(d) if t is not ticket)
         return out
-
-    def _account(self, d: DeviceState, record: TrialRecord, key: str, role: Role) -> None:
-        if record.status is TrialStatus.INTERRUPTED:
-            return
-        if record.status is TrialStatus.REUSED or record.reused_from is not None:
-            d.reused += 1  # a repeat: told, but free
-            return
-        d.counted += 1
-        if record.status is TrialStatus.FAILED:
-            d.failed += 1
-            d.failures.setdefault(key, record)
-            return
-        d.measured.setdefault(key, record)
-        sha = record.tags.get("artifact_sha256")
-        if sha:
-            c = record.config
-            d.by_artifact.setdefault((sha, c.runtime, c.backends, c.threads), record)
-        if role is Role.BASELINE:
-            d.baseline = record
 
     def requeue(self, ticket: Ticket, now: float, *, lost: bool = False) -> None:
         """The trial was interrupted (never a measurement); with ``lost`` its device's agent died."""

@@ -32,17 +32,18 @@ from typing import TYPE_CHECKING, Any
 from nnsweep import outcomes, resume
 from nnsweep.agents import Capabilities, MeasureReply
 from nnsweep.bench import MeasureSettings
+from nnsweep.config import DeploymentConfig
 from nnsweep.errors import InfrastructureError, SpecError, TrialError
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
-from nnsweep.lifecycle import Phase, Role, Ticket
+from nnsweep.lifecycle import Phase, Ticket
 from nnsweep.recorder import Recorder
 from nnsweep.report import best_trial, pareto_front
 from nnsweep.results import TrialRecord
 from nnsweep.scheduler import Action, Admission, Scheduler, reuse_key
-from nnsweep.space import params_for, suggest, untried
+from nnsweep.space import suggest
 from nnsweep.spec import Objective, SweepSpec
 from nnsweep.state import SweepLock, fingerprint
-from nnsweep.studies import enqueue, open_study, role_of, study_records
+from nnsweep.studies import open_study, role_of, study_records
 from nnsweep.sweep_host import HostSide
 
 if TYPE_CHECKING:
@@ -237,11 +238,15 @@ class Sweep:
         return self._finish()
 
     def _ask(self, device: str, now: float) -> None:
-        dev = self.recorder.devices[device]
+        dev, state, digest = self.recorder.devices[device], self.scheduler.devices[device], self.host.bundle.digest
+
+        def tried(config: DeploymentConfig) -> bool:
+            return state.tried(reuse_key(digest, config))
+
         for _ in range(self.scheduler.wanted(device, now)):
             started = _clocks()
-            if self.scheduler.diverts(device):
-                self._divert(device)
+            if self.scheduler.diverts(device):  # the sampler repeats itself: queue an untried configuration
+                self.recorder.divert(device, tried, self._rng)
             trial = dev.study.ask()
             try:
                 config = suggest(trial, dev.space)
@@ -263,13 +268,6 @@ class Sweep:
                 self.stats.cache_hits += 1
             self.stats.overhead_ms.append((_clocks()[0] - started[0]) * 1000)
             self.stats.overhead_cpu_ms.append((_clocks()[1] - started[1]) * 1000)
-
-    def _divert(self, device: str) -> None:
-        """The sampler keeps proposing tried configurations: queue an untried one, drawn at random."""
-        dev, digest = self.recorder.devices[device], self.host.bundle.digest
-        config = untried(dev.space, lambda c: self.scheduler.tried(device, reuse_key(digest, c)), self._rng)
-        if config is not None:
-            enqueue(dev.study, params_for(config, dev.space), Role.SEARCH)
 
     def _start(self, action: Action) -> None:
         t = action.ticket

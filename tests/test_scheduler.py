@@ -231,7 +231,11 @@ def test_repeats_in_a_row_divert_the_next_trial_to_an_untried_configuration() ->
     s, ex = scheduler(("host", HOST))
     a = ex.propose("host", config(1), 0.0)
     ex.told(a, record(a), 1.0)
-    assert not s.diverts("host") and s.tried("host", a.key) and not s.tried("host", reuse_key("model", config(2)))
+    assert (
+        not s.diverts("host")
+        and s.devices["host"].tried(a.key)
+        and not s.devices["host"].tried(reuse_key("model", config(2)))
+    )
     for _ in range(s.divert_after):
         again = ex.propose("host", config(1), 1.0)
         ex.told(again, dataclasses.replace(record(again), status=TrialStatus.REUSED, reused_from=a.number), 1.0)
