@@ -128,7 +128,13 @@ def format_duration(seconds: float | None) -> str:
 
 
 def _counts(d: DeviceSnapshot) -> str:
-    return f"{d.done}/{d.budget} trials ({d.failed} failed, {d.reused} reused)"
+    return f"{d.done}/{d.budget} trials ({d.failed} failed, {d.reused} reused)" + _space(d)
+
+
+def _space(d: DeviceSnapshot) -> str:
+    """The device's space, its size or that it is exhausted (snapshots that do not say: nothing)."""
+    space = getattr(d, "space", "")
+    return f" · space {space}" if space else ""
 
 
 class ProgressDisplay:
@@ -240,7 +246,7 @@ class ProgressDisplay:
         for d in devices:
             fields = {
                 "device": d.device,
-                "counts": f"{d.done}/{d.budget} · {d.failed} failed · {d.reused} reused",
+                "counts": f"{d.done}/{d.budget} · {d.failed} failed · {d.reused} reused" + _space(d),
                 "activity": "LOST (waiting for it to rejoin)" if d.lost else d.activity,
                 "lost": d.lost,
                 "best": d.best,

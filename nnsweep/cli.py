@@ -651,6 +651,10 @@ def _results_text(spec: Any, results: Any) -> str:
             f"Trials: {measured} measured, {failed} failed (distinct configurations); "
             f"{repeats} repeats of those told to the study for free"
         )
+        if r.exhausted:
+            blocks.append(f"Space: exhausted, every one of its {r.space_size or 'reachable'} configurations was tried")
+        else:
+            blocks.append(f"Space: {r.space_size if r.space_size is not None else 'unbounded'} configurations")
         blocks.append(_breakdown_text(r.breakdown))
     blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
     return "\n\n".join(blocks)

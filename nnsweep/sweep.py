@@ -68,6 +68,7 @@ class DeviceProgress:
     activity: str
     best: str | None
     lost: bool = False
+    space: str = ""  # "642 configurations", "unbounded", or that the space is exhausted
 
 
 @dataclass
@@ -95,6 +96,8 @@ class DeviceResult:
     best: TrialRecord | None
     baseline: TrialRecord | None
     breakdown: Mapping[str, float] = field(default_factory=dict)  # seconds per phase (outcomes.time_breakdown)
+    space_size: int | None = None  # configurations in the device's space (None: unbounded)
+    exhausted: bool = False  # every configuration of its space was tried
 
 
 class Sweep:
@@ -174,7 +177,11 @@ class Sweep:
             KeyboardInterrupt: after recording in-flight trials as interrupted.
         """
         self.stats.started_at = self.clock()
-        new_state = not self.spec.state_dir.exists()
+        new_state = None  # the outermost folder this run creates for its state, if it creates one
+        if not self.spec.state_dir.exists():
+            new_state = self.spec.state_dir
+            while not new_state.parent.exists():
+                new_state = new_state.parent
         lock = SweepLock(self.spec.state_dir, self.spec.name)
         lock.acquire()
         try:
@@ -184,8 +191,8 @@ class Sweep:
                 plan = resume.check(self.spec, self.executor, fp, fresh=self.fresh)
             except SpecError:
                 lock.release()
-                if new_state:  # refused before anything was measured: leave nothing behind
-                    shutil.rmtree(self.spec.state_dir, ignore_errors=True)
+                if new_state is not None:  # refused before anything was measured: leave nothing behind
+                    shutil.rmtree(new_state, ignore_errors=True)
                 raise
             self._scheduler = Scheduler(
                 self.executor.converter_machine, self.executor.converter_slots, lost_timeout_s=self.lost_timeout_s
@@ -373,7 +380,13 @@ class Sweep:
             self.tracker.close_device(name, "FINISHED")
             baseline = self.scheduler.devices[name].baseline
             breakdown = outcomes.time_breakdown(records)
-            results.append(DeviceResult(name, dev.caps, tuple(records), tuple(front), best, baseline, breakdown))
+            state = self.scheduler.devices[name]
+            results.append(
+                DeviceResult(
+                    name, dev.caps, tuple(records), tuple(front), best, baseline, breakdown, state.space_size,
+                    state.exhausted,
+                )
+            )  # fmt: skip
         return results
 
     def _report_progress(self) -> None:
@@ -396,9 +409,13 @@ def progress_snapshot(scheduler: Scheduler, objectives: Sequence[Objective]) -> 
         if best is not None:
             parts = [f"{o.metric} {best.metrics.get(o.metric, float('nan')):.4g}" for o in objectives]
             best_text = f"#{best.number} {best.config.label()} ({', '.join(parts)})"
+        size = state.space_size
+        space = "unbounded" if size is None else f"{size} configurations"
+        if state.exhausted:
+            space = f"exhausted: all {size} configurations tried" if size is not None else "exhausted: repeats only"
         snapshot.append(
             DeviceProgress(
-                name, state.counted, state.budget, state.failed, state.reused, activity, best_text, state.lost
+                name, state.counted, state.budget, state.failed, state.reused, activity, best_text, state.lost, space
             )
         )
     return snapshot

@@ -265,3 +265,18 @@ def test_storage_and_tracking_uris_are_checked_before_anything_starts(
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"nnsweep: error: {text}") and proc.stderr.count("\n") == 1, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+@pytest.mark.integration
+def test_a_space_a_device_cannot_serve_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """The Ethos-U mistake: an executorch order that does not name the NPU target."""
+    spec = tmp_path / "npu.yaml"
+    spec.write_text(
+        "name: npu\nmodel: digits\ndevices: [u55]\nnpus: {u55: {target: ethos-u55-128}}\n"
+        "space: {runtime: [executorch, onnxruntime]}\ntracking: {uri: sqlite:///mlflow.db}\n"
+    )
+    proc = _run(["--cache-dir", str(tmp_path / "cache"), "run", str(spec), "--executor", "local"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "write space.backends: {executorch: [ethos-u55-128]}" in line and "onnxruntime does not load there" in line
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".nnsweep").exists()
