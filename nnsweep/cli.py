@@ -243,6 +243,12 @@ def _build_parser() -> _Parser:
     best.add_argument("spec", type=Path)
     best.add_argument("--device", help="only this device (default: every device of the spec)")
     best.add_argument("--format", choices=["yaml", "json"], default="yaml")
+    best.add_argument(
+        "--across-devices",
+        action="store_true",
+        help="one configuration for every device: feasible on each, the smallest worst-case slowdown "
+        "against each device's own best",
+    )
     best.set_defaults(handler=_cmd_best)
 
     report = sub.add_parser(
@@ -674,7 +680,7 @@ def _breakdown_text(breakdown: Any) -> str:
 
 
 def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.report import best_trial
+    from nnsweep.report import best_across_devices, best_trial
     from nnsweep.spec import load_spec
     from nnsweep.sweep import open_study, study_records
 
@@ -682,23 +688,42 @@ def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
         spec = load_spec(args.spec)
         if args.device is not None and args.device not in spec.devices:
             raise SpecError("--device", f"{args.device!r} is not a device of {spec.name}: {', '.join(spec.devices)}")
+        if args.device is not None and args.across_devices:
+            raise SpecError("--across-devices", "chooses for every device of the spec: leave out --device")
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
     devices = [args.device] if args.device else list(spec.devices)
-    chosen: dict[str, Any] = {}
-    for device in devices:
-        try:
-            study = open_study(spec, device, create=False)
-        except KeyError:
-            sys.stderr.write(f"nnsweep best: no study for {device}: run `nnsweep run {args.spec}` first\n")
+    records = {device: study_records(open_study(spec, device, create=False)) for device in devices}
+    payload: Any
+    if args.across_devices:
+        shared = best_across_devices(records, spec.objectives)
+        if shared is None:
+            sys.stderr.write(f"nnsweep best: no configuration of {spec.name} is feasible on every device\n")
             return EXIT_FAILED
-        best = best_trial(study_records(study), spec.objectives)
-        if best is None:
-            sys.stderr.write(f"nnsweep best: {device} has no feasible measured trial yet\n")
-            return EXIT_FAILED
-        chosen[device] = {"trial": best.number, "metrics": dict(best.metrics), "config": best.config.to_dict()}
-    # One device: the config alone, so the output feeds `nnsweep bench --config` directly.
-    payload = chosen[devices[0]] if len(devices) == 1 else chosen
+        payload = {
+            "config": shared.config.to_dict(),
+            "worst_slowdown": round(shared.worst_slowdown, 4),
+            "devices": {
+                c.device: {
+                    "trial": c.record.number,
+                    shared.metric: c.record.metrics[shared.metric],
+                    f"own_best_{shared.metric}": c.own_best.metrics[shared.metric],
+                    "own_best_config": c.own_best.config.label(),
+                    "slowdown": round(c.slowdown, 4),
+                }
+                for c in shared.costs
+            },
+        }
+    else:
+        chosen: dict[str, Any] = {}
+        for device in devices:
+            best = best_trial(records[device], spec.objectives)
+            if best is None:
+                sys.stderr.write(f"nnsweep best: {device} has no feasible measured trial yet\n")
+                return EXIT_FAILED
+            chosen[device] = {"trial": best.number, "metrics": dict(best.metrics), "config": best.config.to_dict()}
+        # One device: the config alone, so the output feeds `nnsweep bench --config` directly.
+        payload = chosen[devices[0]] if len(devices) == 1 else chosen
     if args.format == "json":
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:

@@ -280,3 +280,34 @@ def test_a_space_a_device_cannot_serve_is_refused_before_anything_is_written(tmp
     line = proc.stderr.strip().splitlines()[-1]
     assert "write space.backends: {executorch: [ethos-u55-128]}" in line and "onnxruntime does not load there" in line
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".nnsweep").exists()
+
+
+def test_best_across_devices_picks_one_configuration_for_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from nnsweep import studies
+    from nnsweep.config import DeploymentConfig, QuantConfig, QuantMode
+    from nnsweep.lifecycle import Role
+    from nnsweep.results import TrialRecord, TrialStatus
+    from nnsweep.spec import load_spec
+
+    path = tmp_path / "two.yaml"
+    path.write_text("name: two\nmodel: digits\ndevices: [laptop, board]\n")
+    spec = load_spec(path)
+    latencies = {"laptop": {1: 4.0, 2: 2.5, 4: 2.0}, "board": {1: 10.0, 2: 11.0, 4: 30.0}}
+    for device, by_threads in latencies.items():
+        study = studies.open_study(spec, device)
+        for number, (threads, latency) in enumerate(by_threads.items()):
+            config = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32), threads=threads)
+            metrics = {"accuracy": 0.95, "latency_p50_ms": latency}
+            record = TrialRecord("two", device, number, config, TrialStatus.OK, metrics=metrics, feasible=True)
+            studies.enqueue(study, {}, Role.SEARCH)
+            studies.tell_record(study, study.ask(), record, [0.95, latency], None)
+    assert main(["best", str(path), "--across-devices"]) == 0
+    chosen = yaml.safe_load(capsys.readouterr().out)
+    assert chosen["config"]["threads"] == 2 and chosen["worst_slowdown"] == 1.25
+    assert chosen["devices"]["board"]["slowdown"] == 1.1
+    assert chosen["devices"]["laptop"]["own_best_config"].endswith("t4")
+    assert main(["best", str(path), "--across-devices", "--device", "board"]) == 2
