@@ -96,9 +96,9 @@ def test_parser_rejects_fully_connected_without_bias_until_the_converter_adds_on
 
 def test_probe_reports_arm_nn_and_its_backends() -> None:
     versions: dict[str, str] = {}
-    assert _probe._armnn(versions) == ("CpuRef",)  # x86: the reference backend only
+    assert _probe.armnn_backends(versions) == ("CpuRef",)  # x86: the reference backend only
     assert versions["armnn"].startswith("22.")
-    assert _probe._litert() == ("xnnpack", "cpu")
+    assert _probe.litert_backends({}) == ("xnnpack", "cpu")
 
 
 def test_space_keeps_the_orders_and_granularities_arm_nn_has() -> None:

@@ -61,8 +61,9 @@ class Capabilities:
         )
 
     def summary(self) -> str:
-        """One line for titles: ``x86_64, AMD EPYC, 2 cores``."""
-        return f"{self.arch}, {self.cpu}, {self.cores} cores"
+        """One line for titles: ``x86_64, AMD EPYC, 2 cores`` (``aarch64 (emulated), ...`` under qemu)."""
+        arch = f"{self.arch} (emulated)" if self.emulated else self.arch
+        return f"{arch}, {self.cpu}, {self.cores} cores"
 
     def tags(self) -> dict[str, str]:
         """Flat strings for tracking tags and tables."""

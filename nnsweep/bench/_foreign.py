@@ -34,7 +34,9 @@ def python_command(python: str | None, module: str, *args: str) -> Iterator[tupl
         ...     argv[1:]
         ['-m', 'nnsweep.agents._probe', 'host']
     """
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+    # The paths, not where they lead: a venv's python links to the very interpreter it was made
+    # from, yet it cannot see that interpreter's dist-packages (where PyArmNN is).
+    if python is None or os.path.abspath(python) == os.path.abspath(sys.executable):
         yield [sys.executable, "-m", module, *args], None
         return
     package = Path(__file__).resolve().parent.parent  # .../nnsweep
