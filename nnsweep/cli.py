@@ -646,7 +646,8 @@ def _results_text(spec: Any, results: Any) -> str:
         title = f"== {r.device}: {r.capabilities.summary()} — Pareto front (feasible)"
         blocks.append(render_table(r.pareto, spec.objectives, title=title))
         if r.best is not None:
-            blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}")
+            label = " (latency emulated)" if r.best.emulated else " (latency estimated)" if r.best.estimated else ""
+            blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}{label}")
         else:
             blocks.append(f"Best on {r.device}: none (no feasible measured trial)")
         tried = [t for t in r.records if t.reused_from is None]
@@ -721,7 +722,14 @@ def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
             if best is None:
                 sys.stderr.write(f"nnsweep best: {device} has no feasible measured trial yet\n")
                 return EXIT_FAILED
-            chosen[device] = {"trial": best.number, "metrics": dict(best.metrics), "config": best.config.to_dict()}
+            chosen[device] = {
+                "trial": best.number,
+                "metrics": dict(best.metrics),
+                "config": best.config.to_dict(),
+                # a compiler's estimate (Ethos-U) or a latency measured under emulation: no real device's figure
+                "estimated": best.estimated,
+                "emulated": best.emulated,
+            }
         # One device: the config alone, so the output feeds `nnsweep bench --config` directly.
         payload = chosen[devices[0]] if len(devices) == 1 else chosen
     if args.format == "json":
