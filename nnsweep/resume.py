@@ -2,7 +2,7 @@
 
 :func:`check` runs everything that may refuse the sweep — the fingerprint against
 the studies an earlier run left, the devices' capabilities against the spec's space —
-and writes nothing (no study, no tracking store). :func:`open_device` then creates or
+and writes nothing (no study, no tracking store). :func:`open_devices` then creates or
 resumes the device's study: it settles what a killed run left
 (:func:`nnsweep.studies.finish_interrupted`), seeds the default deployments once,
 rebuilds the scheduler's view from the study's records, and logs again every trial
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from nnsweep.spec import SweepSpec
     from nnsweep.tracking import Tracker
 
-__all__ = ["Plan", "check", "open_device", "open_devices"]
+__all__ = ["Plan", "check", "open_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -76,63 +76,49 @@ def open_devices(
     depth: int,
     now: float,
 ) -> dict[str, DeviceRun]:
-    """:func:`open_device` for every device of the spec, all under one sweep id."""
+    """Create or resume each device's study (all under one sweep id) and rebuild the
+    scheduler's and the tracker's view of it."""
+
+    def open_one(name: str, found: tuple[Capabilities, DeviceSpace], sweep_id: str | None) -> tuple[DeviceRun, str]:
+        from optuna.trial import TrialState
+
+        caps, space = found
+        study = studies.open_study(spec, name)
+        sweep_id = sweep_id or studies.sweep_id_of(study)
+        if studies.fingerprint_of(study) is None:
+            sweep_id = studies.stamp(study, fingerprint, sweep_id)
+        assert sweep_id is not None  # stamped on every study this version creates
+        tracker.bind(sweep_id)
+        tracker.open_device(name, caps.tags())
+        for number in studies.finish_interrupted(study, [o.metric for o in spec.objectives]):
+            log.info("%s: trial %d was interrupted; requeued", name, number)
+        seeded = studies.seeded(study)
+        for i, config in enumerate(baseline_configs(space)):
+            if i not in seeded:
+                role = Role.BASELINE if i == 0 and config.quant.mode.value == "fp32" else Role.DEFAULT
+                studies.enqueue(study, params_for(config, space), role, seed=i)
+        size = space_size(space)
+        log.info("%s: %s configurations in its space", name, size if size is not None else "unbounded")
+        deadline = None if spec.budget.timeout_s is None else now + spec.budget.timeout_s
+        state = DeviceState(name, caps.machine, spec.budget.trials, depth, deadline, size)
+        scheduler.add(state)
+        logged = tracker.logged(name)
+        for t in study.get_trials(deepcopy=False):
+            role = studies.role_of(t)
+            if t.state is TrialState.WAITING and role is Role.BASELINE:
+                state.baseline_waiting = True
+            record = studies.record_of(t)
+            if record is None or not t.state.is_finished():
+                continue
+            if record.status.measured and t.state is not TrialState.COMPLETE:
+                continue  # measured, but never told: not a result (as in studies.study_records)
+            scheduler.restore(name, record, reuse_key(model_digest, record.config), role)
+            if logged.get(t.number) != record.status:
+                tracker.finish_trial(record)  # the study is the record of truth: backfill the tracker
+        return DeviceRun(caps, space, study), sweep_id
+
     devices = {}
+    sweep_id = plan.sweep_id
     for name in spec.devices:
-        devices[name], sweep_id = open_device(
-            spec, name, plan, fingerprint, scheduler, tracker, model_digest=model_digest, depth=depth, now=now
-        )
-        plan = Plan(plan.devices, sweep_id)
+        devices[name], sweep_id = open_one(name, plan.devices[name], sweep_id)
     return devices
-
-
-def open_device(
-    spec: SweepSpec,
-    name: str,
-    plan: Plan,
-    fingerprint: Mapping[str, str],
-    scheduler: Scheduler,
-    tracker: Tracker,
-    *,
-    model_digest: str,
-    depth: int,
-    now: float,
-) -> tuple[DeviceRun, str]:
-    """Create or resume the device's study and rebuild the scheduler's and the tracker's view
-    of it. Returns the device's run and the sweep's id."""
-    from optuna.trial import TrialState
-
-    caps, space = plan.devices[name]
-    study = studies.open_study(spec, name)
-    sweep_id = plan.sweep_id or studies.sweep_id_of(study)
-    if studies.fingerprint_of(study) is None:
-        sweep_id = studies.stamp(study, fingerprint, sweep_id)
-    assert sweep_id is not None  # stamped on every study this version creates
-    tracker.bind(sweep_id)
-    tracker.open_device(name, caps.tags())
-    for number in studies.finish_interrupted(study, [o.metric for o in spec.objectives]):
-        log.info("%s: trial %d was interrupted; requeued", name, number)
-    seeded = studies.seeded(study)
-    for i, config in enumerate(baseline_configs(space)):
-        if i not in seeded:
-            role = Role.BASELINE if i == 0 and config.quant.mode.value == "fp32" else Role.DEFAULT
-            studies.enqueue(study, params_for(config, space), role, seed=i)
-    size = space_size(space)
-    log.info("%s: %s configurations in its space", name, size if size is not None else "unbounded")
-    deadline = None if spec.budget.timeout_s is None else now + spec.budget.timeout_s
-    state = DeviceState(name, caps.machine, spec.budget.trials, depth, deadline, size)
-    scheduler.add(state)
-    logged = tracker.logged(name)
-    for t in study.get_trials(deepcopy=False):
-        role = studies.role_of(t)
-        if t.state is TrialState.WAITING and role is Role.BASELINE:
-            state.baseline_waiting = True
-        record = studies.record_of(t)
-        if record is None or not t.state.is_finished():
-            continue
-        if record.status.measured and t.state is not TrialState.COMPLETE:
-            continue  # measured, but never told: not a result (as in studies.study_records)
-        scheduler.restore(name, record, reuse_key(model_digest, record.config), role)
-        if logged.get(t.number) != record.status:
-            tracker.finish_trial(record)  # the study is the record of truth: backfill the tracker
-    return DeviceRun(caps, space, study), sweep_id
