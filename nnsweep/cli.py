@@ -676,7 +676,7 @@ def _breakdown_text(breakdown: Any) -> str:
     text = "Time: " + (", ".join(parts) or "nothing measured in this sweep")
     measuring = breakdown.get("measuring", 0.0)
     if timed > 0 and measuring > 0:
-        text += f"; timed runs {timed:.1f} s = {timed / measuring:.0%} of the time measuring"
+        text += f"; timed runs {timed:.3g} s = {timed / measuring:.2%} of the time measuring"
     return text
 
 

@@ -25,6 +25,7 @@ its time breakdown (converting, waiting for the device, measuring, ...).
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -126,10 +127,14 @@ class Ticket:
         if not self.history:
             self.history.append((self.phase, now))
 
-    def durations(self) -> dict[str, float]:
-        """Seconds spent in each phase so far (phases entered twice are summed)."""
+    def durations(self, now: float | None = None) -> dict[str, float]:
+        """Seconds spent in each phase (phases entered twice are summed); with ``now``, the
+        phase the ticket is still in counts up to ``now`` (a trial is judged before its last move)."""
         out: dict[str, float] = {}
-        for (phase, since), (_, until) in zip(self.history, self.history[1:], strict=False):
+        marks = list(self.history)
+        if now is not None and marks and not self.phase.terminal:
+            marks.append((self.phase, now))
+        for (phase, since), (_, until) in itertools.pairwise(marks):
             out[phase.value] = out.get(phase.value, 0.0) + (until - since)
         return out
 

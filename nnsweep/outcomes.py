@@ -19,9 +19,9 @@ from nnsweep.spec import Objective
 __all__ = ["PHASE_NAMES", "Judgement", "failed", "interrupted", "judge", "reused", "time_breakdown"]
 
 
-def failed(sweep: str, ticket: Ticket, reason: str) -> TrialRecord:
-    """A failed trial's record; its metrics are only where its time went (``time_<phase>_s``)."""
-    metrics = {f"time_{phase}_s": seconds for phase, seconds in ticket.durations().items()}
+def failed(sweep: str, ticket: Ticket, reason: str, now: float | None = None) -> TrialRecord:
+    """A failed trial's record; its metrics are only where its time went (``time_<phase>_s``, up to ``now``)."""
+    metrics = {f"time_{phase}_s": seconds for phase, seconds in ticket.durations(now).items()}
     return TrialRecord(
         sweep, ticket.device, ticket.number, ticket.config, TrialStatus.FAILED, metrics=metrics, reason=reason
     )

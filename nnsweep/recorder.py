@@ -92,7 +92,7 @@ class Recorder:
             self.scheduler.devices[ticket.device].baseline,
             self.spec.max_accuracy_drop,
             self.eager_accuracy,
-            ticket.durations(),
+            ticket.durations(self.clock()),
         )
         trial = dev.trials.pop(ticket)
         if judged.values is None:
@@ -105,7 +105,7 @@ class Recorder:
     def fail(self, ticket: Ticket, reason: str, record: TrialRecord | None = None) -> None:
         """This trial failed (its conversion, benchmark or evaluation): the sweep goes on."""
         dev = self.devices[ticket.device]
-        record = record or outcomes.failed(self.spec.name, ticket, reason)
+        record = record or outcomes.failed(self.spec.name, ticket, reason, self.clock())
         studies.tell_failure(dev.study, dev.trials.pop(ticket), record, reason)
         settlement = self.scheduler.failed(ticket, record, self.clock())
         self.tracker.finish_trial(record)

@@ -73,6 +73,12 @@ def test_lifecycle_rejects_illegal_moves_and_times_each_phase() -> None:
     t.move(Phase.TOLD, 9.0)
     assert t.phase.terminal
     assert t.durations() == {"proposed": 1.0, "converting": 3.0, "ready": 2.0, "measuring": 3.0}
+    live = Ticket("d", 1, config(), "k")
+    live.start(0.0)
+    live.move(Phase.READY, 2.0)
+    live.move(Phase.MEASURING, 3.0)  # judged while still measuring: the phase counts up to now
+    assert live.durations(now=5.0) == {"proposed": 2.0, "ready": 1.0, "measuring": 2.0}
+    assert live.durations() == {"proposed": 2.0, "ready": 1.0}
     with pytest.raises(IllegalTransition):
         t.move(Phase.FAILED, 10.0)
 
