@@ -177,10 +177,6 @@ def record_of(trial: FrozenTrial) -> TrialRecord | None:
     return TrialRecord.from_dict(data) if data is not None else None
 
 
-def is_invalid(trial: FrozenTrial) -> bool:
-    return trial.user_attrs.get(_STATUS) == _INVALID
-
-
 def seeded(study: optuna.Study) -> set[int]:
     """Indexes of the default deployments already in the study (waiting or done)."""
     return {int(t.user_attrs[_SEED]) for t in study.get_trials(deepcopy=False) if _SEED in t.user_attrs}

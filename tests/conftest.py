@@ -32,3 +32,25 @@ def cache(tmp_path: Path):  # type: ignore[no-untyped-def]
     from nnsweep.artifacts import ArtifactCache
 
     return ArtifactCache(tmp_path / "cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx():  # type: ignore[no-untyped-def]
+    """Makes a 4 -> 3 MatMul ONNX model with the given (4, 3) weights, as bytes: enough for
+    ONNX Runtime to load and run, and cheap enough for tests of the measuring machinery."""
+
+    def make(weights):  # type: ignore[no-untyped-def]
+        from onnx import TensorProto, helper, numpy_helper
+
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])],
+            "tiny",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+            [numpy_helper.from_array(weights, "w")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        return bytes(model.SerializeToString())
+
+    return make

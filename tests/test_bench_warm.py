@@ -14,9 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._isolated import measure_in_subprocess
@@ -29,20 +27,11 @@ SETTINGS = MeasureSettings(warmup=1, iters=20)
 
 
 @pytest.fixture(scope="module")
-def onnx_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def onnx_model(tmp_path_factory: pytest.TempPathFactory, tiny_onnx) -> Path:  # type: ignore[no-untyped-def]
     """A 4 -> 3 linear layer: enough for ONNX Runtime to load and run."""
     w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
-        [numpy_helper.from_array(w, "w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
-    onnx.save(model, path)
+    path.write_bytes(tiny_onnx(w))
     return path
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from nnsweep.agents import LocalTransport, MeasureReply, MeasureRequest
 from nnsweep.bench import MachineLock, MeasureSettings
@@ -17,18 +16,8 @@ from nnsweep.convert._base import IOSpec
 
 
 @pytest.fixture(scope="module")
-def onnx_bytes() -> bytes:
-    w = np.ones((4, 3), dtype=np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
-        [numpy_helper.from_array(w, "w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return bytes(model.SerializeToString())
+def onnx_bytes(tiny_onnx) -> bytes:  # type: ignore[no-untyped-def]
+    return bytes(tiny_onnx(np.ones((4, 3), dtype=np.float32)))
 
 
 def _request(onnx_bytes: bytes) -> MeasureRequest:
