@@ -77,6 +77,16 @@ def test_fidelity_is_the_worst_over_outputs_and_accuracy_comes_from_the_first() 
     assert evaluate(ref, ref, None).per_output == ()  # one output: nothing extra
 
 
+def test_tflite_outputs_are_put_in_flatten_order_by_their_numbers() -> None:
+    from nnsweep.bench.runners._outputs import flatten_order
+
+    names = ["serving_default_output_10_output", "serving_default_output_2_output", "serving_default_output_0_output"]
+    assert flatten_order(names) == [2, 1, 0]  # numbers, not text: 10 comes after 2
+    assert flatten_order(["logits", "boxes"]) == [0, 1]  # no numbers: the model's order
+    assert flatten_order(["output_1", "boxes"]) == [0, 1]  # numbers on some only: the model's order
+    assert flatten_order(["StatefulPartitionedCall:0"]) == [0]
+
+
 def test_a_model_that_fails_on_its_example_is_an_input_error_at_load(tmp_path: Path) -> None:
     from nnsweep.models import load_model
 
@@ -110,7 +120,7 @@ def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["executorch", "onnxruntime", "torch"])
+@pytest.mark.parametrize("runtime", ["executorch", "onnxruntime", "torch", "litert", "armnn"])
 @pytest.mark.parametrize("build", ["build", "build_dict"])
 def test_two_output_model_through_nnsweep_bench(tmp_path: Path, runtime: str, build: str) -> None:
     (tmp_path / "heads.py").write_text(TWO_HEADS)
@@ -125,6 +135,21 @@ def test_two_output_model_through_nnsweep_bench(tmp_path: Path, runtime: str, bu
         assert part["top1_agreement"] == 1.0 and part["max_abs_err"] < 1e-4
     assert result["fidelity"]["max_abs_err"] == max(p["max_abs_err"] for p in parts)
     assert result["accuracy"] is not None and 0.0 <= result["accuracy"] <= 1.0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["litert", "armnn"])
+def test_int8_tflite_with_two_outputs_dequantizes_each(tmp_path: Path, runtime: str) -> None:
+    """The core interface adds a DEQUANTIZE per output, so both heads come back as float32."""
+    (tmp_path / "heads.py").write_text(TWO_HEADS)
+    args = ["--model", "heads.py:build", "--runtime", runtime, "--quant", "static_int8", "--granularity", "per_tensor"]
+    proc = _bench(tmp_path, *args, "--iters", "20", "--warmup", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parts = json.loads(proc.stdout)["fidelity_per_output"]
+    assert len(parts) == 2
+    for part in parts:  # int8: close to the fp32 heads, not equal
+        assert 0.0 < part["max_abs_err"] < 0.5 and part["sqnr_db"] > 15
 
 
 @pytest.mark.integration

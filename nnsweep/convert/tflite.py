@@ -7,7 +7,7 @@ read and write the model, so no TensorFlow is needed:
   ``FULLY_CONNECTED`` whose optional bias is absent (input index -1,
   "'operatorPtr->inputs[i]' must be non-negative"); give it an explicit zero bias.
 - :func:`float_interface`: litert-torch's int8 models take and return int8 (the
-  ``full`` interface); a ``QUANTIZE`` at the input and a ``DEQUANTIZE`` at the
+  ``full`` interface); a ``QUANTIZE`` at the input and a ``DEQUANTIZE`` at each
   output make them take and return float32 (``core``), as TensorFlow's converter
   builds int8 models by default.
 - :func:`int8_io`: the quantization of a ``full`` model's input and output.
@@ -183,30 +183,41 @@ def _float_twin(subgraph: schema.SubGraphT, index: int, suffix: str) -> int:
 def float_interface(model: schema.ModelT) -> None:
     """Make a ``full`` int8 model take and return float32 (the ``core`` interface).
 
+    One ``QUANTIZE`` goes before the input and one ``DEQUANTIZE`` after each output, so a
+    model with several outputs (detection heads) returns each of them as float32.
+
     Raises:
-        ConversionError: the model does not have one quantized input and output.
+        ConversionError: the model does not have one quantized input and quantized outputs.
     """
-    int8_io(model)  # checks the shape of the interface
     subgraph = model.subgraphs[0]
-    q_in, q_out = int(subgraph.inputs[0]), int(subgraph.outputs[0])
+    if len(subgraph.inputs) != 1:
+        raise ConversionError(f"the model has {len(subgraph.inputs)} inputs; nnsweep deploys models with one")
+    q_in = int(subgraph.inputs[0])
+    q_outs = [int(t) for t in subgraph.outputs]
+    _io_tensor(subgraph, q_in, "input")
+    for q_out in q_outs:
+        _io_tensor(subgraph, q_out, "output")
     f_in = _float_twin(subgraph, q_in, "quantized")
-    f_out = _float_twin(subgraph, q_out, "quantized")
     # Version 2 of QUANTIZE and DEQUANTIZE is the one for int8 (version 1: uint8).
     quantize = schema.OperatorT()
     quantize.opcodeIndex = _opcode(model, schema.BuiltinOperator.QUANTIZE, 2)
     quantize.inputs = np.array([f_in], dtype=np.int32)
     quantize.outputs = np.array([q_in], dtype=np.int32)
-    dequantize = schema.OperatorT()
-    dequantize.opcodeIndex = _opcode(model, schema.BuiltinOperator.DEQUANTIZE, 2)
-    dequantize.inputs = np.array([q_out], dtype=np.int32)
-    dequantize.outputs = np.array([f_out], dtype=np.int32)
-    subgraph.operators = [quantize, *subgraph.operators, dequantize]
+    twins: dict[int, int] = {}
+    dequantizes: list[schema.OperatorT] = []
+    for q_out in q_outs:
+        twins[q_out] = _float_twin(subgraph, q_out, "quantized")
+        dequantize = schema.OperatorT()
+        dequantize.opcodeIndex = _opcode(model, schema.BuiltinOperator.DEQUANTIZE, 2)
+        dequantize.inputs = np.array([q_out], dtype=np.int32)
+        dequantize.outputs = np.array([twins[q_out]], dtype=np.int32)
+        dequantizes.append(dequantize)
+    subgraph.operators = [quantize, *subgraph.operators, *dequantizes]
     subgraph.inputs = np.array([f_in], dtype=np.int32)
-    subgraph.outputs = np.array([f_out], dtype=np.int32)
+    subgraph.outputs = np.array([twins[q] for q in q_outs], dtype=np.int32)
     for signature in model.signatureDefs or ():
         for binding in signature.inputs or ():
             if binding.tensorIndex == q_in:
                 binding.tensorIndex = f_in
         for binding in signature.outputs or ():
-            if binding.tensorIndex == q_out:
-                binding.tensorIndex = f_out
+            binding.tensorIndex = twins.get(binding.tensorIndex, binding.tensorIndex)

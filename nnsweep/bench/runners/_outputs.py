@@ -8,13 +8,31 @@ flattened, and they are concatenated in that order, as
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from nnsweep.convert._base import IOSpec
 
-__all__ = ["concat_float"]
+__all__ = ["concat_float", "flatten_order"]
+
+# litert-torch names a model's outputs ``output_0``, ``output_1``, ... in torch.export's
+# flatten order; the tensor names carry it (``serving_default_output_1_output``).
+_NUMBERED = re.compile(r"(?:^|_)output_(\d+)(?:_|$)")
+
+
+def flatten_order(names: Sequence[str]) -> list[int]:
+    """Positions of ``names`` (a ``.tflite`` model's output tensors) in flatten order.
+
+    The order comes from the ``output_N`` in each name; names without one keep the
+    order the model lists them in.
+    """
+    numbers = [_NUMBERED.search(name) for name in names]
+    if len(names) < 2 or not all(numbers):
+        return list(range(len(names)))
+    keys = [int(m.group(1)) for m in numbers if m]
+    return sorted(range(len(names)), key=keys.__getitem__)
 
 
 def concat_float(io: IOSpec, arrays: Sequence[np.ndarray]) -> np.ndarray:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from nnsweep.bench._runner import Runner
+from nnsweep.bench.runners._outputs import concat_float, flatten_order
 from nnsweep.convert._base import PartitionReport, Placement
 from nnsweep.errors import BenchmarkError
 
@@ -155,22 +156,26 @@ class ArmNNRunner(Runner):
         except RuntimeError as exc:
             raise BenchmarkError(f"Arm NN cannot load {self.path.name}: {exc}") from exc
         in_name = parser.GetSubgraphInputTensorNames(0)[0]
-        out_name = parser.GetSubgraphOutputTensorNames(0)[0]
+        names = list(parser.GetSubgraphOutputTensorNames(0))
         self._in = parser.GetNetworkInputBindingInfo(0, in_name)
-        self._outputs = ann.make_output_tensors([parser.GetNetworkOutputBindingInfo(0, out_name)])
+        bindings = [parser.GetNetworkOutputBindingInfo(0, names[i]) for i in flatten_order(names)]
+        self._outputs = ann.make_output_tensors(bindings)
 
     def prepare(self, x: np.ndarray) -> Any:
         data = np.ascontiguousarray(self.io.prepare_input(x))
         # The tensors point into ``data``: keep it alive with them.
         return self._ann.make_input_tensors([self._in], [data]), data
 
-    def run(self, prepared: Any) -> np.ndarray:
+    def run(self, prepared: Any) -> list[np.ndarray]:
         try:
             self._runtime.EnqueueWorkload(self._net, prepared[0], self._outputs)
         except RuntimeError as exc:
             raise BenchmarkError(f"Arm NN failed to run {self.path.name}: {exc}") from exc
-        # A copy: the array PyArmNN returns views the output buffer, which the next run overwrites.
-        return np.array(self._ann.workload_tensors_to_ndarray(self._outputs)[0], copy=True)
+        # Copies: the arrays PyArmNN returns view the output buffers, which the next run overwrites.
+        return [np.array(a, copy=True) for a in self._ann.workload_tensors_to_ndarray(self._outputs)]
+
+    def to_float(self, raw: Any) -> np.ndarray:
+        return concat_float(self.io, raw)
 
 
 def main(argv: list[str]) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from nnsweep.bench._runner import Runner
+from nnsweep.bench.runners._outputs import concat_float, flatten_order
 from nnsweep.convert._base import PartitionReport, Placement
 from nnsweep.errors import BenchmarkError
 
@@ -88,7 +89,8 @@ class LiteRTRunner(Runner):
         except (ValueError, RuntimeError) as exc:
             raise BenchmarkError(f"LiteRT cannot load {self.path.name}: {exc}") from exc
         self._input = self._interp.get_input_details()[0]
-        self._output = self._interp.get_output_details()[0]["index"]
+        outputs = self._interp.get_output_details()
+        self._outputs = [outputs[i]["index"] for i in flatten_order([d["name"] for d in outputs])]
 
     def prepare(self, x: np.ndarray) -> Any:
         prepared = self.io.prepare_input(x)
@@ -96,10 +98,14 @@ class LiteRTRunner(Runner):
             raise BenchmarkError(f"input shape {prepared.shape} does not match the model's {self._input['shape']}")
         return prepared.astype(self._input["dtype"], copy=False)
 
-    def run(self, prepared: Any) -> np.ndarray:
+    def run(self, prepared: Any) -> list[np.ndarray]:
         try:
             self._interp.set_tensor(self._input["index"], prepared)
             self._interp.invoke()
-            return self._interp.get_tensor(self._output)
+            # get_tensor copies: the next invoke does not overwrite what is returned.
+            return [self._interp.get_tensor(index) for index in self._outputs]
         except (ValueError, RuntimeError) as exc:
             raise BenchmarkError(f"LiteRT failed to run {self.path.name}: {exc}") from exc
+
+    def to_float(self, raw: Any) -> np.ndarray:
+        return concat_float(self.io, raw)
