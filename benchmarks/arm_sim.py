@@ -109,14 +109,14 @@ def main() -> int:
     from nnsweep import deploy
     from nnsweep.artifacts import ArtifactCache
     from nnsweep.bench import MeasureSettings, evaluate
-    from nnsweep.models import load_model
+    from nnsweep.models import ModelSnapshot, load_model
 
     bundle = load_model("digits", cache_dir=args.cache_dir / "models")
     cache = ArtifactCache(args.cache_dir)
     settings = MeasureSettings(warmup=args.warmup, iters=args.iters)
     inputs = bundle.dataset.evaluation.inputs
     labels = bundle.dataset.evaluation.labels
-    reference = deploy.reference_outputs(bundle)
+    reference = ModelSnapshot.of(bundle).reference
     work = ROOT / WORK_IN_ROOT.lstrip("/")
     if not args.reuse:
         shutil.rmtree(work, ignore_errors=True)

@@ -8,13 +8,14 @@ Prints, as medians of --repeats runs on this machine (with its load average):
    Runtime and runs it 205 times; the ratio. Peak memory is what ``/usr/bin/time -v``
    reports: the largest resident set of the process or any of its children
    (``wait4``'s ``ru_maxrss``);
-2. the same command's phases, timed in one process that does what the command does
-   (imports, model load, conversion cache lookup, the measuring process, the fp32
-   reference outputs, evaluation), so the ratio can be attributed;
+2. the same command's phases, timed in one process that does what the command does on
+   a cache hit (imports, the model's recipe and snapshot instead of loading it, the
+   artifact cache lookup, the measuring process forked from it, evaluation), so the
+   ratio can be attributed (this checkout only);
 3. the measuring process alone: a fresh process against a child forked from a warm
    worker (what a sweep's agent uses), each with its phase times.
 
-``--source DIR`` also runs the command and the phases against another checkout's
+``--source DIR`` also runs the command against another checkout's
 ``nnsweep`` package (e.g. ``git archive OLD nnsweep | tar -x -C DIR``), interleaved
 with this checkout's runs so that the shared machine's load hits both alike: a
 before/after comparison.
@@ -57,22 +58,25 @@ mark("import nnsweep.cli")
 from nnsweep import deploy
 from nnsweep.artifacts import ArtifactCache
 from nnsweep.bench import MeasureSettings
-from nnsweep.models import load_model
+from nnsweep.bench._warm import ForkHere
+from nnsweep.models import SnapshotStore
 mark("import deploy, models")
 cache = ArtifactCache(Path(sys.argv[1]))
-bundle = load_model("digits", cache_dir=cache.models_dir)
-mark("load_model (torch, scikit-learn, weights)")
+store = SnapshotStore(cache.models_dir)
+recipe = store.recipe("digits", None, None)
+mark("model recipe (versions, model code)")
+snapshot = store.lookup(recipe)
+mark("model snapshot (no torch)")
 args = nnsweep.cli._build_parser().parse_args(["bench", "--runtime", "onnxruntime", "--quant", "fp32"])
-artifact, hit = deploy.convert(bundle, nnsweep.cli._bench_config(args), cache)
-mark("conversion cache lookup")
-timing, outputs = deploy.run_artifact(artifact, bundle.dataset.evaluation.inputs, MeasureSettings(iters=200))
-mark("measuring process")
-reference = deploy.reference_outputs(bundle)
-mark("fp32 reference outputs (torch)")
-deploy.assemble(bundle, artifact, timing, outputs, reference, cache_hit=hit)
+config = nnsweep.cli._bench_config(args)
+artifact = deploy.cached(snapshot.digest, config, cache)
+mark("artifact cache lookup")
+timing, outputs = deploy.run_artifact(artifact, snapshot.evaluation.inputs, MeasureSettings(iters=200),
+                                      ForkHere.for_runtime("onnxruntime"))
+mark("measuring process (forked from this one)")
+deploy.assemble(snapshot, artifact, timing, outputs, cache_hit=True)
 mark("evaluation")
-print(json.dumps({"hit": hit, "artifact": str(artifact.path),
-                  "phases": {b[0]: (b[1] - a[1]) * 1e3 for a, b in zip(marks, marks[1:])}}))
+print(json.dumps({"phases": {b[0]: (b[1] - a[1]) * 1e3 for a, b in zip(marks, marks[1:])}}))
 """
 
 
@@ -140,7 +144,7 @@ def main() -> None:
         print(f"load average before: {_loadavg()}  (shared machine)")
 
         runs: dict[str, list[tuple[float, float]]] = {name: [] for name in [*envs, "plain script"]}
-        phases: dict[str, dict[str, list[float]]] = {name: {} for name in envs}
+        phases: dict[str, dict[str, list[float]]] = {"this checkout": {}}
         for _ in range(args.repeats):  # interleaved, so a burst of load hits every variant alike
             for name, env in envs.items():
                 wall, rss, out = _run(bench, env)
@@ -148,9 +152,8 @@ def main() -> None:
                     sys.exit("nnsweep bench missed the cache")
                 runs[name].append((wall, rss))
             runs["plain script"].append(_run([python, "-c", PLAIN, artifact])[:2])
-            for name, env in envs.items():
-                for phase, ms in json.loads(_run([python, "-c", PHASES, str(cache)], env)[2])["phases"].items():
-                    phases[name].setdefault(phase, []).append(ms)
+            for phase, ms in json.loads(_run([python, "-c", PHASES, str(cache)])[2])["phases"].items():
+                phases["this checkout"].setdefault(phase, []).append(ms)
         plain_wall = _median([w for w, _ in runs["plain script"]])
         plain_rss = _median([r for _, r in runs["plain script"]])
         print(f"\n1. medians of {args.repeats} runs (cache hit); ratio to the plain script")

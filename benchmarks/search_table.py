@@ -193,13 +193,13 @@ def main() -> None:
     from nnsweep.bench import MeasureSettings, measure_in_subprocess
     from nnsweep.bench._warm import WarmWorker
     from nnsweep.errors import TrialError
-    from nnsweep.models import load_model
+    from nnsweep.models import ModelSnapshot, load_model
 
     spec = load_spec(args.spec)
     caps = probe("host")
     cache = ArtifactCache(args.cache_dir)
     bundle = load_model(spec.model, cache_dir=cache.models_dir)
-    reference = deploy.reference_outputs(bundle)
+    snapshot = ModelSnapshot.of(bundle)
     settings = MeasureSettings(spec.warmup, spec.iters, spec.min_duration_s, spec.timeout_s)
     wanted = {rt: caps.runtimes[rt] for rt in spec.space.runtimes if rt in caps.runtimes}
 
@@ -258,7 +258,7 @@ def main() -> None:
                         settings=settings,
                         worker=workers.setdefault(cfg.runtime, WarmWorker(cfg.runtime)),
                     )
-                    result = deploy.assemble(bundle, run, timing, outputs, reference, cache_hit=hit)
+                    result = deploy.assemble(snapshot, run, timing, outputs, cache_hit=hit)
                     measured[key] = _measurement(result)
                 except TrialError as exc:
                     measured[key] = {"error": f"{type(exc).__name__}: {exc}"}

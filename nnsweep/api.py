@@ -75,7 +75,7 @@ def measure(
     from nnsweep import deploy
     from nnsweep.artifacts import ArtifactCache
     from nnsweep.bench import MeasureSettings
-    from nnsweep.models import load_model
+    from nnsweep.models import ModelSnapshot, load_model
 
     if config is None:
         config = DeploymentConfig(**options)
@@ -84,7 +84,7 @@ def measure(
     cache = ArtifactCache(cache_dir or _default_cache())
     bundle = load_model(_live("measure", model, example_input, dataset), cache_dir=cache.models_dir)
     artifact, hit = deploy.convert(bundle, config, cache)
-    return deploy.measure(bundle, artifact, settings or MeasureSettings(), cache_hit=hit)
+    return deploy.measure(ModelSnapshot.of(bundle), artifact, settings or MeasureSettings(), cache_hit=hit)
 
 
 def sweep(

@@ -49,6 +49,8 @@ _BENCH_OPTIONS = {
     "iters": "--iters",
     "min_duration_s": "--min-duration",
     "timeout_s": "--timeout",
+    "ci_rel": "--ci",
+    "max_duration_s": "--max-duration",
     "model": "--model",
     "weights": "--weights",
     "input_shape": "--input-shape",
@@ -101,6 +103,17 @@ def _seconds(low: float, high: float, *, open_low: bool = False) -> Any:
 
     parse.__name__ = "number"
     return parse
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a fraction strictly between 0 and 1 (0.01 is 1 %)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+    if not 0 < value < 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give a fraction between 0 and 1, e.g. 0.01")
+    return value
 
 
 def _http_url(text: str) -> str:
@@ -206,6 +219,23 @@ def _build_parser() -> _Parser:
         type=_seconds(0, _MAX_SECONDS, open_low=True),
         default=600.0,
         help="give up on the measurement after this many seconds (default 600)",
+    )
+    bench.add_argument(
+        "--until-stable",
+        action="store_true",
+        help="after --iters, keep timing until the p50's 95%% confidence interval is within --ci of it",
+    )
+    bench.add_argument(
+        "--ci",
+        type=_fraction,
+        default=0.01,
+        help="with --until-stable: the interval's half-width as a fraction of the p50 (default 0.01 = 1%%)",
+    )
+    bench.add_argument(
+        "--max-duration",
+        type=_seconds(0, _MAX_SECONDS, open_low=True),
+        default=10.0,
+        help="with --until-stable: stop timing after this many seconds even if not stable (default 10)",
     )
     bench.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     bench.set_defaults(handler=_cmd_bench)
@@ -405,7 +435,13 @@ def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
     try:
         config = _bench_config(args)
         settings = MeasureSettings(
-            warmup=args.warmup, iters=args.iters, min_duration_s=args.min_duration, timeout_s=args.timeout
+            warmup=args.warmup,
+            iters=args.iters,
+            min_duration_s=args.min_duration,
+            timeout_s=args.timeout,
+            until_stable=args.until_stable,
+            ci_rel=args.ci,
+            max_duration_s=args.max_duration,
         )
         check_reference(args.model)
         if args.weights is not None and not args.weights.is_file():
@@ -416,29 +452,49 @@ def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
 
 
 def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_dir: Path) -> int:
-    """Load the model, convert through the cache, measure: everything after the input is checked."""
+    """Convert through the cache and measure: everything after the input is checked.
+
+    On a cache hit the model is not loaded: its snapshot (digest, evaluation data,
+    fp32 reference) and the artifact are all a measurement needs, and torch stays
+    unimported (:class:`~nnsweep.models.SnapshotStore`).
+    """
     from nnsweep import deploy
     from nnsweep.artifacts import ArtifactCache
-    from nnsweep.models import load_model
+    from nnsweep.bench._warm import ForkHere
+    from nnsweep.models import SnapshotStore, load_model
 
     cache = ArtifactCache(cache_dir)
+    store = SnapshotStore(cache.models_dir)
     status = _Status(enabled=not args.json)
+    recipe = store.recipe(args.model, args.weights, args.input_shape)
+    snapshot = store.lookup(recipe) if recipe is not None else None
+    artifact = deploy.cached(snapshot.digest, config, cache) if snapshot is not None else None
     try:
-        bundle = load_model(
-            args.model,
-            cache_dir=cache.models_dir,
-            weights=args.weights,
-            input_shape=args.input_shape,
-            progress=status.line,
-        )
-    except SpecError as exc:
-        status.clear()
-        return _usage_error(exc)
-    status.line(f"converting {bundle.name} for {config.label()} ...")
-    try:
-        artifact, hit = deploy.convert(bundle, config, cache)
-        status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...")
-        result = deploy.measure(bundle, artifact, settings, cache_hit=hit)
+        if artifact is None or snapshot is None:
+            status.line(f"loading {args.model} ...")
+            try:
+                bundle, snapshot = store.load(
+                    args.model,
+                    recipe,
+                    lambda: load_model(
+                        args.model,
+                        cache_dir=cache.models_dir,
+                        weights=args.weights,
+                        input_shape=args.input_shape,
+                        progress=status.line,
+                    ),
+                )
+            except SpecError as exc:
+                status.clear()
+                return _usage_error(exc)
+            status.line(f"converting {bundle.name} for {config.label()} ...")
+            artifact, hit = deploy.convert(bundle, config, cache)
+        else:
+            hit = True
+        # On a cache hit this process is still light (no torch, no thread): fork the measurement from it.
+        status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...", ticking=False)
+        fork = ForkHere.for_runtime(config.runtime)
+        result = deploy.measure(snapshot, artifact, settings, cache_hit=hit, worker=fork)
     except TrialError as exc:
         status.clear()
         sys.stderr.write(f"nnsweep bench: failed: {_one_line(str(exc))}\n")
@@ -458,6 +514,22 @@ def _one_line(text: str, limit: int = 400) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+_STOPPED = {
+    "iters": "after --iters runs",
+    "min_duration": "after --min-duration",
+    "stable": "stable",
+    "cap": "not stable within --max-duration",
+}
+
+
+def _p50_interval(t: Any) -> str:
+    low, high = t.p50_ci95_ms
+    p50 = t.latency.p50
+    half = (high - low) / 2 / p50 * 100 if p50 > 0 else float("nan")
+    why = _STOPPED.get(t.stop_reason, t.stop_reason)
+    return f"p50 95% confidence interval: {low * 1000:.1f}-{high * 1000:.1f} us (+/-{half:.2f} %; {why})"
+
+
 def _bench_summary(result: Any) -> str:
     """A summary a ``benchmark_model`` user would recognise, then the partition report."""
     t, e, a = result.timing, result.evaluation, result.artifact
@@ -474,6 +546,7 @@ def _bench_summary(result: Any) -> str:
         f"Timed runs: {lat.count}",
         f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
         f"p99 {lat.p99 * 1000:.1f}  std {lat.std * 1000:.1f}  min {lat.min * 1000:.1f}  max {lat.max * 1000:.1f}",
+        _p50_interval(t),
         f"Peak memory footprint (MB): {t.peak_rss_mb:.1f} "
         f"(process; {t.rss_before_load_mb:.1f} before loading the model)",
     ]
@@ -498,25 +571,36 @@ def _bench_summary(result: Any) -> str:
 
 
 class _Status:
-    """One transient progress line on stderr (only when it is a terminal or enabled)."""
+    """What ``nnsweep bench`` is doing, on stderr: on a terminal one transient line (with
+    a spinner and the elapsed time while ``ticking``), otherwise plain lines (CI logs)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.tty = sys.stderr.isatty()
+        self._shown: Any = None
 
-    def line(self, text: str) -> None:
+    def line(self, text: str, *, ticking: bool = True) -> None:
+        """Show ``text``. ``ticking`` updates the elapsed time from a thread of rich's:
+        pass ``False`` before forking a measurement from this process (it must have no thread)."""
         if not self.enabled:
             return
-        if self.tty:
-            sys.stderr.write("\r\x1b[2K" + text)
-        else:
+        if not self.tty:
             sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+            sys.stderr.flush()
+            return
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.clear()
+        columns = [SpinnerColumn(), TextColumn("{task.description}")] + ([TimeElapsedColumn()] if ticking else [])
+        self._shown = Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=ticking)
+        self._shown.add_task(text, total=None)
+        self._shown.start()
 
     def clear(self) -> None:
-        if self.enabled and self.tty:
-            sys.stderr.write("\r\x1b[2K")
-            sys.stderr.flush()
+        if self._shown is not None:
+            self._shown.stop()
+            self._shown = None
 
 
 def _usage_error(exc: SpecError, options: dict[str, str] | None = None) -> int:
@@ -830,14 +914,37 @@ def _cmd_devices(args: argparse.Namespace, cache_dir: Path) -> int:
         from nnsweep.agents import LocalTransport
 
         caps = [LocalTransport().probe("host")]
+    from nnsweep.space import accepted_values
+
     if args.json:
-        sys.stdout.write(json.dumps([c.to_dict() for c in caps]) + "\n")
+        out = [{**c.to_dict(), "space": accepted_values(c.runtimes, c.cores)} for c in caps]
+        sys.stdout.write(json.dumps(out) + "\n")
         return EXIT_OK
     for c in caps:
         sys.stdout.write(f"{c.device}: {c.summary()}, {c.memory_mb} MB, machine {c.machine}, transport {c.transport}\n")
-        for runtime, backends in c.runtimes.items():
-            sys.stdout.write(f"    {runtime}: {', '.join(backends)}\n")
+        sys.stdout.write(_space_lines(accepted_values(c.runtimes, c.cores)))
     return EXIT_OK
+
+
+def _space_lines(values: dict[str, Any]) -> str:
+    """What a device's ``space:`` accepts, as the lines ``nnsweep devices`` prints."""
+
+    def modes(table: dict[str, list[str]]) -> str:
+        return ", ".join(f"{m} ({'/'.join(g)})" if g else m for m, g in table.items())
+
+    lines = []
+    for runtime, v in values["runtime"].items():
+        lines.append(f"    {runtime}: backends {', '.join(v['backends'])}")
+        lines.append(f"        quant: {modes(v['quant'])}")
+        for backend, table in v["whole_model"].items():
+            lines.append(f"        quant with {backend} first: {modes(table)}")
+        if v["calibration"]:
+            lines.append(f"        calibration: {', '.join(v['calibration'])}")
+        limits = "max_delegated_partitions, min_nodes_per_partition" if v["partition_limits"] else "do not apply"
+        lines.append(f"        partition limits: {limits}")
+    low, high = values["threads"]
+    lines.append(f"    threads: {low} to {high}")
+    return "".join(line + "\n" for line in lines)
 
 
 def _ray_start(cmd: list[str], env: dict[str, str]) -> int:

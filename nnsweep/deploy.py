@@ -21,8 +21,11 @@ if TYPE_CHECKING:
     import numpy as np
 
     from nnsweep.bench import Evaluation, MeasureSettings, Timing
+    from nnsweep.bench._warm import ForkHere, WarmWorker
+
+    Forker = WarmWorker | ForkHere
     from nnsweep.config import DeploymentConfig
-    from nnsweep.models import ModelBundle
+    from nnsweep.models import ModelBundle, ModelSnapshot
 
 __all__ = [
     "DeploymentResult",
@@ -31,7 +34,6 @@ __all__ = [
     "cached",
     "convert",
     "measure",
-    "reference_outputs",
     "run_artifact",
 ]
 
@@ -108,27 +110,9 @@ def artifact_key(model_digest: str, config: DeploymentConfig) -> tuple[str, dict
     return cache_key(model_digest, config, toolchain), toolchain
 
 
-def cached(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache) -> Artifact | None:
+def cached(model_digest: str, config: DeploymentConfig, cache: ArtifactCache) -> Artifact | None:
     """The artifact for ``config`` if this machine's cache already holds it (no conversion)."""
-    return cache.get(artifact_key(bundle.digest, config)[0])
-
-
-def reference_outputs(bundle: ModelBundle) -> np.ndarray:
-    """The fp32 eager model's outputs on the evaluation inputs: what fidelity compares to."""
-    import numpy as np
-    import torch
-
-    from nnsweep.models._bundle import flatten_outputs
-
-    inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
-    rows = []
-    with torch.no_grad():
-        for i in range(0, len(inputs), 64):
-            # Every output (a tuple's or dict's leaves), flattened per sample and side by side:
-            # the layout a runner's to_float gives the deployed model's outputs.
-            leaves = flatten_outputs(bundle.module(inputs[i : i + 64]))
-            rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
-    return np.concatenate(rows)
+    return cache.get(artifact_key(model_digest, config)[0])
 
 
 _MEASUREMENT_KEYS = ("p50_ci95_ms", "stop_reason", "lock_wait_ms", "isolation", "phases_ms", "held_monotonic")
@@ -176,9 +160,14 @@ class DeploymentResult:
         }
 
 
-def run_artifact(artifact: Artifact, inputs: np.ndarray, settings: MeasureSettings) -> tuple[Timing, np.ndarray]:
-    """Time ``artifact`` in a fresh process on this machine, as its config says (runtime,
+def run_artifact(
+    artifact: Artifact, inputs: np.ndarray, settings: MeasureSettings, worker: Forker | None = None
+) -> tuple[Timing, np.ndarray]:
+    """Time ``artifact`` in a process of its own on this machine, as its config says (runtime,
     backends, threads), and return that timing and its outputs on ``inputs``.
+
+    Args:
+        worker: what forks the measuring process (``None``: a fresh process).
 
     Raises:
         BenchmarkError: it did not load or run.
@@ -193,37 +182,36 @@ def run_artifact(artifact: Artifact, inputs: np.ndarray, settings: MeasureSettin
         backends=artifact.config.backends,
         inputs=inputs,
         settings=settings,
+        worker=worker,
     )
 
 
 def measure(
-    bundle: ModelBundle,
+    model: ModelSnapshot,
     artifact: Artifact,
     settings: MeasureSettings,
     *,
     cache_hit: bool = False,
-    reference: np.ndarray | None = None,
+    worker: Forker | None = None,
 ) -> DeploymentResult:
-    """Time ``artifact`` on this machine in a fresh process, then evaluate its outputs.
+    """Time ``artifact`` on this machine in a process of its own, then evaluate its outputs.
 
     Raises:
         BenchmarkError: it did not load or run, or its outputs are unusable.
     """
-    timing, outputs = run_artifact(artifact, bundle.dataset.evaluation.inputs, settings)
-    ref = reference_outputs(bundle) if reference is None else reference
-    return assemble(bundle, artifact, timing, outputs, ref, cache_hit=cache_hit)
+    timing, outputs = run_artifact(artifact, model.evaluation.inputs, settings, worker)
+    return assemble(model, artifact, timing, outputs, cache_hit=cache_hit)
 
 
 def assemble(
-    bundle: ModelBundle,
+    model: ModelSnapshot,
     artifact: Artifact,
     timing: Timing,
     outputs: np.ndarray,
-    reference: np.ndarray,
     *,
     cache_hit: bool,
 ) -> DeploymentResult:
-    """Evaluate a device's ``outputs`` against the fp32 ``reference`` and combine with its timing.
+    """Evaluate a device's ``outputs`` against the model's fp32 reference and combine with its timing.
 
     Raises:
         BenchmarkError: the outputs are unusable (wrong shape, NaN).
@@ -233,11 +221,11 @@ def assemble(
     try:
         evaluation = evaluate(
             outputs,
-            reference,
-            bundle.dataset.evaluation.labels,
-            sizes=bundle.outputs or None,
-            accuracy_output=bundle.dataset.accuracy_output,
+            model.reference,
+            model.evaluation.labels,
+            sizes=model.outputs or None,
+            accuracy_output=model.accuracy_output,
         )
     except ValueError as exc:
         raise BenchmarkError(f"unusable outputs: {exc}") from exc
-    return DeploymentResult(bundle.name, bundle.digest, artifact, cache_hit, timing, evaluation)
+    return DeploymentResult(model.name, model.digest, artifact, cache_hit, timing, evaluation)

@@ -22,7 +22,7 @@ from nnsweep.results import TrialRecord, TrialStatus, metrics_from_result
 
 if TYPE_CHECKING:
     from nnsweep.artifacts import Artifact, ArtifactCache
-    from nnsweep.models import ModelBundle
+    from nnsweep.models import ModelBundle, ModelSnapshot
 
 __all__ = ["HostSide", "host_twin"]
 
@@ -49,7 +49,7 @@ class HostSide:
         self.source = source
         self.settings = settings
         self._bundle: ModelBundle | None = None
-        self._reference: Any = None
+        self._snapshot: ModelSnapshot | None = None
         self._artifacts: dict[str, Artifact] = {}  # config digest -> artifact
         self.eager_accuracy = 1.0
         self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
@@ -67,9 +67,8 @@ class HostSide:
 
     def load(self) -> None:
         """Load the model and compute its fp32 reference outputs and accuracy."""
-        from nnsweep import deploy
         from nnsweep.bench import evaluate
-        from nnsweep.models import load_model
+        from nnsweep.models import ModelSnapshot, load_model
 
         self._bundle = load_model(
             self.source.ref,
@@ -77,18 +76,19 @@ class HostSide:
             weights=self.source.weights,
             input_shape=self.source.input_shape,
         )
-        self._reference = deploy.reference_outputs(self._bundle)
+        self._snapshot = ModelSnapshot.of(self._bundle)
         labels = self._bundle.dataset.evaluation.labels
         # Without labels, accuracy is top-1 agreement with fp32, which fp32 itself meets fully.
         if labels is not None:
-            accuracy = evaluate(self._reference, self._reference, labels).accuracy
+            reference = self._snapshot.reference
+            accuracy = evaluate(reference, reference, labels).accuracy
             self.eager_accuracy = 1.0 if accuracy is None else float(accuracy)
 
     def cached(self, config: DeploymentConfig) -> Artifact | None:
         """The artifact if this machine's cache holds it already (then no worker is needed)."""
         from nnsweep import deploy
 
-        artifact = deploy.cached(self.bundle, config, self._cache())
+        artifact = deploy.cached(self.bundle.digest, config, self._cache())
         if artifact is not None:
             self.remember(artifact)
         return artifact
@@ -144,13 +144,17 @@ class HostSide:
 
         a = self._artifacts[ticket.config.digest()]
         assert reply.outputs is not None  # from the device, or from outputs() on this host
-        result = deploy.assemble(self.bundle, a, reply.timing, reply.outputs, self._reference, cache_hit=False)
+        assert self._snapshot is not None, "load() first"
+        result = deploy.assemble(self._snapshot, a, reply.timing, reply.outputs, cache_hit=False)
         data = result.to_dict()
         metrics = metrics_from_result(data)
         # A compiler's figures are logged under their own names, never as measurements.
         metrics.update({f"estimate_{k}": float(v) for k, v in reply.estimates.items()})
         # Where the measuring process's time went (start, import, load, warm-up, timed, lock wait).
         metrics.update({f"measure_{k}_ms": float(v) for k, v in (data.get("phases_ms") or {}).items()})
+        held = data.get("held_monotonic")
+        if held:  # when it held the machine's measurement lock (CLOCK_MONOTONIC of the device's machine)
+            metrics["measure_held_from_s"], metrics["measure_held_until_s"] = float(held[0]), float(held[1])
         source = "labels" if data["accuracy"] is not None else "fp32 agreement"
         if on_host:
             twin = host_twin(ticket.config)
@@ -159,6 +163,7 @@ class HostSide:
                 what = f"the same configuration without {ticket.config.backends[0]}, on CPU kernels"
             source += f" (outputs from a host run of {what})"
         tags = {"artifact_sha256": a.sha256, "accuracy_source": source, "latency_source": reply.source}
+        tags["measure_stop"] = str(data.get("stop_reason", "iters"))  # iters, min_duration, stable or cap
         return TrialRecord(
             sweep=sweep,
             device=ticket.device,

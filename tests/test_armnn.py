@@ -27,6 +27,7 @@ from nnsweep.convert import tflite
 from nnsweep.convert._base import IOSpec
 from nnsweep.convert.armnn import armnn_placement
 from nnsweep.errors import ConversionError, SpecError
+from nnsweep.models import ModelSnapshot
 from nnsweep.space import device_space
 from nnsweep.spec import parse_spec
 
@@ -125,7 +126,7 @@ def test_space_keeps_the_orders_and_granularities_arm_nn_has() -> None:
 @pytest.mark.slow
 def test_digits_fp32_and_int8_fall_through_to_cpuref_and_keep_accuracy(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cache = ArtifactCache(tmp_path / "cache")
-    reference = deploy.reference_outputs(digits)
+    snapshot = ModelSnapshot.of(digits)
     results = {}
     for config in (
         _config(),
@@ -133,7 +134,7 @@ def test_digits_fp32_and_int8_fall_through_to_cpuref_and_keep_accuracy(digits, t
         _config("static_int8", granularity="per_tensor", interface="full"),
     ):
         artifact, hit = deploy.convert(digits, config, cache)
-        results[config.label()] = deploy.measure(digits, artifact, SETTINGS, cache_hit=hit, reference=reference)
+        results[config.label()] = deploy.measure(snapshot, artifact, SETTINGS, cache_hit=hit)
     fp32, core, full = results.values()
     report = fp32.artifact.partitions
     assert report.backends == ("CpuAcc", "CpuRef") and set(report.nodes_by_backend) == {"CpuRef"}

@@ -12,6 +12,7 @@ from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.executorch import ExecuTorchRunner
 from nnsweep.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
+from nnsweep.models import ModelSnapshot
 
 
 def _accuracy(bundle, cache, config: DeploymentConfig):  # type: ignore[no-untyped-def]
@@ -20,7 +21,7 @@ def _accuracy(bundle, cache, config: DeploymentConfig):  # type: ignore[no-untyp
     runner = ExecuTorchRunner(artifact.path, artifact.io, config.threads, config.backends)
     runner.load()
     outputs = run_all(runner, bundle.dataset.evaluation.inputs)
-    return artifact, evaluate(outputs, deploy.reference_outputs(bundle), bundle.dataset.evaluation.labels)
+    return artifact, evaluate(outputs, ModelSnapshot.of(bundle).reference, bundle.dataset.evaluation.labels)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_measure_in_a_child_process_reports_every_figure(digits, tmp_path: Path)
     cache = ArtifactCache(tmp_path)
     config = DeploymentConfig("executorch", ("xnnpack",), threads=2)
     artifact, hit = deploy.convert(digits, config, cache)
-    result = deploy.measure(digits, artifact, MeasureSettings(warmup=2, iters=30), cache_hit=hit)
+    result = deploy.measure(ModelSnapshot.of(digits), artifact, MeasureSettings(warmup=2, iters=30), cache_hit=hit)
     d = result.to_dict()
     assert d["iterations"] == 30 and len(d["samples_ms"]) == 30 and d["threads"] == 2
     lat = d["latency_ms"]

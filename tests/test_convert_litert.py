@@ -25,6 +25,7 @@ from nnsweep.convert import tflite
 from nnsweep.convert._base import IOSpec
 from nnsweep.deploy import DeploymentResult
 from nnsweep.errors import SpecError
+from nnsweep.models import ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 
@@ -36,13 +37,13 @@ def _config(mode: str = "fp32", backends: tuple[str, ...] = ("xnnpack", "cpu"), 
 @pytest.fixture(scope="module")
 def measured(digits, tmp_path_factory) -> Callable[[DeploymentConfig], DeploymentResult]:  # type: ignore[no-untyped-def]
     cache = ArtifactCache(tmp_path_factory.mktemp("litert-cache"))
-    reference = deploy.reference_outputs(digits)
+    snapshot = ModelSnapshot.of(digits)
     done: dict[str, DeploymentResult] = {}
 
     def get(config: DeploymentConfig) -> DeploymentResult:
         if config.digest() not in done:
             artifact, hit = deploy.convert(digits, config, cache)
-            done[config.digest()] = deploy.measure(digits, artifact, SETTINGS, cache_hit=hit, reference=reference)
+            done[config.digest()] = deploy.measure(snapshot, artifact, SETTINGS, cache_hit=hit)
         return done[config.digest()]
 
     return get

@@ -22,6 +22,7 @@ from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface
 from nnsweep.convert._base import IOSpec
 from nnsweep.deploy import DeploymentResult
 from nnsweep.errors import BenchmarkError
+from nnsweep.models import ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 
@@ -36,19 +37,19 @@ def ort_cache(tmp_path_factory: pytest.TempPathFactory) -> ArtifactCache:
 
 
 @pytest.fixture(scope="module")
-def reference(digits) -> np.ndarray:  # type: ignore[no-untyped-def]
-    return deploy.reference_outputs(digits)
+def snapshot(digits) -> ModelSnapshot:  # type: ignore[no-untyped-def]
+    return ModelSnapshot.of(digits)
 
 
 @pytest.fixture(scope="module")
-def measured(digits, ort_cache, reference) -> Callable[[DeploymentConfig], DeploymentResult]:  # type: ignore[no-untyped-def]
+def measured(digits, ort_cache, snapshot) -> Callable[[DeploymentConfig], DeploymentResult]:  # type: ignore[no-untyped-def]
     """Convert through the cache and measure in a child process, once per config in this module."""
     done: dict[str, DeploymentResult] = {}
 
     def get(config: DeploymentConfig) -> DeploymentResult:
         if config.digest() not in done:
             artifact, hit = deploy.convert(digits, config, ort_cache)
-            done[config.digest()] = deploy.measure(digits, artifact, SETTINGS, cache_hit=hit, reference=reference)
+            done[config.digest()] = deploy.measure(snapshot, artifact, SETTINGS, cache_hit=hit)
         return done[config.digest()]
 
     return get

@@ -20,7 +20,7 @@ from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface
 from nnsweep.convert import IOSpec
 from nnsweep.deploy import DeploymentResult
 from nnsweep.errors import BenchmarkError
-from nnsweep.models import ModelBundle
+from nnsweep.models import ModelBundle, ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 
@@ -39,13 +39,13 @@ class _Measured:
     def __init__(self, bundle: ModelBundle, cache: ArtifactCache) -> None:
         self.bundle = bundle
         self.cache = cache
-        self.reference = deploy.reference_outputs(bundle)
+        self.snapshot = ModelSnapshot.of(bundle)
         self._results: dict[DeploymentConfig, DeploymentResult] = {}
 
     def __call__(self, config: DeploymentConfig) -> DeploymentResult:
         if config not in self._results:
             artifact, _ = deploy.convert(self.bundle, config, self.cache)
-            self._results[config] = deploy.measure(self.bundle, artifact, SETTINGS, reference=self.reference)
+            self._results[config] = deploy.measure(self.snapshot, artifact, SETTINGS)
         return self._results[config]
 
 
@@ -233,7 +233,7 @@ def _with_relu6(bundle: ModelBundle) -> ModelBundle:
 def test_qnnpack_conv_relu6_is_visibly_broken_on_x86(digits: ModelBundle, cache: ArtifactCache) -> None:
     """QNNPACK's conv + ReLU6 is numerically wrong on x86 (docs/architecture.md §4): accuracy and fidelity show it."""
     bundle = _with_relu6(digits)
-    reference = deploy.reference_outputs(bundle)
+    reference = ModelSnapshot.of(bundle).reference
     labels = bundle.dataset.evaluation.labels
     sqnr, accuracy = {}, {}
     for engine in ("x86", "qnnpack"):
@@ -260,6 +260,6 @@ def test_torchvision_mobilenet_v2_quantizes_whole_on_x86(tmp_path: Path) -> None
     # Every conv (ReLU6 folded in as a quantized clamp or fused), residual add, pooling and the classifier run int8.
     assert report.nodes_by_backend["x86"] >= convs + linears and report.nodes_by_backend["cpu"] == 2
     assert report.fallback_ops == {}
-    result = deploy.measure(bundle, artifact, SETTINGS)
+    result = deploy.measure(ModelSnapshot.of(bundle), artifact, SETTINGS)
     assert result.evaluation.accuracy is None  # torchvision nets come with synthetic, unlabelled data
     assert result.timing.latency.count == SETTINGS.iters

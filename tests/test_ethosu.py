@@ -13,6 +13,7 @@ from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.config import DeploymentConfig, QuantConfig
 from nnsweep.convert.ethosu import read_vela_summary
 from nnsweep.errors import ConversionError, SpecError
+from nnsweep.models import ModelSnapshot
 from nnsweep.spec import parse_spec
 
 pytestmark = pytest.mark.slow
@@ -57,8 +58,9 @@ def test_estimate_device_reports_estimated_latency_and_real_int8_accuracy(u55, d
     assert reply.estimated and reply.timing.latency.p50 == u55.estimates["inference_time_ms"]
     assert "Vela estimate" in reply.source
     assert reply.outputs is not None
-    ev = evaluate(reply.outputs, deploy.reference_outputs(digits), digits.dataset.evaluation.labels)
-    fp32_accuracy = float(np.mean(deploy.reference_outputs(digits).argmax(1) == digits.dataset.evaluation.labels))
+    reference = ModelSnapshot.of(digits).reference
+    ev = evaluate(reply.outputs, reference, digits.dataset.evaluation.labels)
+    fp32_accuracy = float(np.mean(reference.argmax(1) == digits.dataset.evaluation.labels))
     assert ev.accuracy >= fp32_accuracy - 0.01  # the TOSA reference model ran the integer graph
 
 

@@ -23,7 +23,7 @@ from nnsweep import runtimes
 from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing
 from nnsweep.bench._machine_lock import MachineLock
-from nnsweep.bench._warm import WarmWorker, WorkerUnavailable
+from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
 from nnsweep.convert._base import IOSpec
 from nnsweep.errors import BenchmarkError
 
@@ -45,14 +45,15 @@ def measure_in_subprocess(
     backends: tuple[str, ...],
     inputs: np.ndarray,
     settings: MeasureSettings,
-    worker: WarmWorker | None = None,
+    worker: WarmWorker | ForkHere | None = None,
     lock: MachineLock | None = None,
 ) -> tuple[Timing, np.ndarray]:
     """Time ``artifact`` on ``inputs[0]`` and return its outputs on all ``inputs``.
 
     Args:
-        worker: a warm worker for ``runtime`` to fork the measuring process from;
-            ``None`` (or a worker that cannot start) measures in a fresh process.
+        worker: a warm worker for ``runtime`` to fork the measuring process from, or
+            :class:`ForkHere` to fork it from this process; ``None`` (or a worker that
+            cannot start) measures in a fresh process.
         lock: the machine's measurement lock (default: :class:`MachineLock` at its
             default path); held while the measuring process runs, and the wait for it
             is returned as ``Timing.lock_wait_ms``.

@@ -27,7 +27,7 @@ from nnsweep import runtimes
 from nnsweep.bench._foreign import python_command
 from nnsweep.errors import InfrastructureError
 
-__all__ = ["ChildOutcome", "WarmWorker", "WorkerUnavailable"]
+__all__ = ["ChildOutcome", "ForkHere", "WarmWorker", "WorkerUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,13 @@ class ChildOutcome:
     returncode: int
     timed_out: bool
     fork_ms: float
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> ChildOutcome:
+        """From the worker's answer (:func:`nnsweep.bench._zygote.fork_child`)."""
+        signaled = reply.get("signal") is not None
+        code = -int(reply["signal"]) if signaled else int(reply.get("exit") or 0)
+        return cls(returncode=code, timed_out=bool(reply.get("timed_out")), fork_ms=float(reply["fork_ms"]))
 
 
 class WarmWorker:
@@ -139,9 +146,7 @@ class WarmWorker:
                 self.close()
                 raise WorkerUnavailable(f"the {self.runtime} worker is gone: {exc}") from exc
             reply = self._read(timeout_s + REPLY_GRACE_S)
-        signaled = reply.get("signal") is not None
-        code = -int(reply["signal"]) if signaled else int(reply.get("exit") or 0)
-        return ChildOutcome(returncode=code, timed_out=bool(reply.get("timed_out")), fork_ms=float(reply["fork_ms"]))
+        return ChildOutcome.from_reply(reply)
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
         """The worker's next reply line; stops the worker and raises if none comes."""
@@ -188,3 +193,41 @@ def _close_pipe(pipe: IO[bytes] | None) -> None:
     if pipe is not None:
         with contextlib.suppress(OSError):
             pipe.close()
+
+
+class ForkHere:
+    """Fork the measuring child from this very process, as a warm worker would.
+
+    For a process that is itself fresh and light, like ``nnsweep bench`` on a cache
+    hit: it has imported nnsweep and numpy, started no thread and loaded no model, so
+    a child forked from it is as clean as a worker's and saves starting an
+    interpreter. :meth:`for_runtime` says when that holds; otherwise measure in a
+    fresh process (or a :class:`WarmWorker`).
+    """
+
+    def __init__(self) -> None:
+        with open("/proc/self/statm") as f:
+            rss_mb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        self.ready: dict[str, Any] = {"pid": os.getpid(), "rss_mb": rss_mb}
+
+    @classmethod
+    def for_runtime(cls, runtime: str) -> ForkHere | None:
+        """A forker if ``runtime`` runs under this interpreter and this process is fit to fork."""
+        import sys
+
+        try:
+            python = runtimes.get(runtime).python
+        except ValueError:
+            return None
+        # A runtime of another interpreter (PyArmNN), a thread that could hold a lock at the
+        # fork, or torch's pools and hundreds of MB inherited by the child: a fresh process.
+        if python or threading.active_count() > 1 or "torch" in sys.modules:
+            return None
+        return cls()
+
+    def run(self, request: Path, stderr: Path, timeout_s: float) -> ChildOutcome:
+        from nnsweep.bench._zygote import fork_child
+
+        reply = fork_child(request, stderr, timeout_s)
+        assert reply is not None  # nothing watched: only a client's worker returns None
+        return ChildOutcome.from_reply(reply)

@@ -99,15 +99,23 @@ def _child(request: Path, stderr: Path) -> None:
             os._exit(code)
 
 
-def _serve_one(order: dict[str, object], lines: _Lines) -> bool:
-    """Measure one request in a forked child; ``False`` when input ended meanwhile."""
-    timeout_s = float(order["timeout_s"])  # type: ignore[arg-type]
+def fork_child(request: Path, stderr: Path, timeout_s: float, lines: _Lines | None = None) -> dict[str, object] | None:
+    """Measure ``request`` in a child forked from this process and wait for it to end.
+
+    Returns:
+        How it ended (``pid``, ``exit``, ``signal``, ``timed_out``, ``fork_ms``,
+        ``maxrss_kb``); ``None`` when ``lines`` (a client's input) ended meanwhile,
+        after the child was killed: nobody wants that measurement.
+    """
+    sys.stdout.flush()  # what is buffered here must not be written again by the child
+    sys.stderr.flush()
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:
-        _child(Path(str(order["request"])), Path(str(order["stderr"])))
+        _child(request, stderr)
     fork_ms = (time.perf_counter() - t0) * 1e3
     pidfd = os.pidfd_open(pid)
+    watched = [pidfd] if lines is None else [pidfd, lines.fd]
     deadline = time.monotonic() + timeout_s
     timed_out = alive = False
     try:
@@ -117,27 +125,38 @@ def _serve_one(order: dict[str, object], lines: _Lines) -> bool:
                 timed_out = True
                 os.kill(pid, signal.SIGKILL)
                 break
-            ready, _, _ = select.select([pidfd, lines.fd], [], [], left)
+            ready, _, _ = select.select(watched, [], [], left)
             if pidfd in ready:
                 alive = True
                 break
-            if lines.fd in ready and lines.readline() is None:
-                os.kill(pid, signal.SIGKILL)  # the client is gone: nobody wants this measurement
+            if lines is not None and lines.fd in ready and lines.readline() is None:
+                os.kill(pid, signal.SIGKILL)
                 os.wait4(pid, 0)
-                return False
+                return None
+    except BaseException:  # Ctrl-C in this process: the child must not outlive the wait
+        os.kill(pid, signal.SIGKILL)
+        os.wait4(pid, 0)
+        raise
     finally:
         os.close(pidfd)
     _, status, usage = os.wait4(pid, 0)
-    _send(
-        {
-            "pid": pid,
-            "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "timed_out": timed_out and not alive,
-            "fork_ms": fork_ms,
-            "maxrss_kb": usage.ru_maxrss,
-        }
-    )
+    return {
+        "pid": pid,
+        "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "timed_out": timed_out and not alive,
+        "fork_ms": fork_ms,
+        "maxrss_kb": usage.ru_maxrss,
+    }
+
+
+def _serve_one(order: dict[str, object], lines: _Lines) -> bool:
+    """Measure one request in a forked child; ``False`` when input ended meanwhile."""
+    request, stderr = Path(str(order["request"])), Path(str(order["stderr"]))
+    outcome = fork_child(request, stderr, float(order["timeout_s"]), lines)  # type: ignore[arg-type]
+    if outcome is None:
+        return False
+    _send(outcome)
     return True
 
 

@@ -3,5 +3,16 @@ and user models given as ``package.module:function`` or ``path/to/file.py:functi
 
 from nnsweep.models._bundle import Dataset, ModelBundle, Split
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
+from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore
 
-__all__ = ["BUILTIN", "Dataset", "ModelBundle", "Split", "check_reference", "load_model", "register_live"]
+__all__ = [
+    "BUILTIN",
+    "Dataset",
+    "ModelBundle",
+    "ModelSnapshot",
+    "SnapshotStore",
+    "Split",
+    "check_reference",
+    "load_model",
+    "register_live",
+]

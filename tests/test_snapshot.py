@@ -1,0 +1,172 @@
+"""A model's snapshot lets ``nnsweep bench`` measure a cached artifact without loading the
+model (no torch), and the measurement forks from the light bench process itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnsweep.models import ModelSnapshot, SnapshotStore, Split, load_model
+
+MODEL = """
+import torch
+
+SCALE = {scale}
+
+
+def build():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    with torch.no_grad():
+        net[0].weight.mul_(SCALE)
+    return net.eval(), torch.randn(1, 6)
+"""
+
+
+def _model(folder: Path, scale: float = 1.0) -> str:
+    (folder / "net.py").write_text(MODEL.format(scale=scale))
+    return f"{folder}/net.py:build"
+
+
+def test_a_snapshot_is_found_until_a_file_the_load_read_changes(tmp_path: Path) -> None:
+    ref = _model(tmp_path)
+    store = SnapshotStore(tmp_path / "models")
+    recipe = store.recipe(ref, None, None)
+    assert recipe is not None and store.lookup(recipe) is None
+    bundle, snap = store.load(ref, recipe, lambda: load_model(ref))
+    kept = store.lookup(recipe)
+    assert kept is not None and kept.digest == bundle.digest == snap.digest
+    np.testing.assert_array_equal(kept.reference, snap.reference)
+    np.testing.assert_array_equal(kept.evaluation.inputs, bundle.dataset.evaluation.inputs)
+    assert kept.outputs == bundle.outputs and kept.name == ref
+
+    meta = json.loads((tmp_path / "models" / "snapshots" / f"{recipe}.json").read_text())
+    assert str((tmp_path / "net.py").resolve()) in meta["inputs"]  # the model file is an input
+    assert not any("site-packages" in p or "/nnsweep/" in p for p in meta["inputs"])  # installed code is not
+
+    _model(tmp_path, scale=2.0)  # an edited model: loaded again, never the stale reference
+    os.utime(tmp_path / "net.py", ns=(1, 1))
+    assert store.lookup(recipe) is None
+
+
+def test_a_torn_or_missing_snapshot_means_loading_the_model(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    snap = ModelSnapshot("m", "d" * 64, Split(np.zeros((2, 3), np.float32)), np.ones((2, 4), np.float32), (4,))
+    store.save("r", snap, {})
+    assert store.lookup("r") is not None and store.lookup("r").evaluation.labels is None  # type: ignore[union-attr]
+    (tmp_path / "snapshots" / "r.npz").write_bytes(b"not a zip")
+    assert store.lookup("r") is None
+    store.save("r", snap, {str(tmp_path / "gone.py"): [1, 1]})
+    assert store.lookup("r") is None  # an input that no longer exists
+
+
+def test_recipes_tell_models_apart(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"x")
+    recipe = SnapshotStore.recipe
+    assert recipe("live:notebook", None, None) is None  # lives in one process: never kept
+    assert recipe(_model(tmp_path / "a"), None, None) != recipe(_model(tmp_path / "b"), None, None)
+    assert recipe("digits", None, None) == recipe("digits", None, None)
+    assert recipe("digits", None, None) != recipe("digits_gn", None, None)
+    assert recipe("torchvision:resnet18", None, (1, 3, 64, 64)) != recipe("torchvision:resnet18", None, None)
+    with_weights = recipe("torchvision:resnet18", weights, None)
+    weights.write_bytes(b"xy")
+    assert recipe("torchvision:resnet18", weights, None) != with_weights
+
+
+FORK_HERE = textwrap.dedent(
+    """
+    import json, sys, threading
+    from pathlib import Path
+    import numpy as np
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.bench._isolated import measure_in_subprocess
+    from nnsweep.bench._machine_lock import MachineLock
+    from nnsweep.bench._warm import ForkHere
+    from nnsweep.convert._base import IOSpec
+    from nnsweep.errors import BenchmarkError
+
+    artifact, lock = Path(sys.argv[1]), MachineLock(Path(sys.argv[2]))
+    inputs = np.random.default_rng(0).random((8, 4), dtype=np.float32)
+    out = {"fits": ForkHere.for_runtime("onnxruntime") is not None,
+           "armnn": ForkHere.for_runtime("armnn") is not None}
+
+    def measure(worker, **settings):
+        return measure_in_subprocess(runtime="onnxruntime", artifact=artifact, io=IOSpec(), threads=1,
+                                     backends=("cpu",), inputs=inputs, settings=MeasureSettings(**settings),
+                                     worker=worker, lock=lock)
+
+    fresh, fresh_out = measure(None, iters=20)
+    forked, forked_out = measure(ForkHere.for_runtime("onnxruntime"), iters=20)
+    out["isolation"] = [fresh.isolation, forked.isolation]
+    out["same_outputs"] = bool(np.array_equal(fresh_out, forked_out))
+    out["peaks"] = [fresh.peak_rss_mb, forked.peak_rss_mb]
+    try:
+        measure(ForkHere.for_runtime("onnxruntime"), iters=20, min_duration_s=60, timeout_s=2)
+    except BenchmarkError as exc:
+        out["timeout"] = str(exc)
+    out["after_timeout"] = measure(ForkHere.for_runtime("onnxruntime"), iters=5)[0].isolation
+    t = threading.Thread(target=threading.Event().wait, args=(5,), daemon=True)
+    t.start()
+    out["with_a_thread"] = ForkHere.for_runtime("onnxruntime") is not None
+    print(json.dumps(out))
+    """
+)
+
+
+def test_a_light_process_forks_its_measurement_itself(tmp_path: Path, tiny_onnx) -> None:  # type: ignore[no-untyped-def]
+    artifact = tmp_path / "tiny.onnx"
+    artifact.write_bytes(tiny_onnx(np.arange(12, dtype=np.float32).reshape(4, 3)))
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_HERE, str(artifact), str(tmp_path / "m.lock")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["fits"] and not out["armnn"]  # PyArmNN runs under another interpreter
+    assert out["isolation"] == ["fresh", "fork"] and out["same_outputs"]
+    assert out["peaks"][1] <= out["peaks"][0] + 5  # the child's peak is its own, not more than a fresh one's
+    assert "timed out" in out["timeout"] and out["after_timeout"] == "fork"  # the child was killed, not us
+    assert out["with_a_thread"] is False  # a thread could hold a lock at the fork: fresh process
+
+
+def test_a_process_with_torch_does_not_fork_its_measurement() -> None:
+    import torch  # noqa: F401  (this test process has it, as after a model load)
+
+    from nnsweep.bench._warm import ForkHere
+
+    assert ForkHere.for_runtime("onnxruntime") is None
+
+
+def _bench(folder: Path, ref: str) -> dict:  # type: ignore[type-arg]
+    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(folder / "cache"), "bench", "--model", ref]
+    cmd += ["--runtime", "onnxruntime", "--iters", "20", "--warmup", "1", "--json"]
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.integration
+def test_bench_on_a_cache_hit_measures_without_loading_the_model(tmp_path: Path) -> None:
+    ref = _model(tmp_path)
+    first = _bench(tmp_path, ref)
+    second = _bench(tmp_path, ref)
+    assert (first["cache_hit"], second["cache_hit"]) == (False, True)
+    assert first["isolation"] == "fresh"  # the model was loaded: torch is in the process
+    assert second["isolation"] == "fork"  # forked from the bench process: torch was never imported
+    assert second["fidelity"]["max_abs_err"] < 1e-5 and second["artifact"] == first["artifact"]
+    _model(tmp_path, scale=3.0)  # edit the model: its digest changes, so does the artifact
+    third = _bench(tmp_path, ref)
+    assert third["cache_hit"] is False and third["artifact"] != first["artifact"]
+    assert third["fidelity"]["max_abs_err"] < 1e-5  # against the edited model's own reference
