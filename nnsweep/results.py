@@ -126,6 +126,8 @@ def metrics_from_result(result: Mapping[str, Any]) -> dict[str, float]:
     )
     if result.get("loadavg_1m") is not None:
         out["loadavg_1m"] = float(result["loadavg_1m"])
+    if result.get("p50_ci95_ms"):  # how sure the p50 is: its 95 % confidence interval
+        out["p50_ci95_low_ms"], out["p50_ci95_high_ms"] = (float(v) for v in result["p50_ci95_ms"])
     if fid.get("sqnr_db") is not None:
         out["sqnr_db"] = float(fid["sqnr_db"])
     acc = result.get("accuracy")

@@ -164,6 +164,9 @@ class SweepSpec:
         space: the search space.
         budget: per-device trial budget.
         warmup, iters, min_duration_s, timeout_s: measurement settings.
+        until_stable, ci_rel, max_duration_s: keep timing until the p50's 95 % confidence
+            interval is within ``ci_rel`` of it, for at most ``max_duration_s``
+            (:class:`nnsweep.bench.MeasureSettings`).
         tracking: MLflow tracking URI and experiment.
         storage: ``journal`` (a file beside the spec's state) or an RDB URL for Optuna.
         bridges: devices driven over adb/ssh (see :class:`Bridge`).
@@ -187,6 +190,9 @@ class SweepSpec:
     state_dir: Path
     weights: Path | None = None
     input_shape: tuple[int, ...] | None = None
+    until_stable: bool = False
+    ci_rel: float = 0.01
+    max_duration_s: float = 10.0
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
@@ -249,6 +255,9 @@ def _pydantic_models() -> Any:
         iters: Int = Field(default=200, ge=1, le=MAX_ITERS)
         min_duration_s: Float = Field(default=0.0, ge=0, le=MAX_MEASURE_SECONDS)
         timeout_s: Float = Field(default=600.0, gt=0, le=MAX_MEASURE_SECONDS)
+        until_stable: Annotated[bool, Strict()] = False
+        ci_rel: Float = Field(default=0.01, gt=0, lt=1)
+        max_duration_s: Float = Field(default=10.0, gt=0, le=MAX_MEASURE_SECONDS)
 
     class TrackingIn(_Strict):
         uri: Text = Field(default="sqlite:///mlflow.db", min_length=1, max_length=2000)
@@ -517,6 +526,9 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         state_dir=base / ".nnsweep" / raw.name,
         weights=(base / raw.weights) if raw.weights else None,
         input_shape=tuple(raw.input_shape) if raw.input_shape else None,
+        until_stable=raw.measure.until_stable,
+        ci_rel=raw.measure.ci_rel,
+        max_duration_s=raw.measure.max_duration_s,
         bridges=bridges,
         npus=npus,
         source=source,

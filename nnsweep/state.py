@@ -119,7 +119,8 @@ def fingerprint(spec: SweepSpec, bundle: ModelBundle) -> dict[str, str]:
         "model": spec.model,
         "model_digest": bundle.digest,
         "model_code": _model_source_digest(spec, bundle),
-        "measure": f"warmup={spec.warmup} iters={spec.iters} min_duration_s={spec.min_duration_s:g}",
+        "measure": f"warmup={spec.warmup} iters={spec.iters} min_duration_s={spec.min_duration_s:g}"
+        + (f" until_stable ci_rel={spec.ci_rel:g} max_duration_s={spec.max_duration_s:g}" if spec.until_stable else ""),
         "objectives": ",".join(f"{o.metric}:{o.direction}" for o in spec.objectives),
         "constraints": f"max_accuracy_drop={spec.max_accuracy_drop}",
         "space": hashlib.sha256(_canonical(asdict(spec.space)).encode()).hexdigest(),

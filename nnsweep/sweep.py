@@ -134,7 +134,15 @@ class Sweep:
         self.progress, self.depth, self.fresh, self.clock = progress, depth, fresh, clock
         self.lost_timeout_s, self.hang_grace_s = lost_timeout_s, hang_grace_s
         self.source = ModelSource(spec.model, cache_root, spec.weights, spec.input_shape)
-        self.settings = MeasureSettings(spec.warmup, spec.iters, spec.min_duration_s, spec.timeout_s)
+        self.settings = MeasureSettings(
+            spec.warmup,
+            spec.iters,
+            spec.min_duration_s,
+            spec.timeout_s,
+            until_stable=spec.until_stable,
+            ci_rel=spec.ci_rel,
+            max_duration_s=spec.max_duration_s,
+        )
         self.stats = SweepStats()
         self.host = HostSide(self.source, self.settings)
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}

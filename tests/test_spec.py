@@ -51,6 +51,26 @@ def test_defaults_fill_a_minimal_spec() -> None:
     assert spec.devices == ("host",)
     assert spec.tracking.uri == "sqlite:///mlflow.db" and spec.tracking.experiment == "m"
     assert spec.storage == "journal" and spec.iters == 200 and spec.warmup == 5
+    assert (spec.until_stable, spec.ci_rel, spec.max_duration_s) == (False, 0.01, 10.0)
+
+
+def test_measuring_until_stable_is_a_measure_setting_of_the_sweep() -> None:
+    from nnsweep.state import fingerprint
+
+    measure = {"warmup": 5, "iters": 200, "until_stable": True, "ci_rel": 0.02, "max_duration_s": 4}
+    spec = parse_spec({**ISSUE_EXAMPLE, "measure": measure})
+    assert (spec.until_stable, spec.ci_rel, spec.max_duration_s) == (True, 0.02, 4.0)
+
+    import torch
+
+    class Bundle:
+        digest = "d"
+        module = torch.nn.Linear(1, 1)
+
+    plain = parse_spec(ISSUE_EXAMPLE)
+    # A sweep measured to stability is another sweep; one that never asked keeps its old fingerprint.
+    assert fingerprint(plain, Bundle())["measure"] == "warmup=5 iters=200 min_duration_s=0"  # type: ignore[arg-type]
+    assert "until_stable ci_rel=0.02" in fingerprint(spec, Bundle())["measure"]  # type: ignore[arg-type]
 
 
 def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
@@ -93,6 +113,8 @@ def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
         (["space", "threads"], [True, 2], "space.threads[0]", "valid integer"),
         (["space", "threads"], [4096], "space.threads", "between 1 and 1024"),
         (["measure", "timeout_s"], float("inf"), "measure.timeout_s", "finite"),
+        (["measure", "ci_rel"], 1.5, "measure.ci_rel", "less than 1"),
+        (["measure", "until_stable"], "yes", "measure.until_stable", "valid boolean"),
         (["measure", "timeout_s"], float("nan"), "measure.timeout_s", "finite"),
         (["budget", "timeout_s"], 1e300, "budget.timeout_s", "less than or equal to"),
         (["input_shape"], [1, 100000, 100000, 100000], "input_shape", "more than 16,777,216 elements"),
