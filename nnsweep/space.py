@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DeviceSpace",
     "RuntimeChoices",
+    "accepted_values",
     "baseline_configs",
     "device_space",
     "params_for",
@@ -360,3 +361,36 @@ def untried(
         if not path:
             return None
         path[-1] += 1
+
+
+def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dict[str, Any]:
+    """What a device's space can hold, runtime by runtime: ``nnsweep devices`` prints it.
+
+    Args:
+        available: runtime -> the backends that load on the device (its capabilities).
+        cores: the device's cores (``threads`` goes up to them).
+
+    Returns:
+        ``{"runtime": {name: {"backends", "quant", "calibration", "partition_limits",
+        "whole_model"}}, "threads": [1, cores]}``; ``quant`` maps each mode to the
+        granularities it allows (empty for fp32).
+    """
+
+    def modes(table: Mapping[QuantMode, frozenset[Granularity]]) -> dict[str, list[str]]:
+        return {m.value: sorted(g.value for g in grans) for m, grans in table.items()}
+
+    out: dict[str, Any] = {}
+    for name, backends in available.items():
+        try:
+            info = runtimes.get(name)
+        except SpecError:
+            continue  # a runtime this nnsweep does not know (a newer agent): nothing to say
+        out[name] = {
+            "backends": list(backends),
+            "quant": modes(info.modes),
+            "calibration": sorted(c.value for c in info.calibrations),
+            "partition_limits": info.delegates,
+            # a backend that takes the whole model allows its own modes when it comes first
+            "whole_model": {b: modes(t) for b, t in info.whole_model.items() if b in backends},
+        }
+    return {"runtime": out, "threads": [1, max(1, cores)]}

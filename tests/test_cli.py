@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -311,3 +312,20 @@ def test_best_across_devices_picks_one_configuration_for_all(
     assert chosen["devices"]["board"]["slowdown"] == 1.1
     assert chosen["devices"]["laptop"]["own_best_config"].endswith("t4")
     assert main(["best", str(path), "--across-devices", "--device", "board"]) == 2
+
+
+def test_devices_shows_the_exact_space_values_each_device_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    from nnsweep.runtimes import get
+
+    assert main(["devices"]) == 0
+    text = capsys.readouterr().out
+    assert "    onnxruntime: backends cpu\n" in text
+    assert "calibration: entropy, minmax, percentile" in text  # onnxruntime's own calibrations
+    assert f"threads: 1 to {os.cpu_count()}" in text
+    assert main(["devices", "--json"]) == 0
+    (host,) = json.loads(capsys.readouterr().out)
+    ort = host["space"]["runtime"]["onnxruntime"]
+    # the registry's modes, exactly: a spec that keeps to these values is accepted on this device
+    assert set(ort["quant"]) == {m.value for m in get("onnxruntime").modes}
+    assert ort["quant"]["fp32"] == [] and "per_tensor" in ort["quant"]["static_int8"]
+    assert ort["partition_limits"] is False and host["space"]["runtime"]["executorch"]["partition_limits"] is True
