@@ -41,6 +41,7 @@ storage: journal
 
 def _intervals(spec_path: Path) -> list[tuple[float, float, float, int]]:
     """(from, until, lock wait ms, trial number) of every measured trial of the sweep."""
+    from nnsweep.results import TrialStatus
     from nnsweep.spec import load_spec
     from nnsweep.studies import open_study, study_records
 
@@ -48,6 +49,8 @@ def _intervals(spec_path: Path) -> list[tuple[float, float, float, int]]:
     out = []
     for record in study_records(open_study(spec, "host", create=False)):
         m = record.metrics
+        if record.status is not TrialStatus.OK or record.reused_from is not None:
+            continue  # a repeat carries the values of the measurement it reuses: not a measurement
         if "measure_held_from_s" in m:
             out.append(
                 (m["measure_held_from_s"], m["measure_held_until_s"], m.get("measure_lock_wait_ms", 0.0), record.number)

@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["measure", "sweep"]
 
 
-def _default_cache() -> Path:
-    return Path.home() / ".cache" / "nnsweep"
-
-
 def _live(name: str, model: torch.nn.Module, example_input: torch.Tensor, dataset: Dataset | None) -> str:
     from nnsweep.models import register_live
 
@@ -62,7 +58,7 @@ def measure(
         dataset: calibration and evaluation data (default: random inputs; accuracy is then
             top-1 agreement with the float model).
         settings: warm-up, timed runs, timeout (default: 5 warm-up, 200 timed runs).
-        cache_dir: the artifact cache (default ``~/.cache/nnsweep``).
+        cache_dir: the artifact cache (default ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``).
         options: fields of :class:`DeploymentConfig` when ``config`` is not given.
 
     Returns:
@@ -73,7 +69,7 @@ def measure(
         TrialError: the conversion or the measurement failed.
     """
     from nnsweep import deploy
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import ArtifactCache, default_cache_dir
     from nnsweep.bench import MeasureSettings
     from nnsweep.models import ModelSnapshot, load_model
 
@@ -81,7 +77,7 @@ def measure(
         config = DeploymentConfig(**options)
     elif options:
         raise SpecError("config", f"give a config or its fields, not both ({', '.join(options)})")
-    cache = ArtifactCache(cache_dir or _default_cache())
+    cache = ArtifactCache(cache_dir or default_cache_dir())
     bundle = load_model(_live("measure", model, example_input, dataset), cache_dir=cache.models_dir)
     artifact, hit = deploy.convert(bundle, config, cache)
     return deploy.measure(ModelSnapshot.of(bundle), artifact, settings or MeasureSettings(), cache_hit=hit)
@@ -113,12 +109,13 @@ def sweep(
         address: a Ray cluster to join (``ray`` only).
         tracking: log to the spec's MLflow store.
         fresh: delete the sweep's studies first (after changing its model or spec).
-        cache_dir: the artifact cache (default ``~/.cache/nnsweep``).
+        cache_dir: the artifact cache (default ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``).
         progress: called with every device's progress whenever something changes.
 
     Raises:
         SpecError: the spec, the model or the devices refuse the sweep (nothing is written).
     """
+    from nnsweep.artifacts import default_cache_dir
     from nnsweep.execution import executor_for
     from nnsweep.spec import SweepSpec, parse_spec
     from nnsweep.sweep import Sweep
@@ -137,7 +134,7 @@ def sweep(
     runner = executor_for(spec, executor, address)
     tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=tracking)
     try:
-        return Sweep(spec, runner, tracker, cache_dir or _default_cache(), progress=progress, fresh=fresh).run()
+        return Sweep(spec, runner, tracker, cache_dir or default_cache_dir(), progress=progress, fresh=fresh).run()
     finally:
         close = getattr(tracker, "close", None)
         if close is not None:

@@ -14,6 +14,7 @@ Layout::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -32,11 +33,19 @@ from nnsweep.config import DeploymentConfig, canonical_json
 from nnsweep.convert._base import ConversionResult, IOSpec, PartitionReport
 from nnsweep.errors import CacheCorrupted
 
-__all__ = ["Artifact", "ArtifactCache", "cache_key", "toolchain_versions"]
+__all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "cache_key", "default_cache_dir", "toolchain_versions"]
 
 log = logging.getLogger(__name__)
 
 _META = "meta.json"
+
+
+def default_cache_dir() -> Path:
+    """``$NNSWEEP_CACHE``, else ``$XDG_CACHE_HOME/nnsweep``, else ``~/.cache/nnsweep``."""
+    if os.environ.get("NNSWEEP_CACHE"):
+        return Path(os.environ["NNSWEEP_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nnsweep"
 
 
 def toolchain_versions(packages: tuple[str, ...]) -> dict[str, str]:
@@ -124,6 +133,20 @@ class Artifact:
             sidecars={name: (directory / file, sha) for name, (file, sha) in meta.get("sidecars", {}).items()},
             estimates={k: float(v) for k, v in meta.get("estimates", {}).items()},
         )
+
+
+@dataclass(frozen=True)
+class PackedArtifact:
+    """A cache entry as bytes: how an artifact converted on another machine reaches this
+    machine's cache (:meth:`ArtifactCache.pack`, :meth:`ArtifactCache.unpack`).
+
+    Args:
+        key: the entry's cache key (computed with the converting machine's toolchain).
+        files: file name in the entry -> its bytes (the artifact, its sidecars, ``meta.json``).
+    """
+
+    key: str
+    files: dict[str, bytes]
 
 
 class ArtifactCache:
@@ -218,5 +241,41 @@ class ArtifactCache:
                     raise
                 return found, True
             return Artifact.from_meta(entry, artifact.meta()), False
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def pack(self, artifact: Artifact) -> PackedArtifact:
+        """``artifact``'s entry as bytes, to send to another machine."""
+        paths = [artifact.path, *(path for path, _ in artifact.sidecars.values())]
+        files = {path.name: path.read_bytes() for path in paths}
+        files[_META] = json.dumps(artifact.meta(), indent=1, sort_keys=True).encode()
+        return PackedArtifact(artifact.key, files)
+
+    def unpack(self, packed: PackedArtifact) -> Artifact:
+        """Put an entry another machine converted into this cache (or find it there already).
+
+        Raises:
+            CacheCorrupted: the files do not match the checksums their ``meta.json`` records.
+        """
+        found = self.get(packed.key)
+        if found is not None:
+            return found
+        staging_root = self.root / "staging"
+        staging_root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=staging_root, prefix=packed.key[:12] + "-"))
+        try:
+            for name, data in packed.files.items():
+                if Path(name).name != name or name in ("", ".", ".."):
+                    raise CacheCorrupted(f"a packed artifact names the file {name[:80]!r}")
+                (staging / name).write_bytes(data)
+            self._verify(staging, packed.key)  # whole and intact before anyone can see it
+            entry = self._entry(packed.key)
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # another process put the same entry first
+                os.rename(staging, entry)
+            found = self.get(packed.key)
+            if found is None:
+                raise CacheCorrupted(f"entry {packed.key[:12]} vanished after it was unpacked")
+            return found
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -125,14 +125,6 @@ def _http_url(text: str) -> str:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def default_cache_dir() -> Path:
-    """``$NNSWEEP_CACHE``, else ``$XDG_CACHE_HOME/nnsweep``, else ``~/.cache/nnsweep``."""
-    if os.environ.get("NNSWEEP_CACHE"):
-        return Path(os.environ["NNSWEEP_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nnsweep"
-
-
 def _positive_shape(text: str) -> tuple[int, ...]:
     from nnsweep.spec import check_input_shape
 
@@ -344,12 +336,19 @@ def _build_parser() -> _Parser:
     head.set_defaults(handler=_cmd_agent_head)
     join = agent_sub.add_parser(
         "join",
-        help="join a head as a device (run this on the board)",
-        description="Runs `ray start --address HEAD:PORT` offering the resource device:NAME, with Ray's "
-        "token authentication (the head's token: --token-file, $RAY_AUTH_TOKEN or ~/.ray/auth_token).",
+        help="join a head as a device (run this on the board), or as a machine that converts",
+        description="Runs `ray start --address HEAD:PORT` offering the resource device:NAME (and, with "
+        "--converters N, N conversion slots), with Ray's token authentication (the head's token: "
+        "--token-file, $RAY_AUTH_TOKEN or ~/.ray/auth_token).",
     )
     join.add_argument("--address", required=True, help="the head's HOST:PORT")
-    join.add_argument("--device", required=True, help="this device's name in sweeps")
+    join.add_argument("--device", help="this device's name in sweeps (omit on a machine that only converts)")
+    join.add_argument(
+        "--converters",
+        type=_int_in(0, 1024),
+        default=0,
+        help="conversions this machine runs for sweeps at once, one CPU each (default 0: a board)",
+    )
     join.add_argument("--machine", help="physical machine name (default: host name)")
     join.add_argument("--token-file", type=Path, help="file holding the head's Ray auth token (mode 0600)")
     join.add_argument("--dashboard-agent-port", type=_int_in(1, 65535), help="needed for a second node on one machine")
@@ -991,6 +990,7 @@ def _cmd_agent_join(args: argparse.Namespace, cache_dir: Path) -> int:
             args.address,
             args.device,
             machine=args.machine,
+            converters=args.converters,
             dashboard_agent_port=args.dashboard_agent_port,
             block=args.block,
         )
@@ -1028,6 +1028,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # With an http(s) tracking store MLflow prints a "View run ... at" line to stdout whenever a
     # run ends: that would corrupt `--json` output and the progress display.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    from nnsweep.artifacts import default_cache_dir
+
     cache_dir = args.cache_dir or default_cache_dir()
     try:
         code: int = args.handler(args, cache_dir)

@@ -104,6 +104,7 @@ class Ticket:
     role: Role = Role.SEARCH
     phase: Phase = Phase.PROPOSED
     artifact_sha: str | None = None  # set when it reaches READY
+    converted_on: str | None = None  # the machine converting it, set when it enters CONVERTING
     twin_of: Ticket | None = None  # set while it is a TWIN
     outcome: TrialRecord | None = None  # set when it is HELD or TOLD
     hung: bool = False

@@ -9,6 +9,10 @@ milliseconds with fakes (``tests/test_scheduler.py``):
   while any device on machine M measures nothing else runs on M — no other
   device's measurement and, when M converts, no conversion and no host evaluation.
   Devices on other machines are pipelined: their next artifacts convert meanwhile;
+* **conversions where there is room**: each machine that converts has its slots;
+  a conversion goes to a free slot on a machine that measures nothing now,
+  machines without devices first (a build server), so a device's own machine
+  converts only when nothing else can;
 * **duplicate reuse**: a configuration measured before on a device is not measured
   again there (:attr:`Admission.REUSE`), nor is an artifact byte-identical to one
   measured before with the same runtime, backends and threads; a configuration
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from nnsweep.config import DeploymentConfig
@@ -66,6 +70,7 @@ class Action:
     kind: str
     ticket: Ticket
     earlier: TrialRecord | None = None
+    machine: str | None = None  # where a ``convert`` runs
 
 
 @dataclass
@@ -138,8 +143,10 @@ class Scheduler:
     """The coordinator's rules (see the module docstring).
 
     Args:
-        converter_machine: the machine conversions and host evaluations run on.
-        converter_slots: conversions that may run at once.
+        converter_machine: the coordinator's machine: host evaluations run there, and
+            its conversions unless ``converters`` says otherwise.
+        converters: conversions that may run at once: a number (all on
+            ``converter_machine``) or, per machine, its slots.
         repeat_cap: proposals in a row that repeat a tried configuration before a
             device is called exhausted.
         divert_after: repeats in a row after which the next trial is an untried
@@ -152,7 +159,7 @@ class Scheduler:
     def __init__(
         self,
         converter_machine: str,
-        converter_slots: int = 1,
+        converters: int | Mapping[str, int] = 1,
         *,
         repeat_cap: int = 50,
         divert_after: int = 3,
@@ -160,7 +167,7 @@ class Scheduler:
         revive_every_s: float = 5.0,
     ) -> None:
         self.converter_machine = converter_machine
-        self.converter_slots = converter_slots
+        self.converters = {converter_machine: converters} if isinstance(converters, int) else dict(converters)
         self.repeat_cap = repeat_cap
         self.divert_after = divert_after
         self.lost_timeout_s = lost_timeout_s
@@ -233,11 +240,15 @@ class Scheduler:
     def plan(self, now: float) -> list[Action]:
         """What to start now, measurements first (a device waiting on a ready artifact is wasted time)."""
         actions: list[Action] = []
-        host_busy = bool(self._evaluating) or any(True for d in self.devices.values() for _ in d.live(Phase.CONVERTING))
+        converting = {  # configuration digest -> the machine converting it
+            t.config.digest(): t.converted_on
+            for d in self.devices.values()
+            for t in d.live(Phase.CONVERTING)
+            if t.converted_on is not None
+        }
+        busy = set(converting.values()) | ({self.converter_machine} if self._evaluating else set())
         for d in self.devices.values():
-            if d.lost or self._machine_measuring(d.machine):
-                continue
-            if d.machine == self.converter_machine and host_busy:
+            if d.lost or d.machine in busy or self._machine_measuring(d.machine):
                 continue
             for ticket in list(d.live(Phase.READY)):
                 assert ticket.artifact_sha is not None  # set by converted()
@@ -248,25 +259,37 @@ class Scheduler:
                 ticket.move(Phase.MEASURING, now)
                 actions.append(Action("measure", ticket))
                 break
-        if self._machine_measuring(self.converter_machine):
-            return actions  # nothing else may run beside a measurement on the conversion machine
-        for d in self.devices.values():
-            for ticket in d.live(Phase.EVALUATING):
-                if ticket not in self._evaluating:
-                    self._evaluating.add(ticket)
-                    actions.append(Action("evaluate", ticket))
-        running = {t.config.digest() for d in self.devices.values() for t in d.live(Phase.CONVERTING)}
+        measuring = {d.machine for d in self.devices.values() if any(True for _ in d.live(Phase.MEASURING))}
+        if self.converter_machine not in measuring:  # nothing runs beside a measurement on its machine
+            for d in self.devices.values():
+                for ticket in d.live(Phase.EVALUATING):
+                    if ticket not in self._evaluating:
+                        self._evaluating.add(ticket)
+                        actions.append(Action("evaluate", ticket))
+        actions.extend(self._conversions(converting, measuring, now))
+        return actions
+
+    def _conversions(self, converting: dict[str, str], measuring: set[str], now: float) -> list[Action]:
+        """Start conversions in free slots: machines without devices first, never beside a measurement."""
+        device_machines = {d.machine for d in self.devices.values()}
+        used = list(converting.values())
+        free = {m: n - used.count(m) for m, n in self.converters.items() if m not in measuring}
+        order = sorted(free, key=lambda m: (m in device_machines, m))
+        actions: list[Action] = []
         for d in self.devices.values():
             for ticket in list(d.live(Phase.PROPOSED)):
                 digest = ticket.config.digest()
-                if digest in running:
-                    ticket.move(Phase.CONVERTING, now)  # joins the conversion already under way
+                if digest in converting:  # joins the conversion already under way
+                    ticket.converted_on = converting[digest]
+                    ticket.move(Phase.CONVERTING, now)
                     continue
-                if len(running) >= self.converter_slots:
+                machine = next((m for m in order if free[m] > 0), None)
+                if machine is None:
                     return actions
-                running.add(digest)
+                free[machine] -= 1
+                converting[digest] = ticket.converted_on = machine
                 ticket.move(Phase.CONVERTING, now)
-                actions.append(Action("convert", ticket))
+                actions.append(Action("convert", ticket, machine=machine))
         return actions
 
     # ------------------------------------------------------------ outcomes
@@ -339,7 +362,8 @@ class Scheduler:
             d.lost, d.lost_since, d.next_revive = True, now, now + 2.0
 
     def retry(self, ticket: Ticket, now: float) -> None:
-        """An infrastructure failure while converting: convert again."""
+        """An infrastructure failure while converting: convert again (anywhere)."""
+        ticket.converted_on = None
         ticket.move(Phase.PROPOSED, now)
 
     # ------------------------------------------------------------ watchdog

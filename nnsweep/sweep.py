@@ -83,6 +83,7 @@ class SweepStats:
     started_at: float = 0.0
     conversions: int = 0
     cache_hits: int = 0
+    converted_on: dict[str, int] = field(default_factory=dict)  # machine -> conversions started there
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ class Sweep:
                     shutil.rmtree(new_state, ignore_errors=True)
                 raise
             self._scheduler = Scheduler(
-                self.executor.converter_machine, self.executor.converter_slots, lost_timeout_s=self.lost_timeout_s
+                self.executor.converter_machine, self.executor.converters, lost_timeout_s=self.lost_timeout_s
             )
             devices = resume.open_devices(
                 self.spec, plan, fp, self._scheduler, self.tracker, self.host.bundle.digest, self.depth, self.clock()
@@ -291,7 +292,8 @@ class Sweep:
             self.recorder.settle(t, outcomes.reused(t, action.earlier))
         elif action.kind == "convert":
             self.stats.conversions += 1
-            future: Future[Any] = self.executor.convert(ConvertRequest(self.source, t.config))
+            self.stats.converted_on[action.machine or ""] = self.stats.converted_on.get(action.machine or "", 0) + 1
+            future: Future[Any] = self.executor.convert(ConvertRequest(self.source, t.config), action.machine)
             self._futures[future] = partial(self._on_converted, t.config.digest())
         elif action.kind == "measure":
             request = self.host.measure_request(t.config)

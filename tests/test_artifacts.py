@@ -106,3 +106,23 @@ def test_the_key_covers_the_converter_code_not_only_package_versions() -> None:
     from nnsweep.artifacts import cache_key
 
     assert cache_key("m" * 64, DeploymentConfig("executorch"), changed) != key
+
+
+def test_an_entry_packed_on_one_machine_unpacks_whole_into_another_cache(tmp_path: Path) -> None:
+    from nnsweep.artifacts import PackedArtifact
+    from nnsweep.errors import CacheCorrupted
+
+    there, here = ArtifactCache(tmp_path / "builder"), ArtifactCache(tmp_path / "coordinator")
+    key = cache_key("m" * 64, CFG, TOOLS)
+    built, _ = there.get_or_build(key, CFG, TOOLS, _builder(b"abc", []))
+    packed = there.pack(built)
+    got = here.unpack(packed)
+    assert got.path.read_bytes() == b"abc" and got.sha256 == built.sha256 and got.path.is_relative_to(here.root)
+    assert here.get(key) == got and here.unpack(packed) == got  # a second copy changes nothing
+
+    other = ArtifactCache(tmp_path / "third")
+    with pytest.raises(CacheCorrupted, match="checksum"):  # bytes damaged on the way
+        other.unpack(PackedArtifact(key, {**packed.files, "model.pte": b"abd"}))
+    with pytest.raises(CacheCorrupted, match="names the file"):  # a name that would leave the entry
+        other.unpack(PackedArtifact(key, {**packed.files, "../evil": b""}))
+    assert other.get(key) is None and not list((other.root / "staging").iterdir())

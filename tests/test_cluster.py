@@ -85,12 +85,24 @@ class Cluster:
             log.close()
 
 
+def _as_client(c: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test process is a Ray client of ``c`` too."""
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
+        if key in c.env:
+            monkeypatch.setenv(key, c.env[key])
+
+
+def _workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) -> None:
+    """Work in ``tmp_path`` with a cache whose trained digits weights are the session's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
-    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
-        if key in c.env:
-            monkeypatch.setenv(key, c.env[key])  # the test process is a Ray client too
+    _as_client(c, monkeypatch)
     c.start_head()
     c.join_board()
     try:
@@ -112,7 +124,7 @@ def _spec(trials: int) -> object:
             "devices": ["host", "board-sim"],
             "space": {"runtime": ["executorch"], "quant": ["fp32", "static_int8"], "threads": [1]},
             "budget": {"trials": trials},
-            "measure": {"warmup": 1, "iters": 20, "min_duration_s": 3.0},
+            "measure": {"warmup": 1, "iters": 20, "min_duration_s": 3.0, "remeasure": 0},
         }
     )
 
@@ -140,9 +152,7 @@ def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(
     from nnsweep.sweep import Sweep, open_study
     from nnsweep.tracking import MlflowTracker
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "models").symlink_to(models_dir)
+    _workdir(tmp_path, monkeypatch, models_dir)
 
     class KillsTheBoardOnce(RayExecutor):
         """Stands at the executor seam: the board's node dies during its second measurement."""
@@ -189,3 +199,66 @@ def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(
     killed = [r for r in runs if r.info.status == "KILLED"]
     assert killed and all("agent lost" in r.data.tags.get("failure_reason", "") for r in killed)
     assert {r.data.tags["nnsweep.device"] for r in killed} == {"board-sim"}
+
+
+def test_a_machine_that_joins_with_converters_takes_conversions_and_ships_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    """A build server joins with --converters 1 (and no device): conversions go to both
+    machines, and what the builder converted lands in the coordinator's own cache."""
+    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.execution.ray_cluster import RayExecutor
+    from nnsweep.results import TrialStatus
+    from nnsweep.spec import parse_spec
+    from nnsweep.sweep import Sweep
+    from nnsweep.tracking import NullTracker
+
+    c = Cluster(tmp_path)
+    _as_client(c, monkeypatch)
+    builder_cache = tmp_path / "builder-cache"  # the build server's own cache ($NNSWEEP_CACHE there)
+    builder_cache.mkdir()
+    (builder_cache / "models").symlink_to(models_dir)  # trained digits weights: no training in the test
+    _workdir(tmp_path, monkeypatch, models_dir)
+    spec = parse_spec(
+        {
+            "name": "built",
+            "model": "digits",
+            "devices": ["host"],
+            "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8", "static_int8"], "threads": [1]},
+            "budget": {"trials": 4},
+            "measure": {"warmup": 1, "iters": 20},
+        }
+    )
+    try:
+        c.start_head()
+        c.env = {**c.env, "NNSWEEP_CACHE": str(builder_cache)}
+        c._start("builder", join_command(c.address, None, machine="builder", converters=1, block=True))
+        c.env = ray_env(os.environ, c.token)
+        deadline = time.monotonic() + 120
+        probe = f"import ray; ray.init(address='{c.address}'); print(ray.cluster_resources().get('nnsweep-converter'))"
+        while time.monotonic() < deadline:
+            out = subprocess.run([sys.executable, "-c", probe], env=c.env, capture_output=True, text=True)
+            if out.stdout.strip().endswith("2.0"):
+                break
+            time.sleep(1)
+        executor = RayExecutor(address=c.address)
+        sweep = Sweep(spec, executor, NullTracker(), tmp_path / "cache")  # type: ignore[arg-type]
+        try:
+            results = sweep.run()
+            slots = executor.converters
+        finally:
+            executor.shutdown()
+    finally:
+        import ray
+
+        ray.shutdown()
+        c.stop()
+    assert slots == {socket.gethostname(): 1, "builder": 1}
+    assert sweep.stats.converted_on.get("builder", 0) >= 1  # the build server took work
+    measured = [r for r in results[0].records if r.status is TrialStatus.OK and r.reused_from is None]
+    assert len(measured) >= 3
+    here = ArtifactCache(tmp_path / "cache")
+    shipped = list((builder_cache / "artifacts").glob("*/*/meta.json"))
+    assert shipped, "the builder converted into its own cache"
+    for meta in shipped:  # and each of its entries is in the coordinator's cache, whole
+        assert here.get(meta.parent.name) is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -77,6 +78,18 @@ def test_command_lines_refuse_option_like_values() -> None:
         join_command("-oops:6379", "board")
     cmd = head_command(6379, 1, dashboard_agent_port=52000)
     assert cmd[cmd.index("--dashboard-agent-listen-port") + 1] == "52000"
+
+
+def test_a_machine_joins_to_convert_with_a_cpu_per_slot() -> None:
+    board = join_command("10.0.0.1:6379", "rpi5")
+    assert board[board.index("--num-cpus") + 1] == "0"
+    assert json.loads(board[board.index("--resources") + 1]) == {"device:rpi5": 1}
+    builder = join_command("10.0.0.1:6379", None, converters=4, machine="build1")
+    assert builder[builder.index("--num-cpus") + 1] == "4"
+    assert json.loads(builder[builder.index("--resources") + 1]) == {"nnsweep-converter": 4}
+    assert "nnsweep-machine=build1" in builder[builder.index("--labels") + 1]
+    with pytest.raises(SpecError, match="--device"):  # neither measures nor converts
+        join_command("10.0.0.1:6379", None)
 
 
 def _free_port() -> int:

@@ -111,10 +111,35 @@ def test_isolation_a_remote_device_measures_while_the_host_converts() -> None:
     assert ("measure", "board", board.number) in actions and ("convert", "board", other.number) in actions
 
 
+def test_conversions_spread_over_machines_build_servers_first_never_beside_a_measurement() -> None:
+    s = Scheduler(HOST, {HOST: 1, "builder": 1})
+    s.add(DeviceState("host", HOST, 10))
+    ex = FakeExecutor(s)
+    a, b, c = (ex.propose("host", config(t), 0.0) for t in (1, 2, 4))
+    started = ex.step(0.0)
+    # the build server (no device on it) first, then the host machine's own slot
+    assert [(x.kind, x.ticket.number, x.machine) for x in started] == [
+        ("convert", a.number, "builder"),
+        ("convert", b.number, HOST),
+    ]
+    assert a.converted_on == "builder" and c.phase is Phase.PROPOSED
+    ex.convert_done(a, 1.0)
+    # the builder is free again and takes c; a may not be measured while its machine converts b
+    assert [(x.kind, x.ticket.number, x.machine) for x in ex.step(1.0)] == [("convert", c.number, "builder")]
+    s.retry(c, 1.5)  # the builder's worker failed: the next try may go anywhere
+    assert c.converted_on is None and c.phase is Phase.PROPOSED
+    ex.convert_done(b, 2.0)
+    # the host measures a; c goes to the builder, never to the measuring machine's free slot
+    assert [(x.kind, x.ticket.number, x.machine) for x in ex.step(2.0)] == [
+        ("measure", a.number, None),
+        ("convert", c.number, "builder"),
+    ]
+
+
 def test_isolation_two_devices_on_one_machine_never_measure_together() -> None:
     _s, ex = scheduler(("a", "box"), ("b", "box"))
     ta, tb = ex.propose("a", config(1), 0.0), ex.propose("b", config(2), 0.0)
-    ex.scheduler.converter_slots = 2
+    ex.scheduler.converters = {HOST: 2}
     ex.step(0.0)
     ex.convert_done(ta, 1.0)
     ex.convert_done(tb, 1.0)

@@ -158,30 +158,41 @@ def head_command(
 
 def join_command(
     address: str,
-    device: str,
+    device: str | None,
     *,
     machine: str | None = None,
+    converters: int = 0,
     dashboard_agent_port: int | None = None,
     block: bool = False,
 ) -> list[str]:
-    """``ray start --address`` for a board that measures as ``device``.
+    """``ray start --address`` for a board that measures as ``device``, or a machine that converts.
 
     Args:
         address: the head's ``HOST:PORT``.
-        device: the device's name in sweeps.
+        device: the device's name in sweeps (``None``: this node only converts).
         machine: the physical machine's name (default: the host name); give each
             simulated device on one machine its own only when its measurements may overlap.
+        converters: conversions this node runs at once (a build server; each takes a CPU).
         dashboard_agent_port: needed when two nodes share one machine (each needs its own).
     """
-    _check_name(device, "--device")
+    if device is None and converters < 1:
+        raise SpecError("--device", "give the device this node measures as, or --converters N for a node that converts")
+    if not 0 <= converters <= 1024:
+        raise SpecError("--converters", f"must be between 0 and 1024, got {converters}")
+    resources: dict[str, float] = {}
+    if device is not None:
+        _check_name(device, "--device")
+        resources[f"device:{device}"] = 1
+    if converters:
+        resources["nnsweep-converter"] = converters
     host, _, port = address.rpartition(":")
     if not host or host.startswith("-") or not port.isdigit():
         raise SpecError("--address", f"{address!r} is not HOST:PORT")
     cmd = [
         "ray", "start",
         "--address", address,
-        "--num-cpus", "0",
-        "--resources", json.dumps({f"device:{device}": 1}),
+        "--num-cpus", str(converters),  # a board's agent takes no CPU; each conversion takes one
+        "--resources", json.dumps(resources),
         "--labels", _labels(device, machine or socket.gethostname()),
         "--disable-usage-stats",
     ]  # fmt: skip

@@ -27,8 +27,16 @@ class ModelSource:
 
 @dataclass(frozen=True)
 class ConvertRequest:
+    """One configuration to convert.
+
+    Args:
+        ship: the worker is on another machine than the coordinator: it converts into
+            its own machine's cache and sends the entry back as bytes.
+    """
+
     model: ModelSource
     config: DeploymentConfig
+    ship: bool = False
 
 
 class Executor(ABC):
@@ -54,8 +62,9 @@ class Executor(ABC):
         """What the device reports."""
 
     @abstractmethod
-    def convert(self, request: ConvertRequest) -> Future[tuple[Artifact, bool]]:
-        """Convert (through the shared artifact cache) on a host worker: the artifact and whether it was cached."""
+    def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
+        """Convert on a worker of ``machine`` (one of :attr:`converters`; ``None``: any):
+        the artifact, in the coordinator's cache, and whether it was cached."""
 
     @abstractmethod
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
@@ -64,12 +73,13 @@ class Executor(ABC):
     @property
     @abstractmethod
     def converter_machine(self) -> str:
-        """The machine conversions run on (no measurement there overlaps a conversion)."""
+        """The coordinator's machine: host evaluations run there (no measurement there overlaps them)."""
 
     @property
-    def converter_slots(self) -> int:
-        """How many conversions may run at once."""
-        return 1
+    def converters(self) -> dict[str, int]:
+        """Machine -> how many conversions may run there at once (no measurement on a
+        machine overlaps a conversion there)."""
+        return {self.converter_machine: 1}
 
     def revive(self, device: str) -> bool:
         """Start a new agent for a device whose agent was lost, if the device is back.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nnsweep.artifacts import Artifact, ArtifactCache
+from nnsweep.artifacts import Artifact, ArtifactCache, PackedArtifact, default_cache_dir
 from nnsweep.execution._base import ConvertRequest, ModelSource
 
 if TYPE_CHECKING:
@@ -19,23 +19,43 @@ class ConverterWorker:
     def __init__(self) -> None:
         self._bundles: dict[ModelSource, ModelBundle] = {}
 
-    def bundle(self, source: ModelSource) -> ModelBundle:
+    def bundle(self, source: ModelSource, cache: ArtifactCache) -> ModelBundle:
+        """The model, loaded once (built-in models keep their weights in ``cache``)."""
         if source not in self._bundles:
             from nnsweep.models import load_model
 
-            cache = ArtifactCache(source.cache_root)
             self._bundles[source] = load_model(
                 source.ref, cache_dir=cache.models_dir, weights=source.weights, input_shape=source.input_shape
             )
         return self._bundles[source]
 
-    def convert(self, request: ConvertRequest) -> tuple[Artifact, bool]:
-        """The artifact, and whether it came from the cache."""
+    def convert(self, request: ConvertRequest) -> tuple[Artifact | PackedArtifact, bool]:
+        """The artifact, and whether it came from the cache.
+
+        With ``request.ship`` (this worker is on another machine than the coordinator) it
+        converts into this machine's own cache (:func:`default_cache_dir`) and returns the
+        entry as bytes, for the coordinator to put into its cache.
+        """
         from nnsweep import deploy
 
-        return deploy.convert(self.bundle(request.model), request.config, ArtifactCache(request.model.cache_root))
+        if not request.ship:
+            return self.convert_here(request)
+        cache = ArtifactCache(default_cache_dir())
+        artifact, hit = deploy.convert(self.bundle(request.model, cache), request.config, cache)
+        return cache.pack(artifact), hit
+
+    def convert_here(self, request: ConvertRequest) -> tuple[Artifact, bool]:
+        """Convert into the coordinator's cache (this worker shares its machine)."""
+        from nnsweep import deploy
+
+        cache = ArtifactCache(request.model.cache_root)
+        return deploy.convert(self.bundle(request.model, cache), request.config, cache)
 
     def machine(self) -> str:
+        """The machine this worker runs on: its Ray node's ``nnsweep-machine`` label, else the host name."""
         import socket
 
-        return socket.gethostname()
+        import ray
+
+        labels = ray.get_runtime_context().get_node_labels() if ray.is_initialized() else {}
+        return str(labels.get("nnsweep-machine") or socket.gethostname())

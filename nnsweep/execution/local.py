@@ -36,8 +36,8 @@ class LocalExecutor(Executor):
     def capabilities(self, device: str) -> Capabilities:
         return self._agents[device].capabilities()
 
-    def convert(self, request: ConvertRequest) -> Future[tuple[Artifact, bool]]:
-        return self._convert_pool.submit(self._converter.convert, request)
+    def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
+        return self._convert_pool.submit(self._converter.convert_here, request)
 
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
         return self._pools[device].submit(self._agents[device].measure, request)

@@ -3,20 +3,26 @@
 Each device gets one :class:`~nnsweep.agents.DeviceAgent` actor with
 ``max_concurrency=1``, placed by the custom resource ``device:<name>``: a board
 joins the cluster offering ``device:<its name>``, and its agent lands there.
-Conversions run on actors that need the ``nnsweep-converter`` resource, which
-only host nodes offer (boards carry runtimes, not the conversion toolchain).
+Conversions run on actors that need the ``nnsweep-converter`` resource: the head
+offers it (``nnsweep agent head --converters N``) and so may any node that joins
+with ``--converters N`` (a build server; boards carry runtimes, not the conversion
+toolchain). Each actor reports its machine; the scheduler spreads conversions over
+machines by their slots. An actor on another machine than the coordinator converts
+into its own machine's cache and sends the entry back, which the coordinator puts
+into its cache: a configuration is converted once, and found there on a re-run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
-from nnsweep.artifacts import Artifact
-from nnsweep.errors import AgentLost, InfrastructureError
+from nnsweep.artifacts import Artifact, ArtifactCache
+from nnsweep.errors import AgentLost, ConversionStorageError, InfrastructureError
 from nnsweep.execution._base import ConvertRequest, Executor
 from nnsweep.execution._converter import ConverterWorker
 
@@ -54,6 +60,25 @@ def _relay(source: Future[Any]) -> Future[Any]:
     return out
 
 
+def _unpacked(source: Future[Any], cache: ArtifactCache) -> Future[Any]:
+    """A future of the artifact in this machine's ``cache``, from one of a packed entry."""
+    out: Future[Any] = Future()
+
+    def done(f: Future[Any]) -> None:
+        try:
+            packed, hit = f.result()
+            out.set_result((cache.unpack(packed), hit))
+        except OSError as exc:
+            out.set_exception(
+                ConversionStorageError(f"cannot store a shipped artifact in {cache.root}: {exc}", path=cache.root)
+            )
+        except Exception as exc:  # the conversion's own error, passed on as it is
+            out.set_exception(exc)
+
+    source.add_done_callback(done)
+    return out
+
+
 class RayExecutor(Executor):
     """Executor on Ray.
 
@@ -79,10 +104,10 @@ class RayExecutor(Executor):
         self._wanted_converters = converters
         self._transports = dict(transports or {})
         self._agents: dict[str, Any] = {}
-        self._converters: list[Any] = []
+        self._converters: dict[str, list[Any]] = {}  # machine -> its conversion actors
         self._next = 0
         self._started_ray = False
-        self._machine = ""
+        self._machine = ""  # the coordinator's
 
     def _connect(self) -> None:
         import os
@@ -149,8 +174,11 @@ class RayExecutor(Executor):
             )
         slots = min(slots, self._wanted_converters or slots)
         worker = ray.remote(ConverterWorker).options(num_cpus=1, resources={CONVERTER_RESOURCE: 1})
-        self._converters = [worker.remote() for _ in range(slots)]
-        self._machine = ray.get(self._converters[0].machine.remote())
+        actors: list[Any] = [worker.remote() for _ in range(slots)]
+        for actor, machine in zip(actors, ray.get([a.machine.remote() for a in actors]), strict=True):
+            self._converters.setdefault(machine, []).append(actor)
+        self._machine = ConverterWorker().machine()  # this process's node: where host evaluations run
+        log.info("conversion slots per machine: %s", {m: len(a) for m, a in self._converters.items()})
         for device in devices:
             self._spawn(device)
 
@@ -217,10 +245,15 @@ class RayExecutor(Executor):
             raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
         return caps
 
-    def convert(self, request: ConvertRequest) -> Future[tuple[Artifact, bool]]:
-        worker = self._converters[self._next % len(self._converters)]
+    def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
+        if machine is None or machine not in self._converters:
+            machine = next(iter(self._converters))
+        actors = self._converters[machine]
+        worker = actors[self._next % len(actors)]
         self._next += 1
-        return _relay(worker.convert.remote(request).future())
+        ship = machine != self._machine
+        reply = _relay(worker.convert.remote(dataclasses.replace(request, ship=ship)).future())
+        return _unpacked(reply, ArtifactCache(request.model.cache_root)) if ship else reply
 
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
         return _relay(self._agents[device].measure.remote(request).future())
@@ -230,13 +263,13 @@ class RayExecutor(Executor):
         return self._machine
 
     @property
-    def converter_slots(self) -> int:
-        return len(self._converters)
+    def converters(self) -> dict[str, int]:
+        return {machine: len(actors) for machine, actors in self._converters.items()}
 
     def shutdown(self) -> None:
         import ray
 
-        for actor in [*self._agents.values(), *self._converters]:
+        for actor in [*self._agents.values(), *(a for actors in self._converters.values() for a in actors)]:
             ray.kill(actor, no_restart=True)
         self._agents.clear()
         self._converters.clear()
