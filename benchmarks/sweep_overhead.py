@@ -11,8 +11,11 @@ the same sweep twice — cold artifact cache, then warm — and prints:
 * the conversion cache hit rate.
 
 The two devices share this machine's two cores, so board-sim is declared a separate
-machine here: measurements are *not* isolated in this benchmark and its latencies
-mean nothing. It measures the coordinator, not the models.
+machine here (its own machine name and its own measurement lock file,
+``NNSWEEP_MEASURE_LOCK``): measurements are *not* isolated in this benchmark and its
+latencies mean nothing. It measures the coordinator, not the models. Each sweep also
+prints where each device's time went (the trials' time breakdown) and the ratio of
+the device's busy time to its timed runs.
 
 Usage: .venv/bin/python benchmarks/sweep_overhead.py [--trials 16] [--min-duration 2]
 """
@@ -95,12 +98,12 @@ def _spec(name: str, trials: int, min_duration: float) -> object:
                 "threads": [1],
             },
             "budget": {"trials": trials},
-            "measure": {"warmup": 5, "iters": 200, "min_duration_s": min_duration},
+            "measure": {"warmup": 5, "iters": 200, "min_duration_s": min_duration, "remeasure": 0},
         }
     )
 
 
-def _report(label: str, sweep: Sweep, wall: float) -> None:
+def _report(label: str, sweep: Sweep, wall: float, results: list) -> None:  # type: ignore[type-arg]
     st = sweep.stats
     over = sorted(st.overhead_ms)
     print(f"\n== {label}: {len(over)} trials over 2 devices in {wall:.0f} s")
@@ -118,6 +121,11 @@ def _report(label: str, sweep: Sweep, wall: float) -> None:
         print(f"utilization {device}: {busy:.0f} s measuring / {span:.0f} s after its first = {busy / span:.0%}")
     if st.conversions:
         print(f"conversion cache hits: {st.cache_hits}/{st.conversions} = {st.cache_hits / st.conversions:.0%}")
+    for r in results:  # the trials' own time breakdown (seconds summed over the device's trials)
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in r.breakdown.items() if v >= 0.05)
+        timed, busy = r.breakdown.get("timed runs", 0.0), st.busy_s.get(r.device, 0.0)
+        ratio = f"; busy / timed runs = {busy / timed:.2f}" if timed else ""
+        print(f"time breakdown {r.device}: {parts}{ratio}")
 
 
 def main() -> None:
@@ -136,7 +144,8 @@ def main() -> None:
     try:
         _wait_for(address, "host")
         join = join_command(address, "board-sim", machine="board-sim", dashboard_agent_port=_free_port(), block=True)
-        nodes.append(_node(join, env))
+        # a machine of its own, down to the measurement lock: its measurements overlap the host's
+        nodes.append(_node(join, {**env, "NNSWEEP_MEASURE_LOCK": str(work / "board-sim.lock")}))
         _wait_for(address, "board-sim")
         cache = work / "cache"
         for label in ("cold cache", "warm cache"):
@@ -146,9 +155,9 @@ def main() -> None:
             tracker = BackgroundTracker(MlflowTracker("sqlite:///mlflow.db", name, name))  # as `nnsweep run`
             sweep = Sweep(spec, executor, tracker, cache)  # type: ignore[arg-type]
             started = time.monotonic()
-            sweep.run()
+            results = sweep.run()
             tracker.close()
-            _report(label, sweep, time.monotonic() - started)
+            _report(label, sweep, time.monotonic() - started, results)
             executor.shutdown()
     finally:
         for node in reversed(nodes):

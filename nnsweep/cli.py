@@ -470,7 +470,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     artifact = deploy.cached(snapshot.digest, config, cache) if snapshot is not None else None
     try:
         if artifact is None or snapshot is None:
-            status.line(f"loading {args.model} ...")
+            status.line(f"loading {args.model} ...", tty_only=True)
             try:
                 bundle, snapshot = store.load(
                     args.model,
@@ -578,10 +578,11 @@ class _Status:
         self.tty = sys.stderr.isatty()
         self._shown: Any = None
 
-    def line(self, text: str, *, ticking: bool = True) -> None:
+    def line(self, text: str, *, ticking: bool = True, tty_only: bool = False) -> None:
         """Show ``text``. ``ticking`` updates the elapsed time from a thread of rich's:
-        pass ``False`` before forking a measurement from this process (it must have no thread)."""
-        if not self.enabled:
+        pass ``False`` before forking a measurement from this process (it must have no thread).
+        ``tty_only``: a step not worth a log line (an error right after it stays one line)."""
+        if not self.enabled or (tty_only and not self.tty):
             return
         if not self.tty:
             sys.stderr.write(text + "\n")
@@ -710,6 +711,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
                 "capabilities": r.capabilities.to_dict(),
                 "best": r.best.to_dict() if r.best else None,
                 "pareto": [p.number for p in r.pareto],
+                "pareto_remeasured": [x.to_dict() for x in r.spread],
                 "trials": [t.to_dict() for t in r.records],
             }
             for r in results
@@ -746,8 +748,27 @@ def _results_text(spec: Any, results: Any) -> str:
         else:
             blocks.append(f"Space: {r.space_size if r.space_size is not None else 'unbounded'} configurations")
         blocks.append(_breakdown_text(r.breakdown))
+        if r.spread:
+            blocks.append(_spread_text(r.spread))
     blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
     return "\n\n".join(blocks)
+
+
+def _spread_text(spread: Any) -> str:
+    """The Pareto candidates' p50 in separate fresh processes: how much one process's figure is worth."""
+    lines = [f"Pareto candidates measured again, {max(len(x.p50_ms) for x in spread)} fresh processes each:"]
+    for x in spread:
+        if not x.p50_ms:
+            lines.append(f"  #{x.number} {x.config.label()}: not measured again ({x.error})")
+            continue
+        cv = "n/a" if x.cv is None else f"{x.cv:.2%}"
+        p50s = ", ".join(f"{v:.4g}" for v in x.p50_ms)
+        load = max(x.loadavg_1m)
+        lines.append(
+            f"  #{x.number} {x.config.label()}: p50 {p50s} ms (sweep: {x.sweep_p50_ms:.4g}); "
+            f"CV between processes {cv}; load up to {load:.2f}"
+        )
+    return "\n".join(lines)
 
 
 def _breakdown_text(breakdown: Any) -> str:

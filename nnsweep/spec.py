@@ -167,6 +167,8 @@ class SweepSpec:
         until_stable, ci_rel, max_duration_s: keep timing until the p50's 95 % confidence
             interval is within ``ci_rel`` of it, for at most ``max_duration_s``
             (:class:`nnsweep.bench.MeasureSettings`).
+        remeasure: at the end, measure each Pareto candidate this many more times, each
+            in a fresh process, and report the spread (:mod:`nnsweep.remeasure`; 0: off).
         tracking: MLflow tracking URI and experiment.
         storage: ``journal`` (a file beside the spec's state) or an RDB URL for Optuna.
         bridges: devices driven over adb/ssh (see :class:`Bridge`).
@@ -193,6 +195,7 @@ class SweepSpec:
     until_stable: bool = False
     ci_rel: float = 0.01
     max_duration_s: float = 10.0
+    remeasure: int = 3
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
@@ -258,6 +261,7 @@ def _pydantic_models() -> Any:
         until_stable: Annotated[bool, Strict()] = False
         ci_rel: Float = Field(default=0.01, gt=0, lt=1)
         max_duration_s: Float = Field(default=10.0, gt=0, le=MAX_MEASURE_SECONDS)
+        remeasure: Int = Field(default=3, ge=0, le=20)
 
     class TrackingIn(_Strict):
         uri: Text = Field(default="sqlite:///mlflow.db", min_length=1, max_length=2000)
@@ -529,6 +533,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         until_stable=raw.measure.until_stable,
         ci_rel=raw.measure.ci_rel,
         max_duration_s=raw.measure.max_duration_s,
+        remeasure=raw.measure.remeasure,
         bridges=bridges,
         npus=npus,
         source=source,

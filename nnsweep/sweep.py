@@ -37,6 +37,7 @@ from nnsweep.errors import InfrastructureError, SpecError, TrialError
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.lifecycle import Phase, Ticket
 from nnsweep.recorder import Recorder
+from nnsweep.remeasure import Spread, remeasure
 from nnsweep.report import best_trial, pareto_front
 from nnsweep.results import TrialRecord
 from nnsweep.scheduler import Action, Admission, Scheduler, reuse_key
@@ -99,6 +100,7 @@ class DeviceResult:
     breakdown: Mapping[str, float] = field(default_factory=dict)  # seconds per phase (outcomes.time_breakdown)
     space_size: int | None = None  # configurations in the device's space (None: unbounded)
     exhausted: bool = False  # every configuration of its space was tried
+    spread: tuple[Spread, ...] = ()  # its Pareto candidates re-measured in fresh processes
 
 
 class Sweep:
@@ -386,6 +388,13 @@ class Sweep:
             records = study_records(dev.study)
             front = pareto_front(records, self.spec.objectives)
             best = best_trial(records, self.spec.objectives)
+            spread: list[Spread] = []
+            if self.spec.remeasure and front and not self._stop.is_set():
+                log.info("%s: re-measuring %d Pareto candidates in fresh processes", name, len(front))
+                measure = partial(self.executor.measure, name)
+                spread = remeasure(
+                    front, self.host.request_if_cached, measure, self.spec.remeasure, stopped=self._stop.is_set
+                )
             self.tracker.mark_front(name, [r.number for r in front], best.number if best else None)
             self.tracker.close_device(name, "FINISHED")
             baseline = self.scheduler.devices[name].baseline
@@ -394,7 +403,7 @@ class Sweep:
             results.append(
                 DeviceResult(
                     name, dev.caps, tuple(records), tuple(front), best, baseline, breakdown, state.space_size,
-                    state.exhausted,
+                    state.exhausted, tuple(spread),
                 )
             )  # fmt: skip
         return results

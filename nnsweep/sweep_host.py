@@ -96,6 +96,12 @@ class HostSide:
     def remember(self, artifact: Artifact) -> None:
         self._artifacts[artifact.config.digest()] = artifact
 
+    def request_if_cached(self, config: DeploymentConfig) -> MeasureRequest | None:
+        """:meth:`measure_request`, or ``None`` when the artifact is in no cache this host sees."""
+        if config.digest() not in self._artifacts and self.cached(config) is None:
+            return None
+        return self.measure_request(config)
+
     def measure_request(self, config: DeploymentConfig) -> MeasureRequest:
         a = self._artifacts[config.digest()]
         return MeasureRequest(

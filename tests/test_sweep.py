@@ -99,6 +99,10 @@ def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type
     assert host.baseline is not None and host.baseline.number == 0
     assert host.best is not None and host.best.feasible
     assert tracker.front["host"][1] == host.best.number and tracker.closed["host"] == "FINISHED"
+    # the Pareto candidates were measured again, 3 fresh processes each (the default)
+    assert [x.number for x in host.spread] == [r.number for r in host.pareto if r.reused_from is None]
+    for x in host.spread:
+        assert len(x.p50_ms) == 3 and all(p > 0 for p in x.p50_ms) and x.cv is not None and not x.error
 
 
 def test_a_finite_space_is_exhausted_not_repeated(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
@@ -137,12 +141,12 @@ def test_interrupted_sweep_resumes_to_exactly_the_budget(workdir: Path, digits) 
 class FailingConversions(LocalExecutor):
     """Stands at the executor seam: static int8 conversions fail, as a broken toolchain would."""
 
-    def convert(self, request: ConvertRequest) -> Future:  # type: ignore[type-arg]
+    def convert(self, request: ConvertRequest, machine: str | None = None) -> Future:  # type: ignore[type-arg]
         if request.config.quant.mode.value == "static_int8":
             failed: Future = Future()  # type: ignore[type-arg]
             failed.set_exception(ConversionError("static int8 toolchain unavailable"))
             return failed
-        return super().convert(request)
+        return super().convert(request, machine)
 
 
 def test_failed_conversion_fails_that_trial_and_the_sweep_goes_on(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
@@ -170,14 +174,14 @@ class FlakyDisk(LocalExecutor):
         self.always = always
         self.failed: set[str] = set()
 
-    def convert(self, request: ConvertRequest) -> Future:  # type: ignore[type-arg]
+    def convert(self, request: ConvertRequest, machine: str | None = None) -> Future:  # type: ignore[type-arg]
         digest = request.config.digest()
         if self.always or digest not in self.failed:
             self.failed.add(digest)
             full: Future = Future()  # type: ignore[type-arg]
             full.set_exception(ConversionStorageError("cannot write the artifact at /cache/x: No space left on device"))
             return full
-        return super().convert(request)
+        return super().convert(request, machine)
 
 
 def test_a_full_disk_is_retried_not_recorded(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]

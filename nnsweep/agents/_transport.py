@@ -43,6 +43,7 @@ class MeasureRequest:
     settings: MeasureSettings
     sidecars: Mapping[str, bytes] = field(default_factory=dict)
     estimates: Mapping[str, float] = field(default_factory=dict)
+    fresh: bool = False  # in a fresh process, never one forked from a warm worker (re-measures)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class LocalTransport(Transport):
                 backends=request.backends,
                 inputs=request.inputs,
                 settings=request.settings,
-                worker=self.worker(request.runtime),
+                worker=None if request.fresh else self.worker(request.runtime),
                 lock=self.lock,
             )
         return MeasureReply(timing=timing, outputs=outputs)

@@ -38,8 +38,15 @@ LOCK_NAME = "nnsweep-measure.lock"
 
 
 def default_lock_path() -> Path:
-    """``/run/lock/nnsweep-measure.lock`` if ``/run/lock`` is writable, else the same
-    name in the system's temporary directory."""
+    """``$NNSWEEP_MEASURE_LOCK`` if set; else ``/run/lock/nnsweep-measure.lock`` if
+    ``/run/lock`` is writable, else the same name in the system's temporary directory.
+
+    The variable is for nodes that simulate separate machines on one (a benchmark of
+    the coordinator, a demo): give each its own file and their measurements may
+    overlap, which no real measurement should.
+    """
+    if os.environ.get("NNSWEEP_MEASURE_LOCK"):
+        return Path(os.environ["NNSWEEP_MEASURE_LOCK"])
     run_lock = Path("/run/lock")
     if run_lock.is_dir() and os.access(run_lock, os.W_OK | os.X_OK):
         return run_lock / LOCK_NAME

@@ -1,0 +1,64 @@
+"""Re-measuring the Pareto candidates in fresh processes: each request goes out fresh,
+the spread between processes is the p50's coefficient of variation, and what cannot
+be measured again is said, not averaged in."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+
+from nnsweep.agents import MeasureReply, MeasureRequest
+from nnsweep.bench import MeasureSettings
+from nnsweep.bench._harness import Timing
+from nnsweep.bench._stats import LatencyStats
+from nnsweep.config import DeploymentConfig
+from nnsweep.convert._base import IOSpec
+from nnsweep.errors import BenchmarkError
+from nnsweep.remeasure import remeasure
+from nnsweep.results import TrialRecord, TrialStatus
+
+
+def _record(number: int, threads: int, p50: float, **extra: object) -> TrialRecord:
+    config = DeploymentConfig("onnxruntime", ("cpu",), threads=threads)
+    return TrialRecord("s", "host", number, config, TrialStatus.OK, metrics={"latency_p50_ms": p50}, **extra)  # type: ignore[arg-type]
+
+
+def _request(config: DeploymentConfig) -> MeasureRequest:
+    return MeasureRequest("onnxruntime", "m.onnx", b"", IOSpec(), config.threads, ("cpu",), None, MeasureSettings())  # type: ignore[arg-type]
+
+
+def _reply(p50: float) -> Future[MeasureReply]:
+    samples = (p50,) * 5
+    timing = Timing(1.0, 1.0, LatencyStats.from_samples(samples), samples, 10.0, 5.0, 1, 0.5)
+    f: Future[MeasureReply] = Future()
+    f.set_result(MeasureReply(timing, None))
+    return f
+
+
+def test_each_candidate_is_measured_again_in_fresh_processes() -> None:
+    sent: list[MeasureRequest] = []
+    p50s = iter([1.00, 1.02, 0.98, 2.0, 2.0, 2.0])
+
+    def measure(request: MeasureRequest) -> Future[MeasureReply]:
+        sent.append(request)
+        return _reply(next(p50s))
+
+    front = [_record(3, 1, 1.01), _record(5, 2, 2.0), _record(6, 4, 0.5, estimated=True)]
+    spread = remeasure(front, _request, measure, processes=3)
+    assert len(sent) == 6 and all(r.fresh for r in sent)  # the estimate (trial 6) is not a measurement
+    assert [s.number for s in spread] == [3, 5]
+    assert spread[0].p50_ms == (1.00, 1.02, 0.98) and spread[0].cv == pytest.approx(0.02, rel=1e-6)
+    assert spread[1].cv == 0.0 and spread[1].sweep_p50_ms == 2.0 and spread[1].loadavg_1m == (0.5, 0.5, 0.5)
+
+
+def test_what_cannot_be_measured_again_is_said() -> None:
+    def measure(request: MeasureRequest) -> Future[MeasureReply]:
+        f: Future[MeasureReply] = Future()
+        f.set_exception(BenchmarkError("runtime crashed (SIGSEGV)"))
+        return f
+
+    gone = remeasure([_record(1, 1, 1.0)], lambda c: None, measure, processes=2)
+    assert gone[0].p50_ms == () and "no longer in the cache" in gone[0].error and gone[0].cv is None
+    crashed = remeasure([_record(1, 1, 1.0)], _request, measure, processes=2)
+    assert crashed[0].p50_ms == () and "SIGSEGV" in crashed[0].error
