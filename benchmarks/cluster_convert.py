@@ -6,6 +6,8 @@ second also starts a node labelled as machine ``builder`` that offers one conver
 slot and no device, with its own cache (``$NNSWEEP_CACHE``), as a build server would.
 Each run sweeps the same space into a fresh (cold) artifact cache and prints its wall
 time, the conversions each machine started, and the cache entries the builder shipped.
+The built-in model's weights are trained once up front and shared by both caches, so
+the runs time conversions, not training.
 
 Both nodes share this machine's cores: the builder converts while the host measures,
 so the host's latencies in the second run are not isolated. This measures how the
@@ -67,12 +69,21 @@ def _converters(address: str) -> float:
 def _run(work: Path, label: str, trials: int, builder: bool) -> None:
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    token = work / label / "auth_token"
+    token = work / "auth_token"  # one for both clusters: a Ray client reads its token once per process
     ensure_token(token)
     env = ray_env(os.environ, token)
     os.environ.update({k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")})  # this script is a client
     builder_cache = work / label / "builder-cache"
-    nodes = [_node(head_command(port, converters=1, block=True), env)]
+    cache = work / label / "cache"
+    for root in (
+        cache,
+        builder_cache,
+    ):  # the digits weights trained once, up front: conversions are timed, not training
+        root.mkdir(parents=True)
+        (root / "models").symlink_to(work / "models")
+    # its own dashboard agent port: the previous run's head may still hold the default one
+    head = head_command(port, converters=1, block=True, dashboard_agent_port=_free_port())
+    nodes = [_node(head, env)]
     try:
         _wait_for(address, "host")
         if builder:
@@ -81,7 +92,6 @@ def _run(work: Path, label: str, trials: int, builder: bool) -> None:
             deadline = time.monotonic() + 120
             while _converters(address) < 2 and time.monotonic() < deadline:
                 time.sleep(1)
-        cache = work / label / "cache"
         executor = RayExecutor(address=address)
         sweep = Sweep(_spec(label, trials), executor, NullTracker(), cache)  # type: ignore[arg-type]
         started = time.monotonic()
@@ -113,6 +123,9 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nnsweep-cluster-convert-"))
     os.chdir(work)
+    from nnsweep.models import load_model
+
+    load_model("digits", cache_dir=work / "models")  # trains and keeps the weights
     try:
         _run(work, "one-converter", args.trials, builder=False)
         _run(work, "head-and-builder", args.trials, builder=True)

@@ -37,10 +37,12 @@ def _ray_bin() -> str:
 class Cluster:
     """Ray nodes in their own process groups: stopping them touches no other cluster."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, token: Path) -> None:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.token = tmp / "ray" / "auth_token"  # a token of this cluster's own, 0600
+        # One token for every cluster of the test session, 0600: a Ray client reads its
+        # token once per process, and this test process is a client of each cluster.
+        self.token = token
         ensure_token(self.token)
         self.env = ray_env(os.environ, self.token)
         self.tmp = tmp
@@ -99,9 +101,14 @@ def _workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) 
     (tmp_path / "cache" / "models").symlink_to(models_dir)
 
 
+@pytest.fixture(scope="session")
+def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ray") / "auth_token"
+
+
 @pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ray_token: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, ray_token)
     _as_client(c, monkeypatch)
     c.start_head()
     c.join_board()
@@ -202,7 +209,7 @@ def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(
 
 
 def test_a_machine_that_joins_with_converters_takes_conversions_and_ships_them_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path, ray_token: Path
 ) -> None:
     """A build server joins with --converters 1 (and no device): conversions go to both
     machines, and what the builder converted lands in the coordinator's own cache."""
@@ -213,7 +220,7 @@ def test_a_machine_that_joins_with_converters_takes_conversions_and_ships_them_b
     from nnsweep.sweep import Sweep
     from nnsweep.tracking import NullTracker
 
-    c = Cluster(tmp_path)
+    c = Cluster(tmp_path, ray_token)
     _as_client(c, monkeypatch)
     builder_cache = tmp_path / "builder-cache"  # the build server's own cache ($NNSWEEP_CACHE there)
     builder_cache.mkdir()
