@@ -24,7 +24,10 @@ from nnsweep.space import DeviceSpace, baseline_configs, device_space, params_fo
 from nnsweep.state import check_fingerprint
 
 if TYPE_CHECKING:
+    import optuna
+
     from nnsweep.agents import Capabilities
+    from nnsweep.config import DeploymentConfig
     from nnsweep.execution import Executor
     from nnsweep.spec import SweepSpec
     from nnsweep.tracking import Tracker
@@ -66,6 +69,32 @@ def check(spec: SweepSpec, executor: Executor, fingerprint: Mapping[str, str], *
     return Plan(devices, sweep_id)
 
 
+WARM_SEEDS = 1000  # seed indexes of warm-start configurations start here (defaults count from 0)
+
+
+def _warm_start(spec: SweepSpec, device: str, space: DeviceSpace, study: optuna.Study) -> None:
+    """Seed a new device's study with the Pareto configurations other devices of the sweep
+    already found (those its space holds), after its own defaults: a new device usually
+    resembles one already swept (``search.warm_start``)."""
+    from nnsweep.report import pareto_front
+
+    found: dict[str, DeploymentConfig] = {}
+    for other in spec.devices:
+        if other == device:
+            continue
+        try:
+            records = studies.study_records(studies.open_study(spec, other, create=False))
+        except studies.NoStudy:
+            continue
+        for record in pareto_front(records, spec.objectives):
+            if record.config.runtime in space.choices:
+                found.setdefault(record.config.digest(), record.config)
+    for k, config in enumerate(found.values()):
+        studies.enqueue(study, params_for(config, space), Role.DEFAULT, seed=WARM_SEEDS + k)
+    if found:
+        log.info("%s: warm start with %d Pareto configurations of the other devices", device, len(found))
+
+
 def open_devices(
     spec: SweepSpec,
     plan: Plan,
@@ -93,10 +122,13 @@ def open_devices(
         for number in studies.finish_interrupted(study, [o.metric for o in spec.objectives]):
             log.info("%s: trial %d was interrupted; requeued", name, number)
         seeded = studies.seeded(study)
+        new = not any(t.state.is_finished() for t in study.get_trials(deepcopy=False))
         for i, config in enumerate(baseline_configs(space)):
             if i not in seeded:
                 role = Role.BASELINE if i == 0 and config.quant.mode.value == "fp32" else Role.DEFAULT
                 studies.enqueue(study, params_for(config, space), role, seed=i)
+        if spec.warm_start and new and not any(i >= WARM_SEEDS for i in seeded):
+            _warm_start(spec, name, space, study)
         size = space_size(space)
         log.info("%s: %s configurations in its space", name, size if size is not None else "unbounded")
         deadline = None if spec.budget.timeout_s is None else now + spec.budget.timeout_s

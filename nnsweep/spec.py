@@ -169,6 +169,8 @@ class SweepSpec:
             (:class:`nnsweep.bench.MeasureSettings`).
         remeasure: at the end, measure each Pareto candidate this many more times, each
             in a fresh process, and report the spread (:mod:`nnsweep.remeasure`; 0: off).
+        warm_start: a device's new study starts with the Pareto configurations the
+            sweep's other devices found (``search.warm_start``).
         tracking: MLflow tracking URI and experiment.
         storage: ``journal`` (a file beside the spec's state) or an RDB URL for Optuna.
         bridges: devices driven over adb/ssh (see :class:`Bridge`).
@@ -196,6 +198,7 @@ class SweepSpec:
     ci_rel: float = 0.01
     max_duration_s: float = 10.0
     remeasure: int = 3
+    warm_start: bool = True
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
@@ -280,6 +283,9 @@ def _pydantic_models() -> Any:
         workdir: Text | None = None
         repeats: Int = Field(default=5, ge=1, le=MAX_REPEATS)
 
+    class SearchIn(_Strict):
+        warm_start: Annotated[bool, Strict()] = True
+
     class NpuIn(_Strict):
         target: Text
 
@@ -300,6 +306,7 @@ def _pydantic_models() -> Any:
         storage: Text = Field(default="journal", min_length=1, max_length=2000)
         bridges: dict[Text, BridgeIn] = Field(default_factory=dict)
         npus: dict[Text, NpuIn] = Field(default_factory=dict)
+        search: SearchIn = Field(default_factory=SearchIn)
 
     return SpecIn
 
@@ -534,6 +541,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         ci_rel=raw.measure.ci_rel,
         max_duration_s=raw.measure.max_duration_s,
         remeasure=raw.measure.remeasure,
+        warm_start=raw.search.warm_start,
         bridges=bridges,
         npus=npus,
         source=source,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from concurrent.futures import Future
 from pathlib import Path
@@ -199,3 +200,25 @@ def test_a_disk_that_stays_full_ends_the_run_and_loses_nothing(workdir: Path, di
     assert study_records(study) == []  # nothing recorded as a result
     assert not [t for t in study.get_trials() if t.state.name == "RUNNING"]  # requeued, for the next run
     assert tracker.closed["host"] == "KILLED"
+
+
+def test_a_new_device_starts_from_the_front_the_other_devices_found(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.resume import WARM_SEEDS
+    from nnsweep.studies import seeded
+
+    space = {"quant": ["fp32", "static_int8"], "granularity": ["per_tensor", "per_channel"]}
+    first = _spec(workdir, trials=3, **space)
+    (host,) = Sweep(first, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    front = {r.config.digest() for r in host.pareto}
+    assert front
+    # the same sweep with a second device added: its new study is seeded with host's front
+    second = dataclasses.replace(first, devices=("host", "twin"))  # type: ignore[type-var]
+    results = Sweep(second, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    warm = {i for i in seeded(open_study(second, "twin", create=False)) if i >= WARM_SEEDS}  # type: ignore[arg-type]
+    assert len(warm) == len(front)
+    twin = next(r for r in results if r.device == "twin")
+    assert front <= {r.config.digest() for r in twin.records}  # tried on the new device
+    # switched off in the spec: a third device's new study is not seeded from the others
+    off = dataclasses.replace(first, devices=("host", "third"), warm_start=False)  # type: ignore[type-var]
+    Sweep(off, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    assert not {i for i in seeded(open_study(off, "third", create=False)) if i >= WARM_SEEDS}  # type: ignore[arg-type]
