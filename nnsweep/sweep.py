@@ -214,6 +214,8 @@ class Sweep:
             self._recorder = Recorder(
                 self.spec, self._scheduler, self.tracker, devices, self.host.eager_accuracy, self.clock
             )
+            for name, dev in devices.items():  # warm workers start while the first artifacts convert
+                self.executor.prepare(name, dev.space.runtimes)
             return self._loop()
         finally:
             lock.release()

@@ -72,3 +72,13 @@ def test_it_pickles_without_its_workers(onnx_bytes: bytes, tmp_path: Path) -> No
         assert copy.lock.path == tmp_path / "m.lock"
     finally:
         transport.close()
+
+
+def test_prepare_starts_the_warm_workers_before_the_first_measurement() -> None:
+    transport = LocalTransport()
+    try:
+        transport.prepare(["onnxruntime", "no-such-runtime"])
+        assert transport._workers["onnxruntime"].running  # imported now, not inside a measurement
+        assert transport._workers["no-such-runtime"].broken  # left to the fresh-process fallback
+    finally:
+        transport.close()

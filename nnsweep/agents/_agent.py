@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 
 from nnsweep.agents._capabilities import Capabilities
 from nnsweep.agents._transport import LocalTransport, MeasureReply, MeasureRequest, Transport
@@ -46,6 +47,10 @@ class DeviceAgent:
             # The transport times what it runs; only the probe knows the device is emulated.
             reply = dataclasses.replace(reply, emulated=True)
         return reply
+
+    def prepare(self, runtimes: Sequence[str]) -> None:
+        """Get the transport ready for these runtimes (warm workers), before the first measurement."""
+        self.transport.prepare(runtimes)
 
     def ping(self) -> str:
         return self.device

@@ -9,11 +9,12 @@ worker that has the runtime imported; the bridge transports
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,9 +23,11 @@ import numpy as np
 from nnsweep.agents._capabilities import Capabilities
 from nnsweep.bench import MeasureSettings, Timing, measure_in_subprocess
 from nnsweep.bench._machine_lock import MachineLock
-from nnsweep.bench._warm import WarmWorker
+from nnsweep.bench._warm import WarmWorker, WorkerUnavailable
 from nnsweep.convert._base import IOSpec
 from nnsweep.errors import InfrastructureError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LocalTransport", "MeasureReply", "MeasureRequest", "Transport"]
 
@@ -82,6 +85,9 @@ class Transport(ABC):
     def probe(self, device: str) -> Capabilities:
         """What the device has."""
 
+    def prepare(self, runtimes: Sequence[str]) -> None:  # noqa: B027 (an optional hook)
+        """Get ready to measure these runtimes (before the first artifact arrives)."""
+
     @abstractmethod
     def measure(self, request: MeasureRequest) -> MeasureReply:
         """Measure one artifact; raise :class:`~nnsweep.errors.BenchmarkError` if it fails."""
@@ -125,6 +131,19 @@ class LocalTransport(Transport):
         if runtime not in self._workers:
             self._workers[runtime] = WarmWorker(runtime)
         return self._workers[runtime]
+
+    def prepare(self, runtimes: Sequence[str]) -> None:
+        """Start the warm workers of ``runtimes`` now, while the first artifacts convert, so the
+        runtime imports (seconds for ExecuTorch and torch) are not paid inside a measurement.
+        A worker that cannot start is left to the fresh-process fallback, as at measure time."""
+        for runtime in runtimes:
+            worker = self.worker(runtime)
+            if worker is None:
+                return
+            try:
+                worker.start()
+            except WorkerUnavailable as exc:
+                log.info("warm %s worker unavailable (%s); its measurements use fresh processes", runtime, exc)
 
     def close(self) -> None:
         """Stop the warm workers (they also stop by themselves when this process ends)."""

@@ -81,6 +81,9 @@ class Executor(ABC):
         machine overlaps a conversion there)."""
         return {self.converter_machine: 1}
 
+    def prepare(self, device: str, runtimes: Sequence[str]) -> None:  # noqa: B027 (an optional hook)
+        """Let the device's agent get ready for these runtimes; queued before its first measurement."""
+
     def revive(self, device: str) -> bool:
         """Start a new agent for a device whose agent was lost, if the device is back.
 
