@@ -10,7 +10,7 @@ from nnsweep.execution._base import ConvertRequest, ModelSource
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle
 
-__all__ = ["ConverterWorker"]
+__all__ = ["ConverterWorker", "node_machine"]
 
 
 class ConverterWorker:
@@ -52,10 +52,15 @@ class ConverterWorker:
         return deploy.convert(self.bundle(request.model, cache), request.config, cache)
 
     def machine(self) -> str:
-        """The machine this worker runs on: its Ray node's ``nnsweep-machine`` label, else the host name."""
-        import socket
+        """The machine this worker runs on (:func:`node_machine`)."""
+        return node_machine()
 
-        import ray
 
-        labels = ray.get_runtime_context().get_node_labels() if ray.is_initialized() else {}
-        return str(labels.get("nnsweep-machine") or socket.gethostname())
+def node_machine() -> str:
+    """The machine of this process's Ray node: its ``nnsweep-machine`` label, else the host name."""
+    import socket
+
+    import ray
+
+    labels = ray.get_runtime_context().get_node_labels() if ray.is_initialized() else {}
+    return str(labels.get("nnsweep-machine") or socket.gethostname())

@@ -24,7 +24,7 @@ from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureRep
 from nnsweep.artifacts import Artifact, ArtifactCache
 from nnsweep.errors import AgentLost, ConversionStorageError, InfrastructureError
 from nnsweep.execution._base import ConvertRequest, Executor
-from nnsweep.execution._converter import ConverterWorker
+from nnsweep.execution._converter import ConverterWorker, node_machine
 
 __all__ = ["CONVERTER_RESOURCE", "RayExecutor", "device_resource"]
 
@@ -177,7 +177,7 @@ class RayExecutor(Executor):
         actors: list[Any] = [worker.remote() for _ in range(slots)]
         for actor, machine in zip(actors, ray.get([a.machine.remote() for a in actors]), strict=True):
             self._converters.setdefault(machine, []).append(actor)
-        self._machine = ConverterWorker().machine()  # this process's node: where host evaluations run
+        self._machine = node_machine()  # this process's node: where host evaluations run
         log.info("conversion slots per machine: %s", {m: len(a) for m, a in self._converters.items()})
         for device in devices:
             self._spawn(device)
