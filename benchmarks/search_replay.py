@@ -31,6 +31,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.config import DeploymentConfig
-from nnsweep.space import DeviceSpace, baseline_configs, params_for, suggest
+from nnsweep.space import DeviceSpace, baseline_configs, mode_starts, params_for, suggest, untried
 
 if TYPE_CHECKING:
     import optuna
@@ -239,6 +240,8 @@ def replay_study(
     repeat_cap: int = 20,
     max_trials: int | None = None,
     constraints: bool = True,
+    divert_after: int | None = None,
+    seed: int = 0,
 ) -> Run:
     """One Optuna study against ``table``, as the coordinator runs it (see the module docstring).
 
@@ -250,6 +253,10 @@ def replay_study(
             measurements, what random search needs at worst).
         constraints: set the accuracy-drop constraint on each trial (else the sampler
             sees the objectives alone; feasibility is still judged by the table).
+        divert_after: the coordinator's rule (``Scheduler.divert_after``): after this
+            many repeats in a row, an untried configuration drawn by
+            :func:`nnsweep.space.untried` is enqueued as the next trial (None: never).
+        seed: seeds the untried draws.
     """
     import optuna
     from optuna.trial import TrialState
@@ -261,7 +268,12 @@ def replay_study(
     limit = max_trials if max_trials is not None else table.measurements
     progress = _Progress(table, hv_fraction)
     in_a_row = 0
+    rng = random.Random(seed)
     while not progress.done and progress.run.counted < limit:
+        if divert_after is not None and in_a_row >= divert_after:
+            config = untried(table.space, lambda c: c.digest() in progress.digests, rng)
+            if config is not None:
+                study.enqueue_trial(params_for(config, table.space), skip_if_exists=False)
         trial = study.ask()
         config = suggest(trial, table.space)
         digest = config.digest()
@@ -306,14 +318,22 @@ def study_strategy(
     baselines: str = "enqueue",
     warm: Sequence[DeploymentConfig] = (),
     constraints: bool = True,
+    divert_after: int | None = None,
 ) -> Strategy:
     """A strategy: a study with ``make_sampler(seed)``, the baselines enqueued first
     (``"enqueue"``), only the fp32 baseline (``"fp32"``) or none (``"none"``), then ``warm``."""
 
     def run(table: Table, seed: int) -> Run:
         base = baseline_configs(table.space)
-        first = {"enqueue": base, "fp32": base[:1], "none": []}[baselines]
-        return replay_study(table, make_sampler(seed), enqueue=[*first, *warm], constraints=constraints)
+        first = {"enqueue": base, "fp32": base[:1], "none": [], "starts": [*base, *mode_starts(table.space)]}[baselines]
+        return replay_study(
+            table,
+            make_sampler(seed),
+            enqueue=[*first, *warm],
+            constraints=constraints,
+            divert_after=divert_after,
+            seed=seed,
+        )
 
     return run
 
@@ -323,31 +343,69 @@ def nnsweep_today(seed: int) -> optuna.samplers.BaseSampler:
     return tpe(n_startup_trials=8, multivariate=True, group=True)(seed)
 
 
+DIVERT_AFTER = 3  # the coordinator's rule: nnsweep.scheduler.Scheduler.divert_after
+
+
+def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = ()) -> Strategy:
+    """What a sweep does: the baselines, then ``warm`` (another device's front), then
+    (``starts``) the mode starts (:func:`nnsweep.space.mode_starts`); ``make_sampler``;
+    an untried configuration after ``DIVERT_AFTER`` repeats in a row."""
+    from nnsweep._sampler import make_sampler
+
+    def run(table: Table, seed: int) -> Run:
+        first = [*baseline_configs(table.space), *warm, *(mode_starts(table.space) if starts else [])]
+        return replay_study(table, make_sampler(seed), enqueue=first, divert_after=DIVERT_AFTER, seed=seed)
+
+    return run
+
+
 def strategies() -> dict[str, Strategy]:
     """The strategies compared by default (name -> strategy)."""
     import optuna
 
-    from nnsweep._sampler import make_sampler
-
     return {
         "random (no replacement)": lambda table, seed: replay_random(table, seed),
-        "nnsweep today: TPE mv+group, 8 startup": study_strategy(nnsweep_today),
-        "nnsweep proposed: make_sampler": study_strategy(make_sampler),
-        "TPE independent, 10 startup": study_strategy(tpe()),
-        "NSGA-II, population 10": study_strategy(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=10)),
-        "Optuna RandomSampler": study_strategy(lambda s: optuna.samplers.RandomSampler(seed=s)),
+        "nnsweep: baselines, mode starts, make_sampler, divert after 3": nnsweep_strategy(),
+        "nnsweep without mode starts": nnsweep_strategy(starts=False),
+        "TPE independent, 10 startup, baselines": study_strategy(tpe()),
+        "NSGA-II, population 10, baselines": study_strategy(
+            lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=10)
+        ),
+        "Optuna RandomSampler, baselines": study_strategy(lambda s: optuna.samplers.RandomSampler(seed=s)),
     }
 
 
 def candidates() -> dict[str, Strategy]:
-    """The settings tried when tuning the sampler (``--tune``): startup trials,
-    multivariate/group, constraint handling, the enqueued defaults, and a random
-    draw after a repeat (:func:`nnsweep._sampler.repeat_escape`)."""
+    """The settings tried when tuning the search (``--tune``): startup trials,
+    multivariate/group, constraint handling, the enqueued defaults (baselines only, the
+    fp32 baseline only, the mode starts), a random draw or mutation after a repeat
+    (:func:`nnsweep._sampler.repeat_escape`), the coordinator's untried draw after 3
+    repeats, and partition limits sampled only for a combination already tried
+    (:func:`refinements_last`)."""
     import optuna
 
     mv_group_3 = tpe(n_startup_trials=3, multivariate=True, group=True)
+    random_sampler = lambda s: optuna.samplers.RandomSampler(seed=s)  # noqa: E731
+    divert = DIVERT_AFTER
     return {
         "random (no replacement)": lambda table, seed: replay_random(table, seed),
+        "nnsweep: baselines, mode starts, make_sampler, divert after 3": nnsweep_strategy(),
+        "nnsweep without mode starts (make_sampler, divert after 3)": nnsweep_strategy(starts=False),
+        "mode starts + random sampler, divert after 3": study_strategy(
+            random_sampler, baselines="starts", divert_after=divert
+        ),
+        "refinements last (mv+group TPE), divert after 3": study_strategy(
+            refinements_last(nnsweep_today), divert_after=divert
+        ),
+        "refinements last (mv+group TPE) + random after a repeat, divert after 3": study_strategy(
+            escape(refinements_last(nnsweep_today)), divert_after=divert
+        ),
+        "refinements last (independent TPE, 3 startup), divert after 3": study_strategy(
+            refinements_last(tpe(n_startup_trials=3)), divert_after=divert
+        ),
+        "refinements last (random sampler), divert after 3": study_strategy(
+            refinements_last(random_sampler), divert_after=divert
+        ),
         "today (mv+group, 8 startup, baselines)": study_strategy(nnsweep_today),
         "today + random after a repeat": study_strategy(escape(nnsweep_today)),
         "today + random after a repeat, fp32 baseline only": study_strategy(escape(nnsweep_today), baselines="fp32"),
@@ -363,7 +421,7 @@ def candidates() -> dict[str, Strategy]:
         "mv+group, 3 startup + mutate a repeat (keep 0.7)": study_strategy(escape(mv_group_3, 0.7)),
         "independent, 3 startup + mutate a repeat (keep 0.7)": study_strategy(escape(tpe(n_startup_trials=3), 0.7)),
         "NSGA-II, population 10": study_strategy(lambda s: optuna.samplers.NSGAIISampler(seed=s, population_size=10)),
-        "Optuna RandomSampler": study_strategy(lambda s: optuna.samplers.RandomSampler(seed=s)),
+        "Optuna RandomSampler": study_strategy(random_sampler),
     }
 
 
@@ -374,6 +432,74 @@ def escape(
     from nnsweep._sampler import repeat_escape
 
     return lambda seed: repeat_escape(make(seed), seed, keep)
+
+
+REFINEMENTS = {".max_delegated_partitions": 0, ".min_nodes_per_partition": 1}  # suffix -> "no limit"
+
+
+def _refinement(name: str) -> int | None:
+    """The no-limit value of a partition-limit parameter (None: not one)."""
+    return next((v for suffix, v in REFINEMENTS.items() if name.endswith(suffix)), None)
+
+
+def refinements_last(
+    make: Callable[[int], optuna.samplers.BaseSampler],
+) -> Callable[[int], optuna.samplers.BaseSampler]:
+    """``make``'s sampler, except that partition limits refine a combination already tried.
+
+    The partition limits (``*.max_delegated_partitions``, ``*.min_nodes_per_partition``)
+    change nothing on most models (their artifacts are byte-identical to the unlimited
+    one) and refine the rest. So a trial whose other parameters (runtime, order,
+    quantization, threads) were never tried gets no limits; once that combination has
+    a trial, the wrapped sampler samples the limits. Coarse first, then fine: the search spends
+    its first trials across runtimes and quantizations instead of partition limits.
+    """
+    return lambda seed: _refine_class()(make(seed))
+
+
+@functools.cache
+def _refine_class() -> type[Any]:
+    from optuna.samplers import BaseSampler
+    from optuna.trial import TrialState
+
+    seen_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+
+    def coarse(params: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in params.items() if _refinement(k) is None}
+
+    class RefinementsLast(BaseSampler):  # type: ignore[misc]
+        def __init__(self, inner: BaseSampler) -> None:
+            self._inner = inner
+
+        def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+            space = self._inner.infer_relative_search_space(study, trial)
+            return {k: v for k, v in space.items() if _refinement(k) is None}
+
+        def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+            params: dict[str, Any] = self._inner.sample_relative(study, trial, search_space)
+            return params
+
+        def sample_independent(self, study: optuna.Study, trial: Any, name: str, distribution: Any) -> Any:
+            unlimited = _refinement(name)
+            if unlimited is not None and distribution._contains(distribution.to_internal_repr(unlimited)):
+                mine = coarse(trial.params)
+                others = study.get_trials(deepcopy=False, states=seen_states)
+                if not any(coarse(t.params) == mine for t in others if t.number != trial.number):
+                    return unlimited
+            return self._inner.sample_independent(study, trial, name, distribution)
+
+        def before_trial(self, study: optuna.Study, trial: Any) -> None:
+            self._inner.before_trial(study, trial)
+
+        def after_trial(
+            self, study: optuna.Study, trial: Any, state: TrialState, values: Sequence[float] | None
+        ) -> None:
+            self._inner.after_trial(study, trial, state, values)
+
+        def reseed_rng(self) -> None:
+            self._inner.reseed_rng()
+
+    return RefinementsLast
 
 
 # ---------------------------------------------------------------------------- summary
@@ -484,18 +610,15 @@ def main() -> None:
     args = parser.parse_args()
     table = Table.load(args.table)
     if args.warm_start is not None:
-        from nnsweep._sampler import make_sampler
-
         warm = warm_configs(Table.load(args.warm_start), table)
         named: dict[str, Strategy] = {
             "random (no replacement)": lambda t, s: replay_random(t, s),
-            "make_sampler, cold": study_strategy(make_sampler),
-            f"make_sampler, warm: {len(warm)} front configs then baselines": study_strategy(
-                make_sampler, baselines="none", warm=[*warm, *baseline_configs(table.space)]
+            "nnsweep, cold": nnsweep_strategy(),
+            f"nnsweep, warm: baselines, {len(warm)} front configs, mode starts": nnsweep_strategy(warm=warm),
+            "nnsweep without mode starts, cold": nnsweep_strategy(starts=False),
+            f"nnsweep without mode starts, warm: baselines, then {len(warm)} front configs": nnsweep_strategy(
+                starts=False, warm=warm
             ),
-            f"make_sampler, warm: baselines then {len(warm)} front configs": study_strategy(make_sampler, warm=warm),
-            "nnsweep today, cold": study_strategy(nnsweep_today),
-            "nnsweep today, warm: baselines then front": study_strategy(nnsweep_today, warm=warm),
         }
     else:
         named = candidates() if args.tune else strategies()

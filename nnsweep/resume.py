@@ -20,7 +20,7 @@ from nnsweep import studies
 from nnsweep.lifecycle import Role
 from nnsweep.recorder import DeviceRun
 from nnsweep.scheduler import DeviceState, Scheduler, reuse_key
-from nnsweep.space import DeviceSpace, baseline_configs, device_space, params_for, space_size
+from nnsweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, space_size
 from nnsweep.state import check_fingerprint
 
 if TYPE_CHECKING:
@@ -123,12 +123,19 @@ def open_devices(
             log.info("%s: trial %d was interrupted; requeued", name, number)
         seeded = studies.seeded(study)
         new = not any(t.state.is_finished() for t in study.get_trials(deepcopy=False))
-        for i, config in enumerate(baseline_configs(space)):
+        # What a device measures before its sampler proposes, in this order: its default
+        # deployments, the other devices' fronts (warm start), each mode's default (mode starts).
+        base = baseline_configs(space)
+        for i, config in enumerate(base):
             if i not in seeded:
                 role = Role.BASELINE if i == 0 and config.quant.mode.value == "fp32" else Role.DEFAULT
                 studies.enqueue(study, params_for(config, space), role, seed=i)
         if spec.warm_start and new and not any(i >= WARM_SEEDS for i in seeded):
             _warm_start(spec, name, space, study)
+        if spec.mode_starts and new:
+            for i, config in enumerate(mode_starts(space), start=len(base)):
+                if i not in seeded:
+                    studies.enqueue(study, params_for(config, space), Role.DEFAULT, seed=i)
         size = space_size(space)
         log.info("%s: %s configurations in its space", name, size if size is not None else "unbounded")
         deadline = None if spec.budget.timeout_s is None else now + spec.budget.timeout_s

@@ -43,6 +43,7 @@ __all__ = [
     "accepted_values",
     "baseline_configs",
     "device_space",
+    "mode_starts",
     "params_for",
     "space_size",
     "suggest",
@@ -179,6 +180,7 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     interface = _pick(trial, f"{runtime}.interface", c.interfaces) if mode.is_static else None
     if interface is Interface.FULL and mode not in runtimes.get(runtime).full_interface:
         interface = Interface.CORE
+    threads = _pick(trial, "threads", space.threads)  # before the limits: they refine a known combination
     limits = PartitionLimits()
     fallback = runtimes.get(runtime).fallback
     if c.delegates and backends[0] != fallback:
@@ -188,7 +190,6 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
         else:
             min_n = trial.suggest_int(f"{runtime}.min_nodes_per_partition", c.min_nodes.low, c.min_nodes.high)
         limits = PartitionLimits(max_p, min_n)
-    threads = _pick(trial, "threads", space.threads)
     quant = QuantConfig(mode=mode, granularity=granularity, calibration=calibration, interface=interface)
     return DeploymentConfig(runtime, backends, quant, limits, threads)
 
@@ -275,6 +276,52 @@ def baseline_configs(space: DeviceSpace) -> list[DeploymentConfig]:
             quant = QuantConfig(next(m for m in space.choices[rt].modes if m in info.modes_for(backends)))
         configs.append(DeploymentConfig(rt, backends, quant, PartitionLimits(), threads))
     return configs
+
+
+def mode_starts(space: DeviceSpace) -> list[DeploymentConfig]:
+    """Each runtime's default deployment in each of its other quantization modes: what a
+    device measures after :func:`baseline_configs`, before the sampler proposes.
+
+    Mode by mode (in :class:`QuantMode` order), runtime by runtime: the runtime's first
+    backend order that runs the mode, :class:`QuantConfig`'s default granularity,
+    calibration and interface where the space has them (else its first), no partition
+    limits. Quantization moves latency and accuracy most, and the partition
+    limits mostly give byte-identical artifacts, so on the tabular benchmark
+    (docs/search.md) these starts found the best configuration and the front in a
+    fraction of random search's trials.
+    """
+    threads = space.threads[0]
+    done = {c.digest() for c in baseline_configs(space)}
+    configs = []
+    for mode in QuantMode:
+        for rt in space.runtimes:
+            c = space.choices[rt]
+            if mode not in c.modes:
+                continue
+            for order in c.orders:
+                backends = tuple(order.split(ORDER_SEP))
+                _, modes, granularities = _mode_choices(rt, c, backends)
+                if mode not in modes:
+                    continue
+                quant = QuantConfig(
+                    mode,
+                    granularity=_default(granularities, Granularity.PER_CHANNEL) if mode.is_int8 else None,
+                    calibration=_default(c.calibrations, Calibration.MINMAX) if mode is QuantMode.STATIC_INT8 else None,
+                    interface=_default(c.interfaces, Interface.CORE) if mode.is_static else None,
+                )
+                try:
+                    config = DeploymentConfig(rt, backends, quant, PartitionLimits(), threads)
+                except SpecError:
+                    continue
+                if config.digest() not in done:
+                    done.add(config.digest())
+                    configs.append(config)
+                break
+    return configs
+
+
+def _default(options: tuple[Any, ...], default: Any) -> Any:
+    return default if default in options else options[0]
 
 
 class _PathTrial:

@@ -169,6 +169,9 @@ class SweepSpec:
             (:class:`nnsweep.bench.MeasureSettings`).
         remeasure: at the end, measure each Pareto candidate this many more times, each
             in a fresh process, and report the spread (:mod:`nnsweep.remeasure`; 0: off).
+        mode_starts: after its default deployments, a device's new study measures each
+            runtime's default deployment in each quantization mode
+            (:func:`nnsweep.space.mode_starts`; ``search.mode_starts``).
         warm_start: a device's new study starts with the Pareto configurations the
             sweep's other devices found (``search.warm_start``).
         tracking: MLflow tracking URI and experiment.
@@ -198,6 +201,7 @@ class SweepSpec:
     ci_rel: float = 0.01
     max_duration_s: float = 10.0
     remeasure: int = 3
+    mode_starts: bool = True
     warm_start: bool = True
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
@@ -284,6 +288,7 @@ def _pydantic_models() -> Any:
         repeats: Int = Field(default=5, ge=1, le=MAX_REPEATS)
 
     class SearchIn(_Strict):
+        mode_starts: Annotated[bool, Strict()] = True
         warm_start: Annotated[bool, Strict()] = True
 
     class NpuIn(_Strict):
@@ -541,6 +546,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         ci_rel=raw.measure.ci_rel,
         max_duration_s=raw.measure.max_duration_s,
         remeasure=raw.measure.remeasure,
+        mode_starts=raw.search.mode_starts,
         warm_start=raw.search.warm_start,
         bridges=bridges,
         npus=npus,

@@ -3,9 +3,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from nnsweep.config import QuantMode
+from nnsweep.config import Granularity, PartitionLimits, QuantMode
 from nnsweep.errors import SpecError
-from nnsweep.space import baseline_configs, device_space, params_for, suggest
+from nnsweep.space import baseline_configs, device_space, mode_starts, params_for, suggest
 from nnsweep.spec import parse_spec
 
 HOST = {"executorch": ("xnnpack", "portable"), "onnxruntime": ("cpu",), "torch": ("x86", "fbgemm", "qnnpack", "onednn")}
@@ -88,6 +88,32 @@ def test_enqueued_params_reproduce_the_baselines_first() -> None:
         got.append(suggest(trial, space))
         study.tell(trial, [0.5, 1.0])
     assert got == baselines
+
+
+def test_mode_starts_give_each_runtime_each_other_mode_once_as_enqueueable_configs() -> None:
+    space = device_space(SPEC, "host", HOST, cores=2)
+    starts = mode_starts(space)
+    # static then QAT int8, for each runtime whose space has the mode; fp32 is the baselines'
+    assert [(c.quant.mode, c.runtime) for c in starts] == [
+        (mode, rt)
+        for mode in (QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
+        for rt in space.runtimes
+        if mode in space.choices[rt].modes
+    ]
+    assert len(starts) >= 5
+    assert not {c.digest() for c in starts} & {c.digest() for c in baseline_configs(space)}
+    for c in starts:  # each a default deployment: no limits, the defaults' granularity, threads[0]
+        assert c.partitions == PartitionLimits() and c.threads == space.threads[0]
+        assert c.quant.granularity is Granularity.PER_CHANNEL
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for c in starts:
+        study.enqueue_trial(params_for(c, space))
+    got = []
+    for _ in starts:
+        trial = study.ask()
+        got.append(suggest(trial, space))
+        study.tell(trial, [0.5, 1.0])
+    assert got == starts
 
 
 def test_untried_finds_the_last_untried_configuration_of_a_finite_space() -> None:

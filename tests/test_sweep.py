@@ -202,6 +202,28 @@ def test_a_disk_that_stays_full_ends_the_run_and_loses_nothing(workdir: Path, di
     assert tracker.closed["host"] == "KILLED"
 
 
+def test_a_new_study_measures_its_defaults_then_each_modes_default_first(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.config import PartitionLimits
+    from nnsweep.studies import seeded
+
+    spec = _spec(workdir, trials=4, runtime=["executorch", "onnxruntime"])
+    (host,) = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    measured = sorted((r for r in host.records if r.reused_from is None), key=lambda r: r.number)
+    # the budget of 4 went to the starts, in order: each runtime's fp32 default, then its static int8 default
+    assert [(r.config.runtime, r.config.quant.mode.value) for r in measured] == [
+        ("executorch", "fp32"),
+        ("onnxruntime", "fp32"),
+        ("executorch", "static_int8"),
+        ("onnxruntime", "static_int8"),
+    ]
+    assert all(r.config.partitions == PartitionLimits() for r in measured)
+    assert seeded(open_study(spec, "host", create=False)) == {0, 1, 2, 3}  # type: ignore[arg-type]
+    # switched off in the spec: a new study is seeded with its default deployments only
+    off = dataclasses.replace(spec, devices=("bare",), mode_starts=False)  # type: ignore[type-var]
+    Sweep(off, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    assert seeded(open_study(off, "bare", create=False)) == {0, 1}  # type: ignore[arg-type]
+
+
 def test_a_new_device_starts_from_the_front_the_other_devices_found(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
     from nnsweep.resume import WARM_SEEDS
     from nnsweep.studies import seeded
