@@ -11,13 +11,27 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from nnsweep.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
 from . import _format as f
 
-__all__ = ["best_card", "label", "note", "partition_details", "plot_block", "run_url", "slug", "trials_table"]
+if TYPE_CHECKING:
+    from nnsweep.report import SharedChoice
+
+__all__ = [
+    "best_card",
+    "label",
+    "note",
+    "partition_details",
+    "plot_block",
+    "run_url",
+    "shared_choice",
+    "slug",
+    "trials_table",
+]
 
 _ESTIMATE = ' <span class="badge estimate" title="a compiler estimate, not a measurement">estimate</span>'
 # Emulated latencies are real runs of the aarch64 kernels, timed under qemu-user on another
@@ -259,4 +273,40 @@ def trials_table(
     return (
         f'<div class="table-wrap"><table class="trials sortable" data-device="{esc(device)}">'
         f"<thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def shared_choice(choice: SharedChoice | None, devices: Sequence[str]) -> str:
+    """The one configuration to ship to every device (``nnsweep best --across-devices``):
+    its label and worst-case cost, then per device its trial, the device's own best and
+    what choosing the shared one costs there."""
+    if len(devices) < 2:
+        return note("One device: its best configuration is the one to ship.")
+    if choice is None:
+        return note(
+            "No configuration was measured and feasible on every device, so none can be shipped to all of them "
+            "as it is: sweep the devices over a common space, or ship each device its own best."
+        )
+    metric = f.metric_name(choice.metric)
+    rows = []
+    for c in choice.costs:
+        same = c.record.config.digest() == c.own_best.config.digest()
+        own = "the same" if same else f"<code>{label(c.own_best.config.label())}</code> (#{c.own_best.number})"
+        rows.append(
+            f"<tr><td>{esc(c.device)}</td>"
+            f'<td class="num">#{c.record.number}: {esc(f.fmt(c.record.metrics.get(choice.metric), choice.metric))}'
+            f"{_latency_badge(c.record)}</td>"
+            f"<td>{own}</td>"
+            f'<td class="num">{esc(f.fmt(c.own_best.metrics.get(choice.metric), choice.metric))}'
+            f"{_latency_badge(c.own_best)}</td>"
+            f'<td class="num">{c.slowdown:.2f}x</td></tr>'
+        )
+    return (
+        f'<p>Ship <code class="shared-label">{label(choice.config.label())}</code> to every device: it is feasible '
+        f"on all of them and its worst {esc(f.metric_name(choice.metric, unit=False))} against a device's own best "
+        f"is {choice.worst_slowdown:.2f}x (<code>nnsweep best SPEC --across-devices</code>).</p>"
+        '<div class="table-wrap"><table class="trials shared">'
+        f"<thead><tr><th>device</th><th>this configuration: {esc(metric)}</th><th>the device's own best</th>"
+        f"<th>its {esc(metric)}</th><th>cost of sharing</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )

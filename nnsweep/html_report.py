@@ -29,7 +29,7 @@ from string import Template
 from typing import TYPE_CHECKING
 
 from nnsweep._atomic import atomic_path
-from nnsweep.report import best_trial, pareto_front
+from nnsweep.report import best_across_devices, best_trial, pareto_front
 from nnsweep.results import TrialRecord, TrialStatus
 
 if TYPE_CHECKING:
@@ -230,6 +230,9 @@ def render_report(
             + ". Latencies marked 'estimate' come from a compiler's model, not from a measurement."
         ),
         speedup=speedup,
+        shared=sections.shared_choice(
+            best_across_devices({d.device: d.records for d in devices}, objectives), [d.device for d in devices]
+        ),
         devices="\n".join(blocks),
         footer=html.escape(footer),
         plotlyjs=plotly_js,

@@ -361,3 +361,31 @@ def test_records_round_trip_through_the_sample() -> None:
         for r in device.records:
             assert TrialRecord.from_dict(r.to_dict()) == r
             assert isinstance(r.config, DeploymentConfig)
+
+
+def test_overview_shows_the_one_configuration_for_every_device_and_its_cost() -> None:
+    from nnsweep.report import best_across_devices
+
+    devices = sample_devices()[:2]  # host and rpi5 measured the same configurations; npu-sim did not
+    spec = dataclasses.replace(sample_spec(), devices=("host", "rpi5"))
+    shared = best_across_devices({d.device: d.records for d in devices}, spec.objectives)
+    assert shared is not None
+    parsed = _Page()
+    parsed.feed(render_report(spec, devices))
+    text = parsed.visible
+    assert "One configuration for every device" in text
+    assert f"Ship {shared.config.label()} to every device" in text
+    assert f"is {shared.worst_slowdown:.2f}x" in text
+    rpi5 = next(c for c in shared.costs if c.device == "rpi5")
+    assert rpi5.own_best.number != rpi5.record.number and f"{rpi5.slowdown:.2f}x" in text
+    assert f"{rpi5.own_best.config.label()} (#{rpi5.own_best.number})" in text
+    host = next(c for c in shared.costs if c.device == "host")
+    assert host.slowdown == 1.0  # the host's own best is the shared configuration
+
+
+def test_overview_says_why_there_is_no_shared_configuration(page: _Page) -> None:
+    # the sample's npu-sim shares no feasible configuration with the others
+    assert "No configuration was measured and feasible on every device" in page.visible
+    one = _Page()
+    one.feed(render_report(dataclasses.replace(sample_spec(), devices=("host",)), sample_devices()[:1]))
+    assert "One device: its best configuration is the one to ship." in one.visible
