@@ -3,7 +3,8 @@
 :class:`Sweep` asks each device's study for trials, hands them to the
 :class:`~nnsweep.scheduler.Scheduler` (which decides what converts, measures and is
 reused, and when), starts what it plans on the :class:`~nnsweep.execution.Executor`,
-and routes each finished future to its own handler. Outcomes become study tells
+and routes each finished future to its handler in :mod:`nnsweep.sweep_results`
+(which also builds the finished sweep's results). Outcomes become study tells
 (:mod:`nnsweep.studies`) and tracker calls. The rules live in the scheduler; the
 trial lifecycle in :mod:`nnsweep.lifecycle`; what a result says in
 :mod:`nnsweep.outcomes`.
@@ -16,36 +17,33 @@ studies, which are the record of truth.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep import outcomes, resume
-from nnsweep.agents import Capabilities, MeasureReply
 from nnsweep.bench import MeasureSettings
 from nnsweep.config import DeploymentConfig
-from nnsweep.errors import InfrastructureError, SpecError, TrialError
+from nnsweep.errors import InfrastructureError, SpecError
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.lifecycle import Phase, Ticket
 from nnsweep.recorder import Recorder
-from nnsweep.remeasure import Spread, remeasure
-from nnsweep.report import best_trial, pareto_front
-from nnsweep.results import TrialRecord
+from nnsweep.report import best_trial
 from nnsweep.scheduler import Action, Admission, Scheduler, reuse_key
 from nnsweep.space import suggest
 from nnsweep.spec import Objective, SweepSpec
 from nnsweep.state import SweepLock, fingerprint
 from nnsweep.studies import open_study, role_of, study_records
 from nnsweep.sweep_host import HostSide
+from nnsweep.sweep_results import DeviceResult, Results, SweepStats, finish
 
 if TYPE_CHECKING:
     from nnsweep.tracking import Tracker
@@ -53,8 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["DeviceProgress", "DeviceResult", "Sweep", "SweepStats", "open_study", "study_records"]
 
 log = logging.getLogger(__name__)
-
-_CONVERT_RETRIES = 2  # an infrastructure failure (a full disk) is retried, never recorded
 
 
 @dataclass(frozen=True)
@@ -70,37 +66,6 @@ class DeviceProgress:
     best: str | None
     lost: bool = False
     space: str = ""  # "642 configurations", "unbounded", or that the space is exhausted
-
-
-@dataclass
-class SweepStats:
-    """Coordinator figures for ``benchmarks/sweep_overhead.py``."""
-
-    overhead_ms: list[float] = field(default_factory=list)  # ask + dispatch + tell + log, per trial (wall)
-    overhead_cpu_ms: list[float] = field(default_factory=list)  # the same in the coordinator thread's CPU time
-    busy_s: dict[str, float] = field(default_factory=dict)  # device -> time spent measuring
-    first_measure_at: dict[str, float] = field(default_factory=dict)
-    finished_at: float = 0.0
-    started_at: float = 0.0
-    conversions: int = 0
-    cache_hits: int = 0
-    converted_on: dict[str, int] = field(default_factory=dict)  # machine -> conversions started there
-
-
-@dataclass(frozen=True)
-class DeviceResult:
-    """A device's outcome: all its trials, the feasible Pareto front and the best one."""
-
-    device: str
-    capabilities: Capabilities
-    records: tuple[TrialRecord, ...]
-    pareto: tuple[TrialRecord, ...]
-    best: TrialRecord | None
-    baseline: TrialRecord | None
-    breakdown: Mapping[str, float] = field(default_factory=dict)  # seconds per phase (outcomes.time_breakdown)
-    space_size: int | None = None  # configurations in the device's space (None: unbounded)
-    exhausted: bool = False  # every configuration of its space was tried
-    spread: tuple[Spread, ...] = ()  # its Pareto candidates re-measured in fresh processes
 
 
 class Sweep:
@@ -151,7 +116,7 @@ class Sweep:
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}
         self._scheduler: Scheduler | None = None
         self._recorder: Recorder | None = None
-        self._retries: dict[str, int] = {}
+        self._results: Results | None = None
         self._stop = threading.Event()
         self._looping = False
         self._rng = random.Random(0)  # untried configurations drawn when the sampler repeats itself
@@ -176,6 +141,11 @@ class Sweep:
     def recorder(self) -> Recorder:
         assert self._recorder is not None, "run() creates the recorder"
         return self._recorder
+
+    @property
+    def results(self) -> Results:
+        assert self._results is not None, "run() creates the result handlers"
+        return self._results
 
     # ----------------------------------------------------------------- set-up
     def run(self) -> list[DeviceResult]:
@@ -214,6 +184,11 @@ class Sweep:
             self._recorder = Recorder(
                 self.spec, self._scheduler, self.tracker, devices, self.host.eager_accuracy, self.clock
             )
+            hang_limit_s = self.settings.timeout_s + self.hang_grace_s
+            self._results = Results(
+                self.spec, self.executor, self.host, self._scheduler, self._recorder, self.stats, hang_limit_s,
+                self.clock,
+            )  # fmt: skip
             for name, dev in devices.items():  # warm workers start while the first artifacts convert
                 self.executor.prepare(name, dev.space.runtimes)
             return self._loop()
@@ -298,85 +273,13 @@ class Sweep:
             self.stats.conversions += 1
             self.stats.converted_on[action.machine or ""] = self.stats.converted_on.get(action.machine or "", 0) + 1
             future: Future[Any] = self.executor.convert(ConvertRequest(self.source, t.config), action.machine)
-            self._futures[future] = partial(self._on_converted, t.config.digest())
+            self._futures[future] = partial(self.results.converted, t.config.digest())
         elif action.kind == "measure":
             request = self.host.measure_request(t.config)
             self.stats.first_measure_at.setdefault(t.device, self.clock())
-            self._futures[self.executor.measure(t.device, request)] = partial(self._on_measured, t)
+            self._futures[self.executor.measure(t.device, request)] = partial(self.results.measured, t)
         elif action.kind == "evaluate":
-            self._futures[self.host.submit_outputs(t.config)] = partial(self._on_evaluated, t)
-
-    # --------------------------------------------------------------- results
-    def _on_converted(self, digest: str, future: Future[Any]) -> None:
-        now = self.clock()
-        waiting = self.scheduler.converting(digest)
-        try:
-            artifact, hit = future.result()
-        except TrialError as exc:
-            for ticket in waiting:
-                self.recorder.fail(ticket, str(exc))
-            return
-        except InfrastructureError as exc:
-            self._retries[digest] = self._retries.get(digest, 0) + 1
-            if self._retries[digest] > _CONVERT_RETRIES:
-                raise InfrastructureError(
-                    f"conversion failed {_CONVERT_RETRIES + 1} times ({exc}); mend that and run the sweep again: "
-                    "finished trials are kept, this one is requeued"
-                ) from exc
-            log.warning("conversion worker failed (%s); converting again", exc)
-            for ticket in waiting:
-                self.scheduler.retry(ticket, now)
-            return
-        except Exception as exc:  # raised on a worker: an unforeseen failure fails these trials only
-            for ticket in waiting:
-                self.recorder.fail(ticket, f"conversion failed: {type(exc).__name__}: {exc}")
-            return
-        self.host.remember(artifact)
-        self.stats.cache_hits += int(hit)
-        for ticket in waiting:
-            self.scheduler.converted(ticket, artifact.sha256, now)
-
-    def _on_measured(self, ticket: Ticket, future: Future[MeasureReply]) -> None:
-        since = ticket.measuring_since or self.clock()
-        self.stats.busy_s[ticket.device] = self.stats.busy_s.get(ticket.device, 0.0) + self.clock() - since
-        try:
-            reply = future.result()
-        except TrialError as exc:
-            self.recorder.fail(ticket, str(exc))
-            return
-        except InfrastructureError as exc:
-            if ticket.hung:
-                limit = self.settings.timeout_s + self.hang_grace_s
-                self.recorder.fail(ticket, f"benchmark hung: no result within {limit:.0f} s")
-                self.executor.revive(ticket.device)
-            else:
-                self.recorder.requeue(ticket, str(exc), lost=True)
-            return
-        except Exception as exc:  # raised on a worker: an unforeseen failure fails this trial only
-            self.recorder.fail(ticket, f"{type(exc).__name__}: {exc}")
-            return
-        if reply.outputs is None:
-            self.host.timed[ticket] = reply  # timed on the device; outputs from this host
-            ticket.move(Phase.EVALUATING, self.clock())
-            return
-        self._complete(ticket, reply, on_host=False)
-
-    def _on_evaluated(self, ticket: Ticket, future: Future[Any]) -> None:
-        reply = self.host.timed.pop(ticket)
-        try:
-            outputs = future.result()
-        except TrialError as exc:
-            self.recorder.fail(ticket, f"evaluation on the host: {exc}")
-            return
-        self._complete(ticket, dataclasses.replace(reply, outputs=outputs), on_host=True)
-
-    def _complete(self, ticket: Ticket, reply: MeasureReply, *, on_host: bool) -> None:
-        try:
-            record = self.host.record(self.spec.name, ticket, reply, on_host=on_host)
-        except TrialError as exc:
-            self.recorder.fail(ticket, str(exc))
-            return
-        self.recorder.settle(ticket, record)
+            self._futures[self.host.submit_outputs(t.config)] = partial(self.results.evaluated, t)
 
     def _interrupt(self) -> None:
         for name in self.recorder.devices:
@@ -384,31 +287,9 @@ class Sweep:
             self.tracker.close_device(name, "KILLED")
 
     def _finish(self) -> list[DeviceResult]:
-        results = []
-        for name, dev in self.recorder.devices.items():
-            self.recorder.wind_down(name, f"{name} lost")  # a device that never came back: run these next time
-            records = study_records(dev.study)
-            front = pareto_front(records, self.spec.objectives)
-            best = best_trial(records, self.spec.objectives)
-            spread: list[Spread] = []
-            if self.spec.remeasure and front and not self._stop.is_set():
-                log.info("%s: re-measuring %d Pareto candidates in fresh processes", name, len(front))
-                measure = partial(self.executor.measure, name)
-                spread = remeasure(
-                    front, self.host.request_if_cached, measure, self.spec.remeasure, stopped=self._stop.is_set
-                )
-            self.tracker.mark_front(name, [r.number for r in front], best.number if best else None)
-            self.tracker.close_device(name, "FINISHED")
-            baseline = self.scheduler.devices[name].baseline
-            breakdown = outcomes.time_breakdown(records)
-            state = self.scheduler.devices[name]
-            results.append(
-                DeviceResult(
-                    name, dev.caps, tuple(records), tuple(front), best, baseline, breakdown, state.space_size,
-                    state.exhausted, tuple(spread),
-                )
-            )  # fmt: skip
-        return results
+        return finish(
+            self.spec, self.executor, self.host, self.scheduler, self.recorder, self.tracker, self._stop.is_set
+        )
 
     def _report_progress(self) -> None:
         if self.progress is not None and self._scheduler is not None:

@@ -1,0 +1,210 @@
+"""What the coordinator does with each finished future, and what a finished sweep returns.
+
+:class:`Results` takes the outcome of a conversion, a measurement or a host evaluation
+to the scheduler and the recorder: a :class:`~nnsweep.errors.TrialError` (or anything
+unforeseen raised on a worker) fails that trial and the sweep goes on; an
+:class:`~nnsweep.errors.InfrastructureError` is retried or requeues the trial and is
+never recorded as a result. :func:`finish` winds each device down, re-measures its
+Pareto candidates and builds its :class:`DeviceResult`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from nnsweep import outcomes
+from nnsweep.agents import Capabilities, MeasureReply
+from nnsweep.errors import InfrastructureError, TrialError
+from nnsweep.lifecycle import Phase, Ticket
+from nnsweep.remeasure import Spread, remeasure
+from nnsweep.report import best_trial, pareto_front
+from nnsweep.results import TrialRecord
+from nnsweep.studies import study_records
+
+if TYPE_CHECKING:
+    from nnsweep.execution import Executor
+    from nnsweep.recorder import Recorder
+    from nnsweep.scheduler import Scheduler
+    from nnsweep.spec import SweepSpec
+    from nnsweep.sweep_host import HostSide
+    from nnsweep.tracking import Tracker
+
+__all__ = ["DeviceResult", "Results", "SweepStats", "finish"]
+
+log = logging.getLogger(__name__)
+
+CONVERT_RETRIES = 2  # an infrastructure failure (a full disk) is retried, never recorded
+
+
+@dataclass
+class SweepStats:
+    """Coordinator figures for ``benchmarks/sweep_overhead.py``."""
+
+    overhead_ms: list[float] = field(default_factory=list)  # ask + dispatch + tell + log, per trial (wall)
+    overhead_cpu_ms: list[float] = field(default_factory=list)  # the same in the coordinator thread's CPU time
+    busy_s: dict[str, float] = field(default_factory=dict)  # device -> time spent measuring
+    first_measure_at: dict[str, float] = field(default_factory=dict)
+    finished_at: float = 0.0
+    started_at: float = 0.0
+    conversions: int = 0
+    cache_hits: int = 0
+    converted_on: dict[str, int] = field(default_factory=dict)  # machine -> conversions started there
+
+
+@dataclass(frozen=True)
+class DeviceResult:
+    """A device's outcome: all its trials, the feasible Pareto front and the best one."""
+
+    device: str
+    capabilities: Capabilities
+    records: tuple[TrialRecord, ...]
+    pareto: tuple[TrialRecord, ...]
+    best: TrialRecord | None
+    baseline: TrialRecord | None
+    breakdown: Mapping[str, float] = field(default_factory=dict)  # seconds per phase (outcomes.time_breakdown)
+    space_size: int | None = None  # configurations in the device's space (None: unbounded)
+    exhausted: bool = False  # every configuration of its space was tried
+    spread: tuple[Spread, ...] = ()  # its Pareto candidates re-measured in fresh processes
+
+
+class Results:
+    """The handlers of finished futures (see the module docstring).
+
+    Args:
+        spec: the sweep.
+        executor: to restart a device whose measurement hung.
+        host: the coordinator's side of measuring (artifacts, host evaluations, records).
+        scheduler: told what converted; requeues what is retried.
+        recorder: fails, requeues and settles trials.
+        stats: the coordinator's figures.
+        hang_limit_s: a measurement with no result this long is hung.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        executor: Executor,
+        host: HostSide,
+        scheduler: Scheduler,
+        recorder: Recorder,
+        stats: SweepStats,
+        hang_limit_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec, self.executor, self.host = spec, executor, host
+        self.scheduler, self.recorder, self.stats = scheduler, recorder, stats
+        self.hang_limit_s, self.clock = hang_limit_s, clock
+        self._retries: dict[str, int] = {}
+
+    def converted(self, digest: str, future: Future[Any]) -> None:
+        now = self.clock()
+        waiting = self.scheduler.converting(digest)
+        try:
+            artifact, hit = future.result()
+        except TrialError as exc:
+            for ticket in waiting:
+                self.recorder.fail(ticket, str(exc))
+            return
+        except InfrastructureError as exc:
+            self._retries[digest] = self._retries.get(digest, 0) + 1
+            if self._retries[digest] > CONVERT_RETRIES:
+                raise InfrastructureError(
+                    f"conversion failed {CONVERT_RETRIES + 1} times ({exc}); mend that and run the sweep again: "
+                    "finished trials are kept, this one is requeued"
+                ) from exc
+            log.warning("conversion worker failed (%s); converting again", exc)
+            for ticket in waiting:
+                self.scheduler.retry(ticket, now)
+            return
+        except Exception as exc:  # raised on a worker: an unforeseen failure fails these trials only
+            for ticket in waiting:
+                self.recorder.fail(ticket, f"conversion failed: {type(exc).__name__}: {exc}")
+            return
+        self.host.remember(artifact)
+        self.stats.cache_hits += int(hit)
+        for ticket in waiting:
+            self.scheduler.converted(ticket, artifact.sha256, now)
+
+    def measured(self, ticket: Ticket, future: Future[MeasureReply]) -> None:
+        since = ticket.measuring_since or self.clock()
+        self.stats.busy_s[ticket.device] = self.stats.busy_s.get(ticket.device, 0.0) + self.clock() - since
+        try:
+            reply = future.result()
+        except TrialError as exc:
+            self.recorder.fail(ticket, str(exc))
+            return
+        except InfrastructureError as exc:
+            if ticket.hung:
+                self.recorder.fail(ticket, f"benchmark hung: no result within {self.hang_limit_s:.0f} s")
+                self.executor.revive(ticket.device)
+            else:
+                self.recorder.requeue(ticket, str(exc), lost=True)
+            return
+        except Exception as exc:  # raised on a worker: an unforeseen failure fails this trial only
+            self.recorder.fail(ticket, f"{type(exc).__name__}: {exc}")
+            return
+        if reply.outputs is None:
+            self.host.timed[ticket] = reply  # timed on the device; outputs from this host
+            ticket.move(Phase.EVALUATING, self.clock())
+            return
+        self._complete(ticket, reply, on_host=False)
+
+    def evaluated(self, ticket: Ticket, future: Future[Any]) -> None:
+        reply = self.host.timed.pop(ticket)
+        try:
+            outputs = future.result()
+        except TrialError as exc:
+            self.recorder.fail(ticket, f"evaluation on the host: {exc}")
+            return
+        self._complete(ticket, dataclasses.replace(reply, outputs=outputs), on_host=True)
+
+    def _complete(self, ticket: Ticket, reply: MeasureReply, *, on_host: bool) -> None:
+        try:
+            record = self.host.record(self.spec.name, ticket, reply, on_host=on_host)
+        except TrialError as exc:
+            self.recorder.fail(ticket, str(exc))
+            return
+        self.recorder.settle(ticket, record)
+
+
+def finish(
+    spec: SweepSpec,
+    executor: Executor,
+    host: HostSide,
+    scheduler: Scheduler,
+    recorder: Recorder,
+    tracker: Tracker,
+    stopped: Callable[[], bool],
+) -> list[DeviceResult]:
+    """Wind each device down (a device that never came back runs its trials next time),
+    re-measure its Pareto candidates in fresh processes (``spec.remeasure``; not once
+    ``stopped``), mark its front in the tracker and return its result."""
+    results = []
+    for name, dev in recorder.devices.items():
+        recorder.wind_down(name, f"{name} lost")
+        records = study_records(dev.study)
+        front = pareto_front(records, spec.objectives)
+        best = best_trial(records, spec.objectives)
+        spread: list[Spread] = []
+        if spec.remeasure and front and not stopped():
+            log.info("%s: re-measuring %d Pareto candidates in fresh processes", name, len(front))
+            measure = partial(executor.measure, name)
+            spread = remeasure(front, host.request_if_cached, measure, spec.remeasure, stopped=stopped)
+        tracker.mark_front(name, [r.number for r in front], best.number if best else None)
+        tracker.close_device(name, "FINISHED")
+        state = scheduler.devices[name]
+        results.append(
+            DeviceResult(
+                name, dev.caps, tuple(records), tuple(front), best, state.baseline,
+                outcomes.time_breakdown(records), state.space_size, state.exhausted, tuple(spread),
+            )
+        )  # fmt: skip
+    return results
