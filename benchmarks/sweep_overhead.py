@@ -15,7 +15,9 @@ machine here (its own machine name and its own measurement lock file,
 ``NNSWEEP_MEASURE_LOCK``): measurements are *not* isolated in this benchmark and its
 latencies mean nothing. It measures the coordinator, not the models. Each sweep also
 prints where each device's time went (the trials' time breakdown) and the ratio of
-the device's busy time to its timed runs.
+the device's busy time to its timed runs, and how long each device's agent took to
+start its runtimes' warm workers (once per sweep; nothing measures on its machine
+meanwhile, so that time is not in the busy time).
 
 Usage: .venv/bin/python benchmarks/sweep_overhead.py [--trials 16] [--min-duration 2]
 """
@@ -126,6 +128,8 @@ def _report(label: str, sweep: Sweep, wall: float, results: list) -> None:  # ty
         timed, busy = r.breakdown.get("timed runs", 0.0), st.busy_s.get(r.device, 0.0)
         ratio = f"; busy / timed runs = {busy / timed:.2f}" if timed else ""
         print(f"time breakdown {r.device}: {parts}{ratio}")
+    for device, seconds in sorted(st.starting_s.items()):  # once per sweep, before its first measurement
+        print(f"starting {device}'s runtimes (warm workers, before its first measurement): {seconds:.1f} s")
 
 
 def main() -> None:

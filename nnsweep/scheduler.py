@@ -103,6 +103,7 @@ class DeviceState:
     reused: int = 0
     repeats_in_row: int = 0
     exhausted: bool = False
+    starting: bool = False  # its agent starts its runtimes' warm workers: its machine measures nothing
     lost: bool = False
     lost_since: float = 0.0
     next_revive: float = 0.0
@@ -247,6 +248,7 @@ class Scheduler:
             if t.converted_on is not None
         }
         busy = set(converting.values()) | ({self.converter_machine} if self._evaluating else set())
+        busy |= {d.machine for d in self.devices.values() if d.starting}  # imports would perturb the timing
         for d in self.devices.values():
             if d.lost or d.machine in busy or self._machine_measuring(d.machine):
                 continue

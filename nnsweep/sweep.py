@@ -190,7 +190,9 @@ class Sweep:
                 self.clock,
             )  # fmt: skip
             for name, dev in devices.items():  # warm workers start while the first artifacts convert
-                self.executor.prepare(name, dev.space.runtimes)
+                if (ready := self.executor.prepare(name, dev.space.runtimes)) is not None:
+                    self._scheduler.devices[name].starting = True
+                    self._futures[ready] = partial(self._results.prepared, name, self.clock())
             return self._loop()
         finally:
             lock.release()
@@ -288,7 +290,14 @@ class Sweep:
 
     def _finish(self) -> list[DeviceResult]:
         return finish(
-            self.spec, self.executor, self.host, self.scheduler, self.recorder, self.tracker, self._stop.is_set
+            self.spec,
+            self.executor,
+            self.host,
+            self.scheduler,
+            self.recorder,
+            self.tracker,
+            self._stop.is_set,
+            self.stats.starting_s,
         )
 
     def _report_progress(self) -> None:

@@ -50,6 +50,7 @@ class SweepStats:
     overhead_ms: list[float] = field(default_factory=list)  # ask + dispatch + tell + log, per trial (wall)
     overhead_cpu_ms: list[float] = field(default_factory=list)  # the same in the coordinator thread's CPU time
     busy_s: dict[str, float] = field(default_factory=dict)  # device -> time spent measuring
+    starting_s: dict[str, float] = field(default_factory=dict)  # device -> time its agent took to get ready
     first_measure_at: dict[str, float] = field(default_factory=dict)
     finished_at: float = 0.0
     started_at: float = 0.0
@@ -103,6 +104,14 @@ class Results:
         self.scheduler, self.recorder, self.stats = scheduler, recorder, stats
         self.hang_limit_s, self.clock = hang_limit_s, clock
         self._retries: dict[str, int] = {}
+
+    def prepared(self, device: str, since: float, future: Future[None]) -> None:
+        """The device's agent is ready (or failed to get ready: its measurements then start
+        their runtimes themselves, or find the agent lost)."""
+        self.scheduler.devices[device].starting = False
+        self.stats.starting_s[device] = self.clock() - since
+        if (exc := future.exception()) is not None:
+            log.info("%s: its agent did not get ready (%s); measuring goes on", device, exc)
 
     def converted(self, digest: str, future: Future[Any]) -> None:
         now = self.clock()
@@ -183,10 +192,12 @@ def finish(
     recorder: Recorder,
     tracker: Tracker,
     stopped: Callable[[], bool],
+    starting_s: Mapping[str, float],
 ) -> list[DeviceResult]:
     """Wind each device down (a device that never came back runs its trials next time),
     re-measure its Pareto candidates in fresh processes (``spec.remeasure``; not once
-    ``stopped``), mark its front in the tracker and return its result."""
+    ``stopped``), mark its front in the tracker and return its result; ``starting_s``
+    (device -> how long its agent took to get ready) joins its time breakdown."""
     results = []
     for name, dev in recorder.devices.items():
         recorder.wind_down(name, f"{name} lost")
@@ -201,10 +212,13 @@ def finish(
         tracker.mark_front(name, [r.number for r in front], best.number if best else None)
         tracker.close_device(name, "FINISHED")
         state = scheduler.devices[name]
+        breakdown = outcomes.time_breakdown(records)
+        if name in starting_s:
+            breakdown = {"starting its runtimes": starting_s[name], **breakdown}
         results.append(
             DeviceResult(
                 name, dev.caps, tuple(records), tuple(front), best, state.baseline,
-                outcomes.time_breakdown(records), state.space_size, state.exhausted, tuple(spread),
+                breakdown, state.space_size, state.exhausted, tuple(spread),
             )
         )  # fmt: skip
     return results

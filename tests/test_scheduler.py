@@ -101,6 +101,22 @@ def test_isolation_nothing_runs_beside_a_measurement_on_its_machine() -> None:
     assert kinds(ex.step(3.0)) == [("measure", "host", b.number)]
 
 
+def test_isolation_nothing_measures_on_a_machine_while_an_agent_there_starts_its_runtimes() -> None:
+    s, ex = scheduler(("host", HOST), ("twin", HOST), ("board", "rpi"))
+    s.devices["twin"].starting = True  # its warm workers import their runtimes
+    r = ex.propose("board", config(2), 0.0)
+    assert kinds(ex.step(0.0)) == [("convert", "board", r.number)]  # converting beside a start is fine
+    ex.convert_done(r, 1.0)
+    a = ex.propose("host", config(1), 1.0)
+    # the board is another machine: it measures; the host's artifact converts
+    assert kinds(ex.step(1.0)) == [("measure", "board", r.number), ("convert", "host", a.number)]
+    ex.convert_done(a, 2.0)
+    ex.told(r, record(r), 2.0)
+    assert ex.step(2.0) == [] and a.phase is Phase.READY  # the host machine waits for twin's start
+    s.devices["twin"].starting = False
+    assert kinds(ex.step(3.0)) == [("measure", "host", a.number)]
+
+
 def test_isolation_a_remote_device_measures_while_the_host_converts() -> None:
     _s, ex = scheduler(("host", HOST), ("board", "rpi"), slots=1)
     board = ex.propose("board", config(1), 0.0)

@@ -81,8 +81,14 @@ class Executor(ABC):
         machine overlaps a conversion there)."""
         return {self.converter_machine: 1}
 
-    def prepare(self, device: str, runtimes: Sequence[str]) -> None:  # noqa: B027 (an optional hook)
-        """Let the device's agent get ready for these runtimes; queued before its first measurement."""
+    def prepare(self, device: str, runtimes: Sequence[str]) -> Future[None] | None:
+        """Let the device's agent get ready for these runtimes (start their warm workers).
+
+        Returns:
+            A future done when the agent is ready (the coordinator measures nothing on
+            the device's machine until then), or ``None``: nothing to wait for.
+        """
+        return None
 
     def revive(self, device: str) -> bool:
         """Start a new agent for a device whose agent was lost, if the device is back.

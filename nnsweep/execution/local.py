@@ -39,8 +39,8 @@ class LocalExecutor(Executor):
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
         return self._convert_pool.submit(self._converter.convert_here, request)
 
-    def prepare(self, device: str, runtimes: Sequence[str]) -> None:
-        self._pools[device].submit(self._agents[device].prepare, list(runtimes))
+    def prepare(self, device: str, runtimes: Sequence[str]) -> Future[None]:
+        return self._pools[device].submit(self._agents[device].prepare, list(runtimes))
 
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
         return self._pools[device].submit(self._agents[device].measure, request)

@@ -255,8 +255,8 @@ class RayExecutor(Executor):
         reply = _relay(worker.convert.remote(dataclasses.replace(request, ship=ship)).future())
         return _unpacked(reply, ArtifactCache(request.model.cache_root)) if ship else reply
 
-    def prepare(self, device: str, runtimes: Sequence[str]) -> None:
-        self._agents[device].prepare.remote(list(runtimes))  # the actor runs it before later calls
+    def prepare(self, device: str, runtimes: Sequence[str]) -> Future[None]:
+        return _relay(self._agents[device].prepare.remote(list(runtimes)).future())
 
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
         return _relay(self._agents[device].measure.remote(request).future())
