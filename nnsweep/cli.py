@@ -815,6 +815,9 @@ def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
                     f"own_best_{shared.metric}": c.own_best.metrics[shared.metric],
                     "own_best_config": c.own_best.config.label(),
                     "slowdown": round(c.slowdown, 4),
+                    # latencies timed under emulation or estimated by a compiler: no real device's figure
+                    "emulated": c.record.emulated or c.own_best.emulated,
+                    "estimated": c.record.estimated or c.own_best.estimated,
                 }
                 for c in shared.costs
             },

@@ -200,6 +200,9 @@ def render_report(
         "For each device and configuration (runtime / backend order / quantization), the fastest feasible trial's "
         "latency p50 relative to that device's fp32 baseline. Hatched: only infeasible trials; dotted: estimate."
     )
+    emulated = [d.device for d in devices if any(r.emulated for r in d.records)]
+    if emulated:
+        caption += f" On {', '.join(emulated)} the speed-ups are ratios of latencies timed under emulation."
     unbased = [d for d, _, base in speedups if base is None]
     if unbased:
         caption += f" No fp32 baseline was measured on {', '.join(unbased)}, so no speed-up is shown there."
@@ -228,6 +231,7 @@ def render_report(
             "Best configuration per device: "
             + "; ".join(_best_line(d, spec) for d in devices)
             + ". Latencies marked 'estimate' come from a compiler's model, not from a measurement."
+            + (_EMULATED_NOTE if emulated else "")
         ),
         speedup=speedup,
         shared=sections.shared_choice(
@@ -316,19 +320,31 @@ def _plotly_js() -> str:
     return str(get_plotlyjs())
 
 
+_EMULATED_NOTE = (
+    " Latencies marked 'emulated' were timed on an emulated board (qemu-user on another CPU): not a real "
+    "board's latency; accuracy and fidelity measured there are the board's own kernels'."
+)
+
+
 def _counts(records: Sequence[TrialRecord], front: Sequence[TrialRecord]) -> str:
     by = {s: sum(1 for r in records if r.status is s) for s in TrialStatus}
     infeasible = sum(1 for r in records if r.feasible is False)
     estimated = sum(1 for r in records if r.estimated and r.status.measured)
+    emulated = sum(1 for r in records if r.emulated and r.status.measured)
     text = (
         f"{len(records)} trials: {by[TrialStatus.OK]} measured, {by[TrialStatus.REUSED]} reused an earlier "
         f"measurement, {by[TrialStatus.FAILED]} failed; {infeasible} infeasible; {len(front)} on the Pareto front"
     )
     if estimated:
         text += f"; {estimated} with compiler-estimated latency"
+    if emulated:
+        text += f"; {emulated} with latency timed under emulation (qemu-user)"
     return text + "."
 
 
 def _best_line(d: DeviceTrials, spec: SweepSpec) -> str:
     best = best_trial(d.records, spec.objectives)
-    return f"{d.device}: " + (f"#{best.number} {best.config.label()}" if best else "none yet")
+    if best is None:
+        return f"{d.device}: none yet"
+    note = " (latency estimated)" if best.estimated else " (latency emulated)" if best.emulated else ""
+    return f"{d.device}: #{best.number} {best.config.label()}{note}"

@@ -303,7 +303,9 @@ def test_best_across_devices_picks_one_configuration_for_all(
         for number, (threads, latency) in enumerate(by_threads.items()):
             config = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32), threads=threads)
             metrics = {"accuracy": 0.95, "latency_p50_ms": latency}
-            record = TrialRecord("two", device, number, config, TrialStatus.OK, metrics=metrics, feasible=True)
+            record = TrialRecord(
+                "two", device, number, config, TrialStatus.OK, metrics=metrics, feasible=True, emulated=device == "board"
+            )
             studies.enqueue(study, {}, Role.SEARCH)
             studies.tell_record(study, study.ask(), record, [0.95, latency], None)
     assert main(["best", str(path), "--across-devices"]) == 0
@@ -311,6 +313,7 @@ def test_best_across_devices_picks_one_configuration_for_all(
     assert chosen["config"]["threads"] == 2 and chosen["worst_slowdown"] == 1.25
     assert chosen["devices"]["board"]["slowdown"] == 1.1
     assert chosen["devices"]["laptop"]["own_best_config"].endswith("t4")
+    assert chosen["devices"]["board"]["emulated"] is True and chosen["devices"]["laptop"]["emulated"] is False
     assert main(["best", str(path), "--across-devices", "--device", "board"]) == 2
 
 

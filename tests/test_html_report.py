@@ -389,3 +389,18 @@ def test_overview_says_why_there_is_no_shared_configuration(page: _Page) -> None
     one = _Page()
     one.feed(render_report(dataclasses.replace(sample_spec(), devices=("host",)), sample_devices()[:1]))
     assert "One device: its best configuration is the one to ship." in one.visible
+
+
+def test_emulated_latencies_are_labelled_in_the_overview_and_counts() -> None:
+    devices = sample_devices()
+    rpi5 = next(d for d in devices if d.device == "rpi5")
+    emulated = dataclasses.replace(rpi5, records=tuple(dataclasses.replace(r, emulated=True) for r in rpi5.records))
+    parsed = _Page()
+    parsed.feed(render_report(sample_spec(), [emulated if d is rpi5 else d for d in devices]))
+    text = parsed.visible
+    assert f"rpi5: {BEST['rpi5']} (latency emulated)" in text
+    assert "Latencies marked 'emulated' were timed on an emulated board" in text
+    assert "On rpi5 the speed-ups are ratios of latencies timed under emulation." in text
+    measured = sum(1 for r in rpi5.records if r.status.measured)
+    assert f"{measured} with latency timed under emulation (qemu-user)" in text
+    assert "(latency emulated)" not in text.split("rpi5:")[0]  # the host's best is a real measurement
