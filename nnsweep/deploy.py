@@ -6,6 +6,7 @@ on a host, measurement on the device's agent).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import threading
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep import runtimes
 from nnsweep.artifacts import Artifact, ArtifactCache, cache_key, toolchain_versions
+from nnsweep.convert._base import PartitionReport
 from nnsweep.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
 
 if TYPE_CHECKING:
@@ -228,4 +230,6 @@ def assemble(
         )
     except ValueError as exc:
         raise BenchmarkError(f"unusable outputs: {exc}") from exc
+    if timing.placement is not None:  # the measuring machine's runtime placed the ops itself (Arm NN)
+        artifact = dataclasses.replace(artifact, partitions=PartitionReport.from_dict(timing.placement))
     return DeploymentResult(model.name, model.digest, artifact, cache_hit, timing, evaluation)

@@ -147,3 +147,31 @@ def test_digits_fp32_and_int8_fall_through_to_cpuref_and_keep_accuracy(digits, t
         # Symmetric activations: Arm NN 22 pads with integer 0 (asymmetric int8 gave 10.6 % top-1).
         assert abs(int8.evaluation.accuracy - fp32.evaluation.accuracy) <= 0.02  # type: ignore[operator]
         assert int8.evaluation.fidelity.sqnr_db > 20
+
+
+def test_the_partition_report_comes_from_the_machine_that_measured(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from nnsweep.convert._base import PartitionReport
+
+    artifact, _ = deploy.convert(digits, _config(), ArtifactCache(tmp_path / "cache"))
+    snapshot = ModelSnapshot.of(digits)
+    timing, outputs = measure_in_subprocess(
+        runtime="armnn",
+        artifact=artifact.path,
+        io=artifact.io,
+        threads=1,
+        backends=artifact.config.backends,
+        inputs=snapshot.evaluation.inputs,
+        settings=SETTINGS,
+    )
+    # The measuring process reports where its own Arm NN put the layers (here: what the converter saw)
+    assert timing.placement is not None
+    assert PartitionReport.from_dict(timing.placement) == artifact.partitions
+    # A board's placement (CpuAcc there) replaces the converting machine's (CpuRef only on x86)
+    board = PartitionReport(("CpuAcc", "CpuRef"), {"CpuAcc": 19})
+    on_board = dataclasses.replace(timing, placement=board.to_dict())
+    result = deploy.assemble(snapshot, artifact, on_board, outputs, cache_hit=True)
+    assert result.artifact.partitions == board
+    assert result.to_dict()["partitions"]["nodes_by_backend"] == {"CpuAcc": 19}
+    assert deploy.assemble(snapshot, artifact, timing, outputs, cache_hit=True).artifact.partitions == artifact.partitions

@@ -38,6 +38,7 @@ def _measure(request: dict) -> dict:  # type: ignore[type-arg]
     outputs = run_all(runner, inputs)
     np.save(request["outputs"], outputs)
     result = timing.to_dict()
+    result["placement"] = runner.placement()
     outputs_ms = (time.perf_counter() - t0) * 1e3
     result["phases_ms"] = {"start": start_ms, "import": import_ms, **timing.phases_ms, "outputs": outputs_ms}
     return {"timing": result}

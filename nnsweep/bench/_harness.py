@@ -7,6 +7,7 @@ import resource
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -90,6 +91,11 @@ class Timing:
     ``total``: the whole call as its caller saw it), and ``held_monotonic``: when
     the lock was taken and given back, in seconds of ``CLOCK_MONOTONIC`` (one clock
     for every process of a machine, so two sweeps' measurement intervals compare).
+    ``placement`` is where the runtime put the ops when it loaded the artifact in the
+    measuring process (a :class:`~nnsweep.convert.PartitionReport` as a dict), for
+    runtimes whose placement depends on the machine (Arm NN picks among the backends
+    it finds there, :meth:`~nnsweep.bench.Runner.placement`); ``None``: the converting
+    machine's report stands.
     """
 
     load_ms: float
@@ -106,6 +112,7 @@ class Timing:
     parent_rss_mb: float | None = None
     phases_ms: Mapping[str, float] = field(default_factory=dict)
     held_monotonic: tuple[float, float] | None = None
+    placement: Mapping[str, Any] | None = None
 
     @property
     def p50_ci95_ms(self) -> tuple[float, float]:
@@ -136,6 +143,7 @@ class Timing:
             "parent_rss_mb": self.parent_rss_mb,
             "phases_ms": dict(self.phases_ms),
             "held_monotonic": None if self.held_monotonic is None else list(self.held_monotonic),
+            "placement": None if self.placement is None else dict(self.placement),
         }
 
     @classmethod
@@ -156,6 +164,7 @@ class Timing:
             parent_rss_mb=None if d.get("parent_rss_mb") is None else float(d["parent_rss_mb"]),  # type: ignore[arg-type]
             phases_ms={str(k): float(v) for k, v in dict(d.get("phases_ms") or {}).items()},  # type: ignore[call-overload]
             held_monotonic=_pair(d.get("held_monotonic")),
+            placement=None if d.get("placement") is None else dict(d["placement"]),  # type: ignore[call-overload]
         )
 
 

@@ -53,6 +53,13 @@ class Runner(ABC):
     def run(self, prepared: Any) -> Any:
         """One inference."""
 
+    def placement(self) -> dict[str, Any] | None:
+        """Where the loaded artifact's ops run on this machine (a
+        :class:`~nnsweep.convert.PartitionReport` as a dict), for runtimes that decide it at
+        load time from what the machine offers; ``None`` (the default): the converter's
+        report holds wherever the artifact runs."""
+        return None
+
     def to_float(self, raw: Any) -> np.ndarray:
         """The first output of :meth:`run` as float32 logits."""
         return self.io.float_output(np.asarray(raw))

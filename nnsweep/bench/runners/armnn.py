@@ -132,6 +132,10 @@ def report_from_dot(
 def placement(path: Path, backends: tuple[str, ...]) -> PartitionReport:
     """Which backend Arm NN gives each layer of ``path`` on this machine."""
     runtime, _, optimized, skipped = optimize(path, backends)
+    return _placement_of(runtime, optimized, backends, skipped)
+
+
+def _placement_of(runtime: Any, optimized: Any, backends: tuple[str, ...], skipped: list[str]) -> PartitionReport:
     have = [str(b) for b in runtime.GetDeviceSpec().GetSupportedBackends()]
     with tempfile.TemporaryDirectory(prefix="nnsweep-armnn-") as tmp:
         dot = Path(tmp) / "optimized.dot"
@@ -150,7 +154,11 @@ class ArmNNRunner(Runner):
     def load(self) -> None:
         ann = _armnn()
         self._ann = ann
-        self._runtime, parser, optimized, _ = optimize(self.path, self.backends or (_FALLBACK,))
+        backends = self.backends or (_FALLBACK,)
+        self._runtime, parser, optimized, skipped = optimize(self.path, backends)
+        # Where this machine's Arm NN put each layer: CpuAcc exists on Arm boards only, so the
+        # converting machine's report (CpuRef everywhere on x86) does not hold here.
+        self._placement = _placement_of(self._runtime, optimized, backends, skipped)
         try:
             self._net, _ = self._runtime.LoadNetwork(optimized)
         except RuntimeError as exc:
@@ -160,6 +168,9 @@ class ArmNNRunner(Runner):
         self._in = parser.GetNetworkInputBindingInfo(0, in_name)
         bindings = [parser.GetNetworkOutputBindingInfo(0, names[i]) for i in flatten_order(names)]
         self._outputs = ann.make_output_tensors(bindings)
+
+    def placement(self) -> dict[str, Any]:
+        return self._placement.to_dict()
 
     def prepare(self, x: np.ndarray) -> Any:
         data = np.ascontiguousarray(self.io.prepare_input(x))
