@@ -303,8 +303,9 @@ def test_best_across_devices_picks_one_configuration_for_all(
         for number, (threads, latency) in enumerate(by_threads.items()):
             config = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32), threads=threads)
             metrics = {"accuracy": 0.95, "latency_p50_ms": latency}
+            emulated = device == "board"
             record = TrialRecord(
-                "two", device, number, config, TrialStatus.OK, metrics=metrics, feasible=True, emulated=device == "board"
+                "two", device, number, config, TrialStatus.OK, metrics=metrics, feasible=True, emulated=emulated
             )
             studies.enqueue(study, {}, Role.SEARCH)
             studies.tell_record(study, study.ask(), record, [0.95, latency], None)

@@ -3,9 +3,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from nnsweep.config import Granularity, PartitionLimits, QuantMode
+from nnsweep.config import DeploymentConfig, Granularity, PartitionLimits, QuantMode
 from nnsweep.errors import SpecError
-from nnsweep.space import baseline_configs, device_space, mode_starts, params_for, suggest
+from nnsweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, suggest
 from nnsweep.spec import parse_spec
 
 HOST = {"executorch": ("xnnpack", "portable"), "onnxruntime": ("cpu",), "torch": ("x86", "fbgemm", "qnnpack", "onednn")}
@@ -74,20 +74,25 @@ def test_every_sampled_trial_is_a_valid_config_and_all_dimensions_move() -> None
     assert all(s[3] == 0 for s in seen if s[0] != "executorch" or s[2] == ("portable",))
 
 
+def _asked_back(configs: list[DeploymentConfig], space: DeviceSpace) -> list[DeploymentConfig]:
+    """Enqueue ``configs`` by their parameters and ask a study for as many trials."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for c in configs:
+        study.enqueue_trial(params_for(c, space))
+    got = []
+    for _ in configs:
+        trial = study.ask()
+        got.append(suggest(trial, space))
+        study.tell(trial, [0.5, 1.0])
+    return got
+
+
 def test_enqueued_params_reproduce_the_baselines_first() -> None:
     space = device_space(SPEC, "host", HOST, cores=2)
     baselines = baseline_configs(space)
     assert baselines[0].runtime == "torch" and baselines[0].quant.mode is QuantMode.FP32
     assert {b.runtime for b in baselines} == {"executorch", "onnxruntime", "torch"}
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    for b in baselines:
-        study.enqueue_trial(params_for(b, space))
-    got = []
-    for _ in baselines:
-        trial = study.ask()
-        got.append(suggest(trial, space))
-        study.tell(trial, [0.5, 1.0])
-    assert got == baselines
+    assert _asked_back(baselines, space) == baselines
 
 
 def test_mode_starts_give_each_runtime_each_other_mode_once_as_enqueueable_configs() -> None:
@@ -105,15 +110,7 @@ def test_mode_starts_give_each_runtime_each_other_mode_once_as_enqueueable_confi
     for c in starts:  # each a default deployment: no limits, the defaults' granularity, threads[0]
         assert c.partitions == PartitionLimits() and c.threads == space.threads[0]
         assert c.quant.granularity is Granularity.PER_CHANNEL
-    study = optuna.create_study(directions=["maximize", "minimize"])
-    for c in starts:
-        study.enqueue_trial(params_for(c, space))
-    got = []
-    for _ in starts:
-        trial = study.ask()
-        got.append(suggest(trial, space))
-        study.tell(trial, [0.5, 1.0])
-    assert got == starts
+    assert _asked_back(starts, space) == starts
 
 
 def test_untried_finds_the_last_untried_configuration_of_a_finite_space() -> None:
