@@ -80,7 +80,7 @@ def remeasure(
         stopped: polled while waiting; once true, what is not measured yet is left out.
     """
     candidates = [r for r in front if not r.estimated and r.reused_from is None]
-    pending: list[tuple[TrialRecord, list[Future[MeasureReply]]]] = []
+    pending: list[tuple[TrialRecord, float, list[Future[MeasureReply]]]] = []
     spreads: list[Spread] = []
     for record in candidates:
         request = request_for(record.config)
@@ -89,8 +89,8 @@ def remeasure(
             spreads.append(Spread(record.number, record.config, p50, error="its artifact is no longer in the cache"))
             continue
         fresh = dataclasses.replace(request, fresh=True)
-        pending.append((record, [measure(fresh) for _ in range(processes)]))
-    for record, futures in pending:
+        pending.append((record, p50, [measure(fresh) for _ in range(processes)]))
+    for record, p50, futures in pending:
         p50s, loads, errors = [], [], []
         for future in futures:
             while not future.done() and not stopped():
@@ -104,6 +104,5 @@ def remeasure(
                 continue
             p50s.append(timing.latency.p50)
             loads.append(timing.loadavg_1m if timing.loadavg_1m is not None else float("nan"))
-        p50 = record.metrics.get("latency_p50_ms", 0.0)
         spreads.append(Spread(record.number, record.config, p50, tuple(p50s), tuple(loads), "; ".join(errors)[:400]))
     return sorted(spreads, key=lambda s: s.number)

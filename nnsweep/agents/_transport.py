@@ -136,10 +136,11 @@ class LocalTransport(Transport):
         """Start the warm workers of ``runtimes`` now, while the first artifacts convert, so the
         runtime imports (seconds for ExecuTorch and torch) are not paid inside a measurement.
         A worker that cannot start is left to the fresh-process fallback, as at measure time."""
+        if not self.warm:
+            return  # every measurement is a fresh process: nothing to start
         for runtime in runtimes:
             worker = self.worker(runtime)
-            if worker is None:
-                return
+            assert worker is not None  # warm transports have one per runtime
             try:
                 worker.start()
             except WorkerUnavailable as exc:
