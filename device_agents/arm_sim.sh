@@ -15,7 +15,10 @@
 #
 # Environment: NNSWEEP_ARM_SIM_DIR (default /var/cache/nnsweep-arm-sim; the root is its
 # `root` folder), NNSWEEP_ARM_SIM_DEVICE (default arm64-sim), NNSWEEP_ARM_SIM_CPUS (this host's cores),
-# NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT (52366), NNSWEEP_TOKEN_FILE (default ~/.ray/auth_token).
+# NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT (52366), NNSWEEP_TOKEN_FILE (default ~/.ray/auth_token),
+# NNSWEEP_ARM_SIM_AGENT: full (default: every runtime, as install.sh) or lite (install.sh
+# --lite: no PyTorch or ExecuTorch; minutes to build instead of ~50). A full agent serves
+# a lite request: the build never downgrades.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,6 +28,7 @@ device="${NNSWEEP_ARM_SIM_DEVICE:-arm64-sim}"
 cpus="${NNSWEEP_ARM_SIM_CPUS:-$(nproc)}"
 agent_port="${NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT:-52366}"
 token_file="${NNSWEEP_TOKEN_FILE:-$HOME/.ray/auth_token}"
+profile="${NNSWEEP_ARM_SIM_AGENT:-full}"
 suite=bookworm
 # A Cortex-A72 (Raspberry Pi 4): cpuinfo (ONNX Runtime, XNNPACK) reads this register.
 midr=0x00000000410fd083
@@ -152,21 +156,29 @@ install_agent() {
     # What pip installs: the package, its data, and how it is built (not docs or tests).
     digest=$(cd "$src" && find pyproject.toml nnsweep dashboards device_agents/install.sh -type f \
         ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64)
-    if [ -e "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && [ -x "$root$agent_bin/nnsweep" ]; then
-        log "agent up to date ($digest)"
+    # The stamp holds "DIGEST PROFILE" (a stamp without a profile is from a full install).
+    local installed=() want=$profile
+    [ -e "$stamp" ] && read -r -a installed <"$stamp"
+    [ "${installed[1]:-full}" = full ] && [ -n "${installed[0]:-}" ] && want=full
+    if [ "${installed[0]:-}" = "$digest" ] && [ "${installed[1]:-full}" = "$want" ] \
+        && [ -x "$root$agent_bin/nnsweep" ]; then
+        log "agent up to date ($want, $digest)"
         return 0
     fi
-    log "installing the agent with device_agents/install.sh (pip under emulation: minutes)"
+    local flag=""
+    [ "$want" = lite ] && flag=--lite
+    log "installing the agent ($want) with device_agents/install.sh $flag (pip under emulation: minutes)"
     local t0=$SECONDS
     mount_root
-    in_root bash /opt/nnsweep-src/device_agents/install.sh /opt/nnsweep-src >"$cache/install.log" 2>&1 \
+    in_root bash /opt/nnsweep-src/device_agents/install.sh $flag /opt/nnsweep-src >"$cache/install.log" 2>&1 \
         || { tail -30 "$cache/install.log" >&2; die "install.sh failed (log: $cache/install.log)"; }
     log "install.sh took $((SECONDS - t0)) s"
-    echo "$digest" >"$stamp"
+    echo "$digest $want" >"$stamp"
 }
 
 cmd_build() {
     need_root
+    case "$profile" in full|lite) ;; *) die "NNSWEEP_ARM_SIM_AGENT must be full or lite, got '$profile'" ;; esac
     setup_binfmt
     build_root
     copy_host_files

@@ -5,9 +5,19 @@
 # runtime, Arm NN comes from Debian (it runs in the system python3):
 #   sudo apt-get install python3-pyarmnn libarmnn-cpuacc-backend22 libarmnn-cpuref-backend22 libarmnntfliteparser22
 #
-#   ./install.sh [SOURCE]      SOURCE: a path or URL pip understands (default: this checkout)
+#   ./install.sh [--lite] [SOURCE]   SOURCE: a path or URL pip understands (default: this checkout)
+#
+# --lite installs the agent-lite extra: Ray, ONNX Runtime and LiteRT, without PyTorch and
+# ExecuTorch, for a board that cannot hold them (their measuring process needs ~0.9 GB,
+# and on aarch64 PyPI's torch wheel pulls ~5 GB of CUDA libraries). The board then
+# offers onnxruntime, litert and armnn only.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
+extra=agent
+if [ "${1:-}" = "--lite" ]; then
+    extra=agent-lite
+    shift
+fi
 source="${1:-$here}"
 prefix="${NNSWEEP_AGENT_HOME:-$HOME/nnsweep-agent}"
 
@@ -17,6 +27,6 @@ case "$(uname -m)" in
   *) echo "unsupported architecture $(uname -m): Ray needs a 64-bit OS" >&2; exit 2 ;;
 esac
 python3 -m venv "$prefix/venv"
-"$prefix/venv/bin/python" -m pip install --disable-pip-version-check "${source}[agent]"
-echo "installed: $prefix/venv/bin/nnsweep"
+"$prefix/venv/bin/python" -m pip install --disable-pip-version-check "${source}[${extra}]"
+echo "installed ($extra): $prefix/venv/bin/nnsweep"
 echo "join a head: $prefix/venv/bin/nnsweep agent join --address HEAD:6379 --device \$(hostname) --token-file ~/.ray/auth_token"
