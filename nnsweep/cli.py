@@ -1007,7 +1007,16 @@ def _cmd_agent_head(args: argparse.Namespace, cache_dir: Path) -> int:
 
 
 def _cmd_agent_join(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.agents._node import check_token_file, default_token_path, join_command, ray_env
+    import time
+
+    from nnsweep.agents._node import (
+        check_token_file,
+        default_token_path,
+        join_command,
+        ray_env,
+        ray_temp_dir,
+        start_failure,
+    )
 
     try:
         cmd = join_command(
@@ -1025,7 +1034,12 @@ def _cmd_agent_join(args: argparse.Namespace, cache_dir: Path) -> int:
             check_token_file(token, option="--token-file", allow_readable=args.allow_readable_token)
     except SpecError as exc:
         return _usage_error(exc, {})
-    return _ray_start(cmd, ray_env(os.environ, token))
+    since = time.time() - 1.0  # some filesystems keep whole seconds
+    code = _ray_start(cmd, ray_env(os.environ, token))
+    reason = start_failure(ray_temp_dir(os.environ), since) if code != 0 else None
+    if reason is not None:
+        sys.stderr.write(f"nnsweep agent join: {reason}\n")
+    return code
 
 
 def _setup_logging(verbosity: int) -> None:

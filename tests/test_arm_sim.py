@@ -192,8 +192,8 @@ def _free_port() -> int:
 
 
 def _can_emulate() -> str | None:
-    if not os.environ.get("NNSWEEP_ARM_SIM_TESTS"):
-        return "opt-in: set NNSWEEP_ARM_SIM_TESTS=1 (builds the board: ~50 min on a new machine)"
+    if os.environ.get("NNSWEEP_ARM_SIM_TESTS") != "1":
+        return "`make test` sets NNSWEEP_ARM_SIM_TESTS=1 where it can build the board (root, x86_64); 0 leaves it out"
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return "the emulated board is built on an x86_64 Linux host"
     if os.geteuid() != 0:
@@ -208,6 +208,14 @@ def _can_emulate() -> str | None:
 class Board:
     address: str
     env: dict[str, str]
+    profile: str  # the agent installed in the root: "full" (every runtime) or "lite" (no torch, ExecuTorch)
+
+
+def _installed_profile(env: dict[str, str]) -> str:
+    status = subprocess.run(["bash", str(ARM_SIM), "status"], env=env, capture_output=True, text=True, check=True)
+    line = next(line for line in status.stdout.splitlines() if line.startswith("agent: "))
+    fields = line.split()
+    return fields[2] if len(fields) > 2 else "full"
 
 
 def _ray_ready(address: str, device: str, env: dict[str, str], timeout: float) -> None:
@@ -242,8 +250,10 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
         RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL="minor",
         NNSWEEP_TOKEN_FILE=str(token),
         NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT=str(_free_port()),
+        NNSWEEP_ARM_SIM_AGENT=os.environ.get("NNSWEEP_ARM_SIM_AGENT", "lite"),
     )
-    # Builds the root on a new machine (~25 min), reinstalls the agent when the checkout changed.
+    # Builds the root on a new machine (lite agent: docs/arm-sim.md has the minutes), or
+    # reinstalls the agent when the checkout changed; `make test` has built it already.
     subprocess.run(["bash", str(ARM_SIM), "build"], env=env, check=True, timeout=3600)
     log = open(tmp / "head.log", "ab")  # noqa: SIM115 (kept open for the head's lifetime)
     ray_bin = str(Path(sys.executable).parent / "ray")
@@ -258,7 +268,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
         _ray_ready(address, "host", env, timeout=120)
         subprocess.run(["bash", str(ARM_SIM), "start", address], env=env, check=True, timeout=600)
         _ray_ready(address, "arm64-sim", env, timeout=300)
-        yield Board(address, env)
+        yield Board(address, env, _installed_profile(env))
     finally:
         with contextlib.suppress(Exception):
             import ray
@@ -295,15 +305,15 @@ def test_devices_lists_the_host_and_the_emulated_board(board: Board) -> None:
     assert (arm["arch"], arm["emulated"]) == ("aarch64", True)
     assert arm["versions"]["python"].startswith("3.11.")
     rts = arm["runtimes"]
-    assert rts["executorch"][0] == "xnnpack"
     assert "cpu" in rts["onnxruntime"] and "xnnpack" in rts["litert"]
+    # Arm NN's Neon kernels (CpuAcc) load on (emulated) Arm; x86 has CpuRef only
+    assert rts["armnn"][:2] == ["CpuAcc", "CpuRef"]
     assert "CpuAcc" not in host["runtimes"].get("armnn", [])
-    if "armnn" not in rts:
-        # PyArmNN with CpuAcc loads in the root, but nnsweep.bench._foreign.python_command
-        # takes the agent's venv Python for /usr/bin/python3 (same realpath), which cannot
-        # see Debian's dist-packages: docs/arm-sim.md. A real board has the same bug.
-        pytest.xfail("armnn not probed on the board: python_command runs the venv's Python")
-    assert rts["armnn"][:2] == ["CpuAcc", "CpuRef"]  # Neon kernels load on (emulated) Arm, not on x86
+    # the board offers what its agent installed: ExecuTorch with the full agent only
+    if board.profile == "full":
+        assert rts["executorch"][0] == "xnnpack" and "torch" in rts
+    else:
+        assert "executorch" not in rts and "torch" not in rts
 
 
 @pytest.mark.emulation
@@ -329,9 +339,15 @@ def test_sweep_over_host_and_the_emulated_board(
             "name": "armsim",
             "model": "digits",
             "devices": ["host", "arm64-sim"],
-            "space": {"runtime": ["onnxruntime", "executorch"], "quant": ["fp32", "static_int8"], "threads": [1]},
+            "space": {
+                "runtime": ["onnxruntime", "armnn"],
+                "quant": ["fp32", "static_int8"],
+                "granularity": ["per_tensor"],
+                "backends": {"armnn": ["CpuAcc", "CpuRef"]},
+                "threads": [1],
+            },
             "budget": {"trials": 3},
-            "measure": {"warmup": 2, "iters": 30},
+            "measure": {"warmup": 2, "iters": 30, "timeout_s": 900},
         }
     )
     tracker = MlflowTracker("sqlite:///mlflow.db", "armsim", "armsim")
@@ -351,6 +367,17 @@ def test_sweep_over_host_and_the_emulated_board(
         # accuracy on the board is real: the aarch64 kernels' own outputs, evaluated
         assert all(r.metrics["accuracy"] > 0.9 for r in measured if r.config.quant.mode.value == "fp32")
         assert open_study(spec, device, create=False).study_name == f"armsim/{device}"
+    # Arm NN's order for real: the board's own report puts digits' layers on CpuAcc (Neon);
+    # the x86 host, with CpuRef only, puts them all there
+    placed = {
+        r.device: r.partitions["nodes_by_backend"]
+        for d in by_device.values()
+        for r in d.records
+        if r.status is TrialStatus.OK and r.config.runtime == "armnn" and r.config.backends[:1] != ("CpuRef",)
+    }
+    assert placed["arm64-sim"].get("CpuAcc", 0) > 0 and not placed["arm64-sim"].get("CpuRef"), placed
+    host_armnn = [r for r in by_device["host"].records if r.status is TrialStatus.OK and r.config.runtime == "armnn"]
+    assert all(set(r.partitions["nodes_by_backend"]) == {"CpuRef"} for r in host_armnn)
     runs = tracker.client.search_runs([tracker.experiment_id])
     assert sorted(r.info.run_name for r in runs if r.data.tags.get("nnsweep.kind") == "device") == [
         "arm64-sim",

@@ -24,6 +24,8 @@ from nnsweep.agents._node import (
     head_command,
     join_command,
     ray_env,
+    ray_temp_dir,
+    start_failure,
 )
 from nnsweep.errors import SpecError
 
@@ -160,17 +162,95 @@ def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_stranger
         wrong = _connect(address, dict(base, HOME=str(stranger), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64))
         assert wrong.stdout.startswith("REFUSED"), wrong.stdout + wrong.stderr[-1000:]
     finally:
-        # Stop exactly what this test started: its session (never `ray stop`, which ends every
-        # Ray process of the user on this machine).
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while _session_pids(head.pid) and time.monotonic() < deadline:
-            time.sleep(1)
-        for pid in _session_pids(head.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        head.wait(timeout=30)
+        _stop_session(head)
         log.close()
+
+
+def _stop_session(proc: subprocess.Popen[bytes]) -> None:
+    """Stop exactly what a test started: the session ``proc`` leads (never `ray stop`, which ends
+    every Ray process of the user on this machine)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while _session_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(1)
-        assert not _session_pids(head.pid)
+    for pid in _session_pids(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(1)
+    assert not _session_pids(proc.pid)
+
+
+def test_start_failure_reads_the_raylets_reason_from_this_starts_logs(tmp_path: Path) -> None:
+    logs = tmp_path / "session_2026-11-23_22-37-09_161484_12181" / "logs"
+    logs.mkdir(parents=True)
+    line = (
+        "[2026-11-23 22:37:28,645 C 12331 12331] (raylet) node_manager.cc:3588:  An unexpected system state "
+        "has occurred. ... Check failed: statussetor3588.has_value() Timed out waiting for file "
+        f"{tmp_path}/session_2026-11-23_22-37-09_161484_12181/dashboard_agent_listen_port_9b71af3ef2b209d7\n"
+    )
+    (logs / "raylet.1.err").write_text(line)
+    (logs / "raylet.out").write_text("[...] (raylet) main.cc:283: Setting cluster ID to: b4367d9b\n")
+    reason = start_failure(tmp_path, since=time.time() - 60)
+    assert reason is not None and "Ray's dashboard agent" in reason and "ray stop" in reason
+    assert start_failure(tmp_path, since=time.time() + 60) is None  # an earlier start's log says nothing now
+    (logs / "raylet.1.err").write_text(line.replace("dashboard_agent_listen_port", "runtime_env_agent_port"))
+    assert "Ray's runtime-env agent" in (start_failure(tmp_path, since=0) or "")
+    (logs / "raylet.1.err").write_text("unrelated\n")
+    assert start_failure(tmp_path, since=0) is None
+    assert start_failure(tmp_path / "missing", since=0) is None
+    assert ray_temp_dir({"RAY_TMPDIR": "/r", "TMPDIR": "/t"}) == Path("/r/ray")
+    assert ray_temp_dir({"TMPDIR": "/t"}) == Path("/t/ray") and ray_temp_dir({}) == Path("/tmp/ray")
+
+
+@pytest.mark.ray
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_join_whose_agent_starts_too_slowly_says_why_in_one_line(tmp_path: Path) -> None:
+    """A board too slow to start Ray's dashboard agent in 15 s (ray-project/ray#65983), made here by a
+    sitecustomize that delays that one process: `ray start` says only "timed out", nnsweep says why."""
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(
+        "import sys, time\nif sys.argv and sys.argv[0].endswith('dashboard/agent.py'):\n    time.sleep(25)\n"
+    )
+    token = tmp_path / "auth_token"
+    ensure_token(token)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    base["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nr", dir="/tmp")  # short: Unix socket names are limited
+    port = _free_port()
+    cli = [sys.executable, "-m", "nnsweep.cli", "agent"]
+    head_log = (tmp_path / "head.log").open("wb")
+    head_args = ["head", "--port", str(port), "--token-file", str(token), "--dashboard-agent-port", str(_free_port())]
+    head = subprocess.Popen(
+        [*cli, *head_args, "--block"],
+        env=base,
+        stdout=head_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    join: subprocess.Popen[bytes] | None = None
+    try:
+        owner = dict(base, RAY_AUTH_TOKEN_PATH=str(token), **RAY_ENV)
+        deadline = time.monotonic() + 180
+        while not _connect(f"127.0.0.1:{port}", owner).stdout.startswith("CONNECTED"):
+            assert head.poll() is None and time.monotonic() < deadline, (tmp_path / "head.log").read_text()[-2000:]
+            time.sleep(2)
+        join_args = ["join", "--address", f"127.0.0.1:{port}", "--device", "slow-board", "--token-file", str(token)]
+        join = subprocess.Popen(
+            [*cli, *join_args, "--dashboard-agent-port", str(_free_port())],
+            env=dict(base, PYTHONPATH=str(slow)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        _, err = join.communicate(timeout=300)
+        assert join.returncode != 0
+        last = err.decode().strip().splitlines()[-1]
+        assert last.startswith("nnsweep agent join: the raylet gave up waiting for Ray's dashboard agent"), last
+    finally:
+        if join is not None:
+            _stop_session(join)
+        _stop_session(head)
+        head_log.close()

@@ -16,6 +16,12 @@ because whoever holds the token can run code on every node. Ray matches Python
 versions down to the patch level by default; a board's OS rarely has the head's
 patch version, so nodes and clients match the minor version
 (``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor``). See docs/security.md.
+
+A slow machine (a small board, a busy one, an emulated one) can fail to join: the
+raylet gives Ray's Python agents a fixed 15 s to write their port files and then
+aborts, and ``ray start`` only says the node "timed out during startup"
+(ray-project/ray#65983). :func:`start_failure` finds the raylet's own reason in its
+log so that ``nnsweep agent join`` can say it in one line.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ __all__ = [
     "head_command",
     "join_command",
     "ray_env",
+    "ray_temp_dir",
+    "start_failure",
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -199,3 +207,40 @@ def join_command(
     if dashboard_agent_port is not None:
         cmd += ["--dashboard-agent-listen-port", str(dashboard_agent_port)]
     return [*cmd, "--block"] if block else cmd
+
+
+# The raylet's line when an agent's port file did not appear in time, e.g.
+# "Timed out waiting for file /tmp/ray/session_X/dashboard_agent_listen_port_<node id>".
+_PORT_FILE_TIMEOUT = re.compile(r"Timed out waiting for file \S*?/([a-z_]+?)_port_[0-9a-f]+")
+_AGENTS = {"runtime_env_agent": "runtime-env agent"}  # every other port file is the dashboard agent's
+
+
+def ray_temp_dir(environ: Mapping[str, str]) -> Path:
+    """Where ``ray start`` keeps its sessions here: ``$RAY_TMPDIR``, else ``$TMPDIR``, else /tmp; then ``ray``."""
+    return Path(environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp") / "ray"
+
+
+def start_failure(temp_dir: Path, since: float) -> str | None:
+    """Why a ``ray start`` begun at ``since`` (``time.time()``) failed, in one line, if its raylet logged why.
+
+    Reads the raylet logs under ``temp_dir``'s sessions written since then; ``None``
+    when none says (the caller keeps Ray's own message).
+    """
+    logs = [*temp_dir.glob("session_*/logs/raylet*.err"), *temp_dir.glob("session_*/logs/raylet*.out")]
+    for log in sorted(logs):
+        try:
+            if log.stat().st_mtime < since:
+                continue
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        found = _PORT_FILE_TIMEOUT.search(text)
+        if found:
+            agent = _AGENTS.get(found.group(1), "dashboard agent")
+            return (
+                f"the raylet gave up waiting for Ray's {agent} to start (a fixed 15 s in Ray, "
+                "ray-project/ray#65983): this machine started Ray's Python agents too slowly "
+                "(a slow or busy CPU, slow storage, emulation). Run `ray stop` here and join again: "
+                "a second start finds its files cached and is usually faster"
+            )
+    return None
