@@ -946,6 +946,8 @@ def _cmd_devices(args: argparse.Namespace, cache_dir: Path) -> int:
     for c in caps:
         sys.stdout.write(f"{c.device}: {c.summary()}, {c.memory_mb} MB, machine {c.machine}, transport {c.transport}\n")
         sys.stdout.write(_space_lines(accepted_values(c.runtimes, c.cores)))
+        for runtime, need in c.left_out.items():
+            sys.stdout.write(f"    {runtime}: left out, its measuring process needs {need} MB with headroom\n")
     return EXIT_OK
 
 

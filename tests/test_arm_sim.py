@@ -104,6 +104,23 @@ def test_runtimes_that_fit_drops_what_needs_more_memory_than_the_board_has() -> 
     assert runtimes_that_fit(runtimes, 1 << 20)[1] == {}
 
 
+def test_a_small_board_says_which_runtimes_it_left_out(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from nnsweep.agents import LocalTransport, _probe
+    from nnsweep.cli import main
+
+    monkeypatch.setattr(_probe, "_memory_mb", lambda: 512)  # a 512 MB board: ExecuTorch and torch do not fit
+    caps = _probe.probe("small-board")
+    assert "onnxruntime" in caps.runtimes and caps.left_out == {
+        rt: MEASURE_PEAK_MB[rt] + MEASURE_HEADROOM_MB for rt in ("executorch", "torch")
+    }
+    assert Capabilities.from_dict(json.loads(json.dumps(caps.to_dict()))) == caps
+    monkeypatch.setattr(LocalTransport, "probe", lambda self, device: caps)
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert f"executorch: left out, its measuring process needs {caps.left_out['executorch']} MB" in out
+    assert "onnxruntime: backends cpu" in out
+
+
 def test_measured_peaks_are_filled_in() -> None:
     assert all(mb > 0 for mb in MEASURE_PEAK_MB.values()), MEASURE_PEAK_MB
 

@@ -26,6 +26,8 @@ class Capabilities:
         transport: how the agent reaches the device (``local``, ``adb``, ``ssh``).
         emulated: the device's userland runs under an emulator (qemu-user) on a CPU of
             another architecture: its timings are labelled, never taken for a real board's.
+        left_out: runtimes that load here but whose measuring process would not fit in
+            ``memory_mb``, with the memory (MB) it needs; they are not in ``runtimes``.
     """
 
     device: str
@@ -38,11 +40,13 @@ class Capabilities:
     versions: Mapping[str, str] = field(default_factory=dict)
     transport: str = "local"
     emulated: bool = False
+    left_out: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["runtimes"] = {k: list(v) for k, v in self.runtimes.items()}
         d["versions"] = dict(self.versions)
+        d["left_out"] = dict(self.left_out)
         return d
 
     @classmethod
@@ -58,6 +62,7 @@ class Capabilities:
             versions=dict(d.get("versions", {})),
             transport=d.get("transport", "local"),
             emulated=bool(d.get("emulated", False)),
+            left_out={k: int(v) for k, v in d.get("left_out", {}).items()},
         )
 
     def summary(self) -> str:

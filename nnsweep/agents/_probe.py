@@ -131,7 +131,7 @@ def probe(device: str, machine: str | None = None) -> Capabilities:
     versions["python"] = platform.python_version()
     memory_mb = _memory_mb()
     # A runtime whose measuring process would not fit in this board's memory is not offered.
-    found, _ = runtimes_that_fit(found, memory_mb)
+    found, left_out = runtimes_that_fit(found, memory_mb)
     return Capabilities(
         device=device,
         machine=machine or socket.gethostname(),
@@ -142,6 +142,7 @@ def probe(device: str, machine: str | None = None) -> Capabilities:
         runtimes=found,
         versions=versions,
         emulated=detect_emulation() is not None,
+        left_out=left_out,
     )
 
 
