@@ -37,11 +37,13 @@ quickstart: install
 	$(BIN)/nnsweep run sweeps/quickstart.yaml
 
 # An emulated aarch64 board (Debian arm64 under qemu-user, docs/arm-sim.md), cached in
-# /var/cache/nnsweep-arm-sim: `make arm-sim` builds it once with every runtime (49 min
-# measured on a busy 2-core machine: pip unpacks torch's aarch64 CUDA wheels under
-# emulation) and joins the head at ARM_SIM_HEAD as device arm64-sim; `make arm-sim-stop`.
+# /var/cache/nnsweep-arm-sim: `make arm-sim` builds it once (with every runtime: 49 min
+# measured on a busy 2-core machine, mostly pip unpacking torch's aarch64 CUDA wheels
+# under emulation; NNSWEEP_ARM_SIM_AGENT=lite: 5 min) and joins the head at ARM_SIM_HEAD
+# as device arm64-sim; `make arm-sim-stop`.
 ARM_SIM_HEAD ?= 127.0.0.1:6379
-ARM_SIM := $(SUDO) env NNSWEEP_TOKEN_FILE=$(HOME)/.ray/auth_token bash device_agents/arm_sim.sh
+ARM_SIM := $(SUDO) env NNSWEEP_TOKEN_FILE=$(HOME)/.ray/auth_token NNSWEEP_ARM_SIM_AGENT=$(NNSWEEP_ARM_SIM_AGENT) \
+	bash device_agents/arm_sim.sh
 arm-sim:
 	$(ARM_SIM) start $(ARM_SIM_HEAD)
 arm-sim-stop:

@@ -16,9 +16,9 @@
 # Environment: NNSWEEP_ARM_SIM_DIR (default /var/cache/nnsweep-arm-sim; the root is its
 # `root` folder), NNSWEEP_ARM_SIM_DEVICE (default arm64-sim), NNSWEEP_ARM_SIM_CPUS (this host's cores),
 # NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT (52366), NNSWEEP_TOKEN_FILE (default ~/.ray/auth_token),
-# NNSWEEP_ARM_SIM_AGENT: full (default: every runtime, as install.sh) or lite (install.sh
-# --lite: no PyTorch or ExecuTorch; minutes to build instead of ~50). A full agent serves
-# a lite request: the build never downgrades.
+# NNSWEEP_ARM_SIM_AGENT: full (every runtime, as install.sh) or lite (install.sh --lite: no
+# PyTorch or ExecuTorch; minutes to build instead of up to ~50). Unset, the root keeps the
+# agent it has (full on a new root). A full agent serves a lite request: never downgraded.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,7 +28,7 @@ device="${NNSWEEP_ARM_SIM_DEVICE:-arm64-sim}"
 cpus="${NNSWEEP_ARM_SIM_CPUS:-$(nproc)}"
 agent_port="${NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT:-52366}"
 token_file="${NNSWEEP_TOKEN_FILE:-$HOME/.ray/auth_token}"
-profile="${NNSWEEP_ARM_SIM_AGENT:-full}"
+profile="${NNSWEEP_ARM_SIM_AGENT:-}"
 suite=bookworm
 # A Cortex-A72 (Raspberry Pi 4): cpuinfo (ONNX Runtime, XNNPACK) reads this register.
 midr=0x00000000410fd083
@@ -157,12 +157,19 @@ install_agent() {
     digest=$(cd "$src" && find pyproject.toml nnsweep dashboards device_agents/install.sh -type f \
         ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64)
     # The stamp holds "DIGEST PROFILE" (a stamp without a profile is from a full install).
-    local installed=() want=$profile
+    local installed=() want
     [ -e "$stamp" ] && read -r -a installed <"$stamp"
-    [ "${installed[1]:-full}" = full ] && [ -n "${installed[0]:-}" ] && want=full
+    if [ -n "${installed[0]:-}" ]; then
+        # what the root has, unless a full agent is asked for
+        want=${installed[1]:-full}
+        [ "$profile" = full ] && want=full
+    else
+        want=${profile:-full}
+    fi
     if [ "${installed[0]:-}" = "$digest" ] && [ "${installed[1]:-full}" = "$want" ] \
         && [ -x "$root$agent_bin/nnsweep" ]; then
         log "agent up to date ($want, $digest)"
+        [ "$want" = full ] || log "lite agent: no PyTorch or ExecuTorch (NNSWEEP_ARM_SIM_AGENT=full adds them)"
         return 0
     fi
     local flag=""
@@ -178,7 +185,7 @@ install_agent() {
 
 cmd_build() {
     need_root
-    case "$profile" in full|lite) ;; *) die "NNSWEEP_ARM_SIM_AGENT must be full or lite, got '$profile'" ;; esac
+    case "$profile" in full|lite|"") ;; *) die "NNSWEEP_ARM_SIM_AGENT must be full or lite, got '$profile'" ;; esac
     setup_binfmt
     build_root
     copy_host_files
