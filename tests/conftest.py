@@ -54,3 +54,10 @@ def tiny_onnx():  # type: ignore[no-untyped-def]
         return bytes(model.SerializeToString())
 
     return make
+
+
+@pytest.fixture(scope="session")
+def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One Ray token for every cluster of the test session (0600 once written): a Ray client
+    reads its token once per process, and the test process is a client of each cluster."""
+    return tmp_path_factory.mktemp("ray") / "auth_token"

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import platform
-import secrets
 import shutil
 import signal
 import socket
@@ -247,16 +246,17 @@ def _ray_ready(address: str, device: str, env: dict[str, str], timeout: float) -
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
-    from nnsweep.agents._node import head_command
+def board(tmp_path_factory: pytest.TempPathFactory, ray_token: Path) -> Iterator[Board]:
+    from nnsweep.agents._node import ensure_token, head_command
 
     reason = _can_emulate()
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("arm-sim")
-    token = tmp / "auth_token"
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
+    # the session's token: this test process is a Ray client of the board's cluster, and a
+    # client reads its token once (the other clusters of the session use the same one)
+    token = ray_token
+    ensure_token(token)
     port = _free_port()
     address = f"127.0.0.1:{port}"
     env = dict(

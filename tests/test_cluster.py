@@ -101,11 +101,6 @@ def _workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) 
     (tmp_path / "cache" / "models").symlink_to(models_dir)
 
 
-@pytest.fixture(scope="session")
-def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("ray") / "auth_token"
-
-
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ray_token: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path, ray_token)
