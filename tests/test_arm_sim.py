@@ -103,7 +103,10 @@ def test_runtimes_that_fit_drops_what_needs_more_memory_than_the_board_has() -> 
     assert runtimes_that_fit(runtimes, 1 << 20)[1] == {}
 
 
-def test_a_small_board_says_which_runtimes_it_left_out(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+@pytest.mark.slow  # a real probe: imports every runtime
+def test_a_small_board_says_which_runtimes_it_left_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from nnsweep.agents import LocalTransport, _probe
     from nnsweep.cli import main
 
