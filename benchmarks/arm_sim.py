@@ -82,7 +82,7 @@ for job in jobs:
 
 
 def _config(runtime: str, backends: tuple[str, ...], quant: str, gran: str | None):  # type: ignore[no-untyped-def]
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
 
     q: dict[str, object] = {"mode": quant}
     if gran:

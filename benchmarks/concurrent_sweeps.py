@@ -41,7 +41,7 @@ storage: journal
 
 def _intervals(spec_path: Path) -> list[tuple[float, float, float, int]]:
     """(from, until, lock wait ms, trial number) of every measured trial of the sweep."""
-    from nnsweep.results import TrialStatus
+    from nnsweep.core.results import TrialStatus
     from nnsweep.spec import load_spec
     from nnsweep.studies import open_study, study_records
 

@@ -67,7 +67,7 @@ def check(work: Path, trials: int) -> dict[str, int]:
     from optuna.storages.journal import JournalFileBackend
 
     from nnsweep import studies
-    from nnsweep.results import TrialStatus
+    from nnsweep.core.results import TrialStatus
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(work / ".nnsweep/faults/optuna.journal")))

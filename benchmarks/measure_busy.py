@@ -36,7 +36,7 @@ def main() -> None:
     from nnsweep.agents import LocalTransport, MeasureRequest
     from nnsweep.artifacts import ArtifactCache
     from nnsweep.bench import MeasureSettings
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model
 
     settings = MeasureSettings(warmup=5, iters=200, min_duration_s=args.min_duration)

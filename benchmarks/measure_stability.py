@@ -52,7 +52,7 @@ def main() -> None:
     from nnsweep import deploy
     from nnsweep.artifacts import ArtifactCache
     from nnsweep.bench import MeasureSettings, WarmWorker, measure_in_subprocess
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model
 
     with tempfile.TemporaryDirectory(prefix="measure-stability-") as tmp:

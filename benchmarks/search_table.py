@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nnsweep.config import Calibration, DeploymentConfig, QuantMode
+from nnsweep.core.config import Calibration, DeploymentConfig, QuantMode
 from nnsweep.space import DeviceSpace, device_space, suggest
 from nnsweep.spec import IntRange, SweepSpec, load_spec
 
@@ -125,7 +125,7 @@ def table_space(meta: dict[str, Any]) -> DeviceSpace:
 
 
 def _measurement(result: Any) -> dict[str, Any]:
-    from nnsweep.results import metrics_from_result
+    from nnsweep.core.results import metrics_from_result
 
     d = result.to_dict()
     return {
@@ -192,7 +192,7 @@ def main() -> None:
     from nnsweep.artifacts import ArtifactCache
     from nnsweep.bench import MeasureSettings, measure_in_subprocess
     from nnsweep.bench._warm import WarmWorker
-    from nnsweep.errors import TrialError
+    from nnsweep.core.errors import TrialError
     from nnsweep.models import ModelSnapshot, load_model
 
     spec = load_spec(args.spec)

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nnsweep.config import DeploymentConfig, QuantConfig
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.config import DeploymentConfig, QuantConfig
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.tracking import MlflowTracker
 
 

@@ -1,7 +1,7 @@
 """Words and numbers shared by the figures and the HTML sections of the report.
 
 Everything here is plain text (no HTML escaping, no plotly): the callers escape
-for their medium. Metric names are the ones :mod:`nnsweep.results` records.
+for their medium. Metric names are the ones :mod:`nnsweep.core.results` records.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import math
 import re
 from collections.abc import Sequence
 
-from nnsweep import runtimes
-from nnsweep.config import DeploymentConfig, Interface
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core import runtimes
+from nnsweep.core.config import DeploymentConfig, Interface
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
 # Shown as percentages; sizes in KiB; everything else as measured.

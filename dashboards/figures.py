@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
 from . import _format as f

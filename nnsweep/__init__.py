@@ -8,7 +8,7 @@ modules that use them). Subpackages: :mod:`nnsweep.models`, :mod:`nnsweep.conver
 
 from importlib.metadata import PackageNotFoundError, version
 
-from nnsweep.config import (
+from nnsweep.core.config import (
     Calibration,
     DeploymentConfig,
     Granularity,
@@ -17,7 +17,7 @@ from nnsweep.config import (
     QuantConfig,
     QuantMode,
 )
-from nnsweep.errors import (
+from nnsweep.core.errors import (
     AgentLost,
     BenchmarkError,
     CacheCorrupted,

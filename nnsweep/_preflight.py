@@ -4,7 +4,7 @@ A wrong ``storage:`` or ``tracking.uri`` used to surface late and loud: a
 122-line SQLAlchemy traceback for an unknown scheme, or MLflow retrying an
 unreachable server for four minutes after Ray had started and the model had
 loaded. These checks run first, take a few seconds at most (``timeout_s``), write
-nothing, and fail with one :class:`~nnsweep.errors.SpecError` naming the field.
+nothing, and fail with one :class:`~nnsweep.core.errors.SpecError` naming the field.
 
 What is checked:
     ``journal``                 the folder the journal goes in can be created and written
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 
 __all__ = ["TIMEOUT_S", "check_spec", "check_storage", "check_tracking"]
 

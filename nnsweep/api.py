@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.config import DeploymentConfig
-from nnsweep.errors import SpecError
+from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.errors import SpecError
 
 if TYPE_CHECKING:
     import torch

@@ -29,9 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from nnsweep.config import DeploymentConfig, canonical_json
+from nnsweep.core.config import DeploymentConfig, canonical_json
 from nnsweep.convert._base import ConversionResult, IOSpec, PartitionReport
-from nnsweep.errors import CacheCorrupted
+from nnsweep.core.errors import CacheCorrupted
 
 __all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "cache_key", "default_cache_dir", "toolchain_versions"]
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nnsweep import runtimes
-from nnsweep.errors import NnsweepError, SpecError, TrialError
+from nnsweep.core import runtimes
+from nnsweep.core.errors import NnsweepError, SpecError, TrialError
 
 __all__ = ["entry", "main"]
 
@@ -367,7 +367,7 @@ def _readable_token_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _bench_config(args: argparse.Namespace) -> Any:
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
 
     data: dict[str, Any] = {}
     if args.config is not None:

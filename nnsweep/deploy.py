@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep import runtimes
+from nnsweep.core import runtimes
 from nnsweep.artifacts import Artifact, ArtifactCache, cache_key, toolchain_versions
 from nnsweep.convert._base import PartitionReport
-from nnsweep.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
+from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from nnsweep.bench._warm import ForkHere, WarmWorker
 
     Forker = WarmWorker | ForkHere
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import ModelBundle, ModelSnapshot
 
 __all__ = [
@@ -49,7 +49,7 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
     Raises:
         ConversionError: the converter failed; the message says why.
     """
-    from nnsweep.config import Interface
+    from nnsweep.core.config import Interface
 
     info = runtimes.get(config.runtime)
     key, toolchain = artifact_key(bundle.digest, config)

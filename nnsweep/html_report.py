@@ -28,9 +28,9 @@ from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING
 
-from nnsweep._atomic import atomic_path
+from nnsweep.core.atomic import atomic_path
 from nnsweep.report import best_across_devices, best_trial, pareto_front
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 
 if TYPE_CHECKING:
     from nnsweep.spec import SweepSpec
@@ -63,7 +63,7 @@ def check_ui_url(url: str, field: str = "--ui-url") -> str:
     """
     from urllib.parse import urlsplit
 
-    from nnsweep.errors import SpecError
+    from nnsweep.core.errors import SpecError
 
     shown = repr(url[:60] + ("..." if len(url) > 60 else ""))
     try:

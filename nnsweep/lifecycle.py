@@ -29,11 +29,11 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nnsweep.errors import NnsweepError
+from nnsweep.core.errors import NnsweepError
 
 if TYPE_CHECKING:
-    from nnsweep.config import DeploymentConfig
-    from nnsweep.results import TrialRecord
+    from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.results import TrialRecord
 
 __all__ = ["IllegalTransition", "Phase", "Role", "Ticket"]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nnsweep.lifecycle import Ticket
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
 __all__ = ["PHASE_NAMES", "Judgement", "failed", "interrupted", "judge", "reused", "time_breakdown"]

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from nnsweep import outcomes, studies
 from nnsweep.lifecycle import Phase, Role, Ticket
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.space import params_for, untried
 
 if TYPE_CHECKING:
     import optuna
 
     from nnsweep.agents import Capabilities
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.scheduler import Scheduler, Settlement
     from nnsweep.space import DeviceSpace
     from nnsweep.spec import SweepSpec

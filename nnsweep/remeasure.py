@@ -19,9 +19,9 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 
 from nnsweep.agents import MeasureReply, MeasureRequest
-from nnsweep.config import DeploymentConfig
-from nnsweep.errors import NnsweepError
-from nnsweep.results import TrialRecord
+from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.errors import NnsweepError
+from nnsweep.core.results import TrialRecord
 
 __all__ = ["Spread", "remeasure"]
 

@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nnsweep.config import DeploymentConfig
-from nnsweep.results import TrialRecord
+from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.results import TrialRecord
 from nnsweep.spec import Objective
 
 __all__ = ["DeviceCost", "SharedChoice", "best_across_devices", "best_trial", "pareto_front", "render_table"]

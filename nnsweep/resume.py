@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import optuna
 
     from nnsweep.agents import Capabilities
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.execution import Executor
     from nnsweep.spec import SweepSpec
     from nnsweep.tracking import Tracker

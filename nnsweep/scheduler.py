@@ -35,9 +35,9 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from nnsweep.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.lifecycle import Phase, Role, Ticket
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 
 __all__ = ["Action", "Admission", "DeviceState", "Scheduler", "Settlement", "execution_key", "reuse_key"]
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nnsweep import runtimes
-from nnsweep.config import (
+from nnsweep.core import runtimes
+from nnsweep.core.config import (
     Calibration,
     DeploymentConfig,
     Granularity,
@@ -31,7 +31,7 @@ from nnsweep.config import (
     QuantConfig,
     QuantMode,
 )
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 from nnsweep.spec import IntRange, SweepSpec
 
 if TYPE_CHECKING:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from nnsweep import runtimes
-from nnsweep.config import Calibration, Granularity, Interface, QuantMode
-from nnsweep.errors import SpecError
+from nnsweep.core import runtimes
+from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
+from nnsweep.core.errors import SpecError
 
 __all__ = [
     "METRICS",

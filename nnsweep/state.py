@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle

@@ -5,7 +5,7 @@ This module alone knows the attribute keys. A study holds:
 * per study: the sweep's **fingerprint** (what its results are tied to: model,
   measure settings, objectives, constraints, space) and the **sweep id** that
   names this generation of the sweep in the tracker;
-* per trial: its :class:`~nnsweep.lifecycle.Role`, its :class:`~nnsweep.results.TrialRecord`
+* per trial: its :class:`~nnsweep.lifecycle.Role`, its :class:`~nnsweep.core.results.TrialRecord`
   (written *before* the trial is told, so a trial that has a record and is still
   RUNNING was killed between the two and is told from its record on resume), the
   index of the default deployment it seeds (``seed``) and, for a trial put back in the
@@ -23,9 +23,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 from nnsweep.lifecycle import Role
-from nnsweep.results import TrialRecord
+from nnsweep.core.results import TrialRecord
 
 if TYPE_CHECKING:
     import optuna

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep import outcomes, resume
 from nnsweep.bench import MeasureSettings
-from nnsweep.config import DeploymentConfig
-from nnsweep.errors import InfrastructureError, SpecError
+from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.errors import InfrastructureError, SpecError
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.lifecycle import Phase, Ticket
 from nnsweep.recorder import Recorder

@@ -12,13 +12,13 @@ import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from nnsweep import runtimes
+from nnsweep.core import runtimes
 from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.bench import MeasureSettings
-from nnsweep.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.execution import ModelSource
 from nnsweep.lifecycle import Ticket
-from nnsweep.results import TrialRecord, TrialStatus, metrics_from_result
+from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
 
 if TYPE_CHECKING:
     from nnsweep.artifacts import Artifact, ArtifactCache

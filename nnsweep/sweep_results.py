@@ -1,9 +1,9 @@
 """What the coordinator does with each finished future, and what a finished sweep returns.
 
 :class:`Results` takes the outcome of a conversion, a measurement or a host evaluation
-to the scheduler and the recorder: a :class:`~nnsweep.errors.TrialError` (or anything
+to the scheduler and the recorder: a :class:`~nnsweep.core.errors.TrialError` (or anything
 unforeseen raised on a worker) fails that trial and the sweep goes on; an
-:class:`~nnsweep.errors.InfrastructureError` is retried or requeues the trial and is
+:class:`~nnsweep.core.errors.InfrastructureError` is retried or requeues the trial and is
 never recorded as a result. :func:`finish` winds each device down, re-measures its
 Pareto candidates and builds its :class:`DeviceResult`.
 """
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep import outcomes
 from nnsweep.agents import Capabilities, MeasureReply
-from nnsweep.errors import InfrastructureError, TrialError
+from nnsweep.core.errors import InfrastructureError, TrialError
 from nnsweep.lifecycle import Phase, Ticket
 from nnsweep.remeasure import Spread, remeasure
 from nnsweep.report import best_trial, pareto_front
-from nnsweep.results import TrialRecord
+from nnsweep.core.results import TrialRecord
 from nnsweep.studies import study_records
 
 if TYPE_CHECKING:

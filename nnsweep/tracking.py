@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 
 if TYPE_CHECKING:
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
 
 __all__ = [
     "BackgroundTracker",

@@ -35,7 +35,7 @@ def test_a_live_model_cannot_go_to_a_ray_cluster() -> None:
     import torch
 
     from nnsweep.api import sweep
-    from nnsweep.errors import SpecError
+    from nnsweep.core.errors import SpecError
 
     with pytest.raises(SpecError, match="executor='local'"):
         sweep({"name": "x"}, torch.nn.Linear(4, 2), torch.randn(1, 4), executor="ray")

@@ -152,10 +152,10 @@ def test_agent_sets_emulated_on_each_reply_from_the_capabilities(emulated: bool)
 
 
 def test_tables_label_emulated_latencies() -> None:
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.dashboards import _format, sections
     from nnsweep.report import render_table
-    from nnsweep.results import TrialRecord, TrialStatus
+    from nnsweep.core.results import TrialRecord, TrialStatus
     from nnsweep.spec import parse_spec
 
     spec = parse_spec({"name": "t", "model": "digits", "devices": ["arm64-sim"]})
@@ -172,8 +172,8 @@ def test_tables_label_emulated_latencies() -> None:
 def test_mlflow_trial_runs_carry_an_emulated_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.tracking import MlflowClient
 
-    from nnsweep.config import DeploymentConfig
-    from nnsweep.results import TrialRecord, TrialStatus
+    from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.results import TrialRecord, TrialStatus
     from nnsweep.tracking import MlflowTracker, absolute_sqlite_uri
 
     monkeypatch.chdir(tmp_path)
@@ -344,7 +344,7 @@ def test_sweep_over_host_and_the_emulated_board(
     board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
     from nnsweep.execution.ray_cluster import RayExecutor
-    from nnsweep.results import TrialStatus
+    from nnsweep.core.results import TrialStatus
     from nnsweep.spec import parse_spec
     from nnsweep.sweep import Sweep, open_study
     from nnsweep.tracking import MlflowTracker

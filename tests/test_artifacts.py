@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from nnsweep.artifacts import ArtifactCache, cache_key, toolchain_versions
-from nnsweep.config import DeploymentConfig, QuantConfig
+from nnsweep.core.config import DeploymentConfig, QuantConfig
 from nnsweep.convert import ConversionResult, PartitionReport
 
 CFG = DeploymentConfig("executorch", ("xnnpack",))
@@ -96,7 +96,7 @@ def test_meta_records_config_and_checksum(tmp_path: Path) -> None:
 
 
 def test_the_key_covers_the_converter_code_not_only_package_versions() -> None:
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.deploy import artifact_key
 
     key, toolchain = artifact_key("m" * 64, DeploymentConfig("executorch"))
@@ -110,7 +110,7 @@ def test_the_key_covers_the_converter_code_not_only_package_versions() -> None:
 
 def test_an_entry_packed_on_one_machine_unpacks_whole_into_another_cache(tmp_path: Path) -> None:
     from nnsweep.artifacts import PackedArtifact
-    from nnsweep.errors import CacheCorrupted
+    from nnsweep.core.errors import CacheCorrupted
 
     there, here = ArtifactCache(tmp_path / "builder"), ArtifactCache(tmp_path / "coordinator")
     key = cache_key("m" * 64, CFG, TOOLS)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nnsweep.bench._machine_lock import MachineLock, default_lock_path
-from nnsweep.errors import InfrastructureError
+from nnsweep.core.errors import InfrastructureError
 
 _HOLDER = """
 import sys, time

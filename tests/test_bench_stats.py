@@ -10,7 +10,7 @@ import pytest
 from nnsweep.bench import LatencyStats, MeasureSettings, Runner, Timing, evaluate, time_runner
 from nnsweep.bench._stats import median_ci
 from nnsweep.convert._base import IOSpec
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 
 
 def test_latency_stats_match_numpy() -> None:

@@ -21,7 +21,7 @@ from nnsweep.bench._isolated import measure_in_subprocess
 from nnsweep.bench._machine_lock import MachineLock
 from nnsweep.bench._warm import WarmWorker
 from nnsweep.convert._base import IOSpec
-from nnsweep.errors import BenchmarkError
+from nnsweep.core.errors import BenchmarkError
 
 SETTINGS = MeasureSettings(warmup=1, iters=20)
 
@@ -189,7 +189,7 @@ def test_the_machine_lock_is_held_while_the_child_measures(
 @pytest.mark.slow
 def test_executorch_threads_are_set_in_each_child_before_loading(digits, cache, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from nnsweep import deploy
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
 
     artifact, _ = deploy.convert(digits, DeploymentConfig("executorch", ("xnnpack", "portable")), cache)
     worker = WarmWorker("executorch")

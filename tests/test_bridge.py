@@ -12,7 +12,7 @@ import pytest
 from nnsweep.agents import AdbTransport, MeasureRequest, parse_benchmark_model, parse_speed_benchmark_torch
 from nnsweep.bench import MeasureSettings
 from nnsweep.convert import IOSpec
-from nnsweep.errors import AgentLost, BenchmarkError
+from nnsweep.core.errors import AgentLost, BenchmarkError
 
 FAKE_ADB = Path(__file__).parent / "fakes" / "adb"
 
@@ -140,7 +140,7 @@ def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
     phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
     from nnsweep.execution import LocalExecutor
-    from nnsweep.results import TrialStatus
+    from nnsweep.core.results import TrialStatus
     from nnsweep.spec import parse_spec
     from nnsweep.sweep import Sweep
     from nnsweep.tracking import MlflowTracker
@@ -188,7 +188,7 @@ def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
 
 def test_spec_values_reach_ssh_and_adb_as_arguments_never_options(tmp_path: Path) -> None:
     from nnsweep.agents import SshTransport
-    from nnsweep.errors import SpecError
+    from nnsweep.core.errors import SpecError
 
     with pytest.raises(SpecError, match="option"):
         SshTransport("-oProxyCommand=touch pwned", {"torch": "/tmp/t"})

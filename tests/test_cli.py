@@ -289,9 +289,9 @@ def test_best_across_devices_picks_one_configuration_for_all(
     import yaml
 
     from nnsweep import studies
-    from nnsweep.config import DeploymentConfig, QuantConfig, QuantMode
+    from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
     from nnsweep.lifecycle import Role
-    from nnsweep.results import TrialRecord, TrialStatus
+    from nnsweep.core.results import TrialRecord, TrialStatus
     from nnsweep.spec import load_spec
 
     path = tmp_path / "two.yaml"
@@ -319,7 +319,7 @@ def test_best_across_devices_picks_one_configuration_for_all(
 
 
 def test_devices_shows_the_exact_space_values_each_device_accepts(capsys: pytest.CaptureFixture[str]) -> None:
-    from nnsweep.runtimes import get
+    from nnsweep.core.runtimes import get
 
     assert main(["devices"]) == 0
     text = capsys.readouterr().out

@@ -150,7 +150,7 @@ def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
     from nnsweep.execution.ray_cluster import RayExecutor
-    from nnsweep.results import TrialStatus
+    from nnsweep.core.results import TrialStatus
     from nnsweep.sweep import Sweep, open_study
     from nnsweep.tracking import MlflowTracker
 
@@ -210,7 +210,7 @@ def test_a_machine_that_joins_with_converters_takes_conversions_and_ships_them_b
     machines, and what the builder converted lands in the coordinator's own cache."""
     from nnsweep.artifacts import ArtifactCache
     from nnsweep.execution.ray_cluster import RayExecutor
-    from nnsweep.results import TrialStatus
+    from nnsweep.core.results import TrialStatus
     from nnsweep.spec import parse_spec
     from nnsweep.sweep import Sweep
     from nnsweep.tracking import NullTracker

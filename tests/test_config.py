@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from nnsweep.config import (
+from nnsweep.core.config import (
     Calibration,
     DeploymentConfig,
     Granularity,
@@ -11,7 +11,7 @@ from nnsweep.config import (
     QuantConfig,
     QuantMode,
 )
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 
 
 def test_fallback_closes_every_order_and_cuts_what_follows_it() -> None:

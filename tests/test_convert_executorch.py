@@ -11,7 +11,7 @@ from nnsweep import deploy
 from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.executorch import ExecuTorchRunner
-from nnsweep.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
+from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.models import ModelSnapshot
 
 

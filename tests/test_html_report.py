@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nnsweep.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.dashboards import figures
 from nnsweep.dashboards.sample import sample_devices, sample_links, sample_spec
 from nnsweep.html_report import (
@@ -27,7 +27,7 @@ from nnsweep.html_report import (
     render_report,
     write_report,
 )
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 
 BEST = {
     "host": "#1 executorch/xnnpack>portable/fp32/t1",

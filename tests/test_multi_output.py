@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from nnsweep.bench import evaluate
-from nnsweep.errors import ConversionStorageError, SpecError
+from nnsweep.core.errors import ConversionStorageError, SpecError
 
 TWO_HEADS = '''
 import numpy as np
@@ -100,7 +100,7 @@ def test_a_model_that_fails_on_its_example_is_an_input_error_at_load(tmp_path: P
 def test_a_disk_error_during_conversion_is_an_infrastructure_error_naming_the_path(tmp_path: Path) -> None:
     from nnsweep import deploy
     from nnsweep.artifacts import ArtifactCache
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model
 
     (tmp_path / "heads.py").write_text(TWO_HEADS)

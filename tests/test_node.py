@@ -27,7 +27,7 @@ from nnsweep.agents._node import (
     ray_temp_dir,
     start_failure,
 )
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 
 
 def test_a_missing_token_is_generated_0600_in_a_0700_folder(tmp_path: Path) -> None:

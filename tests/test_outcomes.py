@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from nnsweep import outcomes
-from nnsweep.config import DeploymentConfig, QuantConfig, QuantMode
+from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
 from nnsweep.lifecycle import Phase, Ticket
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
 CFG = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32))

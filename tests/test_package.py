@@ -9,7 +9,7 @@ import sys
 import pytest
 
 HEAVY = ("torch", "ray", "mlflow", "optuna", "executorch", "onnxruntime", "torchvision")
-PACKAGES = ["nnsweep", "nnsweep.convert", "nnsweep.bench", "nnsweep.models", "nnsweep.errors", "nnsweep.config"]
+PACKAGES = ["nnsweep", "nnsweep.convert", "nnsweep.bench", "nnsweep.models", "nnsweep.core.errors", "nnsweep.core.config"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -35,7 +35,7 @@ def _imported_after(code: str) -> set[str]:
 
 
 def test_import_nnsweep_is_light() -> None:
-    loaded = _imported_after("import nnsweep, nnsweep.runtimes, nnsweep.convert")
+    loaded = _imported_after("import nnsweep, nnsweep.core.runtimes, nnsweep.convert")
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 

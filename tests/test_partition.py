@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from nnsweep.config import PartitionLimits  # noqa: E402
+from nnsweep.core.config import PartitionLimits  # noqa: E402
 
 
 class _Split(nn.Module):
@@ -83,7 +83,7 @@ def test_dropping_a_partition_that_holds_a_kept_whole_op_still_lowers(digits_gn)
     leave a graph the portable kernels can run (found by a sweep: max 2, min 5 nodes)."""
     from nnsweep import deploy
     from nnsweep.artifacts import ArtifactCache
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
 
     cache = ArtifactCache(Path(tempfile.mkdtemp()))
     config = DeploymentConfig("executorch", ("xnnpack",), partitions=PartitionLimits(2, 5))

@@ -19,9 +19,9 @@ PLUGIN = '''
 from pathlib import Path
 
 from nnsweep.bench import Runner
-from nnsweep.config import QuantMode
+from nnsweep.core.config import QuantMode
 from nnsweep.convert import ConversionResult, Converter, IOSpec, PartitionReport
-from nnsweep.runtimes import RuntimeInfo
+from nnsweep.core.runtimes import RuntimeInfo
 
 
 class Pt2Converter(Converter):

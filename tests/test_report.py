@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from nnsweep.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.report import best_trial, pareto_front, render_table
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
 OBJ = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
@@ -54,7 +54,7 @@ def test_table_shows_status_and_reasons() -> None:
 
 
 def _on(device: str, number: int, threads: int, latency: float, feasible: bool = True) -> TrialRecord:
-    from nnsweep.config import QuantConfig, QuantMode
+    from nnsweep.core.config import QuantConfig, QuantMode
 
     config = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32), threads=threads)
     metrics = {"accuracy": 0.95, "latency_p50_ms": latency}

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from nnsweep.config import DeploymentConfig, QuantConfig, QuantMode
+from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
 from nnsweep.lifecycle import IllegalTransition, Phase, Role, Ticket
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.scheduler import Action, Admission, DeviceState, Scheduler, reuse_key
 
 HOST = "laptop"

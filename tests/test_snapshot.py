@@ -93,7 +93,7 @@ FORK_HERE = textwrap.dedent(
     from nnsweep.bench._machine_lock import MachineLock
     from nnsweep.bench._warm import ForkHere
     from nnsweep.convert._base import IOSpec
-    from nnsweep.errors import BenchmarkError
+    from nnsweep.core.errors import BenchmarkError
 
     artifact, lock = Path(sys.argv[1]), MachineLock(Path(sys.argv[2]))
     inputs = np.random.default_rng(0).random((8, 4), dtype=np.float32)

@@ -3,8 +3,8 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from nnsweep.config import DeploymentConfig, Granularity, PartitionLimits, QuantMode
-from nnsweep.errors import SpecError
+from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantMode
+from nnsweep.core.errors import SpecError
 from nnsweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, suggest
 from nnsweep.spec import parse_spec
 

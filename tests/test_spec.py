@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from nnsweep.config import Granularity, QuantMode
-from nnsweep.errors import SpecError
+from nnsweep.core.config import Granularity, QuantMode
+from nnsweep.core.errors import SpecError
 from nnsweep.spec import load_spec, parse_spec
 
 ISSUE_EXAMPLE = {

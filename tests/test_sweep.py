@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nnsweep.errors import ConversionError, ConversionStorageError, InfrastructureError
+from nnsweep.core.errors import ConversionError, ConversionStorageError, InfrastructureError
 from nnsweep.execution import ConvertRequest, LocalExecutor
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import parse_spec
 from nnsweep.sweep import Sweep, open_study, study_records
 
@@ -203,7 +203,7 @@ def test_a_disk_that_stays_full_ends_the_run_and_loses_nothing(workdir: Path, di
 
 
 def test_a_new_study_measures_its_defaults_then_each_modes_default_first(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
-    from nnsweep.config import PartitionLimits
+    from nnsweep.core.config import PartitionLimits
     from nnsweep.studies import seeded
 
     spec = _spec(workdir, trials=4, runtime=["executorch", "onnxruntime"])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from nnsweep.config import DeploymentConfig, QuantConfig
-from nnsweep.results import TrialRecord, TrialStatus
+from nnsweep.core.config import DeploymentConfig, QuantConfig
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.tracking import (
     BackgroundTracker,
     MlflowTracker,

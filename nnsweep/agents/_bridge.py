@@ -26,7 +26,7 @@ from nnsweep.agents._capabilities import Capabilities
 from nnsweep.agents._tools import TOOLS, ToolRun
 from nnsweep.agents._transport import MeasureReply, MeasureRequest, Transport
 from nnsweep.bench import LatencyStats, Timing
-from nnsweep.errors import AgentLost, BenchmarkError, SpecError
+from nnsweep.core.errors import AgentLost, BenchmarkError, SpecError
 from nnsweep.spec import Bridge
 
 __all__ = ["AdbTransport", "BridgeTransport", "SshTransport", "bridge_transport"]

@@ -36,7 +36,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 
 __all__ = [
     "RAY_ENV",

@@ -16,7 +16,7 @@ import socket
 from nnsweep.agents._capabilities import Capabilities
 from nnsweep.agents._transport import MeasureReply, MeasureRequest, Transport
 from nnsweep.bench import LatencyStats, Timing
-from nnsweep.errors import BenchmarkError
+from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["VelaEstimateTransport"]
 

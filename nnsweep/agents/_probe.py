@@ -93,7 +93,7 @@ def litert_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
 
 def armnn_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     """Arm NN's backends here, asked of PyArmNN in the interpreter it is built for."""
-    from nnsweep import runtimes
+    from nnsweep.core import runtimes
     from nnsweep.bench._foreign import python_command
 
     python = runtimes.get("armnn").python
@@ -112,7 +112,7 @@ def armnn_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
 
 def probe(device: str, machine: str | None = None) -> Capabilities:
     """Capabilities of this machine as device ``device``."""
-    from nnsweep import runtimes
+    from nnsweep.core import runtimes
 
     found: dict[str, tuple[str, ...]] = {}
     versions: dict[str, str] = {}

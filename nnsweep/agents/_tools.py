@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nnsweep.errors import BenchmarkError
+from nnsweep.core.errors import BenchmarkError
 
 __all__ = [
     "TOOLS",

@@ -25,7 +25,7 @@ from nnsweep.bench import MeasureSettings, Timing, measure_in_subprocess
 from nnsweep.bench._machine_lock import MachineLock
 from nnsweep.bench._warm import WarmWorker, WorkerUnavailable
 from nnsweep.convert._base import IOSpec
-from nnsweep.errors import InfrastructureError
+from nnsweep.core.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Transport(ABC):
 
     @abstractmethod
     def measure(self, request: MeasureRequest) -> MeasureReply:
-        """Measure one artifact; raise :class:`~nnsweep.errors.BenchmarkError` if it fails."""
+        """Measure one artifact; raise :class:`~nnsweep.core.errors.BenchmarkError` if it fails."""
 
 
 class LocalTransport(Transport):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnsweep import runtimes
+from nnsweep.core import runtimes
 from nnsweep.bench._harness import MeasureSettings, run_all, time_runner
 from nnsweep.convert._base import IOSpec
 

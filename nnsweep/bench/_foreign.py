@@ -2,7 +2,7 @@
 
 Some runtimes live outside the project's environment: PyArmNN is Debian's
 ``python3-pyarmnn``, built for the system Python and its numpy. Such a runtime
-declares its interpreter (:attr:`nnsweep.runtimes.RuntimeInfo.python`), and its
+declares its interpreter (:attr:`nnsweep.core.runtimes.RuntimeInfo.python`), and its
 measuring process (and its probes) run there. That interpreter sees the
 ``nnsweep`` package alone — never the environment's site-packages, whose numpy
 would not match the system's compiled extensions — through a directory that

@@ -44,7 +44,7 @@ class MeasureSettings:
     max_duration_s: float = 10.0
 
     def __post_init__(self) -> None:
-        from nnsweep.errors import SpecError
+        from nnsweep.core.errors import SpecError
 
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise SpecError("warmup", f"must be an integer >= 0, got {self.warmup!r}")

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnsweep.errors import InfrastructureError
+from nnsweep.core.errors import InfrastructureError
 
 __all__ = ["LockWait", "MachineLock", "default_lock_path"]
 

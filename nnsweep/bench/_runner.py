@@ -20,7 +20,7 @@ class Runner(ABC):
     per distinct input (outside any timed region), :meth:`run` many times, and
     :meth:`to_float` on what :meth:`run` returned. The thread count is applied by
     the constructor's caller before anything is loaded (some runtimes cannot
-    change it afterwards). Raise :class:`~nnsweep.errors.BenchmarkError` with the
+    change it afterwards). Raise :class:`~nnsweep.core.errors.BenchmarkError` with the
     reason when the artifact cannot be loaded or run here.
 
     Args:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from nnsweep import runtimes
+from nnsweep.core import runtimes
 from nnsweep.bench._foreign import python_command
-from nnsweep.errors import InfrastructureError
+from nnsweep.core.errors import InfrastructureError
 
 __all__ = ["ChildOutcome", "ForkHere", "WarmWorker", "WorkerUnavailable"]
 

@@ -166,7 +166,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     t0 = time.perf_counter()
     try:
-        from nnsweep import runtimes
+        from nnsweep.core import runtimes
 
         info = runtimes.get(runtime)
         importlib.import_module("nnsweep.bench._child")

@@ -1,4 +1,4 @@
-"""Converters: one module per runtime, imported lazily through :mod:`nnsweep.runtimes`.
+"""Converters: one module per runtime, imported lazily through :mod:`nnsweep.core.runtimes`.
 
 This package's own namespace stays light (no torch): the contract and the
 partition report only.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import ModelBundle
 
 __all__ = ["ConversionResult", "Converter", "IOSpec", "PartitionReport", "Placement"]
@@ -164,7 +164,7 @@ class Converter(ABC):
     The caller (``nnsweep.deploy``) validates the configuration, looks the artifact
     up in the cache, and calls :meth:`convert` only on a miss, with an empty
     temporary directory that it moves into the cache afterwards. A converter
-    raises :class:`~nnsweep.errors.ConversionError` with the reason when the
+    raises :class:`~nnsweep.core.errors.ConversionError` with the reason when the
     model cannot be converted for this configuration.
     """
 

@@ -17,13 +17,13 @@ import logging
 import subprocess
 from pathlib import Path
 
-from nnsweep import runtimes
+from nnsweep.core import runtimes
 from nnsweep.bench._foreign import python_command
-from nnsweep.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.convert import tflite
 from nnsweep.convert._base import ConversionResult, Converter, PartitionReport
 from nnsweep.convert.litert import export_tflite
-from nnsweep.errors import ConversionError
+from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
 __all__ = ["ArmNNConverter", "armnn_placement"]

@@ -23,11 +23,11 @@ from typing import Any
 
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-from nnsweep.config import DeploymentConfig, Granularity, Interface, QuantMode
+from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantMode
 from nnsweep.convert._base import ConversionResult, IOSpec
 from nnsweep.convert.executorch import _export, _quantize, _quantize_io
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
-from nnsweep.errors import ConversionError
+from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
 __all__ = ["TOSA_IO", "TOSA_SIDECAR", "convert_ethos_u", "read_vela_summary"]

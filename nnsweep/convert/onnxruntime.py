@@ -36,10 +36,10 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
-from nnsweep.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport, Placement
 from nnsweep.convert.quantize import calibration_samples
-from nnsweep.errors import ConversionError
+from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
 __all__ = ["OnnxRuntimeConverter"]

@@ -15,7 +15,7 @@ from typing import Any
 from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
-from nnsweep.config import PartitionLimits
+from nnsweep.core.config import PartitionLimits
 from nnsweep.convert._base import PartitionReport, Placement
 
 __all__ = ["LimitedPartitioner", "report_from_program"]
@@ -24,7 +24,7 @@ _TAG = "delegation_tag"
 
 
 class LimitedPartitioner(Partitioner):
-    """Apply :class:`~nnsweep.config.PartitionLimits` to another partitioner's choice.
+    """Apply :class:`~nnsweep.core.config.PartitionLimits` to another partitioner's choice.
 
     Args:
         inner: the backend's own partitioner.

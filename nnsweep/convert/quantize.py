@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nnsweep.config import QuantConfig
+from nnsweep.core.config import QuantConfig
 from nnsweep.models import ModelBundle
 
 __all__ = ["QAT_LR", "calibration_samples", "qat_finetune"]

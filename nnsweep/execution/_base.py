@@ -10,7 +10,7 @@ from pathlib import Path
 
 from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
 from nnsweep.artifacts import Artifact
-from nnsweep.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig
 
 __all__ = ["ConvertRequest", "Executor", "ModelSource"]
 
@@ -45,8 +45,8 @@ class Executor(ABC):
     Call order: :meth:`start` once, :meth:`capabilities` per device, then any
     number of :meth:`convert` and :meth:`measure` calls (the coordinator decides
     what may overlap), then :meth:`shutdown`. Futures resolve to the result or
-    raise: a :class:`~nnsweep.errors.TrialError` fails the trial, an
-    :class:`~nnsweep.errors.InfrastructureError` means retry elsewhere.
+    raise: a :class:`~nnsweep.core.errors.TrialError` fails the trial, an
+    :class:`~nnsweep.core.errors.InfrastructureError` means retry elsewhere.
     """
 
     @abstractmethod

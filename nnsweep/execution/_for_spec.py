@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 from nnsweep.execution._base import Executor
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest, output_sizes
 from nnsweep.spec import MAX_INPUT_ELEMENTS, check_input_shape
 

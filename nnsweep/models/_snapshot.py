@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nnsweep._atomic import atomic_path
+from nnsweep.core.atomic import atomic_path
 from nnsweep.models._bundle import Split
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nnsweep._atomic import atomic_path
+from nnsweep.core.atomic import atomic_path
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
 
 __all__ = ["VARIANTS", "DigitsNet", "digits_dataset", "load_digits"]

@@ -1,1 +1,1 @@
-"""One runner module per runtime, imported lazily through :mod:`nnsweep.runtimes`."""
+"""One runner module per runtime, imported lazily through :mod:`nnsweep.core.runtimes`."""

@@ -32,7 +32,7 @@ import numpy as np
 from nnsweep.bench._runner import Runner
 from nnsweep.bench.runners._outputs import concat_float, flatten_order
 from nnsweep.convert._base import PartitionReport, Placement
-from nnsweep.errors import BenchmarkError
+from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["ArmNNRunner", "available_backends", "optimize", "report_from_dot"]
 
@@ -56,7 +56,7 @@ def available_backends() -> dict[str, Any]:
     ann = _armnn()
     runtime = ann.IRuntime(ann.CreationOptions())
     found = {str(b) for b in runtime.GetDeviceSpec().GetSupportedBackends()}
-    from nnsweep.runtimes import ARMNN_BACKENDS
+    from nnsweep.core.runtimes import ARMNN_BACKENDS
 
     return {"version": ann.ARMNN_VERSION, "backends": [b for b in ARMNN_BACKENDS if b in found]}
 

@@ -9,7 +9,7 @@ import torch
 
 from nnsweep.bench._runner import Runner
 from nnsweep.bench.runners._outputs import concat_float
-from nnsweep.errors import BenchmarkError
+from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["ExecuTorchRunner"]
 

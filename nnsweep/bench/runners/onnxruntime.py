@@ -13,7 +13,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from nnsweep.bench._runner import Runner
 from nnsweep.bench.runners._outputs import concat_float
-from nnsweep.errors import BenchmarkError
+from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["PROVIDERS", "OnnxRuntimeRunner", "providers_for", "session_options"]
 

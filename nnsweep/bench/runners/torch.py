@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from nnsweep.bench._runner import Runner
-from nnsweep.errors import BenchmarkError
+from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["META_FILE", "TorchScriptRunner", "pick_engine"]
 

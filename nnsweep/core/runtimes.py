@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.config import Calibration, Granularity, Interface, PartitionLimits, QuantMode
-from nnsweep.errors import SpecError
+from nnsweep.core.config import Calibration, Granularity, Interface, PartitionLimits, QuantMode
+from nnsweep.core.errors import SpecError
 
 if TYPE_CHECKING:
-    from nnsweep.config import DeploymentConfig
+    from nnsweep.core.config import DeploymentConfig
 
 __all__ = [
     "ARMNN_BACKENDS",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nnsweep.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig
 
 __all__ = ["TrialRecord", "TrialStatus", "metrics_from_result"]
 

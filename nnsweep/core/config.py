@@ -8,7 +8,7 @@ have the same :meth:`DeploymentConfig.digest` (fields that do not apply, such as
 the granularity of an fp32 model, are cleared).
 
 Example:
-    >>> from nnsweep.config import DeploymentConfig, QuantConfig, QuantMode
+    >>> from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
     >>> cfg = DeploymentConfig(runtime="executorch", backends=("xnnpack",),
     ...                        quant=QuantConfig(mode=QuantMode.STATIC_INT8))
     >>> cfg.backends          # the runtime's CPU fallback closes every order
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nnsweep.errors import SpecError
+from nnsweep.core.errors import SpecError
 
 __all__ = [
     "Calibration",
@@ -180,7 +180,7 @@ class DeploymentConfig:
     """One way to deploy a model: the unit a sweep proposes and a device measures.
 
     Args:
-        runtime: a runtime name from :mod:`nnsweep.runtimes` (``executorch``,
+        runtime: a runtime name from :mod:`nnsweep.core.runtimes` (``executorch``,
             ``onnxruntime``, ``torch``, or one added by an entry point).
         backends: backend preference order; each op goes to the first backend that
             supports it. Empty means the runtime's default order.
