@@ -34,7 +34,7 @@ from sweep_overhead import _free_port, _node, _stop, _wait_for
 from nnsweep.agents._node import ensure_token, head_command, join_command, ray_env
 from nnsweep.execution.ray_cluster import RayExecutor
 from nnsweep.spec import parse_spec
-from nnsweep.sweep import Sweep
+from nnsweep.sweep.loop import Sweep
 from nnsweep.tracking import NullTracker
 
 

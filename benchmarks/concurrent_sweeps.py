@@ -43,7 +43,7 @@ def _intervals(spec_path: Path) -> list[tuple[float, float, float, int]]:
     """(from, until, lock wait ms, trial number) of every measured trial of the sweep."""
     from nnsweep.core.results import TrialStatus
     from nnsweep.spec import load_spec
-    from nnsweep.studies import open_study, study_records
+    from nnsweep.sweep.studies import open_study, study_records
 
     spec = load_spec(spec_path)
     out = []

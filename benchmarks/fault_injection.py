@@ -66,8 +66,8 @@ def check(work: Path, trials: int) -> dict[str, int]:
     from mlflow.tracking import MlflowClient
     from optuna.storages.journal import JournalFileBackend
 
-    from nnsweep import studies
     from nnsweep.core.results import TrialStatus
+    from nnsweep.sweep import studies
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(work / ".nnsweep/faults/optuna.journal")))

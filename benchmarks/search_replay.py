@@ -1,7 +1,7 @@
 """Replay search strategies offline against a measured table (``benchmarks/search_table.py``).
 
 Every strategy proposes real configurations of the table's device space (Optuna
-samplers through :func:`nnsweep.space.suggest`, as a sweep does) and is told the
+samplers through :func:`nnsweep.sweep.space.suggest`, as a sweep does) and is told the
 table's measured values, with the accuracy-drop constraint set by
 ``trial.set_constraint`` as the coordinator sets it. The budget counts
 **measurements**: a proposal equal to a configuration already measured (same
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.config import DeploymentConfig
-from nnsweep.space import DeviceSpace, baseline_configs, mode_starts, params_for, suggest, untried
+from nnsweep.sweep.space import DeviceSpace, baseline_configs, mode_starts, params_for, suggest, untried
 
 if TYPE_CHECKING:
     import optuna
@@ -255,7 +255,7 @@ def replay_study(
             sees the objectives alone; feasibility is still judged by the table).
         divert_after: the coordinator's rule (``Scheduler.divert_after``): after this
             many repeats in a row, an untried configuration drawn by
-            :func:`nnsweep.space.untried` is enqueued as the next trial (None: never).
+            :func:`nnsweep.sweep.space.untried` is enqueued as the next trial (None: never).
         seed: seeds the untried draws.
     """
     import optuna
@@ -339,18 +339,18 @@ def study_strategy(
 
 
 def nnsweep_today(seed: int) -> optuna.samplers.BaseSampler:
-    """The sampler ``nnsweep.sweep.open_study`` builds today (seed aside)."""
+    """The sampler ``nnsweep.sweep.loop.open_study`` builds today (seed aside)."""
     return tpe(n_startup_trials=8, multivariate=True, group=True)(seed)
 
 
-DIVERT_AFTER = 3  # the coordinator's rule: nnsweep.scheduler.Scheduler.divert_after
+DIVERT_AFTER = 3  # the coordinator's rule: nnsweep.sweep.scheduler.Scheduler.divert_after
 
 
 def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = ()) -> Strategy:
     """What a sweep does: the baselines, then ``warm`` (another device's front), then
-    (``starts``) the mode starts (:func:`nnsweep.space.mode_starts`); ``make_sampler``;
+    (``starts``) the mode starts (:func:`nnsweep.sweep.space.mode_starts`); ``make_sampler``;
     an untried configuration after ``DIVERT_AFTER`` repeats in a row."""
-    from nnsweep._sampler import make_sampler
+    from nnsweep.sweep.sampler import make_sampler
 
     def run(table: Table, seed: int) -> Run:
         first = [*baseline_configs(table.space), *warm, *(mode_starts(table.space) if starts else [])]
@@ -379,7 +379,7 @@ def candidates() -> dict[str, Strategy]:
     """The settings tried when tuning the search (``--tune``): startup trials,
     multivariate/group, constraint handling, the enqueued defaults (baselines only, the
     fp32 baseline only, the mode starts), a random draw or mutation after a repeat
-    (:func:`nnsweep._sampler.repeat_escape`), the coordinator's untried draw after 3
+    (:func:`nnsweep.sweep.sampler.repeat_escape`), the coordinator's untried draw after 3
     repeats, and partition limits sampled only for a combination already tried
     (:func:`refinements_last`)."""
     import optuna
@@ -428,8 +428,8 @@ def candidates() -> dict[str, Strategy]:
 def escape(
     make: Callable[[int], optuna.samplers.BaseSampler], keep: float = 0.0
 ) -> Callable[[int], optuna.samplers.BaseSampler]:
-    """``make``'s sampler wrapped by :func:`nnsweep._sampler.repeat_escape`."""
-    from nnsweep._sampler import repeat_escape
+    """``make``'s sampler wrapped by :func:`nnsweep.sweep.sampler.repeat_escape`."""
+    from nnsweep.sweep.sampler import repeat_escape
 
     return lambda seed: repeat_escape(make(seed), seed, keep)
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from nnsweep.core.config import Calibration, DeploymentConfig, QuantMode
-from nnsweep.space import DeviceSpace, device_space, suggest
 from nnsweep.spec import IntRange, SweepSpec, load_spec
+from nnsweep.sweep.space import DeviceSpace, device_space, suggest
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO / "sweeps" / "quickstart.yaml"
@@ -78,7 +78,7 @@ class _Enumerator:
 
 
 def enumerate_configs(space: DeviceSpace) -> list[DeploymentConfig]:
-    """Every configuration :func:`nnsweep.space.suggest` can return for ``space``, each once."""
+    """Every configuration :func:`nnsweep.sweep.space.suggest` can return for ``space``, each once."""
     out: dict[str, DeploymentConfig] = {}
     path: list[int] = []
     while True:

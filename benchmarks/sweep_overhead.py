@@ -40,7 +40,7 @@ from pathlib import Path
 from nnsweep.agents._node import head_command, join_command
 from nnsweep.execution.ray_cluster import RayExecutor
 from nnsweep.spec import parse_spec
-from nnsweep.sweep import Sweep
+from nnsweep.sweep.loop import Sweep
 from nnsweep.tracking import BackgroundTracker, MlflowTracker
 
 

@@ -3,7 +3,7 @@
 Each builder takes trial records (and what the caller already decided: the Pareto
 front, the best trial, the fp32 baseline) and returns a ``plotly.graph_objects.Figure``;
 none of them reads a study or a tracking store, and none decides which trials are
-Pareto-optimal (that is :func:`nnsweep.report.pareto_front`). Importing this module
+Pareto-optimal (that is :func:`nnsweep.sweep.front.pareto_front`). Importing this module
 imports plotly, so :mod:`nnsweep.html_report` imports it only when it writes a report.
 
 Compiler-estimated latencies (``TrialRecord.estimated``) are drawn hollow or hatched
@@ -92,7 +92,7 @@ def tradeoff(
     Args:
         records: all the device's trials (failed ones are skipped).
         objectives: the sweep's objectives (choose the axes, see :func:`plot_axes`).
-        pareto: the device's feasible Pareto front, as :func:`nnsweep.report.pareto_front` returns it.
+        pareto: the device's feasible Pareto front, as :func:`nnsweep.sweep.front.pareto_front` returns it.
         best: the chosen trial, if any.
         baseline: the fp32 baseline trial, if it was measured.
         links: trial number -> absolute URL of its MLflow run (a click on a point opens it).

@@ -19,7 +19,7 @@ from nnsweep.spec import Objective
 from . import _format as f
 
 if TYPE_CHECKING:
-    from nnsweep.report import SharedChoice
+    from nnsweep.sweep.front import SharedChoice
 
 __all__ = [
     "best_card",

@@ -8,7 +8,7 @@ line per device each time its counts change, with the same figures, and nothing
 else: a log stays short and greppable.
 
 The display takes snapshots from the coordinator (``Sweep(progress=display.update)``):
-any object with the attributes of ``nnsweep.sweep.DeviceProgress`` (``device``,
+any object with the attributes of ``nnsweep.sweep.loop.DeviceProgress`` (``device``,
 ``done``, ``budget``, ``failed``, ``reused``, ``activity``, ``best``, ``lost``).
 
 Time per trial and ETA are measured here, from the wall clock between snapshots:
@@ -44,7 +44,7 @@ __all__ = ["DeviceSnapshot", "Pace", "ProgressDisplay", "format_duration"]
 
 
 class DeviceSnapshot(Protocol):
-    """What the display reads from one device's snapshot (``nnsweep.sweep.DeviceProgress`` has it)."""
+    """What the display reads from one device's snapshot (``nnsweep.sweep.loop.DeviceProgress`` has it)."""
 
     @property
     def device(self) -> str: ...

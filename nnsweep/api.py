@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from nnsweep.deploy import DeploymentResult
     from nnsweep.models import Dataset
     from nnsweep.spec import SweepSpec
-    from nnsweep.sweep import DeviceProgress, DeviceResult
+    from nnsweep.sweep.loop import DeviceProgress, DeviceResult
 
 __all__ = ["measure", "sweep"]
 
@@ -118,7 +118,7 @@ def sweep(
     from nnsweep.artifacts import default_cache_dir
     from nnsweep.execution import executor_for
     from nnsweep.spec import SweepSpec, parse_spec
-    from nnsweep.sweep import Sweep
+    from nnsweep.sweep.loop import Sweep
     from nnsweep.tracking import tracker_for
 
     if model is not None:

@@ -29,8 +29,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from nnsweep.core.config import DeploymentConfig, canonical_json
 from nnsweep.convert._base import ConversionResult, IOSpec, PartitionReport
+from nnsweep.core.config import DeploymentConfig, canonical_json
 from nnsweep.core.errors import CacheCorrupted
 
 __all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "cache_key", "default_cache_dir", "toolchain_versions"]

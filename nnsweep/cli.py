@@ -616,8 +616,8 @@ def _load_checked_spec(path: Path, *, tracking: bool) -> Any:
     Raises:
         SpecError: the spec is invalid or a URI is unusable.
     """
-    from nnsweep._preflight import check_spec
     from nnsweep.spec import load_spec
+    from nnsweep.sweep.preflight import check_spec
 
     spec = load_spec(path)
     check_spec(spec, tracking=tracking)
@@ -674,7 +674,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
         return _usage_error(exc, _SPEC_OPTIONS)
 
     from nnsweep.execution import executor_for
-    from nnsweep.sweep import Sweep
+    from nnsweep.sweep.loop import Sweep
     from nnsweep.tracking import tracker_for
 
     try:
@@ -724,7 +724,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
 
 
 def _results_text(spec: Any, results: Any) -> str:
-    from nnsweep.report import render_table
+    from nnsweep.sweep.front import render_table
 
     blocks = []
     for r in results:
@@ -785,9 +785,9 @@ def _breakdown_text(breakdown: Any) -> str:
 
 
 def _cmd_best(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.report import best_across_devices, best_trial
     from nnsweep.spec import load_spec
-    from nnsweep.sweep import open_study, study_records
+    from nnsweep.sweep.front import best_across_devices, best_trial
+    from nnsweep.sweep.loop import open_study, study_records
 
     try:
         spec = load_spec(args.spec)
@@ -894,8 +894,8 @@ def _cmd_report(args: argparse.Namespace, cache_dir: Path) -> int:
 def _cmd_ui(args: argparse.Namespace, cache_dir: Path) -> int:
     import subprocess
 
-    from nnsweep._preflight import check_tracking
     from nnsweep.spec import load_spec
+    from nnsweep.sweep.preflight import check_tracking
     from nnsweep.tracking import absolute_sqlite_uri
 
     try:
@@ -937,7 +937,7 @@ def _cmd_devices(args: argparse.Namespace, cache_dir: Path) -> int:
         from nnsweep.agents import LocalTransport
 
         caps = [LocalTransport().probe("host")]
-    from nnsweep.space import accepted_values
+    from nnsweep.sweep.space import accepted_values
 
     if args.json:
         out = [{**c.to_dict(), "space": accepted_values(c.runtimes, c.cores)} for c in caps]

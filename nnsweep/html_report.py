@@ -29,8 +29,8 @@ from string import Template
 from typing import TYPE_CHECKING
 
 from nnsweep.core.atomic import atomic_path
-from nnsweep.report import best_across_devices, best_trial, pareto_front
 from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.sweep.front import best_across_devices, best_trial, pareto_front
 
 if TYPE_CHECKING:
     from nnsweep.spec import SweepSpec
@@ -107,7 +107,7 @@ def load_device(spec: SweepSpec, device: str) -> DeviceTrials:
 
     A device whose study does not exist yet (the sweep never ran there) has no records.
     """
-    from nnsweep import studies
+    from nnsweep.sweep import studies
 
     try:
         study = studies.open_study(spec, device, create=False)

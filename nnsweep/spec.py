@@ -168,10 +168,10 @@ class SweepSpec:
             interval is within ``ci_rel`` of it, for at most ``max_duration_s``
             (:class:`nnsweep.bench.MeasureSettings`).
         remeasure: at the end, measure each Pareto candidate this many more times, each
-            in a fresh process, and report the spread (:mod:`nnsweep.remeasure`; 0: off).
+            in a fresh process, and report the spread (:mod:`nnsweep.sweep.remeasure`; 0: off).
         mode_starts: after its default deployments, a device's new study measures each
             runtime's default deployment in each quantization mode
-            (:func:`nnsweep.space.mode_starts`; ``search.mode_starts``).
+            (:func:`nnsweep.sweep.space.mode_starts`; ``search.mode_starts``).
         warm_start: a device's new study starts with the Pareto configurations the
             sweep's other devices found (``search.warm_start``).
         tracking: MLflow tracking URI and experiment.

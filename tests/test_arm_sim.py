@@ -153,10 +153,10 @@ def test_agent_sets_emulated_on_each_reply_from_the_capabilities(emulated: bool)
 
 def test_tables_label_emulated_latencies() -> None:
     from nnsweep.core.config import DeploymentConfig
-    from nnsweep.dashboards import _format, sections
-    from nnsweep.report import render_table
     from nnsweep.core.results import TrialRecord, TrialStatus
+    from nnsweep.dashboards import _format, sections
     from nnsweep.spec import parse_spec
+    from nnsweep.sweep.front import render_table
 
     spec = parse_spec({"name": "t", "model": "digits", "devices": ["arm64-sim"]})
     metrics = {"accuracy": 0.97, "latency_p50_ms": 1.9, "latency_p90_ms": 2.1}
@@ -343,10 +343,10 @@ def test_devices_lists_the_host_and_the_emulated_board(board: Board) -> None:
 def test_sweep_over_host_and_the_emulated_board(
     board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
-    from nnsweep.execution.ray_cluster import RayExecutor
     from nnsweep.core.results import TrialStatus
+    from nnsweep.execution.ray_cluster import RayExecutor
     from nnsweep.spec import parse_spec
-    from nnsweep.sweep import Sweep, open_study
+    from nnsweep.sweep.loop import Sweep, open_study
     from nnsweep.tracking import MlflowTracker
 
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):

@@ -22,14 +22,14 @@ from nnsweep.agents import _probe
 from nnsweep.artifacts import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
 from nnsweep.bench.runners.armnn import report_from_dot
-from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.convert import tflite
 from nnsweep.convert._base import IOSpec
 from nnsweep.convert.armnn import armnn_placement
+from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.models import ModelSnapshot
-from nnsweep.space import device_space
 from nnsweep.spec import parse_spec
+from nnsweep.sweep.space import device_space
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 

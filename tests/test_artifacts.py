@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from nnsweep.artifacts import ArtifactCache, cache_key, toolchain_versions
-from nnsweep.core.config import DeploymentConfig, QuantConfig
 from nnsweep.convert import ConversionResult, PartitionReport
+from nnsweep.core.config import DeploymentConfig, QuantConfig
 
 CFG = DeploymentConfig("executorch", ("xnnpack",))
 TOOLS = {"torch": "2.14.1", "executorch": "1.5.1"}

@@ -249,9 +249,9 @@ def _check(code: int, err: str, folder: Path, before: set[str]) -> None:
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
     import nnsweep.cli
-    import nnsweep.sweep
+    import nnsweep.sweep.loop
 
-    monkeypatch.setattr(nnsweep.sweep, "Sweep", _Stub)
+    monkeypatch.setattr(nnsweep.sweep.loop, "Sweep", _Stub)
     monkeypatch.setattr(nnsweep.cli, "_publish_report", lambda *a, **k: Path("report.html"))
     monkeypatch.setattr(nnsweep.cli, "_execute_bench", lambda *a, **k: 0)
 

@@ -139,10 +139,10 @@ def test_a_runtime_without_a_tool_fails_the_trial(phone: Path, tmp_path: Path) -
 def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
     phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
-    from nnsweep.execution import LocalExecutor
     from nnsweep.core.results import TrialStatus
+    from nnsweep.execution import LocalExecutor
     from nnsweep.spec import parse_spec
-    from nnsweep.sweep import Sweep
+    from nnsweep.sweep.loop import Sweep
     from nnsweep.tracking import MlflowTracker
 
     monkeypatch.chdir(tmp_path)

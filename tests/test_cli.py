@@ -288,11 +288,11 @@ def test_best_across_devices_picks_one_configuration_for_all(
 ) -> None:
     import yaml
 
-    from nnsweep import studies
     from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
-    from nnsweep.lifecycle import Role
     from nnsweep.core.results import TrialRecord, TrialStatus
     from nnsweep.spec import load_spec
+    from nnsweep.sweep import studies
+    from nnsweep.sweep.lifecycle import Role
 
     path = tmp_path / "two.yaml"
     path.write_text("name: two\nmodel: digits\ndevices: [laptop, board]\n")

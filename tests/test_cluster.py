@@ -149,9 +149,9 @@ def test_devices_lists_both_nodes_with_capabilities(cluster: Cluster) -> None:
 def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
-    from nnsweep.execution.ray_cluster import RayExecutor
     from nnsweep.core.results import TrialStatus
-    from nnsweep.sweep import Sweep, open_study
+    from nnsweep.execution.ray_cluster import RayExecutor
+    from nnsweep.sweep.loop import Sweep, open_study
     from nnsweep.tracking import MlflowTracker
 
     _workdir(tmp_path, monkeypatch, models_dir)
@@ -209,10 +209,10 @@ def test_a_machine_that_joins_with_converters_takes_conversions_and_ships_them_b
     """A build server joins with --converters 1 (and no device): conversions go to both
     machines, and what the builder converted lands in the coordinator's own cache."""
     from nnsweep.artifacts import ArtifactCache
-    from nnsweep.execution.ray_cluster import RayExecutor
     from nnsweep.core.results import TrialStatus
+    from nnsweep.execution.ray_cluster import RayExecutor
     from nnsweep.spec import parse_spec
-    from nnsweep.sweep import Sweep
+    from nnsweep.sweep.loop import Sweep
     from nnsweep.tracking import NullTracker
 
     c = Cluster(tmp_path, ray_token)

@@ -20,11 +20,11 @@ from nnsweep.artifacts import ArtifactCache
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.litert import LiteRTRunner, interpreter, placement
-from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.convert import tflite
 from nnsweep.convert._base import IOSpec
-from nnsweep.deploy import DeploymentResult
+from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import SpecError
+from nnsweep.deploy import DeploymentResult
 from nnsweep.models import ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)

@@ -18,10 +18,10 @@ from nnsweep.artifacts import Artifact, ArtifactCache
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.onnxruntime import OnnxRuntimeRunner, providers_for
-from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig
 from nnsweep.convert._base import IOSpec
-from nnsweep.deploy import DeploymentResult
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.deploy import DeploymentResult
 from nnsweep.models import ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)

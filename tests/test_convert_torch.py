@@ -16,10 +16,10 @@ from nnsweep.artifacts import ArtifactCache
 from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.torch import TorchScriptRunner, pick_engine
-from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.convert import IOSpec
-from nnsweep.deploy import DeploymentResult
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.deploy import DeploymentResult
 from nnsweep.models import ModelBundle, ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)

@@ -10,8 +10,8 @@ import pytest
 from nnsweep import deploy
 from nnsweep.agents import MeasureRequest, VelaEstimateTransport
 from nnsweep.bench import MeasureSettings, evaluate
-from nnsweep.core.config import DeploymentConfig, QuantConfig
 from nnsweep.convert.ethosu import read_vela_summary
+from nnsweep.core.config import DeploymentConfig, QuantConfig
 from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.models import ModelSnapshot
 from nnsweep.spec import parse_spec

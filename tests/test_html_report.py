@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.dashboards import figures
 from nnsweep.dashboards.sample import sample_devices, sample_links, sample_spec
 from nnsweep.html_report import (
@@ -27,7 +28,6 @@ from nnsweep.html_report import (
     render_report,
     write_report,
 )
-from nnsweep.core.results import TrialRecord, TrialStatus
 
 BEST = {
     "host": "#1 executorch/xnnpack>portable/fp32/t1",
@@ -276,8 +276,8 @@ def test_importing_the_report_module_does_not_import_plotly() -> None:
 @pytest.fixture
 def studied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The sample's host trials stored in an Optuna journal study, as the coordinator stores them."""
-    from nnsweep import studies
-    from nnsweep.lifecycle import Role
+    from nnsweep.sweep import studies
+    from nnsweep.sweep.lifecycle import Role
 
     monkeypatch.chdir(tmp_path)  # the spec's state (.nnsweep/) lives in the working directory
     spec = sample_spec()
@@ -364,7 +364,7 @@ def test_records_round_trip_through_the_sample() -> None:
 
 
 def test_overview_shows_the_one_configuration_for_every_device_and_its_cost() -> None:
-    from nnsweep.report import best_across_devices
+    from nnsweep.sweep.front import best_across_devices
 
     devices = sample_devices()[:2]  # host and rpi5 measured the same configurations; npu-sim did not
     spec = dataclasses.replace(sample_spec(), devices=("host", "rpi5"))

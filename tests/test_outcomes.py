@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from nnsweep import outcomes
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
-from nnsweep.lifecycle import Phase, Ticket
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
+from nnsweep.sweep import outcomes
+from nnsweep.sweep.lifecycle import Phase, Ticket
 
 CFG = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.FP32))
 OBJ = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))

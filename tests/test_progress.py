@@ -18,7 +18,7 @@ from nnsweep._progress import Pace, ProgressDisplay, format_duration
 
 @dataclass(frozen=True)
 class Snap:
-    """Has the attributes of nnsweep.sweep.DeviceProgress (the display takes any such object)."""
+    """Has the attributes of nnsweep.sweep.loop.DeviceProgress (the display takes any such object)."""
 
     device: str
     done: int

@@ -12,11 +12,11 @@ from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import Timing
 from nnsweep.bench._stats import LatencyStats
-from nnsweep.core.config import DeploymentConfig
 from nnsweep.convert._base import IOSpec
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import BenchmarkError
-from nnsweep.remeasure import remeasure
 from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.sweep.remeasure import remeasure
 
 
 def _record(number: int, threads: int, p50: float, **extra: object) -> TrialRecord:

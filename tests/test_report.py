@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from nnsweep.core.config import DeploymentConfig
-from nnsweep.report import best_trial, pareto_front, render_table
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
+from nnsweep.sweep.front import best_trial, pareto_front, render_table
 
 OBJ = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
 
@@ -62,7 +62,7 @@ def _on(device: str, number: int, threads: int, latency: float, feasible: bool =
 
 
 def test_one_configuration_for_all_devices_minimises_the_worst_slowdown() -> None:
-    from nnsweep.report import best_across_devices
+    from nnsweep.sweep.front import best_across_devices
 
     objectives = OBJ
     records = {

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
-from nnsweep.lifecycle import IllegalTransition, Phase, Role, Ticket
 from nnsweep.core.results import TrialRecord, TrialStatus
-from nnsweep.scheduler import Action, Admission, DeviceState, Scheduler, reuse_key
+from nnsweep.sweep.lifecycle import IllegalTransition, Phase, Role, Ticket
+from nnsweep.sweep.scheduler import Action, Admission, DeviceState, Scheduler, reuse_key
 
 HOST = "laptop"
 

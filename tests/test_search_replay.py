@@ -12,8 +12,8 @@ from types import ModuleType
 import optuna
 import pytest
 
-from nnsweep.space import baseline_configs, device_space, suggest
 from nnsweep.spec import parse_spec
+from nnsweep.sweep.space import baseline_configs, device_space, suggest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -127,7 +127,7 @@ def test_a_study_replay_reaches_both_targets() -> None:
 
 
 def test_make_sampler_is_a_sampler_and_replays() -> None:
-    from nnsweep._sampler import make_sampler
+    from nnsweep.sweep.sampler import make_sampler
 
     assert isinstance(make_sampler(0), optuna.samplers.BaseSampler)
     run = replay.study_strategy(make_sampler)(_table(), 1)
@@ -135,7 +135,7 @@ def test_make_sampler_is_a_sampler_and_replays() -> None:
 
 
 def test_repeat_escape_samples_at_random_after_a_repeat() -> None:
-    from nnsweep._sampler import repeat_escape
+    from nnsweep.sweep.sampler import repeat_escape
 
     sampler = repeat_escape(optuna.samplers.TPESampler(seed=0, n_startup_trials=0), seed=0)
     study = optuna.create_study(sampler=sampler)

@@ -5,8 +5,8 @@ import pytest
 
 from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantMode
 from nnsweep.core.errors import SpecError
-from nnsweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, suggest
 from nnsweep.spec import parse_spec
+from nnsweep.sweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, suggest
 
 HOST = {"executorch": ("xnnpack", "portable"), "onnxruntime": ("cpu",), "torch": ("x86", "fbgemm", "qnnpack", "onednn")}
 SPEC = parse_spec(
@@ -116,7 +116,7 @@ def test_mode_starts_give_each_runtime_each_other_mode_once_as_enqueueable_confi
 def test_untried_finds_the_last_untried_configuration_of_a_finite_space() -> None:
     import random
 
-    from nnsweep.space import space_size, untried
+    from nnsweep.sweep.space import space_size, untried
 
     spec = parse_spec(
         {

@@ -55,7 +55,7 @@ def test_defaults_fill_a_minimal_spec() -> None:
 
 
 def test_measuring_until_stable_is_a_measure_setting_of_the_sweep() -> None:
-    from nnsweep.state import fingerprint
+    from nnsweep.sweep.state import fingerprint
 
     measure = {"warmup": 5, "iters": 200, "until_stable": True, "ci_rel": 0.02, "max_duration_s": 4}
     spec = parse_spec({**ISSUE_EXAMPLE, "measure": measure})

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from nnsweep.state import SweepBusy, SweepChanged, SweepLock, check_fingerprint
+from nnsweep.sweep.state import SweepBusy, SweepChanged, SweepLock, check_fingerprint
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from nnsweep.state import SweepLock
+from nnsweep.sweep.state import SweepLock
 lock = SweepLock(Path(sys.argv[1]), "demo")
 lock.acquire()
 print("held", flush=True)

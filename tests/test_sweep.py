@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from nnsweep.core.errors import ConversionError, ConversionStorageError, InfrastructureError
-from nnsweep.execution import ConvertRequest, LocalExecutor
 from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.execution import ConvertRequest, LocalExecutor
 from nnsweep.spec import parse_spec
-from nnsweep.sweep import Sweep, open_study, study_records
+from nnsweep.sweep.loop import Sweep, open_study, study_records
 
 pytestmark = pytest.mark.integration
 
@@ -204,7 +204,7 @@ def test_a_disk_that_stays_full_ends_the_run_and_loses_nothing(workdir: Path, di
 
 def test_a_new_study_measures_its_defaults_then_each_modes_default_first(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
     from nnsweep.core.config import PartitionLimits
-    from nnsweep.studies import seeded
+    from nnsweep.sweep.studies import seeded
 
     spec = _spec(workdir, trials=4, runtime=["executorch", "onnxruntime"])
     (host,) = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
@@ -225,8 +225,8 @@ def test_a_new_study_measures_its_defaults_then_each_modes_default_first(workdir
 
 
 def test_a_new_device_starts_from_the_front_the_other_devices_found(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
-    from nnsweep.resume import WARM_SEEDS
-    from nnsweep.studies import seeded
+    from nnsweep.sweep.resume import WARM_SEEDS
+    from nnsweep.sweep.studies import seeded
 
     space = {"quant": ["fp32", "static_int8"], "granularity": ["per_tensor", "per_channel"]}
     first = _spec(workdir, trials=3, **space)

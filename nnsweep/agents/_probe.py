@@ -93,8 +93,8 @@ def litert_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
 
 def armnn_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     """Arm NN's backends here, asked of PyArmNN in the interpreter it is built for."""
-    from nnsweep.core import runtimes
     from nnsweep.bench._foreign import python_command
+    from nnsweep.core import runtimes
 
     python = runtimes.get("armnn").python
     try:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from nnsweep.core import runtimes
 from nnsweep.bench._foreign import python_command
+from nnsweep.core import runtimes
 from nnsweep.core.errors import InfrastructureError
 
 __all__ = ["ChildOutcome", "ForkHere", "WarmWorker", "WorkerUnavailable"]

@@ -29,10 +29,10 @@ from torchao.quantization.pt2e import quantize_pt2e
 from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
 from nnsweep.bench.runners.litert import interpreter, placement
-from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.convert import tflite
 from nnsweep.convert._base import ConversionResult, Converter, IOSpec
 from nnsweep.convert.quantize import calibration_samples
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 

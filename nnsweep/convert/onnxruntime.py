@@ -36,9 +36,9 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
-from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport, Placement
 from nnsweep.convert.quantize import calibration_samples
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 

@@ -5,7 +5,7 @@ This module alone knows the attribute keys. A study holds:
 * per study: the sweep's **fingerprint** (what its results are tied to: model,
   measure settings, objectives, constraints, space) and the **sweep id** that
   names this generation of the sweep in the tracker;
-* per trial: its :class:`~nnsweep.lifecycle.Role`, its :class:`~nnsweep.core.results.TrialRecord`
+* per trial: its :class:`~nnsweep.sweep.lifecycle.Role`, its :class:`~nnsweep.core.results.TrialRecord`
   (written *before* the trial is told, so a trial that has a record and is still
   RUNNING was killed between the two and is told from its record on resume), the
   index of the default deployment it seeds (``seed``) and, for a trial put back in the
@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.errors import SpecError
-from nnsweep.lifecycle import Role
 from nnsweep.core.results import TrialRecord
+from nnsweep.sweep.lifecycle import Role
 
 if TYPE_CHECKING:
     import optuna
@@ -94,7 +94,7 @@ def _storage(spec: SweepSpec, *, create: bool) -> Any:
 
 def _sampler(seed: int) -> Any:
     # Chosen on the tabular search benchmark (benchmarks/search_replay.py, docs/search.md).
-    from nnsweep._sampler import make_sampler
+    from nnsweep.sweep.sampler import make_sampler
 
     return make_sampler(seed)
 

@@ -1,7 +1,7 @@
 """What the coordinator does on its own host: the model, its fp32 reference, the
 artifact cache, and turning a device's reply into a trial record.
 
-Kept apart from :class:`~nnsweep.sweep.Sweep` so the loop stays a loop; everything
+Kept apart from :class:`~nnsweep.sweep.loop.Sweep` so the loop stays a loop; everything
 here touches torch or the disk and runs on the coordinator's host (or, for
 :meth:`HostSide.outputs`, on its evaluation thread).
 """
@@ -12,13 +12,13 @@ import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.core import runtimes
 from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.bench import MeasureSettings
+from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig
-from nnsweep.execution import ModelSource
-from nnsweep.lifecycle import Ticket
 from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
+from nnsweep.execution import ModelSource
+from nnsweep.sweep.lifecycle import Ticket
 
 if TYPE_CHECKING:
     from nnsweep.artifacts import Artifact, ArtifactCache

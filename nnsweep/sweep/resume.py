@@ -4,7 +4,7 @@
 the studies an earlier run left, the devices' capabilities against the spec's space —
 and writes nothing (no study, no tracking store). :func:`open_devices` then creates or
 resumes the device's study: it settles what a killed run left
-(:func:`nnsweep.studies.finish_interrupted`), seeds the default deployments once,
+(:func:`nnsweep.sweep.studies.finish_interrupted`), seeds the default deployments once,
 rebuilds the scheduler's view from the study's records, and logs again every trial
 the tracker does not have as the study does.
 """
@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nnsweep import studies
-from nnsweep.lifecycle import Role
-from nnsweep.recorder import DeviceRun
-from nnsweep.scheduler import DeviceState, Scheduler, reuse_key
-from nnsweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, space_size
-from nnsweep.state import check_fingerprint
+from nnsweep.sweep import studies
+from nnsweep.sweep.lifecycle import Role
+from nnsweep.sweep.recorder import DeviceRun
+from nnsweep.sweep.scheduler import DeviceState, Scheduler, reuse_key
+from nnsweep.sweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, space_size
+from nnsweep.sweep.state import check_fingerprint
 
 if TYPE_CHECKING:
     import optuna
@@ -76,7 +76,7 @@ def _warm_start(spec: SweepSpec, device: str, space: DeviceSpace, study: optuna.
     """Seed a new device's study with the Pareto configurations other devices of the sweep
     already found (those its space holds), after its own defaults: a new device usually
     resembles one already swept (``search.warm_start``)."""
-    from nnsweep.report import pareto_front
+    from nnsweep.sweep.front import pareto_front
 
     found: dict[str, DeploymentConfig] = {}
     for other in spec.devices:

@@ -19,21 +19,21 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from nnsweep import outcomes
 from nnsweep.agents import Capabilities, MeasureReply
 from nnsweep.core.errors import InfrastructureError, TrialError
-from nnsweep.lifecycle import Phase, Ticket
-from nnsweep.remeasure import Spread, remeasure
-from nnsweep.report import best_trial, pareto_front
 from nnsweep.core.results import TrialRecord
-from nnsweep.studies import study_records
+from nnsweep.sweep import outcomes
+from nnsweep.sweep.front import best_trial, pareto_front
+from nnsweep.sweep.lifecycle import Phase, Ticket
+from nnsweep.sweep.remeasure import Spread, remeasure
+from nnsweep.sweep.studies import study_records
 
 if TYPE_CHECKING:
     from nnsweep.execution import Executor
-    from nnsweep.recorder import Recorder
-    from nnsweep.scheduler import Scheduler
     from nnsweep.spec import SweepSpec
-    from nnsweep.sweep_host import HostSide
+    from nnsweep.sweep.host import HostSide
+    from nnsweep.sweep.recorder import Recorder
+    from nnsweep.sweep.scheduler import Scheduler
     from nnsweep.tracking import Tracker
 
 __all__ = ["DeviceResult", "Results", "SweepStats", "finish"]

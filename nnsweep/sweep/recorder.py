@@ -2,7 +2,7 @@
 
 The :class:`Recorder` is the one place the coordinator writes results. For every
 outcome it writes the study first (the record of truth, in the kill-safe order of
-:mod:`nnsweep.studies`), then moves the ticket in the scheduler, then hands the
+:mod:`nnsweep.sweep.studies`), then moves the ticket in the scheduler, then hands the
 record to the tracker (which a later run rebuilds from the study if it was lost).
 """
 
@@ -14,19 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nnsweep import outcomes, studies
-from nnsweep.lifecycle import Phase, Role, Ticket
 from nnsweep.core.results import TrialRecord, TrialStatus
-from nnsweep.space import params_for, untried
+from nnsweep.sweep import outcomes, studies
+from nnsweep.sweep.lifecycle import Phase, Role, Ticket
+from nnsweep.sweep.space import params_for, untried
 
 if TYPE_CHECKING:
     import optuna
 
     from nnsweep.agents import Capabilities
     from nnsweep.core.config import DeploymentConfig
-    from nnsweep.scheduler import Scheduler, Settlement
-    from nnsweep.space import DeviceSpace
     from nnsweep.spec import SweepSpec
+    from nnsweep.sweep.scheduler import Scheduler, Settlement
+    from nnsweep.sweep.space import DeviceSpace
     from nnsweep.tracking import Tracker
 
 __all__ = ["DeviceRun", "Recorder"]

@@ -1,17 +1,17 @@
 """The coordinator: a thin loop between the scheduler's decisions and their side effects.
 
 :class:`Sweep` asks each device's study for trials, hands them to the
-:class:`~nnsweep.scheduler.Scheduler` (which decides what converts, measures and is
+:class:`~nnsweep.sweep.scheduler.Scheduler` (which decides what converts, measures and is
 reused, and when), starts what it plans on the :class:`~nnsweep.execution.Executor`,
-and routes each finished future to its handler in :mod:`nnsweep.sweep_results`
+and routes each finished future to its handler in :mod:`nnsweep.sweep.handlers`
 (which also builds the finished sweep's results). Outcomes become study tells
-(:mod:`nnsweep.studies`) and tracker calls. The rules live in the scheduler; the
-trial lifecycle in :mod:`nnsweep.lifecycle`; what a result says in
-:mod:`nnsweep.outcomes`.
+(:mod:`nnsweep.sweep.studies`) and tracker calls. The rules live in the scheduler; the
+trial lifecycle in :mod:`nnsweep.sweep.lifecycle`; what a result says in
+:mod:`nnsweep.sweep.outcomes`.
 
 Before anything is measured, a run takes the sweep's lock and checks the sweep's
-fingerprint (:mod:`nnsweep.state`); resuming settles what a killed run left
-(:func:`nnsweep.studies.finish_interrupted`) and backfills the tracker from the
+fingerprint (:mod:`nnsweep.sweep.state`); resuming settles what a killed run left
+(:func:`nnsweep.sweep.studies.finish_interrupted`) and backfills the tracker from the
 studies, which are the record of truth.
 """
 
@@ -29,21 +29,21 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep import outcomes, resume
 from nnsweep.bench import MeasureSettings
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import InfrastructureError, SpecError
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
-from nnsweep.lifecycle import Phase, Ticket
-from nnsweep.recorder import Recorder
-from nnsweep.report import best_trial
-from nnsweep.scheduler import Action, Admission, Scheduler, reuse_key
-from nnsweep.space import suggest
 from nnsweep.spec import Objective, SweepSpec
-from nnsweep.state import SweepLock, fingerprint
-from nnsweep.studies import open_study, role_of, study_records
-from nnsweep.sweep_host import HostSide
-from nnsweep.sweep_results import DeviceResult, Results, SweepStats, finish
+from nnsweep.sweep import outcomes, resume
+from nnsweep.sweep.front import best_trial
+from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
+from nnsweep.sweep.host import HostSide
+from nnsweep.sweep.lifecycle import Phase, Ticket
+from nnsweep.sweep.recorder import Recorder
+from nnsweep.sweep.scheduler import Action, Admission, Scheduler, reuse_key
+from nnsweep.sweep.space import suggest
+from nnsweep.sweep.state import SweepLock, fingerprint
+from nnsweep.sweep.studies import open_study, role_of, study_records
 
 if TYPE_CHECKING:
     from nnsweep.tracking import Tracker

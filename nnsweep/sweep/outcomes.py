@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nnsweep.lifecycle import Ticket
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
+from nnsweep.sweep.lifecycle import Ticket
 
 __all__ = ["PHASE_NAMES", "Judgement", "failed", "interrupted", "judge", "reused", "time_breakdown"]
 

@@ -36,8 +36,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from nnsweep.core.config import DeploymentConfig
-from nnsweep.lifecycle import Phase, Role, Ticket
 from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.sweep.lifecycle import Phase, Role, Ticket
 
 __all__ = ["Action", "Admission", "DeviceState", "Scheduler", "Settlement", "execution_key", "reuse_key"]
 
