@@ -4,7 +4,7 @@ Each builder takes trial records (and what the caller already decided: the Paret
 front, the best trial, the fp32 baseline) and returns a ``plotly.graph_objects.Figure``;
 none of them reads a study or a tracking store, and none decides which trials are
 Pareto-optimal (that is :func:`nnsweep.sweep.front.pareto_front`). Importing this module
-imports plotly, so :mod:`nnsweep.html_report` imports it only when it writes a report.
+imports plotly, so :mod:`nnsweep.report.html` imports it only when it writes a report.
 
 Compiler-estimated latencies (``TrialRecord.estimated``) are drawn hollow or hatched
 and say "estimate" in their hover; failed trials are never drawn (the table lists them).

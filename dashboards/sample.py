@@ -20,7 +20,7 @@ from typing import Any
 
 from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
-from nnsweep.html_report import DeviceTrials, write_report
+from nnsweep.report.html import DeviceTrials, write_report
 from nnsweep.spec import SweepSpec, parse_spec
 
 __all__ = ["EXPERIMENT_ID", "sample_devices", "sample_links", "sample_spec"]

@@ -117,7 +117,7 @@ def _fraction(text: str) -> float:
 
 
 def _http_url(text: str) -> str:
-    from nnsweep.html_report import check_ui_url
+    from nnsweep.report.html import check_ui_url
 
     try:
         return check_ui_url(text)
@@ -682,7 +682,7 @@ def _cmd_run(args: argparse.Namespace, cache_dir: Path) -> int:
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
     tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=not args.no_tracking)
-    from nnsweep._progress import ProgressDisplay
+    from nnsweep.report.progress import ProgressDisplay
 
     display = ProgressDisplay(enabled=not args.json)
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh)
@@ -855,7 +855,7 @@ def _report_path(spec: Any, given: Path | None) -> Path:
 def _publish_report(
     spec: Any, given: Path | None, tracker: Any, *, devices: Any = None, ui_url: str | None = None
 ) -> Path:
-    from nnsweep.html_report import DEFAULT_UI_URL, publish_report
+    from nnsweep.report.html import DEFAULT_UI_URL, publish_report
 
     path = _report_path(spec, given)
     return publish_report(spec, path, tracker, devices=devices, ui_url=ui_url or DEFAULT_UI_URL)
@@ -863,14 +863,14 @@ def _publish_report(
 
 def _device_trials(result: Any) -> Any:
     """What the report shows of a device, from the sweep that just ran (no second read of its study)."""
-    from nnsweep.html_report import DeviceTrials
+    from nnsweep.report.html import DeviceTrials
 
     baseline = result.baseline.number if result.baseline is not None else None
     return DeviceTrials(result.device, result.records, baseline, result.capabilities.summary())
 
 
 def _cmd_report(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.html_report import load_device
+    from nnsweep.report.html import load_device
 
     try:
         spec = _load_checked_spec(args.spec, tracking=not args.no_tracking)

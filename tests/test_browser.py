@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from nnsweep.dashboards.sample import sample_devices, sample_links, sample_spec
-from nnsweep.html_report import REPORT_ARTIFACT, write_report
+from nnsweep.report.html import REPORT_ARTIFACT, write_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 

@@ -20,7 +20,7 @@ from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.dashboards import figures
 from nnsweep.dashboards.sample import sample_devices, sample_links, sample_spec
-from nnsweep.html_report import (
+from nnsweep.report.html import (
     REPORT_ARTIFACT,
     DeviceTrials,
     load_device,
@@ -265,7 +265,7 @@ def test_a_device_without_trials_still_gets_a_section() -> None:
 
 
 def test_importing_the_report_module_does_not_import_plotly() -> None:
-    code = "import sys, nnsweep, nnsweep.html_report; print('plotly' in sys.modules)"
+    code = "import sys, nnsweep, nnsweep.report.html; print('plotly' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

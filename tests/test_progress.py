@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from nnsweep import _progress
-from nnsweep._progress import Pace, ProgressDisplay, format_duration
+from nnsweep.report import progress as _progress
+from nnsweep.report.progress import Pace, ProgressDisplay, format_duration
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def test_log_lines_during_the_display_go_through_it_and_handlers_get_their_strea
     assert "a warning while the bars are drawn" in out.getvalue()
 
 
-@pytest.mark.parametrize("module", ["nnsweep._progress"])
+@pytest.mark.parametrize("module", ["nnsweep.report.progress"])
 def test_importing_it_does_not_import_rich(module: str) -> None:
     code = f"import sys, {module}; print('rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

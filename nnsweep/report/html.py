@@ -12,7 +12,7 @@ The page template, the figure builders and the browser script live in
 imported only while a report is written.
 
 Example:
-    >>> from nnsweep.html_report import DeviceTrials
+    >>> from nnsweep.report.html import DeviceTrials
     >>> DeviceTrials("host", records=(), baseline=None).device
     'host'
 """
