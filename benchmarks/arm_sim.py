@@ -106,8 +106,8 @@ def main() -> int:
     if not (ROOT / "root" / "nnsweep-agent").is_dir():
         sys.exit(f"no board at {ROOT}: run `sudo device_agents/arm_sim.sh build` first")
 
-    from nnsweep import deploy
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.bench import MeasureSettings, evaluate
     from nnsweep.models import ModelSnapshot, load_model
 

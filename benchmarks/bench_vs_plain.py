@@ -55,8 +55,8 @@ marks = [("start", time.perf_counter())]
 def mark(name): marks.append((name, time.perf_counter()))
 import nnsweep.cli
 mark("import nnsweep.cli")
-from nnsweep import deploy
-from nnsweep.artifacts import ArtifactCache
+from nnsweep.artifacts import deploy
+from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._warm import ForkHere
 from nnsweep.models import SnapshotStore

@@ -32,9 +32,9 @@ def main() -> None:
     parser.add_argument("--runtime", action="append", help="onnxruntime, executorch, ... (default: both of these)")
     args = parser.parse_args()
 
-    from nnsweep import deploy
     from nnsweep.agents import LocalTransport, MeasureRequest
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.bench import MeasureSettings
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model

@@ -49,8 +49,8 @@ def main() -> None:
     parser.add_argument("--runtime", action="append", help="only these runtimes")
     args = parser.parse_args()
 
-    from nnsweep import deploy
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.bench import MeasureSettings, WarmWorker, measure_in_subprocess
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model

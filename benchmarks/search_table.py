@@ -11,11 +11,11 @@ enough to measure in about half an hour on a 2-core machine:
 * static int8 is calibrated with ``minmax`` only (not histogram or entropy);
 * threads are fixed per table: each thread count is one "device" (one table).
 
-Every configuration goes through the real code: ``nnsweep.deploy.convert`` through an
+Every configuration goes through the real code: ``nnsweep.artifacts.deploy.convert`` through an
 ``ArtifactCache`` (default ``~/.cache/nnsweep-search-table``), then measured as a
 sweep's device agent measures it: ``measure_in_subprocess`` in a process forked from a
 warm worker for the runtime (under the machine's measurement lock), evaluated by
-``nnsweep.deploy.assemble`` against the fp32 outputs. As in a sweep, an artifact whose bytes
+``nnsweep.artifacts.deploy.assemble`` against the fp32 outputs. As in a sweep, an artifact whose bytes
 equal one measured before, run the same way (runtime, backend order, threads), is
 measured once and its result shared: partition limits that change nothing give equal
 bytes. Artifact bytes do not depend on the thread count, so each configuration is
@@ -187,9 +187,9 @@ def main() -> None:
         _merge(args.out_dir, threads_list, args.merge)
         return
 
-    from nnsweep import deploy
     from nnsweep.agents._probe import probe
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.bench import MeasureSettings, measure_in_subprocess
     from nnsweep.bench._warm import WarmWorker
     from nnsweep.core.errors import TrialError

@@ -3,7 +3,7 @@
 The top-level namespace holds the typed configuration and the error tree; it
 imports no heavy library (torch, ExecuTorch, Ray, MLflow, Optuna load only in the
 modules that use them). Subpackages: :mod:`nnsweep.models`, :mod:`nnsweep.convert`,
-:mod:`nnsweep.bench`, :mod:`nnsweep.deploy`, :mod:`nnsweep.artifacts`.
+:mod:`nnsweep.bench`, :mod:`nnsweep.artifacts.deploy`, :mod:`nnsweep.artifacts.cache`.
 """
 
 from importlib.metadata import PackageNotFoundError, version

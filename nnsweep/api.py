@@ -24,8 +24,8 @@ from nnsweep.core.errors import SpecError
 if TYPE_CHECKING:
     import torch
 
+    from nnsweep.artifacts.deploy import DeploymentResult
     from nnsweep.bench import MeasureSettings
-    from nnsweep.deploy import DeploymentResult
     from nnsweep.models import Dataset
     from nnsweep.spec import SweepSpec
     from nnsweep.sweep.loop import DeviceProgress, DeviceResult
@@ -68,8 +68,8 @@ def measure(
         SpecError: the model or the configuration is not valid.
         TrialError: the conversion or the measurement failed.
     """
-    from nnsweep import deploy
-    from nnsweep.artifacts import ArtifactCache, default_cache_dir
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache, default_cache_dir
     from nnsweep.bench import MeasureSettings
     from nnsweep.models import ModelSnapshot, load_model
 
@@ -115,7 +115,7 @@ def sweep(
     Raises:
         SpecError: the spec, the model or the devices refuse the sweep (nothing is written).
     """
-    from nnsweep.artifacts import default_cache_dir
+    from nnsweep.artifacts.cache import default_cache_dir
     from nnsweep.execution import executor_for
     from nnsweep.spec import SweepSpec, parse_spec
     from nnsweep.sweep.loop import Sweep

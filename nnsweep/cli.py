@@ -457,8 +457,8 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     fp32 reference) and the artifact are all a measurement needs, and torch stays
     unimported (:class:`~nnsweep.models.SnapshotStore`).
     """
-    from nnsweep import deploy
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.bench._warm import ForkHere
     from nnsweep.models import SnapshotStore, load_model
 
@@ -1068,7 +1068,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # With an http(s) tracking store MLflow prints a "View run ... at" line to stdout whenever a
     # run ends: that would corrupt `--json` output and the progress display.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    from nnsweep.artifacts import default_cache_dir
+    from nnsweep.artifacts.cache import default_cache_dir
 
     cache_dir = args.cache_dir or default_cache_dir()
     try:

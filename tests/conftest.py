@@ -29,7 +29,7 @@ def digits_gn(models_dir: Path):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def cache(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts.cache import ArtifactCache
 
     return ArtifactCache(tmp_path / "cache")
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch import nn
 
-from nnsweep import deploy
 from nnsweep.agents import _probe
-from nnsweep.artifacts import ArtifactCache
+from nnsweep.artifacts import deploy
+from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
 from nnsweep.bench.runners.armnn import report_from_dot
 from nnsweep.convert import tflite

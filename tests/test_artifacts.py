@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nnsweep.artifacts import ArtifactCache, cache_key, toolchain_versions
+from nnsweep.artifacts.cache import ArtifactCache, cache_key, toolchain_versions
 from nnsweep.convert import ConversionResult, PartitionReport
 from nnsweep.core.config import DeploymentConfig, QuantConfig
 
@@ -96,20 +96,20 @@ def test_meta_records_config_and_checksum(tmp_path: Path) -> None:
 
 
 def test_the_key_covers_the_converter_code_not_only_package_versions() -> None:
+    from nnsweep.artifacts.deploy import artifact_key
     from nnsweep.core.config import DeploymentConfig
-    from nnsweep.deploy import artifact_key
 
     key, toolchain = artifact_key("m" * 64, DeploymentConfig("executorch"))
     assert len(toolchain["converters"]) == 16 and toolchain["executorch"] != "absent"
     # Same model and config, other converter code: another entry.
     changed = dict(toolchain, converters="0" * 16)
-    from nnsweep.artifacts import cache_key
+    from nnsweep.artifacts.cache import cache_key
 
     assert cache_key("m" * 64, DeploymentConfig("executorch"), changed) != key
 
 
 def test_an_entry_packed_on_one_machine_unpacks_whole_into_another_cache(tmp_path: Path) -> None:
-    from nnsweep.artifacts import PackedArtifact
+    from nnsweep.artifacts.cache import PackedArtifact
     from nnsweep.core.errors import CacheCorrupted
 
     there, here = ArtifactCache(tmp_path / "builder"), ArtifactCache(tmp_path / "coordinator")

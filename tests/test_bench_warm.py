@@ -188,7 +188,7 @@ def test_the_machine_lock_is_held_while_the_child_measures(
 
 @pytest.mark.slow
 def test_executorch_threads_are_set_in_each_child_before_loading(digits, cache, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from nnsweep import deploy
+    from nnsweep.artifacts import deploy
     from nnsweep.core.config import DeploymentConfig
 
     artifact, _ = deploy.convert(digits, DeploymentConfig("executorch", ("xnnpack", "portable")), cache)

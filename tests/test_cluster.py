@@ -208,7 +208,7 @@ def test_a_machine_that_joins_with_converters_takes_conversions_and_ships_them_b
 ) -> None:
     """A build server joins with --converters 1 (and no device): conversions go to both
     machines, and what the builder converted lands in the coordinator's own cache."""
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.core.results import TrialStatus
     from nnsweep.execution.ray_cluster import RayExecutor
     from nnsweep.spec import parse_spec

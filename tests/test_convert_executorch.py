@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnsweep import deploy
+from nnsweep.artifacts import deploy
 from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.executorch import ExecuTorchRunner
@@ -26,7 +26,7 @@ def _accuracy(bundle, cache, config: DeploymentConfig):  # type: ignore[no-untyp
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts.cache import ArtifactCache
 
     return ArtifactCache(tmp_path_factory.mktemp("et-cache"))
 
@@ -92,7 +92,7 @@ def test_partition_limits_change_placement_on_digits_gn(digits_gn, shared_cache)
 
 
 def test_measure_in_a_child_process_reports_every_figure(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts.cache import ArtifactCache
 
     cache = ArtifactCache(tmp_path)
     config = DeploymentConfig("executorch", ("xnnpack",), threads=2)

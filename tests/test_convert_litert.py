@@ -15,8 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from nnsweep import deploy
-from nnsweep.artifacts import ArtifactCache
+from nnsweep.artifacts import deploy
+from nnsweep.artifacts.cache import ArtifactCache
+from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.litert import LiteRTRunner, interpreter, placement
@@ -24,7 +25,6 @@ from nnsweep.convert import tflite
 from nnsweep.convert._base import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import SpecError
-from nnsweep.deploy import DeploymentResult
 from nnsweep.models import ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)

@@ -13,15 +13,15 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from nnsweep import deploy
-from nnsweep.artifacts import Artifact, ArtifactCache
+from nnsweep.artifacts import deploy
+from nnsweep.artifacts.cache import Artifact, ArtifactCache
+from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.onnxruntime import OnnxRuntimeRunner, providers_for
 from nnsweep.convert._base import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig
 from nnsweep.core.errors import BenchmarkError
-from nnsweep.deploy import DeploymentResult
 from nnsweep.models import ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)

@@ -11,15 +11,15 @@ import pytest
 import torch
 from torch import nn
 
-from nnsweep import deploy
-from nnsweep.artifacts import ArtifactCache
+from nnsweep.artifacts import deploy
+from nnsweep.artifacts.cache import ArtifactCache
+from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.torch import TorchScriptRunner, pick_engine
 from nnsweep.convert import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import BenchmarkError
-from nnsweep.deploy import DeploymentResult
 from nnsweep.models import ModelBundle, ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from nnsweep import deploy
 from nnsweep.agents import MeasureRequest, VelaEstimateTransport
+from nnsweep.artifacts import deploy
 from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.convert.ethosu import read_vela_summary
 from nnsweep.core.config import DeploymentConfig, QuantConfig
@@ -23,7 +23,7 @@ CONFIG = DeploymentConfig("executorch", ("ethos-u55-128",), QuantConfig("static_
 
 @pytest.fixture(scope="module")
 def u55(digits, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts.cache import ArtifactCache
 
     cache = ArtifactCache(tmp_path_factory.mktemp("ethos-cache"))
     artifact, _ = deploy.convert(digits, CONFIG, cache)
@@ -68,7 +68,7 @@ def test_ops_left_on_the_cpu_make_the_estimate_incomplete_so_the_conversion_fail
     """QAT keeps BatchNorm unfolded, and the Arm backend leaves it to the CPU: Vela's
     estimate would then cover only part of the model (found by a sweep, where it
     made QAT look 7x faster than static int8)."""
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts.cache import ArtifactCache
 
     config = DeploymentConfig("executorch", ("ethos-u55-128",), QuantConfig("qat_int8"))
     with pytest.raises(ConversionError, match="Vela estimates NPU partitions only"):

@@ -98,8 +98,8 @@ def test_a_model_that_fails_on_its_example_is_an_input_error_at_load(tmp_path: P
 
 
 def test_a_disk_error_during_conversion_is_an_infrastructure_error_naming_the_path(tmp_path: Path) -> None:
-    from nnsweep import deploy
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model
 

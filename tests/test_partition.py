@@ -81,8 +81,8 @@ def test_min_nodes_above_every_partition_delegates_nothing(unlimited) -> None:  
 def test_dropping_a_partition_that_holds_a_kept_whole_op_still_lowers(digits_gn) -> None:  # type: ignore[no-untyped-def]
     """XNNPACK keeps aten.linear whole; a limit that drops the classifier's partition must
     leave a graph the portable kernels can run (found by a sweep: max 2, min 5 nodes)."""
-    from nnsweep import deploy
-    from nnsweep.artifacts import ArtifactCache
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.core.config import DeploymentConfig
 
     cache = ArtifactCache(Path(tempfile.mkdtemp()))

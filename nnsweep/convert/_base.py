@@ -161,7 +161,7 @@ class ConversionResult:
 class Converter(ABC):
     """Turns a float model into a deployable artifact for one runtime.
 
-    The caller (``nnsweep.deploy``) validates the configuration, looks the artifact
+    The caller (``nnsweep.artifacts.deploy``) validates the configuration, looks the artifact
     up in the cache, and calls :meth:`convert` only on a miss, with an empty
     temporary directory that it moves into the cache afterwards. A converter
     raises :class:`~nnsweep.core.errors.ConversionError` with the reason when the

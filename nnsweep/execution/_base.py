@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
-from nnsweep.artifacts import Artifact
+from nnsweep.artifacts.cache import Artifact
 from nnsweep.core.config import DeploymentConfig
 
 __all__ = ["ConvertRequest", "Executor", "ModelSource"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nnsweep.artifacts import Artifact, ArtifactCache, PackedArtifact, default_cache_dir
+from nnsweep.artifacts.cache import Artifact, ArtifactCache, PackedArtifact, default_cache_dir
 from nnsweep.execution._base import ConvertRequest, ModelSource
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class ConverterWorker:
         converts into this machine's own cache (:func:`default_cache_dir`) and returns the
         entry as bytes, for the coordinator to put into its cache.
         """
-        from nnsweep import deploy
+        from nnsweep.artifacts import deploy
 
         if not request.ship:
             return self.convert_here(request)
@@ -46,7 +46,7 @@ class ConverterWorker:
 
     def convert_here(self, request: ConvertRequest) -> tuple[Artifact, bool]:
         """Convert into the coordinator's cache (this worker shares its machine)."""
-        from nnsweep import deploy
+        from nnsweep.artifacts import deploy
 
         cache = ArtifactCache(request.model.cache_root)
         return deploy.convert(self.bundle(request.model, cache), request.config, cache)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
-from nnsweep.artifacts import Artifact
+from nnsweep.artifacts.cache import Artifact
 from nnsweep.execution._base import ConvertRequest, Executor
 from nnsweep.execution._converter import ConverterWorker
 

@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
-from nnsweep.artifacts import Artifact, ArtifactCache
+from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError
 from nnsweep.execution._base import ConvertRequest, Executor
 from nnsweep.execution._converter import ConverterWorker, node_machine

@@ -21,7 +21,7 @@ from nnsweep.execution import ModelSource
 from nnsweep.sweep.lifecycle import Ticket
 
 if TYPE_CHECKING:
-    from nnsweep.artifacts import Artifact, ArtifactCache
+    from nnsweep.artifacts.cache import Artifact, ArtifactCache
     from nnsweep.models import ModelBundle, ModelSnapshot
 
 __all__ = ["HostSide", "host_twin"]
@@ -61,7 +61,7 @@ class HostSide:
         return self._bundle
 
     def _cache(self) -> ArtifactCache:
-        from nnsweep.artifacts import ArtifactCache
+        from nnsweep.artifacts.cache import ArtifactCache
 
         return ArtifactCache(self.source.cache_root)
 
@@ -86,7 +86,7 @@ class HostSide:
 
     def cached(self, config: DeploymentConfig) -> Artifact | None:
         """The artifact if this machine's cache holds it already (then no worker is needed)."""
-        from nnsweep import deploy
+        from nnsweep.artifacts import deploy
 
         artifact = deploy.cached(self.bundle.digest, config, self._cache())
         if artifact is not None:
@@ -130,7 +130,7 @@ class HostSide:
     def outputs(self, config: DeploymentConfig) -> Any:
         """Run ``config``'s artifact once per evaluation input on this host, for its outputs only
         (a whole-model backend only the device has runs as its :func:`host_twin`)."""
-        from nnsweep import deploy
+        from nnsweep.artifacts import deploy
 
         a = self._artifacts[config.digest()]
         twin = host_twin(a.config)
@@ -146,7 +146,7 @@ class HostSide:
         Raises:
             TrialError: the outputs are unusable.
         """
-        from nnsweep import deploy
+        from nnsweep.artifacts import deploy
 
         a = self._artifacts[ticket.config.digest()]
         assert reply.outputs is not None  # from the device, or from outputs() on this host

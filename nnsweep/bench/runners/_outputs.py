@@ -3,7 +3,7 @@
 A model with several outputs (a tuple or dict: detection heads, multi-task models)
 returns them in the order ``torch.export`` flattens them; each becomes float32,
 flattened, and they are concatenated in that order, as
-:func:`nnsweep.deploy.reference_outputs` lays out the fp32 reference.
+:func:`nnsweep.artifacts.deploy.reference_outputs` lays out the fp32 reference.
 """
 
 from __future__ import annotations

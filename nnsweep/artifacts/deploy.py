@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.artifacts import Artifact, ArtifactCache, cache_key, toolchain_versions
+from nnsweep.artifacts.cache import Artifact, ArtifactCache, cache_key, toolchain_versions
 from nnsweep.convert._base import PartitionReport
 from nnsweep.core import runtimes
 from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
