@@ -199,7 +199,7 @@ class DeploymentConfig:
     threads: int = 1
 
     def __post_init__(self) -> None:
-        from nnsweep import runtimes  # runtimes declares capabilities in terms of this module
+        from nnsweep.core import runtimes  # runtimes declares capabilities in terms of this module
 
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
             raise SpecError("threads", f"must be an integer >= 1, got {self.threads!r}")
