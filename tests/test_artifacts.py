@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
-from nnsweep.artifacts.cache import ArtifactCache, cache_key, toolchain_versions
+from nnsweep.artifacts.cache import ArtifactCache
+from nnsweep.artifacts.key import cache_key, toolchain_versions
 from nnsweep.convert import ConversionResult, PartitionReport
 from nnsweep.core.config import DeploymentConfig, QuantConfig
 
@@ -96,14 +98,16 @@ def test_meta_records_config_and_checksum(tmp_path: Path) -> None:
 
 
 def test_the_key_covers_the_converter_code_not_only_package_versions() -> None:
-    from nnsweep.artifacts.deploy import artifact_key
+    from nnsweep.artifacts.key import artifact_key
     from nnsweep.core.config import DeploymentConfig
 
     key, toolchain = artifact_key("m" * 64, DeploymentConfig("executorch"))
     assert len(toolchain["converters"]) == 16 and toolchain["executorch"] != "absent"
+    # It digests the converters' files, not an empty folder (a path that moved would read none).
+    assert toolchain["converters"] != hashlib.sha256().hexdigest()[:16]
     # Same model and config, other converter code: another entry.
     changed = dict(toolchain, converters="0" * 16)
-    from nnsweep.artifacts.cache import cache_key
+    from nnsweep.artifacts.key import cache_key
 
     assert cache_key("m" * 64, DeploymentConfig("executorch"), changed) != key
 

@@ -1,8 +1,8 @@
 """Content-addressed artifact cache.
 
-An entry's key is the full sha256 of (model digest, canonical deployment config,
-toolchain versions). Entries are built in a temporary directory and renamed into
-place, so a reader sees a whole entry or none. Each entry records the sha256 of
+An entry's key is :func:`nnsweep.artifacts.key.artifact_key` (the full sha256 of the
+model digest, the canonical deployment config and the toolchain). Entries are built in
+a temporary directory and renamed into place, so a reader sees a whole entry or none. Each entry records the sha256 of
 its artifact file; an entry whose file does not match is removed and rebuilt.
 
 Layout::
@@ -19,21 +19,19 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from nnsweep.convert._base import ConversionResult, IOSpec, PartitionReport
-from nnsweep.core.config import DeploymentConfig, canonical_json
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import CacheCorrupted
 
-__all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "cache_key", "default_cache_dir", "toolchain_versions"]
+__all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "default_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -46,23 +44,6 @@ def default_cache_dir() -> Path:
         return Path(os.environ["NNSWEEP_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "nnsweep"
-
-
-def toolchain_versions(packages: tuple[str, ...]) -> dict[str, str]:
-    """Installed versions of ``packages`` plus Python's and nnsweep's (read without importing them)."""
-    versions = {"python": platform.python_version(), "machine": platform.machine()}
-    for name in ("nnsweep", *packages):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "absent"
-    return versions
-
-
-def cache_key(model_digest: str, config: DeploymentConfig, toolchain: dict[str, str]) -> str:
-    """Full sha256 hex digest identifying one conversion."""
-    text = canonical_json({"model": model_digest, "config": config.to_dict(), "toolchain": toolchain})
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _file_sha256(path: Path) -> str:

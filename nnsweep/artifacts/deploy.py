@@ -7,14 +7,12 @@ on a host, measurement on the device's agent).
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.artifacts.cache import Artifact, ArtifactCache, cache_key, toolchain_versions
+from nnsweep.artifacts.cache import Artifact, ArtifactCache
+from nnsweep.artifacts.key import artifact_key
 from nnsweep.convert._base import PartitionReport
 from nnsweep.core import runtimes
 from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
@@ -31,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeploymentResult",
-    "artifact_key",
     "assemble",
     "cached",
     "convert",
@@ -86,30 +83,6 @@ def _storage_error(exc: OSError, where: Any) -> ConversionStorageError:
 
 
 _CONVERT_LOCK = threading.Lock()
-
-
-@functools.lru_cache(maxsize=32)
-def _toolchain(runtime: str) -> tuple[tuple[str, str], ...]:
-    versions = toolchain_versions(runtimes.get(runtime).packages)
-    versions["converters"] = _converter_sources()
-    return tuple(versions.items())
-
-
-@functools.lru_cache(maxsize=1)
-def _converter_sources() -> str:
-    """A digest of nnsweep's converter code: an edited converter (same nnsweep version, e.g.
-    in a checkout) rebuilds its artifacts instead of reusing ones the old code made."""
-    folder = Path(__file__).with_name("convert")
-    digest = hashlib.sha256()
-    for source in sorted(folder.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def artifact_key(model_digest: str, config: DeploymentConfig) -> tuple[str, dict[str, str]]:
-    """The cache key of ``config``'s artifact, and the toolchain versions it includes."""
-    toolchain = dict(_toolchain(config.runtime))
-    return cache_key(model_digest, config, toolchain), toolchain
 
 
 def cached(model_digest: str, config: DeploymentConfig, cache: ArtifactCache) -> Artifact | None:
