@@ -1,3 +1,22 @@
-"""Tracking (see :mod:`~nnsweep.tracking.mlflow_tracker`)."""
+"""Tracking: one MLflow experiment per sweep, a parent run per device, a child run per trial.
 
-from nnsweep.tracking.mlflow_tracker import *  # noqa: F403
+* :mod:`~nnsweep.tracking.base`: the :class:`Tracker` contract and :class:`NullTracker`;
+* :mod:`~nnsweep.tracking.background`: :class:`BackgroundTracker`, another tracker's calls on one thread;
+* :mod:`~nnsweep.tracking.mlflow_tracker`: :class:`MlflowTracker`, the only module that imports mlflow;
+* :mod:`~nnsweep.tracking.uris`: sqlite URIs and artifact locations.
+"""
+
+from nnsweep.tracking.background import BackgroundTracker
+from nnsweep.tracking.base import NullTracker, Tracker
+from nnsweep.tracking.mlflow_tracker import MlflowTracker, tracker_for
+from nnsweep.tracking.uris import absolute_sqlite_uri, artifact_location
+
+__all__ = [
+    "BackgroundTracker",
+    "MlflowTracker",
+    "NullTracker",
+    "Tracker",
+    "absolute_sqlite_uri",
+    "artifact_location",
+    "tracker_for",
+]

@@ -20,31 +20,22 @@ from __future__ import annotations
 import json
 import logging
 import math
-import queue
-import re
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.tracking.background import BackgroundTracker
+from nnsweep.tracking.base import NullTracker, Tracker
+from nnsweep.tracking.uris import absolute_sqlite_uri, artifact_location
 
 if TYPE_CHECKING:
     from nnsweep.core.config import DeploymentConfig
 
-__all__ = [
-    "BackgroundTracker",
-    "MlflowTracker",
-    "NullTracker",
-    "Tracker",
-    "absolute_sqlite_uri",
-    "artifact_location",
-    "tracker_for",
-]
+__all__ = ["MlflowTracker", "tracker_for"]
 
 _log = logging.getLogger(__name__)
 
@@ -60,202 +51,6 @@ _END_STATUS = {
     TrialStatus.FAILED: "FAILED",
     TrialStatus.INTERRUPTED: "KILLED",
 }
-
-
-class Tracker(Protocol):
-    """Where the coordinator reports a sweep.
-
-    Call order: :meth:`bind` once; per device :meth:`open_device`; then per trial
-    :meth:`start_trial` (optional) and :meth:`finish_trial`; at the end :meth:`mark_front`
-    and :meth:`close_device`. :meth:`logged`, :meth:`trial_links` and
-    :meth:`log_device_artifact` may be called any time after :meth:`open_device`.
-    """
-
-    def bind(self, sweep_id: str) -> None:
-        """Record into this generation of the sweep (its studies' sweep id): a sweep started
-        again with ``--fresh`` gets new runs instead of reopening the old ones."""
-        ...
-
-    def open_device(self, device: str, info: Mapping[str, str]) -> None:
-        """Start (or resume) recording ``device``.
-
-        Args:
-            device: the device's name.
-            info: its capabilities as text (arch, cpu, runtimes, ...), recorded as tags.
-        """
-        ...
-
-    def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
-        """A trial was dispatched.
-
-        Args:
-            device: the device it runs on.
-            number: the Optuna trial number in that device's study.
-            config: the deployment being tried.
-        """
-        ...
-
-    def finish_trial(self, record: TrialRecord) -> None:
-        """A trial ended (measured, reused, failed or interrupted); records its outcome."""
-        ...
-
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
-        """Label the device's Pareto-optimal trials and its best trial.
-
-        Args:
-            device: the device.
-            pareto: trial numbers on the Pareto front.
-            best: the trial chosen as best, if any.
-        """
-        ...
-
-    def close_device(self, device: str, status: str = "FINISHED") -> None:
-        """Stop recording ``device``; ``status`` is ``FINISHED``, ``FAILED`` or ``KILLED``."""
-        ...
-
-    def logged(self, device: str) -> dict[int, TrialStatus]:
-        """Trials of ``device`` whose record ended, with the status it ended with (the
-        coordinator logs again every trial whose study record says otherwise)."""
-        ...
-
-    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
-        """Attach a file or folder (the HTML report, a Pareto plot) to the device's record.
-
-        Args:
-            device: the device.
-            name: where it lands among the record's artifacts (``pareto.html``, ``plots/front.png``).
-            path: the local file or folder.
-        """
-        ...
-
-    def trial_links(self, device: str) -> dict[int, str]:
-        """Trial number -> link to the trial's record, relative to the tracking UI's root."""
-        ...
-
-    def attach_device(self, device: str) -> bool:
-        """Find the device's record of an earlier or current run without changing it
-        (for ``nnsweep report``); ``False`` when nothing was recorded for it."""
-        ...
-
-
-class NullTracker:
-    """Records nothing (``nnsweep run --no-tracking``)."""
-
-    def bind(self, sweep_id: str) -> None:
-        return None
-
-    def open_device(self, device: str, info: Mapping[str, str]) -> None:
-        return None
-
-    def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
-        return None
-
-    def finish_trial(self, record: TrialRecord) -> None:
-        return None
-
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
-        return None
-
-    def close_device(self, device: str, status: str = "FINISHED") -> None:
-        return None
-
-    def logged(self, device: str) -> dict[int, TrialStatus]:
-        return {}
-
-    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
-        return None
-
-    def trial_links(self, device: str) -> dict[int, str]:
-        return {}
-
-    def attach_device(self, device: str) -> bool:
-        return False
-
-
-class BackgroundTracker:
-    """Runs another tracker's calls on one background thread, in order.
-
-    The coordinator hands over a trial's record in microseconds instead of waiting
-    for MLflow's database and artifact writes. Calls that end a device or read back
-    (:meth:`mark_front`, :meth:`close_device`, :meth:`logged`, :meth:`trial_links`,
-    :meth:`log_device_artifact`) wait until everything before them is written. A
-    failed write is logged and dropped: the Optuna study is the record of truth, and
-    the next run of the sweep backfills trials missing from the tracker.
-
-    Args:
-        inner: the tracker that does the writing.
-    """
-
-    def __init__(self, inner: Tracker) -> None:
-        self.inner = inner
-        self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._drain, name="nnsweep-tracking", daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is not None:
-                    name, args = item
-                    try:
-                        getattr(self.inner, name)(*args)
-                    except Exception as exc:  # tracking must never stop a sweep; see the class docstring
-                        _log.warning("tracking %s failed: %s", name, exc)
-            finally:
-                self._queue.task_done()
-            if item is None:
-                return
-
-    def _later(self, name: str, *args: Any) -> None:
-        self._queue.put((name, args))
-
-    def flush(self) -> None:
-        """Wait until every call so far is written."""
-        self._queue.join()
-
-    def bind(self, sweep_id: str) -> None:
-        self.flush()
-        self.inner.bind(sweep_id)
-
-    def open_device(self, device: str, info: Mapping[str, str]) -> None:
-        self.flush()
-        self.inner.open_device(device, info)
-
-    def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
-        self._later("start_trial", device, number, config)
-
-    def finish_trial(self, record: TrialRecord) -> None:
-        self._later("finish_trial", record)
-
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
-        self.flush()
-        self.inner.mark_front(device, pareto, best)
-
-    def close_device(self, device: str, status: str = "FINISHED") -> None:
-        self.flush()
-        self.inner.close_device(device, status)
-
-    def logged(self, device: str) -> dict[int, TrialStatus]:
-        self.flush()
-        return self.inner.logged(device)
-
-    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
-        self.flush()  # synchronous: the caller may delete the file right after
-        self.inner.log_device_artifact(device, name, path)
-
-    def trial_links(self, device: str) -> dict[int, str]:
-        self.flush()
-        return self.inner.trial_links(device)
-
-    def attach_device(self, device: str) -> bool:
-        self.flush()
-        return self.inner.attach_device(device)
-
-    def close(self) -> None:
-        """Write what is queued and stop the thread."""
-        self._queue.put(None)
-        self._thread.join()
 
 
 class MlflowTracker:
@@ -567,59 +362,6 @@ def tracker_for(uri: str, experiment: str, sweep: str, *, enabled: bool = True) 
     if not enabled:
         return NullTracker()
     return BackgroundTracker(MlflowTracker(uri, experiment, sweep))
-
-
-def absolute_sqlite_uri(uri: str, base: Path | None = None) -> str:
-    """``sqlite:///mlflow.db`` (relative to the working directory) as an absolute URI.
-
-    MLflow reads ``sqlite:///x.db`` relative to the working directory and
-    ``sqlite:////abs/x.db`` as absolute. It caches database engines by URI, so a
-    relative one would keep pointing at the first directory it was used from.
-
-    Args:
-        uri: any tracking URI; only relative sqlite ones change.
-        base: the directory a relative path is relative to (default: the working directory).
-
-    Example:
-        >>> absolute_sqlite_uri("sqlite:///runs/mlflow.db", Path("/work"))
-        'sqlite:////work/runs/mlflow.db'
-    """
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri.startswith(prefix + "/") and not uri.startswith(prefix + ":memory:"):
-        return prefix + str((base or Path.cwd()) / uri[len(prefix) :])
-    return uri
-
-
-def artifact_location(uri: str, experiment: str) -> str | None:
-    """Where a new experiment's artifacts go: ``mlartifacts/<experiment>`` beside a sqlite database.
-
-    MLflow's own default for a local sqlite store is ``./mlruns/<experiment id>`` in the
-    working directory of the first client, wherever the database is. Runs get their
-    own subfolders (``<run id>/artifacts``), so two experiments whose names map to the
-    same folder do not collide.
-
-    Args:
-        uri: the tracking URI (relative sqlite URIs are resolved against the working directory).
-        experiment: the experiment's name.
-
-    Returns:
-        An absolute ``file://`` URI, or ``None`` (MLflow's default) for anything that is not
-        a sqlite file: a tracking server keeps its own artifact store, and a file store keeps
-        artifacts inside its directory.
-
-    Example:
-        >>> artifact_location("sqlite:////data/sweeps/mlflow.db", "digits/fast")
-        'file:///data/sweeps/mlartifacts/digits_fast'
-    """
-    uri = absolute_sqlite_uri(uri)
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
-        return None
-    db = unquote(uri[len(prefix) :].split("?", 1)[0])
-    if not db or db == ":memory:":
-        return None
-    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip(".") or "experiment"
-    return (Path(db).parent / "mlartifacts" / folder).as_uri()
 
 
 def _ended_as(run_status: str, status_tag: str) -> TrialStatus | None:

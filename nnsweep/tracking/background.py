@@ -1,0 +1,106 @@
+"""A tracker that runs another tracker's calls on one background thread, in order."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.tracking.base import Tracker
+
+if TYPE_CHECKING:
+    from nnsweep.core.config import DeploymentConfig
+
+__all__ = ["BackgroundTracker"]
+
+_log = logging.getLogger(__name__)
+
+
+class BackgroundTracker:
+    """Runs another tracker's calls on one background thread, in order.
+
+    The coordinator hands over a trial's record in microseconds instead of waiting
+    for MLflow's database and artifact writes. Calls that end a device or read back
+    (:meth:`mark_front`, :meth:`close_device`, :meth:`logged`, :meth:`trial_links`,
+    :meth:`log_device_artifact`) wait until everything before them is written. A
+    failed write is logged and dropped: the Optuna study is the record of truth, and
+    the next run of the sweep backfills trials missing from the tracker.
+
+    Args:
+        inner: the tracker that does the writing.
+    """
+
+    def __init__(self, inner: Tracker) -> None:
+        self.inner = inner
+        self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="nnsweep-tracking", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is not None:
+                    name, args = item
+                    try:
+                        getattr(self.inner, name)(*args)
+                    except Exception as exc:  # tracking must never stop a sweep; see the class docstring
+                        _log.warning("tracking %s failed: %s", name, exc)
+            finally:
+                self._queue.task_done()
+            if item is None:
+                return
+
+    def _later(self, name: str, *args: Any) -> None:
+        self._queue.put((name, args))
+
+    def flush(self) -> None:
+        """Wait until every call so far is written."""
+        self._queue.join()
+
+    def bind(self, sweep_id: str) -> None:
+        self.flush()
+        self.inner.bind(sweep_id)
+
+    def open_device(self, device: str, info: Mapping[str, str]) -> None:
+        self.flush()
+        self.inner.open_device(device, info)
+
+    def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
+        self._later("start_trial", device, number, config)
+
+    def finish_trial(self, record: TrialRecord) -> None:
+        self._later("finish_trial", record)
+
+    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
+        self.flush()
+        self.inner.mark_front(device, pareto, best)
+
+    def close_device(self, device: str, status: str = "FINISHED") -> None:
+        self.flush()
+        self.inner.close_device(device, status)
+
+    def logged(self, device: str) -> dict[int, TrialStatus]:
+        self.flush()
+        return self.inner.logged(device)
+
+    def log_device_artifact(self, device: str, name: str, path: Path) -> None:
+        self.flush()  # synchronous: the caller may delete the file right after
+        self.inner.log_device_artifact(device, name, path)
+
+    def trial_links(self, device: str) -> dict[int, str]:
+        self.flush()
+        return self.inner.trial_links(device)
+
+    def attach_device(self, device: str) -> bool:
+        self.flush()
+        return self.inner.attach_device(device)
+
+    def close(self) -> None:
+        """Write what is queued and stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
