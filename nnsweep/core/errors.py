@@ -84,3 +84,27 @@ class ConversionStorageError(InfrastructureError):
     def __init__(self, message: str, path: object = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+MAX_EXCERPT = 60  # characters of an offending value quoted in a message
+
+
+def excerpt(value: object, limit: int = MAX_EXCERPT) -> str:
+    """A short ``repr`` of ``value`` for an error message (at most ``limit`` characters).
+
+    Bounded in time as well as length: nested containers are cut at a few items and
+    levels before anything is rendered, so an alias bomb costs nothing to quote.
+    """
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 4, 4, 3, 4
+    r.maxstring, r.maxother, r.maxlong = limit, limit, limit
+    text = r.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def clip(text: object, limit: int = MAX_EXCERPT) -> str:
+    """``str(text)`` clipped to ``limit`` characters: a mapping key as part of a field path, or any text."""
+    shown = str(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."

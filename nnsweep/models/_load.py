@@ -18,7 +18,7 @@ from typing import Any
 
 from nnsweep.core.errors import SpecError
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest, output_sizes
-from nnsweep.spec import MAX_INPUT_ELEMENTS, check_input_shape
+from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 
 __all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
 
