@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.core.config import Calibration, Granularity, Interface, PartitionLimits, QuantMode
 from nnsweep.core.errors import SpecError
+from nnsweep.core.quant import Calibration, Granularity, Interface, PartitionLimits, QuantMode
 
 if TYPE_CHECKING:
     from nnsweep.core.config import DeploymentConfig

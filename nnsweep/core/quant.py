@@ -1,0 +1,148 @@
+"""Quantization settings and partition limits: the parts of a deployment configuration
+that every runtime's capabilities are declared in (:mod:`nnsweep.core.runtimes` imports
+this module; :mod:`nnsweep.core.config` builds on both)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from nnsweep.core.errors import SpecError
+
+__all__ = ["Calibration", "Granularity", "Interface", "PartitionLimits", "QuantConfig", "QuantMode"]
+
+
+class QuantMode(enum.StrEnum):
+    """How weights and activations are represented."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    DYNAMIC_INT8 = "dynamic_int8"
+    STATIC_INT8 = "static_int8"
+    QAT_INT8 = "qat_int8"
+
+    @property
+    def is_static(self) -> bool:
+        """True for modes with calibrated activation ranges (static PTQ and QAT)."""
+        return self in (QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
+
+    @property
+    def is_int8(self) -> bool:
+        return self in (QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
+
+
+class Granularity(enum.StrEnum):
+    """Weight quantization granularity."""
+
+    PER_TENSOR = "per_tensor"
+    PER_CHANNEL = "per_channel"
+
+
+class Interface(enum.StrEnum):
+    """What a quantized model takes and returns (the NNAPI preparation script's terms).
+
+    ``core``: float in and out, quantize/dequantize inside the model.
+    ``full``: quantized in and out; the caller quantizes inputs and dequantizes outputs.
+    """
+
+    CORE = "core"
+    FULL = "full"
+
+
+class Calibration(enum.StrEnum):
+    """How activation ranges are chosen from calibration data."""
+
+    MINMAX = "minmax"
+    HISTOGRAM = "histogram"
+    ENTROPY = "entropy"
+    PERCENTILE = "percentile"
+
+
+def _enum_value(enum_type: type[enum.Enum], value: Any, field_name: str) -> Any:
+    if isinstance(value, enum_type):
+        return value
+    try:
+        return enum_type(value)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in enum_type)
+        raise SpecError(field_name, f"unknown value {value!r}; allowed: {allowed}") from None
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Quantization settings.
+
+    Args:
+        mode: the numeric representation.
+        granularity: weight scales per tensor or per output channel (int8 modes).
+        calibration: activation range method (``static_int8``).
+        calibration_batches: calibration batches of :data:`CALIBRATION_BATCH_SIZE`
+            samples (``static_int8``).
+        interface: ``core`` or ``full`` (static modes).
+        qat_epochs: fine-tuning epochs with fake quantization (``qat_int8``).
+    """
+
+    mode: QuantMode = QuantMode.FP32
+    granularity: Granularity | None = Granularity.PER_CHANNEL
+    calibration: Calibration | None = Calibration.MINMAX
+    calibration_batches: int | None = 8
+    interface: Interface | None = Interface.CORE
+    qat_epochs: int | None = 3
+
+    CALIBRATION_BATCH_SIZE = 16
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        mode = _enum_value(QuantMode, self.mode, "quant.mode")
+        set_(self, "mode", mode)
+        # Check every value given, then clear what does not apply to this mode, so
+        # equal deployments have equal digests.
+        for name, kind in (("granularity", Granularity), ("calibration", Calibration), ("interface", Interface)):
+            value = getattr(self, name)
+            if value is not None:
+                set_(self, name, _enum_value(kind, value, f"quant.{name}"))
+        for name in ("calibration_batches", "qat_epochs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise SpecError(f"quant.{name}", f"must be an integer >= 1, got {value!r}")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        relevant = {
+            "granularity": mode.is_int8,
+            # QAT learns its ranges while fine-tuning: no calibration pass
+            "calibration": mode is QuantMode.STATIC_INT8,
+            "calibration_batches": mode is QuantMode.STATIC_INT8,
+            "interface": mode.is_static,
+            "qat_epochs": mode is QuantMode.QAT_INT8,
+        }
+        for name, applies in relevant.items():
+            if not applies:
+                set_(self, name, None)
+            elif getattr(self, name) is None:
+                set_(self, name, defaults[name])
+
+
+@dataclass(frozen=True)
+class PartitionLimits:
+    """TFLite-style delegate partition limits.
+
+    Args:
+        max_delegated_partitions: keep only the N largest delegated partitions
+            of a backend; 0 means no limit.
+        min_nodes_per_partition: smaller partitions are not delegated and fall
+            through to the next backend in the preference order.
+    """
+
+    max_delegated_partitions: int = 0
+    min_nodes_per_partition: int = 1
+
+    def __post_init__(self) -> None:
+        for name, low in (("max_delegated_partitions", 0), ("min_nodes_per_partition", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise SpecError(f"partitions.{name}", f"must be an integer >= {low}, got {value!r}")
+
+    @property
+    def is_default(self) -> bool:
+        return self == PartitionLimits()
