@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
 from nnsweep.bench._foreign import python_command
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 
 work = Path(sys.argv[1])
 jobs = json.loads((work / "jobs.json").read_text())

@@ -181,7 +181,7 @@ def _measuring_process(artifact: Path, repeats: int) -> None:
     import numpy as np
 
     from nnsweep.bench import MachineLock, MeasureSettings, WarmWorker, measure_in_subprocess
-    from nnsweep.convert._base import IOSpec
+    from nnsweep.core.artifact import IOSpec
 
     inputs = np.random.default_rng(0).random((360, 1, 8, 8), dtype=np.float32)
     worker = WarmWorker("onnxruntime")

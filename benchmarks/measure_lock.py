@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from nnsweep.agents import LocalTransport, MeasureRequest
 from nnsweep.bench import MachineLock, MeasureSettings
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 artifact, count, min_duration, lock, go = sys.argv[1:6]
 count, min_duration, go = int(count), float(min_duration), float(go)
 transport = LocalTransport(lock=MachineLock(Path(lock)) if lock else None)

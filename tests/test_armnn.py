@@ -23,8 +23,8 @@ from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
 from nnsweep.bench.runners.armnn import report_from_dot
 from nnsweep.convert import tflite
-from nnsweep.convert._base import IOSpec
 from nnsweep.convert.armnn import armnn_placement
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.models import ModelSnapshot
@@ -152,7 +152,7 @@ def test_digits_fp32_and_int8_fall_through_to_cpuref_and_keep_accuracy(digits, t
 def test_the_partition_report_comes_from_the_machine_that_measured(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import dataclasses
 
-    from nnsweep.convert._base import PartitionReport
+    from nnsweep.core.artifact import PartitionReport
 
     artifact, _ = deploy.convert(digits, _config(), ArtifactCache(tmp_path / "cache"))
     snapshot = ModelSnapshot.of(digits)

@@ -9,7 +9,7 @@ import pytest
 
 from nnsweep.bench import LatencyStats, MeasureSettings, Runner, Timing, evaluate, time_runner
 from nnsweep.bench._stats import median_ci
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import SpecError
 
 

@@ -20,7 +20,7 @@ from nnsweep.bench import MeasureSettings
 from nnsweep.bench._isolated import measure_in_subprocess
 from nnsweep.bench._machine_lock import MachineLock
 from nnsweep.bench._warm import WarmWorker
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import BenchmarkError
 
 SETTINGS = MeasureSettings(warmup=1, iters=20)

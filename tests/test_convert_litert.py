@@ -22,7 +22,7 @@ from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.litert import LiteRTRunner, interpreter, placement
 from nnsweep.convert import tflite
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import SpecError
 from nnsweep.models import ModelSnapshot

@@ -19,7 +19,7 @@ from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.onnxruntime import OnnxRuntimeRunner, providers_for
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.models import ModelSnapshot

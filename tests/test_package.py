@@ -9,7 +9,14 @@ import sys
 import pytest
 
 HEAVY = ("torch", "ray", "mlflow", "optuna", "executorch", "onnxruntime", "torchvision")
-PACKAGES = ["nnsweep", "nnsweep.convert", "nnsweep.bench", "nnsweep.models", "nnsweep.core.errors", "nnsweep.core.config"]
+PACKAGES = [
+    "nnsweep",
+    "nnsweep.convert",
+    "nnsweep.bench",
+    "nnsweep.models",
+    "nnsweep.core.errors",
+    "nnsweep.core.config",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -12,7 +12,7 @@ from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import Timing
 from nnsweep.bench._stats import LatencyStats
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.core.results import TrialRecord, TrialStatus

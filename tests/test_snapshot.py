@@ -92,7 +92,7 @@ FORK_HERE = textwrap.dedent(
     from nnsweep.bench._isolated import measure_in_subprocess
     from nnsweep.bench._machine_lock import MachineLock
     from nnsweep.bench._warm import ForkHere
-    from nnsweep.convert._base import IOSpec
+    from nnsweep.core.artifact import IOSpec
     from nnsweep.core.errors import BenchmarkError
 
     artifact, lock = Path(sys.argv[1]), MachineLock(Path(sys.argv[2]))

@@ -12,7 +12,7 @@ import pytest
 
 from nnsweep.agents import LocalTransport, MeasureReply, MeasureRequest
 from nnsweep.bench import MachineLock, MeasureSettings
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 
 
 @pytest.fixture(scope="module")

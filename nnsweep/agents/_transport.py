@@ -24,7 +24,7 @@ from nnsweep.agents._capabilities import Capabilities
 from nnsweep.bench import MeasureSettings, Timing, measure_in_subprocess
 from nnsweep.bench._machine_lock import MachineLock
 from nnsweep.bench._warm import WarmWorker, WorkerUnavailable
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import InfrastructureError
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnsweep.convert._base import ConversionResult, IOSpec, PartitionReport
+from nnsweep.convert._base import ConversionResult
+from nnsweep.core.artifact import IOSpec, PartitionReport
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import CacheCorrupted
 

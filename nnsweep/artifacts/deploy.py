@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.artifacts.key import artifact_key
-from nnsweep.convert._base import PartitionReport
 from nnsweep.core import runtimes
+from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
 
 if TYPE_CHECKING:

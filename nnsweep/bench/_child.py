@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from nnsweep.bench._harness import MeasureSettings, run_all, time_runner
-from nnsweep.convert._base import IOSpec
 from nnsweep.core import runtimes
+from nnsweep.core.artifact import IOSpec
 
 
 def _measure(request: dict) -> dict:  # type: ignore[type-arg]

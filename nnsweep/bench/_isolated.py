@@ -23,8 +23,8 @@ from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing
 from nnsweep.bench._machine_lock import MachineLock
 from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
-from nnsweep.convert._base import IOSpec
 from nnsweep.core import runtimes
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["measure_in_subprocess"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 
 __all__ = ["Runner"]
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from nnsweep.bench._foreign import python_command
 from nnsweep.convert import tflite
-from nnsweep.convert._base import ConversionResult, Converter, PartitionReport
+from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.litert import export_tflite
 from nnsweep.core import runtimes
+from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle

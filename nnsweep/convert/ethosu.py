@@ -23,9 +23,10 @@ from typing import Any
 
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-from nnsweep.convert._base import ConversionResult, IOSpec
+from nnsweep.convert._base import ConversionResult
 from nnsweep.convert.executorch import _export, _quantize, _quantize_io
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle

@@ -21,9 +21,10 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch import nn
 
-from nnsweep.convert._base import ConversionResult, Converter, IOSpec
+from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.core.runtimes import ETHOS_U_TARGETS

@@ -30,8 +30,9 @@ from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
 from nnsweep.bench.runners.litert import interpreter, placement
 from nnsweep.convert import tflite
-from nnsweep.convert._base import ConversionResult, Converter, IOSpec
+from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.quantize import calibration_samples
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle

@@ -36,8 +36,9 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
-from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport, Placement
+from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.quantize import calibration_samples
+from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle

@@ -15,7 +15,7 @@ from typing import Any
 from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
-from nnsweep.convert._base import PartitionReport, Placement
+from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.config import PartitionLimits
 
 __all__ = ["LimitedPartitioner", "report_from_program"]

@@ -22,7 +22,7 @@ import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 
 __all__ = ["add_fully_connected_bias", "float_interface", "int8_io", "load", "operators", "save"]

@@ -48,8 +48,9 @@ import torch
 from torch import nn
 
 from nnsweep.bench.runners.torch import META_FILE, pick_engine
-from nnsweep.convert._base import ConversionResult, Converter, IOSpec, PartitionReport, Placement
+from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
+from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle

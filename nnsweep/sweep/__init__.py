@@ -3,7 +3,8 @@
 Each module owns one part, from the loop down to the rules it calls:
 
 * :mod:`~nnsweep.sweep.loop`: ``Sweep``, the loop (ask, admit, plan, start, route each future, tell, track);
-* :mod:`~nnsweep.sweep.handlers`: what happens when a conversion, measurement or evaluation finishes, and the end of a sweep;
+* :mod:`~nnsweep.sweep.handlers`: what happens when a conversion, measurement or evaluation
+  finishes, and the end of a sweep;
 * :mod:`~nnsweep.sweep.host`: the coordinator's machine side (the model, its fp32 reference, cache look-ups);
 * :mod:`~nnsweep.sweep.resume`: opening each device's study and tracker, settling what a killed run left;
 * :mod:`~nnsweep.sweep.recorder`: a finished trial to the study and the tracker, in a kill-safe order;

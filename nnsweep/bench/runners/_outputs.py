@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnsweep.convert._base import IOSpec
+from nnsweep.core.artifact import IOSpec
 
 __all__ = ["concat_float", "flatten_order"]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from nnsweep.bench._runner import Runner
 from nnsweep.bench.runners._outputs import concat_float, flatten_order
-from nnsweep.convert._base import PartitionReport, Placement
+from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["ArmNNRunner", "available_backends", "optimize", "report_from_dot"]

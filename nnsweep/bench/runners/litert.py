@@ -19,7 +19,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from nnsweep.bench._runner import Runner
 from nnsweep.bench.runners._outputs import concat_float, flatten_order
-from nnsweep.convert._base import PartitionReport, Placement
+from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["LiteRTRunner", "interpreter", "placement"]
