@@ -24,8 +24,8 @@ from typing import Any
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from nnsweep.convert._base import ConversionResult
-from nnsweep.convert.executorch import _export, _quantize, _quantize_io
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
+from nnsweep.convert.pt2e import export, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantMode
 from nnsweep.core.errors import ConversionError
@@ -109,9 +109,9 @@ def convert_ethos_u(bundle: ModelBundle, config: DeploymentConfig, out_dir: Path
     with tempfile.TemporaryDirectory(prefix="nnsweep-vela-") as tmp:
         intermediates = Path(tmp)
         spec = EthosUCompileSpec(target).dump_intermediate_artifacts_to(str(intermediates))
-        model = _quantize(bundle, config.quant, _quantizer(target, config, spec))
-        program = _export(model, bundle.example_input, dynamic_batch=False)
-        io_spec = _quantize_io(program) if config.quant.interface is Interface.FULL else IOSpec()
+        model = quantize(bundle, config.quant, _quantizer(target, config, spec))
+        program = export(model, bundle.example_input, dynamic_batch=False)
+        io_spec = quantize_io(program) if config.quant.interface is Interface.FULL else IOSpec()
         partitioner = LimitedPartitioner(EthosUPartitioner(spec), config.partitions)
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):  # Vela prints its summary; keep our stdout clean

@@ -23,10 +23,9 @@ from torch import nn
 
 from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
-from nnsweep.convert.quantize import calibration_samples, qat_finetune
+from nnsweep.convert.pt2e import export, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
-from nnsweep.core.errors import ConversionError
 from nnsweep.core.runtimes import ETHOS_U_TARGETS
 from nnsweep.models import ModelBundle
 
@@ -80,69 +79,6 @@ def _quantizer(quant: QuantConfig) -> Any:
     return XNNPACKQuantizer().set_global(config)
 
 
-def _export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torch.export.ExportedProgram:
-    if dynamic_batch:
-        # Export specialises a size-1 dimension, so trace with two samples.
-        batch = torch.export.Dim("batch", min=1, max=4096)
-        pair = torch.cat([example, example])
-        return torch.export.export(model, (pair,), dynamic_shapes=({0: batch},), strict=False)
-    return torch.export.export(model, (example,), strict=False)
-
-
-def _quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any = None) -> nn.Module:
-    """PT2E: prepare with ``quantizer`` (default: ExecuTorch's XNNPACK quantizer), calibrate
-    (or fine-tune), convert.
-
-    The exported module is taken without its guard function (``check_guards=False``):
-    backend quantizers (the Arm one) cannot trace through that call_module.
-    """
-    from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
-
-    model = copy.deepcopy(bundle.module).eval()
-    quantizer = quantizer if quantizer is not None else _quantizer(quant)
-    if quant.mode is QuantMode.QAT_INT8:
-        # A dynamic batch dimension lets QAT train on real batches; fall back to batch 1.
-        try:
-            graph = _export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
-            batch = 32
-        except Exception:  # models whose shapes specialise on batch 1
-            graph = _export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
-            batch = 1
-        prepared = prepare_qat_pt2e(graph, quantizer)
-        move_exported_model_to_train(prepared)
-        qat_finetune(prepared, bundle, quant, batch_size=batch)
-        move_exported_model_to_eval(prepared)
-    else:
-        graph = _export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
-        prepared = prepare_pt2e(graph, quantizer)
-        samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
-        with torch.no_grad():
-            for x in samples:
-                prepared(x)
-    converted: nn.Module = convert_pt2e(prepared)
-    return converted
-
-
-def _quantize_io(program: torch.export.ExportedProgram) -> IOSpec:
-    """Make the program take and return int8 (the ``full`` interface)."""
-    from executorch.exir.passes.quantize_io_pass import quantize_input, quantize_output
-
-    try:
-        in_scale, in_zp, _, _, in_dtype = quantize_input(program, 0)
-        out_scale, out_zp, _, _, out_dtype = quantize_output(program, 0)
-    except ValueError as exc:
-        raise ConversionError(f"cannot give this model a quantized interface: {exc}") from exc
-    return IOSpec(
-        input_dtype=str(in_dtype).removeprefix("torch."),
-        output_dtype=str(out_dtype).removeprefix("torch."),
-        input_scale=float(in_scale),
-        input_zero_point=int(in_zp),
-        output_scale=float(out_scale),
-        output_zero_point=int(out_zp),
-    )
-
-
 class ExecuTorchConverter(Converter):
     """Lower a model to an ExecuTorch ``.pte`` with the configured delegates."""
 
@@ -157,11 +93,11 @@ class ExecuTorchConverter(Converter):
         if quant.mode is QuantMode.FP16:
             model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
         elif quant.mode.is_int8:
-            model = _quantize(bundle, quant)
+            model = quantize(bundle, quant, _quantizer(quant))
         else:
             model = copy.deepcopy(bundle.module).eval()
-        program = _export(model, example, dynamic_batch=False)
-        io = _quantize_io(program) if quant.interface is Interface.FULL else IOSpec()
+        program = export(model, example, dynamic_batch=False)
+        io = quantize_io(program) if quant.interface is Interface.FULL else IOSpec()
 
         partitioners: list[Partitioner] = []
         for name in config.backends:

@@ -128,7 +128,7 @@ def render_report(
 ) -> str:
     """The report as one HTML document (see :func:`write_report`)."""
     from nnsweep import __version__
-    from nnsweep.dashboards import figures, sections
+    from nnsweep.dashboards import sections
 
     links = links or {}
     now = generated or _dt.datetime.now(_dt.UTC)
@@ -141,72 +141,11 @@ def render_report(
     for d in devices:
         records = tuple(r for r in d.records if r.status is not TrialStatus.INTERRUPTED)
         total += len(records)
-        base = d.baseline_record()
-        front = pareto_front(records, objectives)
-        best = best_trial(records, objectives)
-        urls = {n: u for n, link in links.get(d.device, {}).items() if (u := sections.run_url(ui_url, link))}
-        anchor = sections.slug(d.device)
-        speedups.append((d.device, records, base))
-        nav.append(f'<a href="#device-{anchor}">{html.escape(d.device)}</a>')
-        latency_set = list(front)
-        if base is not None and base.number not in {r.number for r in front}:
-            latency_set.append(base)
-        if any(r.samples_ms for r in latency_set):
-            latency = sections.plot_block(
-                f"latency-{anchor}",
-                "box",
-                figures.latency_distributions(latency_set, best=best, baseline=base).to_json(),
-                "Per-run latencies of the Pareto configurations (and the fp32 baseline): box = quartiles, "
-                "whiskers = 1.5 IQR, dots = outliers.",
-            )
-        elif any(r.estimated for r in latency_set):
-            latency = sections.note("No per-run samples: this device's latencies are compiler estimates.")
-        else:
-            latency = sections.note("No per-run latency samples were recorded for these configurations.")
-        tradeoff = figures.tradeoff(records, objectives, pareto=front, best=best, baseline=base, links=urls)
-        if best is not None:
-            partitions = sections.plot_block(
-                f"partitions-{anchor}",
-                "bar",
-                figures.partition_map(best).to_json(),
-                f"Where the ops of #{best.number} ran: nodes per backend (grey: the runtime's CPU fallback), "
-                "each delegated partition, and the operators that fell back.",
-            ) + sections.partition_details(best)
-        else:
-            partitions = sections.note("No best configuration, so no partition map.")
-        blocks.append(
-            device_tpl.substitute(
-                anchor=anchor,
-                device=html.escape(d.device),
-                description=html.escape(d.description),
-                counts=html.escape(_counts(records, front)),
-                card=sections.best_card(d.device, best, base, objectives, link=urls.get(best.number) if best else None),
-                tradeoff=sections.plot_block(
-                    f"tradeoff-{anchor}",
-                    "scatter",
-                    tradeoff.to_json(),
-                    "Each point is a measured configuration (hover for its settings, click to open its MLflow run). "
-                    "Grey crosses break the sweep's constraints; hollow markers are compiler estimates. The line is "
-                    "the feasible Pareto front, the star the fp32 baseline, the green ring the best configuration.",
-                ),
-                partitions=partitions,
-                latency=latency,
-                table=sections.trials_table(
-                    d.device, records, objectives, pareto=front, best=best, baseline=base, links=urls
-                ),
-            )
-        )
-    caption = (
-        "For each device and configuration (runtime / backend order / quantization), the fastest feasible trial's "
-        "latency p50 relative to that device's fp32 baseline. Hatched: only infeasible trials; dotted: estimate."
-    )
+        speedups.append((d.device, records, d.baseline_record()))
+        nav.append(f'<a href="#device-{sections.slug(d.device)}">{html.escape(d.device)}</a>')
+        blocks.append(_device_block(d, records, spec, links.get(d.device, {}), ui_url, device_tpl))
     emulated = [d.device for d in devices if any(r.emulated for r in d.records)]
-    if emulated:
-        caption += f" On {', '.join(emulated)} the speed-ups are ratios of latencies timed under emulation."
-    unbased = [d for d, _, base in speedups if base is None]
-    if unbased:
-        caption += f" No fp32 baseline was measured on {', '.join(unbased)}, so no speed-up is shown there."
-    speedup = sections.plot_block("speedup", "bar", figures.speedup_chart(speedups).to_json(), caption)
+    speedup = _speedup_block(speedups, emulated)
     objective_text = ", ".join(f"{o.direction} {o.metric}" for o in objectives)
     constraint = (
         f"; accuracy may drop at most {spec.max_accuracy_drop * 100:.2f} points below each device's fp32 baseline"
@@ -242,6 +181,85 @@ def render_report(
         plotlyjs=plotly_js,
         script=_asset("report.js"),
     )
+
+
+def _device_block(
+    d: DeviceTrials,
+    records: tuple[TrialRecord, ...],
+    spec: SweepSpec,
+    links: Mapping[int, str],
+    ui_url: str,
+    device_tpl: Template,
+) -> str:
+    """One device's section: its best card, trade-off plot, partition map, latencies and table."""
+    from nnsweep.dashboards import figures, sections
+
+    objectives = spec.objectives
+    base = d.baseline_record()
+    front = pareto_front(records, objectives)
+    best = best_trial(records, objectives)
+    urls = {n: u for n, link in links.items() if (u := sections.run_url(ui_url, link))}
+    anchor = sections.slug(d.device)
+    latency_set = list(front)
+    if base is not None and base.number not in {r.number for r in front}:
+        latency_set.append(base)
+    if any(r.samples_ms for r in latency_set):
+        latency = sections.plot_block(
+            f"latency-{anchor}",
+            "box",
+            figures.latency_distributions(latency_set, best=best, baseline=base).to_json(),
+            "Per-run latencies of the Pareto configurations (and the fp32 baseline): box = quartiles, "
+            "whiskers = 1.5 IQR, dots = outliers.",
+        )
+    elif any(r.estimated for r in latency_set):
+        latency = sections.note("No per-run samples: this device's latencies are compiler estimates.")
+    else:
+        latency = sections.note("No per-run latency samples were recorded for these configurations.")
+    tradeoff = figures.tradeoff(records, objectives, pareto=front, best=best, baseline=base, links=urls)
+    if best is not None:
+        partitions = sections.plot_block(
+            f"partitions-{anchor}",
+            "bar",
+            figures.partition_map(best).to_json(),
+            f"Where the ops of #{best.number} ran: nodes per backend (grey: the runtime's CPU fallback), "
+            "each delegated partition, and the operators that fell back.",
+        ) + sections.partition_details(best)
+    else:
+        partitions = sections.note("No best configuration, so no partition map.")
+    return device_tpl.substitute(
+        anchor=anchor,
+        device=html.escape(d.device),
+        description=html.escape(d.description),
+        counts=html.escape(_counts(records, front)),
+        card=sections.best_card(d.device, best, base, objectives, link=urls.get(best.number) if best else None),
+        tradeoff=sections.plot_block(
+            f"tradeoff-{anchor}",
+            "scatter",
+            tradeoff.to_json(),
+            "Each point is a measured configuration (hover for its settings, click to open its MLflow run). "
+            "Grey crosses break the sweep's constraints; hollow markers are compiler estimates. The line is "
+            "the feasible Pareto front, the star the fp32 baseline, the green ring the best configuration.",
+        ),
+        partitions=partitions,
+        latency=latency,
+        table=sections.trials_table(d.device, records, objectives, pareto=front, best=best, baseline=base, links=urls),
+    )
+
+
+def _speedup_block(speedups: list[tuple[str, tuple[TrialRecord, ...], TrialRecord | None]], emulated: list[str]) -> str:
+    """The speed-up chart over every device, with a caption that says what its ratios are."""
+    from nnsweep.dashboards import figures, sections
+
+    caption = (
+        "For each device and configuration (runtime / backend order / quantization), the fastest feasible trial's "
+        "latency p50 relative to that device's fp32 baseline. Hatched: only infeasible trials; dotted: estimate."
+    )
+    if emulated:
+        caption += f" On {', '.join(emulated)} the speed-ups are ratios of latencies timed under emulation."
+    unbased = [d for d, _, base in speedups if base is None]
+    if unbased:
+        caption += f" No fp32 baseline was measured on {', '.join(unbased)}, so no speed-up is shown there."
+    return sections.plot_block("speedup", "bar", figures.speedup_chart(speedups).to_json(), caption)
 
 
 def write_report(

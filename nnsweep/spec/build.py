@@ -62,11 +62,51 @@ def _check_argument(value: str | None, path: str) -> None:
 
 
 def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
+    base = source.parent if source is not None else Path.cwd()
+    model = _model(raw, base)
+    space = _space(raw.space)
+    _check_objectives_and_devices(raw)
+    bridges = _bridges(raw, base)
+    npus = _npus(raw, bridges)
+    storage = raw.storage
+    if storage != "journal" and "://" not in storage:
+        raise SpecError("storage", "use 'journal' or a database URL such as sqlite:///optuna.db or postgresql://...")
+
+    return SweepSpec(
+        name=raw.name,
+        model=model,
+        devices=tuple(raw.devices),
+        objectives=tuple(Objective(m, d) for m, d in raw.objectives.items()),
+        max_accuracy_drop=raw.constraints.max_accuracy_drop,
+        space=space,
+        budget=Budget(raw.budget.trials, raw.budget.timeout_s),
+        warmup=raw.measure.warmup,
+        iters=raw.measure.iters,
+        min_duration_s=raw.measure.min_duration_s,
+        timeout_s=raw.measure.timeout_s,
+        tracking=Tracking(raw.tracking.uri, raw.tracking.experiment or raw.name),
+        storage=storage,
+        state_dir=base / ".nnsweep" / raw.name,
+        weights=(base / raw.weights) if raw.weights else None,
+        input_shape=tuple(raw.input_shape) if raw.input_shape else None,
+        until_stable=raw.measure.until_stable,
+        ci_rel=raw.measure.ci_rel,
+        max_duration_s=raw.measure.max_duration_s,
+        remeasure=raw.measure.remeasure,
+        mode_starts=raw.search.mode_starts,
+        warm_start=raw.search.warm_start,
+        bridges=bridges,
+        npus=npus,
+        source=source,
+    )
+
+
+def _model(raw: Any, base: Path) -> str:
+    """The name and the model reference checked; a relative file reference made absolute."""
     from nnsweep.models import check_reference
 
     if not _NAME.fullmatch(raw.name):
         raise SpecError("name", f"{excerpt(raw.name)}: use letters, digits, '_', '-', '.' (at most 64 characters)")
-    base = source.parent if source is not None else Path.cwd()
     try:
         check_reference(raw.model if not raw.model.split(":")[0].endswith(".py") else str(base / raw.model))
     except SpecError as exc:
@@ -75,7 +115,10 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     if model.split(":")[0].endswith(".py") and not Path(model.split(":")[0]).is_absolute():
         model = str(base / model)
 
-    s = raw.space
+    return model
+
+
+def _space(s: Any) -> SearchSpace:
     known = runtimes.names()
     for i, name in enumerate(s.runtime):
         if name not in known:
@@ -113,6 +156,20 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     if mn.low > mn.high:
         raise SpecError("space.min_nodes_per_partition", f"low ({mn.low}) is above high ({mn.high})")
 
+    return SearchSpace(
+        runtimes=tuple(s.runtime),
+        quant=tuple(s.quant),
+        granularity=tuple(s.granularity),
+        calibration=tuple(s.calibration),
+        interface=tuple(s.interface),
+        backends=backends,
+        max_delegated_partitions=tuple(s.max_delegated_partitions),
+        min_nodes_per_partition=mn,
+        threads=tuple(s.threads),
+    )
+
+
+def _check_objectives_and_devices(raw: Any) -> None:
     for metric in raw.objectives:
         if metric not in METRICS:
             raise SpecError(f"objectives.{clip(metric)}", f"unknown metric; allowed: {', '.join(METRICS)}")
@@ -124,6 +181,9 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         from nnsweep.models._shape import check_input_shape
 
         check_input_shape(tuple(raw.input_shape), "input_shape")
+
+
+def _bridges(raw: Any, base: Path) -> dict[str, Bridge]:
     bridges = {}
     for name, b in raw.bridges.items():
         path = f"bridges.{clip(name)}"
@@ -158,6 +218,10 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
             workdir=b.workdir,
             repeats=b.repeats,
         )
+    return bridges
+
+
+def _npus(raw: Any, bridges: dict[str, Bridge]) -> dict[str, str]:
     npus: dict[str, str] = {}
     for name, npu in raw.npus.items():
         if name not in raw.devices:
@@ -172,45 +236,4 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
                 f"npus.{name}.target", f"unknown Ethos-U configuration {excerpt(npu.target)}; allowed: {targets}"
             )
         npus[name] = npu.target
-    storage = raw.storage
-    if storage != "journal" and "://" not in storage:
-        raise SpecError("storage", "use 'journal' or a database URL such as sqlite:///optuna.db or postgresql://...")
-
-    space = SearchSpace(
-        runtimes=tuple(s.runtime),
-        quant=tuple(s.quant),
-        granularity=tuple(s.granularity),
-        calibration=tuple(s.calibration),
-        interface=tuple(s.interface),
-        backends=backends,
-        max_delegated_partitions=tuple(s.max_delegated_partitions),
-        min_nodes_per_partition=mn,
-        threads=tuple(s.threads),
-    )
-    return SweepSpec(
-        name=raw.name,
-        model=model,
-        devices=tuple(raw.devices),
-        objectives=tuple(Objective(m, d) for m, d in raw.objectives.items()),
-        max_accuracy_drop=raw.constraints.max_accuracy_drop,
-        space=space,
-        budget=Budget(raw.budget.trials, raw.budget.timeout_s),
-        warmup=raw.measure.warmup,
-        iters=raw.measure.iters,
-        min_duration_s=raw.measure.min_duration_s,
-        timeout_s=raw.measure.timeout_s,
-        tracking=Tracking(raw.tracking.uri, raw.tracking.experiment or raw.name),
-        storage=storage,
-        state_dir=base / ".nnsweep" / raw.name,
-        weights=(base / raw.weights) if raw.weights else None,
-        input_shape=tuple(raw.input_shape) if raw.input_shape else None,
-        until_stable=raw.measure.until_stable,
-        ci_rel=raw.measure.ci_rel,
-        max_duration_s=raw.measure.max_duration_s,
-        remeasure=raw.measure.remeasure,
-        mode_starts=raw.search.mode_starts,
-        warm_start=raw.search.warm_start,
-        bridges=bridges,
-        npus=npus,
-        source=source,
-    )
+    return npus

@@ -1,0 +1,82 @@
+"""The torch.export and PT2E steps that every ExecuTorch backend shares (XNNPACK and the
+Arm Ethos-U backend): export, quantize with a backend's quantizer, give a program a
+quantized interface. Imported by :mod:`nnsweep.convert.executorch` and
+:mod:`nnsweep.convert.ethosu`; it imports neither."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from nnsweep.convert.quantize import calibration_samples, qat_finetune
+from nnsweep.core.artifact import IOSpec
+from nnsweep.core.errors import ConversionError
+from nnsweep.core.quant import QuantConfig, QuantMode
+from nnsweep.models import ModelBundle
+
+__all__ = ["export", "quantize", "quantize_io"]
+
+
+def export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torch.export.ExportedProgram:
+    if dynamic_batch:
+        # Export specialises a size-1 dimension, so trace with two samples.
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        pair = torch.cat([example, example])
+        return torch.export.export(model, (pair,), dynamic_shapes=({0: batch},), strict=False)
+    return torch.export.export(model, (example,), strict=False)
+
+
+def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Module:
+    """PT2E: prepare with ``quantizer`` (a backend's PT2E quantizer), calibrate (or
+    fine-tune), convert.
+
+    The exported module is taken without its guard function (``check_guards=False``):
+    backend quantizers (the Arm one) cannot trace through that call_module.
+    """
+    from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
+
+    model = copy.deepcopy(bundle.module).eval()
+    if quant.mode is QuantMode.QAT_INT8:
+        # A dynamic batch dimension lets QAT train on real batches; fall back to batch 1.
+        try:
+            graph = export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
+            batch = 32
+        except Exception:  # models whose shapes specialise on batch 1
+            graph = export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
+            batch = 1
+        prepared = prepare_qat_pt2e(graph, quantizer)
+        move_exported_model_to_train(prepared)
+        qat_finetune(prepared, bundle, quant, batch_size=batch)
+        move_exported_model_to_eval(prepared)
+    else:
+        graph = export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
+        prepared = prepare_pt2e(graph, quantizer)
+        samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
+        with torch.no_grad():
+            for x in samples:
+                prepared(x)
+    converted: nn.Module = convert_pt2e(prepared)
+    return converted
+
+
+def quantize_io(program: torch.export.ExportedProgram) -> IOSpec:
+    """Make the program take and return int8 (the ``full`` interface)."""
+    from executorch.exir.passes.quantize_io_pass import quantize_input, quantize_output
+
+    try:
+        in_scale, in_zp, _, _, in_dtype = quantize_input(program, 0)
+        out_scale, out_zp, _, _, out_dtype = quantize_output(program, 0)
+    except ValueError as exc:
+        raise ConversionError(f"cannot give this model a quantized interface: {exc}") from exc
+    return IOSpec(
+        input_dtype=str(in_dtype).removeprefix("torch."),
+        output_dtype=str(out_dtype).removeprefix("torch."),
+        input_scale=float(in_scale),
+        input_zero_point=int(in_zp),
+        output_scale=float(out_scale),
+        output_zero_point=int(out_zp),
+    )

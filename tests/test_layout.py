@@ -1,0 +1,177 @@
+"""The layout is the architecture: no import cycles, each layer imports only the layers
+below it, and no module or function grows past the size a reader takes in at once.
+
+Imports are read from the source (an AST walk), function-level imports included;
+imports under ``if TYPE_CHECKING:`` are type annotations only and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
+DASHBOARDS = PACKAGE.parent / "dashboards"
+
+# Lowest first. A module may import its own layer and the layers before it.
+LAYERS = (
+    "core",
+    "models",
+    "spec",
+    "bench",
+    "convert",
+    "artifacts",
+    "agents",
+    "execution",
+    "tracking",
+    "sweep",
+    "dashboards",
+    "report",
+    "api",
+    "cli",
+    "__main__",
+)
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+# Longer on purpose, each with its reason.
+LONG_FUNCTIONS = {
+    # The pydantic schema: one class per spec section, defined inside a function so that
+    # pydantic is imported only when a spec is parsed.
+    "nnsweep/spec/schema.py:schema",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    for path in sorted(DASHBOARDS.glob("*.py")):
+        stem = path.stem
+        found["nnsweep.dashboards" + ("" if stem == "__init__" else "." + stem)] = path
+    return found
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skip
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_a_new_cycle_is_caught() -> None:
+    graph = _graph()
+    graph["nnsweep.core.errors"] = {*graph["nnsweep.core.errors"], "nnsweep.core.config"}
+    assert any({"nnsweep.core.config", "nnsweep.core.errors"} <= set(c) for c in _cycles(graph))
+
+
+def test_each_layer_imports_only_layers_below_it() -> None:
+    upward = []
+    for module, targets in _graph().items():
+        layer = _layer(module)
+        if layer is None:  # the package's own __init__: the vocabulary only
+            assert all(_layer(t) == "core" for t in targets), (module, targets)
+            continue
+        assert layer in LAYERS, f"{module}: add its package to LAYERS, in its place"
+        for target in targets:
+            other = _layer(target)
+            if other is not None and LAYERS.index(other) > LAYERS.index(layer):
+                upward.append(f"{module} -> {target}")
+    assert upward == []
+
+
+def test_core_imports_nothing_else_of_nnsweep() -> None:
+    for module, targets in _graph().items():
+        if _layer(module) == "core":
+            assert all(_layer(t) == "core" for t in targets), (module, targets)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_modules_and_functions_stay_small(path: Path) -> None:
+    text = path.read_text()
+    where = str(path.relative_to(PACKAGE.parent))
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{where}: split it by what it owns"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if f"{where}:{node.name}" not in LONG_FUNCTIONS:
+                assert length <= MAX_FUNCTION_LINES, f"{where}:{node.name} has {length} lines"
