@@ -34,6 +34,12 @@ LAYERS = (
     "__main__",
 )
 
+# Modules that sit above their package's layer, each with its reason.
+ABOVE_THEIR_LAYER = {
+    # A preview script (python -m nnsweep.dashboards.sample): it renders a whole report.
+    "nnsweep.dashboards.sample": "report",
+}
+
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 # Longer on purpose, each with its reason.
@@ -147,7 +153,7 @@ def test_a_new_cycle_is_caught() -> None:
 def test_each_layer_imports_only_layers_below_it() -> None:
     upward = []
     for module, targets in _graph().items():
-        layer = _layer(module)
+        layer = ABOVE_THEIR_LAYER.get(module, _layer(module))
         if layer is None:  # the package's own __init__: the vocabulary only
             assert all(_layer(t) == "core" for t in targets), (module, targets)
             continue

@@ -1,0 +1,198 @@
+"""torch.ao FX graph-mode quantization, as the torch runtime uses it: the quantized engine
+for a block, the qconfig mapping per mode and granularity, prepare/calibrate (or fine-tune)
+/convert, and stripping the quantize/dequantize at a model's boundary for the ``full``
+interface. Split from :mod:`nnsweep.convert.torch`, which turns the result into TorchScript."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from nnsweep.convert.quantize import calibration_samples, qat_finetune
+from nnsweep.core.artifact import IOSpec
+from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
+from nnsweep.core.errors import ConversionError
+from nnsweep.models import ModelBundle
+
+__all__ = ["qconfig_mapping", "quantize_fx", "quantized_engine", "strip_io_quantization"]
+
+# Engines whose kernels may overflow 16-bit intermediate sums with 8-bit activations on
+# CPUs without VNNI: PyTorch's default qconfigs for them use 7-bit activations.
+_REDUCE_RANGE_ENGINES = frozenset({"x86", "fbgemm"})
+
+
+@contextlib.contextmanager
+def quantized_engine(name: str) -> Iterator[None]:
+    """Select quantized engine ``name`` for the block: prepacking of weights uses it."""
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = name
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = previous
+
+
+def qconfig_mapping(engine: str, quant: QuantConfig) -> Any:
+    """The engine's default QConfigMapping with our global QConfig.
+
+    The engine's mapping is kept for what it says about special ops (fixed-range
+    ops such as sigmoid, transposed convolutions); the global QConfig has symmetric
+    int8 weights per tensor or per output channel and, for static PTQ, the
+    activation observer of the calibration method. The activation range follows
+    the engine's defaults (``reduce_range``), given as ``quant_min``/``quant_max``
+    because observers deprecate ``reduce_range``.
+    """
+    from torch.ao.quantization import (
+        FakeQuantize,
+        QConfig,
+        get_default_qat_qconfig_mapping,
+        get_default_qconfig_mapping,
+    )
+    from torch.ao.quantization.observer import (
+        HistogramObserver,
+        MinMaxObserver,
+        MovingAverageMinMaxObserver,
+        MovingAveragePerChannelMinMaxObserver,
+        PerChannelMinMaxObserver,
+    )
+
+    activation_range: dict[str, Any] = {
+        "dtype": torch.quint8,
+        "quant_min": 0,
+        "quant_max": 127 if engine in _REDUCE_RANGE_ENGINES else 255,
+    }
+    per_channel = quant.granularity is Granularity.PER_CHANNEL
+    weight_args: dict[str, Any] = {
+        "dtype": torch.qint8,
+        "qscheme": torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
+    }
+    if quant.mode is QuantMode.QAT_INT8:
+        # As get_default_qat_qconfig(engine), with the weight granularity asked for
+        # (the default is per channel for x86/fbgemm/onednn but per tensor for qnnpack).
+        weight_observer = MovingAveragePerChannelMinMaxObserver if per_channel else MovingAverageMinMaxObserver
+        qconfig = QConfig(
+            activation=FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, **activation_range),
+            weight=FakeQuantize.with_args(observer=weight_observer, quant_min=-128, quant_max=127, **weight_args),
+        )
+        return get_default_qat_qconfig_mapping(engine).set_global(qconfig)
+    activation = HistogramObserver if quant.calibration is Calibration.HISTOGRAM else MinMaxObserver
+    weight = PerChannelMinMaxObserver if per_channel else MinMaxObserver
+    qconfig = QConfig(
+        activation=activation.with_args(**activation_range),
+        weight=weight.with_args(**weight_args),
+    )
+    return get_default_qconfig_mapping(engine).set_global(qconfig)
+
+
+def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.fx.GraphModule:
+    """Static PTQ or QAT with FX graph mode; call with ``engine`` selected."""
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx, prepare_qat_fx
+
+    model = copy.deepcopy(bundle.module)
+    example = (bundle.example_input,)
+    mapping = qconfig_mapping(engine, quant)
+    if quant.mode is QuantMode.QAT_INT8:
+        prepared = prepare_qat_fx(model.train(), mapping, example)
+        qat_finetune(prepared, bundle, quant, batch_size=32)
+        prepared.eval()
+    else:
+        prepared = prepare_fx(model.eval(), mapping, example)
+        with torch.no_grad():
+            for x in calibration_samples(bundle, quant):
+                prepared(x)
+    converted = convert_fx(prepared)
+    _inline_scalar_qparams(converted)
+    return converted
+
+
+def _inline_scalar_qparams(model: torch.fx.GraphModule) -> None:
+    """Pass the output scale/zero point of ``quantized::`` ops (``add``, ``mul``, ``cat`` ...) as numbers.
+
+    ``convert_fx`` keeps them as one-element tensor attributes, which these ops
+    take as float/int: tracing turns each into a constant while warning that a
+    tensor was read as a Python value. They are constants, so inline them and keep
+    the tracer's warnings for what they are meant to catch (data-dependent control
+    flow in the model).
+    """
+    graph = model.graph
+    for node in list(graph.nodes):
+        if node.op != "get_attr" or not node.users:
+            continue
+        if not all(getattr(user.target, "_qualified_op_name", "").startswith("quantized::") for user in node.users):
+            continue
+        value = getattr(model, str(node.target))
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            continue
+        scalar = float(value.item()) if value.is_floating_point() else int(value.item())
+        for user in list(node.users):
+            user.args = tuple(scalar if arg is node else arg for arg in user.args)
+            user.kwargs = {key: scalar if arg is node else arg for key, arg in user.kwargs.items()}
+        graph.erase_node(node)
+    model.recompile()
+
+
+def strip_io_quantization(model: torch.fx.GraphModule, example: torch.Tensor) -> tuple[IOSpec, torch.Tensor]:
+    """Make a converted FX model take and return quantized tensors (the ``full`` interface).
+
+    Drops the ``quantize_per_tensor`` on the input and the ``dequantize`` before the
+    output, as the NNAPI preparation script does by hand.
+
+    Args:
+        model: the converted model, changed in place.
+        example: a float input; the output's parameters are read from the tensor
+            the stripped model returns for it.
+
+    Returns:
+        The input's and output's parameters, and ``example`` quantized as the model now takes it.
+
+    Raises:
+        ConversionError: the input or output is not a single quantize/dequantize.
+    """
+    graph = model.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    output = next(n for n in graph.nodes if n.op == "output")
+    result = output.args[0]
+    quantize = (
+        [u for u in placeholders[0].users if u.target is torch.quantize_per_tensor] if len(placeholders) == 1 else []
+    )
+    if (
+        len(quantize) != 1
+        or len(placeholders[0].users) != 1
+        or not isinstance(result, torch.fx.Node)
+        or result.target != "dequantize"
+    ):
+        raise ConversionError("the model's input/output are not a single quantize/dequantize: use interface core")
+    q = quantize[0]
+    scale, zero_point = (float(_constant(model, q.args[1])), int(_constant(model, q.args[2])))
+    q.replace_all_uses_with(placeholders[0])
+    graph.erase_node(q)
+    output.args = (result.args[0],)
+    graph.erase_node(result)
+    graph.eliminate_dead_code()
+    model.recompile()
+    quantized_example = torch.quantize_per_tensor(example, scale, zero_point, torch.quint8)
+    with torch.no_grad():
+        out = model(quantized_example)
+    if not (isinstance(out, torch.Tensor) and out.is_quantized and out.qscheme() == torch.per_tensor_affine):
+        raise ConversionError("the model's output is not a per-tensor quantized tensor: use interface core")
+    io = IOSpec(
+        input_dtype="uint8",
+        output_dtype="uint8",
+        input_scale=scale,
+        input_zero_point=zero_point,
+        output_scale=float(out.q_scale()),
+        output_zero_point=int(out.q_zero_point()),
+    )
+    return io, quantized_example
+
+
+def _constant(model: torch.fx.GraphModule, arg: Any) -> Any:
+    """A quantize node's scale/zero point: an attribute of the module or an inline constant."""
+    if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+        value = getattr(model, str(arg.target))
+        return value.item() if isinstance(value, torch.Tensor) else value
+    return arg
