@@ -23,7 +23,7 @@ class ExecuTorchRunner(Runner):
     @classmethod
     def set_threads(cls, threads: int) -> None:
         # The threadpool can only be sized before any program is loaded: changing it
-        # afterwards crashes (docs/architecture.md §4), hence one process per measurement.
+        # afterwards crashes (docs/architecture.md §5), hence one process per measurement.
         from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
         _unsafe_reset_threadpool(threads)
