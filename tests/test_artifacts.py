@@ -130,3 +130,27 @@ def test_an_entry_packed_on_one_machine_unpacks_whole_into_another_cache(tmp_pat
     with pytest.raises(CacheCorrupted, match="names the file"):  # a name that would leave the entry
         other.unpack(PackedArtifact(key, {**packed.files, "../evil": b""}))
     assert other.get(key) is None and not list((other.root / "staging").iterdir())
+
+
+def test_threads_are_runtime_only_so_one_conversion_serves_every_thread_count() -> None:
+    from nnsweep.artifacts.key import artifact_key
+
+    one = artifact_key("m" * 64, DeploymentConfig("onnxruntime", threads=1))[0]
+    assert artifact_key("m" * 64, DeploymentConfig("onnxruntime", threads=2))[0] == one
+    # What changes the bytes still changes the key.
+    assert artifact_key("m" * 64, DeploymentConfig("executorch", threads=1))[0] != one
+
+
+@pytest.mark.slow
+def test_a_cached_conversion_for_one_thread_count_is_a_hit_for_another(tmp_path: Path) -> None:
+    from nnsweep.artifacts import deploy
+    from nnsweep.models import load_model
+
+    bundle = load_model("digits", cache_dir=tmp_path)
+    cache = ArtifactCache(tmp_path)
+    first, hit_first = deploy.convert(bundle, DeploymentConfig("onnxruntime", threads=1), cache)
+    second, hit_second = deploy.convert(bundle, DeploymentConfig("onnxruntime", threads=2), cache)
+    assert (hit_first, hit_second) == (False, True)
+    assert first.path.read_bytes() == second.path.read_bytes()
+    # The hit runs with the thread count asked for, not the one it was built with.
+    assert (first.config.threads, second.config.threads) == (1, 2)

@@ -71,9 +71,10 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
             raise ConversionError(f"{config.runtime} conversion failed: {type(exc).__name__}: {exc}") from exc
 
     try:
-        return cache.get_or_build(key, config, toolchain, build)
+        artifact, hit = cache.get_or_build(key, config, toolchain, build)
     except OSError as exc:
         raise _storage_error(exc, cache.root) from exc
+    return _for(artifact, config), hit
 
 
 def _storage_error(exc: OSError, where: Any) -> ConversionStorageError:
@@ -87,7 +88,14 @@ _CONVERT_LOCK = threading.Lock()
 
 def cached(model_digest: str, config: DeploymentConfig, cache: ArtifactCache) -> Artifact | None:
     """The artifact for ``config`` if this machine's cache already holds it (no conversion)."""
-    return cache.get(artifact_key(model_digest, config)[0])
+    found = cache.get(artifact_key(model_digest, config)[0])
+    return _for(found, config) if found is not None else None
+
+
+def _for(artifact: Artifact, config: DeploymentConfig) -> Artifact:
+    """The cached artifact as ``config``'s: an entry built for another thread count (a
+    runtime-only knob, not in the key) holds the same bytes; it runs with ``config``'s."""
+    return artifact if artifact.config == config else dataclasses.replace(artifact, config=config)
 
 
 _MEASUREMENT_KEYS = ("p50_ci95_ms", "stop_reason", "lock_wait_ms", "isolation", "phases_ms", "held_monotonic")

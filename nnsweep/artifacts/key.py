@@ -3,7 +3,10 @@
 An artifact's key is the full sha256 of
 
 * the model's digest (architecture, weights, data; :class:`~nnsweep.models.ModelBundle`),
-* the deployment configuration in canonical JSON (:meth:`DeploymentConfig.to_dict`),
+* the deployment configuration in canonical JSON (:meth:`DeploymentConfig.to_dict`) less
+  the runtime's runtime-only knobs (:attr:`RuntimeInfo.runtime_only`, ``threads`` for
+  every runtime): ``threads: [1, 2]`` converts once. Entries written while threads were
+  in the key are simply never looked up again (their keys held them),
 * the toolchain: Python, the machine, nnsweep's version and each package the runtime
   declares (:attr:`RuntimeInfo.packages`), read without importing them,
 * a digest of nnsweep's converter sources, so an edited converter in a checkout
@@ -24,7 +27,7 @@ from pathlib import Path
 from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig, canonical_json
 
-__all__ = ["artifact_key", "cache_key", "toolchain_versions"]
+__all__ = ["artifact_key", "cache_key", "conversion_fields", "toolchain_versions"]
 
 _CONVERTERS = Path(__file__).resolve().parent.parent / "convert"
 
@@ -42,8 +45,18 @@ def toolchain_versions(packages: tuple[str, ...]) -> dict[str, str]:
 
 def cache_key(model_digest: str, config: DeploymentConfig, toolchain: dict[str, str]) -> str:
     """Full sha256 hex digest identifying one conversion."""
-    text = canonical_json({"model": model_digest, "config": config.to_dict(), "toolchain": toolchain})
+    text = canonical_json({"model": model_digest, "config": conversion_fields(config), "toolchain": toolchain})
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def conversion_fields(config: DeploymentConfig) -> dict[str, object]:
+    """``config`` as it enters the key: its fields less the runtime's runtime-only knobs."""
+    fields = config.to_dict()
+    for knob in runtimes.get(config.runtime).runtime_only:
+        if knob not in fields:
+            raise KeyError(f"{config.runtime}: runtime-only knob {knob!r} is not a DeploymentConfig field")
+        del fields[knob]
+    return fields
 
 
 def artifact_key(model_digest: str, config: DeploymentConfig) -> tuple[str, dict[str, str]]:

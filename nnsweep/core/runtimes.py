@@ -82,6 +82,10 @@ class RuntimeInfo:
     whole_model: Mapping[str, Mapping[QuantMode, frozenset[Granularity]]] = field(default_factory=dict)
     """Backends that take the whole model when first in the order, each with the modes
     (and granularities) it can do: these replace :attr:`modes` for such a config."""
+    runtime_only: frozenset[str] = frozenset({"threads"})
+    """Fields of :class:`~nnsweep.core.config.DeploymentConfig` that change how the artifact
+    runs, not its bytes: left out of the artifact key (one conversion serves them all),
+    kept in everything that tells measurements apart."""
 
     def modes_for(self, backends: tuple[str, ...]) -> Mapping[QuantMode, frozenset[Granularity]]:
         """The modes this runtime can do with ``backends`` first in its order."""
