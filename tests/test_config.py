@@ -114,3 +114,31 @@ def test_configs_are_frozen() -> None:
     cfg = DeploymentConfig("executorch")
     with pytest.raises(AttributeError):
         cfg.threads = 4  # type: ignore[misc]
+
+
+def test_float_layers_are_a_sorted_set_of_module_paths_for_int8_only() -> None:
+    q = QuantConfig(mode=QuantMode.STATIC_INT8, float_layers=("b.1", "a", "a"))
+    assert q.float_layers == ("a", "b.1")
+    assert QuantConfig(mode=QuantMode.FP32, float_layers=("a",)).float_layers == ()
+    for bad in ("a", ["a b"], [""], [1], ["-x"]):
+        with pytest.raises(SpecError, match=r"quant\.float_layers"):
+            QuantConfig(mode=QuantMode.STATIC_INT8, float_layers=bad)
+
+
+def test_a_whole_model_config_keeps_its_digest_and_dict_shape() -> None:
+    plain = DeploymentConfig("executorch", quant=QuantConfig(mode=QuantMode.STATIC_INT8))
+    assert "float_layers" not in plain.to_dict()["quant"]
+    assert DeploymentConfig.from_dict(plain.to_dict()) == plain
+
+
+def test_a_runtime_that_cannot_keep_layers_float_is_refused_naming_the_field() -> None:
+    from nnsweep.core import runtimes
+
+    cannot = [n for n in runtimes.names() if runtimes.get(n).mixed_precision is not None]
+    assert cannot
+    for name in cannot:
+        info = runtimes.get(name)
+        mode = next(m for m in info.modes if m.is_int8)
+        granularity = sorted(info.modes[mode])[0]
+        with pytest.raises(SpecError, match=r"quant\.float_layers.*cannot keep layers in float"):
+            DeploymentConfig(name, quant=QuantConfig(mode=mode, granularity=granularity, float_layers=("fc",)))

@@ -79,8 +79,16 @@ class DeploymentConfig:
         object.__setattr__(self, "partitions", partitions)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; :meth:`from_dict` inverts it."""
-        return _plain(dataclasses.asdict(self))
+        """A JSON-ready dict; :meth:`from_dict` inverts it.
+
+        ``quant.float_layers`` appears only when some layer is kept in float, so every
+        whole-model configuration keeps the digest, artifact key and study parameters it
+        had before mixed precision existed.
+        """
+        data: dict[str, Any] = _plain(dataclasses.asdict(self))
+        if not self.quant.float_layers:
+            del data["quant"]["float_layers"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DeploymentConfig:

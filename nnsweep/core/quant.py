@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,10 @@ class QuantConfig:
             samples (``static_int8``).
         interface: ``core`` or ``full`` (static modes).
         qat_epochs: fine-tuning epochs with fake quantization (``qat_int8``).
+        float_layers: the layers kept in float inside an int8 model (mixed precision),
+            named by the user's module path (``encoder.layers.0.linear1``); int8 modes
+            of runtimes that can (:attr:`RuntimeInfo.mixed_precision`). Sorted, so the
+            same set is the same configuration.
     """
 
     mode: QuantMode = QuantMode.FP32
@@ -90,6 +95,7 @@ class QuantConfig:
     calibration_batches: int | None = 8
     interface: Interface | None = Interface.CORE
     qat_epochs: int | None = 3
+    float_layers: tuple[str, ...] = ()
 
     CALIBRATION_BATCH_SIZE = 16
 
@@ -107,6 +113,7 @@ class QuantConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"quant.{name}", f"must be an integer >= 1, got {value!r}")
+        set_(self, "float_layers", _layer_names(self.float_layers) if mode.is_int8 else ())
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         relevant = {
             "granularity": mode.is_int8,
@@ -121,6 +128,18 @@ class QuantConfig:
                 set_(self, name, None)
             elif getattr(self, name) is None:
                 set_(self, name, defaults[name])
+
+
+_LAYER = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a module path: model.named_modules() names
+
+
+def _layer_names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise SpecError("quant.float_layers", f"must be a list of module paths, got {value!r}")
+    for name in value:
+        if not isinstance(name, str) or len(name) > 300 or not _LAYER.fullmatch(name):
+            raise SpecError("quant.float_layers", f"{name!r} is not a module path such as blocks.2.pw")
+    return tuple(sorted(set(value)))
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,9 @@ class RuntimeInfo:
     whole_model: Mapping[str, Mapping[QuantMode, frozenset[Granularity]]] = field(default_factory=dict)
     """Backends that take the whole model when first in the order, each with the modes
     (and granularities) it can do: these replace :attr:`modes` for such a config."""
+    mixed_precision: str | None = "its converter does not keep chosen layers in float"
+    """Why this runtime cannot keep chosen layers in float inside an int8 model
+    (``quant.float_layers``); ``None``: it can (its converter honours the list)."""
     runtime_only: frozenset[str] = frozenset({"threads"})
     """Fields of :class:`~nnsweep.core.config.DeploymentConfig` that change how the artifact
     runs, not its bytes: left out of the artifact key (one conversion serves them all),
@@ -119,6 +122,11 @@ class RuntimeInfo:
             raise SpecError(
                 "quant.interface",
                 f"{self.name} has no quantized-in/out ('full') interface for {q.mode.value}; use 'core'",
+            )
+        if q.float_layers and self.mixed_precision is not None:
+            can = ", ".join(info.name for info in _load().values() if info.mixed_precision is None) or "none"
+            raise SpecError(
+                "quant.float_layers", f"{self.name} cannot keep layers in float: {self.mixed_precision} (can: {can})"
             )
         if q.calibration is not None and q.calibration not in self.calibrations:
             allowed = ", ".join(sorted(c.value for c in self.calibrations))
