@@ -1,0 +1,156 @@
+"""A real-model sweep's wall time against its physical floor.
+
+Runs one fixed sweep as a user would (``nnsweep run``, a fresh process, a cold artifact
+cache in a temporary folder): ``torchvision:mobilenet_v3_small`` on this machine, 24
+trials over ExecuTorch, ONNX Runtime and LiteRT x fp32 / dynamic int8 / static int8 x
+threads 1-2. Prints
+
+* the wall time of the whole command and the peak memory of its process tree (sampled);
+* the sweep's own time line (its ``Time:`` line: converting, waiting, measuring, ...);
+* the floor: the conversion seconds of the trials that really converted (cache misses)
+  plus the seconds of the timed runs, read back from the sweep's Optuna study; and the
+  ratio wall / floor;
+* conversion seconds per distinct configuration.
+
+Compare two checkouts by running the same script with another command for nnsweep:
+
+    .venv/bin/python benchmarks/sweep_wall.py
+    .venv/bin/python benchmarks/sweep_wall.py --nnsweep "OTHER/.venv/bin/python -m nnsweep"
+
+Usage: sweep_wall.py [--trials 24] [--model torchvision:mobilenet_v3_small] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+SPACE = {
+    "runtime": ["executorch", "onnxruntime", "litert"],
+    "quant": ["fp32", "dynamic_int8", "static_int8"],
+    "threads": [1, 2],
+}
+
+
+def _spec(model: str, trials: int) -> dict[str, object]:
+    return {
+        "name": "sweep-wall",
+        "model": model,
+        "devices": ["host"],
+        "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
+        "constraints": {"max_accuracy_drop": 0.01},
+        "space": SPACE,
+        "budget": {"trials": trials},
+        "tracking": {"uri": "sqlite:///mlflow.db", "experiment": "sweep-wall"},
+        "storage": "journal",
+    }
+
+
+class _PeakMemory:
+    """The largest sum of RSS over a process and its descendants, sampled every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak_mb = 0.0
+        self._pid = pid
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        try:
+            root = psutil.Process(self._pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._done.wait(0.2):
+            total = 0
+            try:
+                for p in [root, *root.children(recursive=True)]:
+                    try:
+                        total += p.memory_info().rss
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        continue
+            except psutil.NoSuchProcess:
+                return
+            self.peak_mb = max(self.peak_mb, total / 2**20)
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.peak_mb
+
+
+def _floor(spec_path: Path) -> tuple[float, float, dict[str, float]]:
+    """(conversion seconds of cache misses, timed-run seconds, conversion seconds per configuration)."""
+    from nnsweep.spec import load_spec
+    from nnsweep.sweep.studies import open_study, study_records
+
+    spec = load_spec(spec_path)
+    records = study_records(open_study(spec, "host"))
+    converting = 0.0
+    timed = 0.0
+    per_config: dict[str, float] = {}
+    for r in records:
+        seconds = float(r.metrics.get("time_converting_s", 0.0))
+        if r.tags.get("cache_hit") != "true" and seconds > 0:
+            converting += seconds
+            per_config[r.config.label()] = per_config.get(r.config.label(), 0.0) + seconds
+        timed += sum(r.samples_ms) / 1000.0
+    return converting, timed, per_config
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--model", default="torchvision:mobilenet_v3_small")
+    parser.add_argument("--nnsweep", default=f"{sys.executable} -m nnsweep", help="the command that runs nnsweep")
+    parser.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temporary one)")
+    args = parser.parse_args()
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="nnsweep-wall-"))
+    work.mkdir(parents=True, exist_ok=True)
+    spec_path = work / "sweep.yaml"
+    spec_path.write_text(yaml.safe_dump(_spec(args.model, args.trials)))
+    env = {**os.environ, "NNSWEEP_CACHE": str(work / "cache")}
+    command = [*shlex.split(args.nnsweep), "run", str(spec_path)]
+    print(f"command: {' '.join(command)} (cache: {work / 'cache'}, cold)", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    memory = _PeakMemory(proc.pid)
+    output, _ = proc.communicate()
+    wall = time.perf_counter() - start
+    peak = memory.stop()
+    (work / "output.txt").write_text(output)
+    if proc.returncode != 0:
+        print(output[-3000:])
+        print(f"nnsweep run exited {proc.returncode}")
+        return 1
+    time_line = next((line for line in output.splitlines() if line.startswith("Time: ")), "Time: (not printed)")
+    converting, timed, per_config = _floor(spec_path)
+    floor = converting + timed
+    print(f"wall {wall:.1f} s; peak memory of the process tree {peak:.0f} MB")
+    print(f"sweep's {time_line}")
+    print(f"floor {floor:.1f} s = conversions that converted {converting:.1f} s + timed runs {timed:.2f} s")
+    print(f"wall / floor {wall / floor:.2f}" if floor > 0 else "wall / floor: n/a")
+    if per_config:
+        mean = sum(per_config.values()) / len(per_config)
+        print(f"conversion seconds per distinct configuration: {mean:.1f} s mean over {len(per_config)}")
+        for label, seconds in sorted(per_config.items(), key=lambda kv: -kv[1]):
+            print(f"  {seconds:7.1f} s  {label}")
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
