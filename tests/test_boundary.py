@@ -248,12 +248,15 @@ def _check(code: int, err: str, folder: Path, before: set[str]) -> None:
 
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nnsweep.cli
+    import importlib
+
     import nnsweep.sweep.loop
 
+    cli_main = importlib.import_module("nnsweep.cli.main")
+
     monkeypatch.setattr(nnsweep.sweep.loop, "Sweep", _Stub)
-    monkeypatch.setattr(nnsweep.cli, "_publish_report", lambda *a, **k: Path("report.html"))
-    monkeypatch.setattr(nnsweep.cli, "_execute_bench", lambda *a, **k: 0)
+    monkeypatch.setattr(cli_main, "_publish_report", lambda *a, **k: Path("report.html"))
+    monkeypatch.setattr(cli_main, "_execute_bench", lambda *a, **k: 0)
 
 
 @settings(

@@ -1108,6 +1108,3 @@ def entry() -> None:
         os._exit(code)
     sys.exit(code)
 
-
-if __name__ == "__main__":
-    entry()
