@@ -20,8 +20,24 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from nnsweep.cli._args import (
+    _MAX_ITERS,
+    _MAX_SECONDS,
+    _MAX_THREADS,
+    _MAX_WARMUP,
+    _fraction,
+    _global_options,
+    _http_url,
+    _int_in,
+    _Parser,
+    _positive_shape,
+    _readable_token_option,
+    _seconds,
+    _SubParser,
+)
+from nnsweep.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _one_line, _usage_error
 from nnsweep.core import runtimes
 from nnsweep.core.errors import NnsweepError, SpecError, TrialError
 
@@ -29,7 +45,6 @@ __all__ = ["entry", "main"]
 
 log = logging.getLogger("nnsweep")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
 _BENCH_OPTIONS = {
@@ -55,113 +70,6 @@ _BENCH_OPTIONS = {
     "weights": "--weights",
     "input_shape": "--input-shape",
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line and exits 2."""
-
-    def error(self, message: str) -> NoReturn:
-        message = " ".join(message.split())
-        if len(message) > 300:
-            message = message[:297] + "..."
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-# Bounds of numeric options: beyond any sensible value, so a typo is an error naming the bound.
-_MAX_ITERS, _MAX_WARMUP, _MAX_THREADS, _MAX_SECONDS = 1_000_000, 100_000, 1024, 24 * 3600.0
-
-
-def _int_in(low: int, high: int) -> Any:
-    """An argparse type: an integer in [low, high]."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give {low} to {high:,}")
-        return value
-
-    parse.__name__ = "integer"
-    return parse
-
-
-def _seconds(low: float, high: float, *, open_low: bool = False) -> Any:
-    """An argparse type: a finite number of seconds in [low, high] (or (low, high])."""
-    import math
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
-        if not math.isfinite(value) or value < low or value > high or (open_low and value == low):
-            lower = f"more than {low:g}" if open_low else f"{low:g}"
-            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give {lower} to {high:g} seconds")
-        return value
-
-    parse.__name__ = "number"
-    return parse
-
-
-def _fraction(text: str) -> float:
-    """An argparse type: a fraction strictly between 0 and 1 (0.01 is 1 %)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
-    if not 0 < value < 1:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give a fraction between 0 and 1, e.g. 0.01")
-    return value
-
-
-def _http_url(text: str) -> str:
-    from nnsweep.report.html import check_ui_url
-
-    try:
-        return check_ui_url(text)
-    except SpecError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-
-
-def _positive_shape(text: str) -> tuple[int, ...]:
-    from nnsweep.spec import check_input_shape
-
-    try:
-        shape = tuple(int(part, 10) for part in text.split(",", 8))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a comma list of integers (e.g. 1,3,224,224)") from None
-    try:
-        return check_input_shape(shape, "--input-shape")
-    except SpecError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-
-
-def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    """-v and --cache-dir, on the top parser and (defaults suppressed) on every subcommand."""
-    default: Any = argparse.SUPPRESS
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=0 if top else default,
-        help="more log output (-vv for debug); tracebacks of unexpected errors",
-    )
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None if top else default,
-        help="artifact and model cache (default: $NNSWEEP_CACHE or ~/.cache/nnsweep)",
-    )
-
-
-class _SubParser(_Parser):
-    """A subcommand's parser: it takes the global options too."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _global_options(self, top=False)
 
 
 def _build_parser() -> _Parser:
@@ -358,14 +266,6 @@ def _build_parser() -> _Parser:
     return parser
 
 
-def _readable_token_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--allow-readable-token",
-        action="store_true",
-        help="accept a token file that group or others can read (not recommended)",
-    )
-
-
 def _bench_config(args: argparse.Namespace) -> Any:
     from nnsweep.core.config import DeploymentConfig
 
@@ -446,7 +346,7 @@ def _cmd_bench(args: argparse.Namespace, cache_dir: Path) -> int:
         if args.weights is not None and not args.weights.is_file():
             raise SpecError("weights", f"file {str(args.weights)[:200]!r} does not exist")
     except SpecError as exc:
-        return _usage_error(exc)
+        return _usage_error(exc, _BENCH_OPTIONS)
     return _execute_bench(args, config, settings, cache_dir)
 
 
@@ -485,7 +385,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
                 )
             except SpecError as exc:
                 status.clear()
-                return _usage_error(exc)
+                return _usage_error(exc, _BENCH_OPTIONS)
             status.line(f"converting {bundle.name} for {config.label()} ...")
             artifact, hit = deploy.convert(bundle, config, cache)
         else:
@@ -504,13 +404,6 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     else:
         sys.stdout.write(_bench_summary(result) + "\n")
     return EXIT_OK
-
-
-def _one_line(text: str, limit: int = 400) -> str:
-    """The first line of ``text``, clipped: what an error on stderr shows."""
-    lines = text.strip().splitlines()
-    line = lines[0] if lines else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 _STOPPED = {
@@ -601,13 +494,6 @@ class _Status:
         if self._shown is not None:
             self._shown.stop()
             self._shown = None
-
-
-def _usage_error(exc: SpecError, options: dict[str, str] | None = None) -> int:
-    options = _BENCH_OPTIONS if options is None else options
-    field = options.get(exc.field, exc.field)
-    sys.stderr.write(f"nnsweep: error: {_one_line(f'{field}: {exc.message}', 600)}\n")
-    return EXIT_USAGE
 
 
 def _load_checked_spec(path: Path, *, tracking: bool) -> Any:
@@ -1074,7 +960,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args, cache_dir)
     except SpecError as exc:
-        return _usage_error(exc)
+        return _usage_error(exc, _BENCH_OPTIONS)
     except NnsweepError as exc:
         sys.stderr.write(f"nnsweep: error: {_one_line(str(exc))}\n")
         _traceback_if_verbose(args.verbose)
@@ -1107,4 +993,3 @@ def entry() -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
-
