@@ -67,7 +67,8 @@ recipe = store.recipe("digits", None, None)
 mark("model recipe (versions, model code)")
 snapshot = store.lookup(recipe)
 mark("model snapshot (no torch)")
-from nnsweep.cli.main import _bench_config, _build_parser
+from nnsweep.cli.bench import _bench_config
+from nnsweep.cli.main import _build_parser
 args = _build_parser().parse_args(["bench", "--runtime", "onnxruntime", "--quant", "fp32"])
 config = _bench_config(args)
 artifact = deploy.cached(snapshot.digest, config, cache)

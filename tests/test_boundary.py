@@ -248,15 +248,13 @@ def _check(code: int, err: str, folder: Path, before: set[str]) -> None:
 
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
-
+    import nnsweep.cli._report_file
+    import nnsweep.cli.bench
     import nnsweep.sweep.loop
 
-    cli_main = importlib.import_module("nnsweep.cli.main")
-
     monkeypatch.setattr(nnsweep.sweep.loop, "Sweep", _Stub)
-    monkeypatch.setattr(cli_main, "_publish_report", lambda *a, **k: Path("report.html"))
-    monkeypatch.setattr(cli_main, "_execute_bench", lambda *a, **k: 0)
+    monkeypatch.setattr(nnsweep.cli._report_file, "_publish_report", lambda *a, **k: Path("report.html"))
+    monkeypatch.setattr(nnsweep.cli.bench, "_execute_bench", lambda *a, **k: 0)
 
 
 @settings(
