@@ -67,8 +67,10 @@ recipe = store.recipe("digits", None, None)
 mark("model recipe (versions, model code)")
 snapshot = store.lookup(recipe)
 mark("model snapshot (no torch)")
-args = nnsweep.cli._build_parser().parse_args(["bench", "--runtime", "onnxruntime", "--quant", "fp32"])
-config = nnsweep.cli._bench_config(args)
+from nnsweep.cli.bench import _bench_config
+from nnsweep.cli.main import _build_parser
+args = _build_parser().parse_args(["bench", "--runtime", "onnxruntime", "--quant", "fp32"])
+config = _bench_config(args)
 artifact = deploy.cached(snapshot.digest, config, cache)
 mark("artifact cache lookup")
 timing, outputs = deploy.run_artifact(artifact, snapshot.evaluation.inputs, MeasureSettings(iters=200),

@@ -235,12 +235,12 @@ def test_a_join_refuses_a_token_others_can_read(tmp_path: Path, capsys: pytest.C
 def test_an_unexpected_error_is_one_line_and_the_traceback_needs_v(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import nnsweep.cli
+    import nnsweep.cli.devices
 
     def broken(args: object, cache_dir: Path) -> int:
         raise KeyError("surprise\nsecond line")
 
-    monkeypatch.setattr(nnsweep.cli, "_cmd_devices", broken)
+    monkeypatch.setattr(nnsweep.cli.devices, "run", broken)
     assert main(["devices"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("nnsweep: error: KeyError:") and "-v" in err

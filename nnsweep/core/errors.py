@@ -25,6 +25,8 @@ __all__ = [
     "NnsweepError",
     "SpecError",
     "TrialError",
+    "clip",
+    "excerpt",
 ]
 
 

@@ -3,15 +3,18 @@ and user models given as ``package.module:function`` or ``path/to/file.py:functi
 
 from nnsweep.models._bundle import Dataset, ModelBundle, Split
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
+from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore
 
 __all__ = [
     "BUILTIN",
+    "MAX_INPUT_ELEMENTS",
     "Dataset",
     "ModelBundle",
     "ModelSnapshot",
     "SnapshotStore",
     "Split",
+    "check_input_shape",
     "check_reference",
     "load_model",
     "register_live",

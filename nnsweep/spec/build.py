@@ -178,7 +178,7 @@ def _check_objectives_and_devices(raw: Any) -> None:
             raise SpecError(f"devices[{i}]", f"{excerpt(device)} is not a device name (letters, digits, '_', '-', '.')")
     _check_unique(list(raw.devices), "devices")
     if raw.input_shape is not None:
-        from nnsweep.models._shape import check_input_shape
+        from nnsweep.models import check_input_shape
 
         check_input_shape(tuple(raw.input_shape), "input_shape")
 

@@ -1,0 +1,350 @@
+"""``nnsweep bench``: convert one configuration through the artifact cache and measure it here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from nnsweep.cli._args import (
+    _MAX_ITERS,
+    _MAX_SECONDS,
+    _MAX_THREADS,
+    _MAX_WARMUP,
+    _fraction,
+    _int_in,
+    _positive_shape,
+    _seconds,
+)
+from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, _one_line, _usage_error
+from nnsweep.core import runtimes
+from nnsweep.core.errors import SpecError, TrialError
+
+# DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
+_BENCH_OPTIONS = {
+    "runtime": "--runtime",
+    "backends": "--backends",
+    "quant.mode": "--quant",
+    "quant.granularity": "--granularity",
+    "quant.calibration": "--calibration",
+    "quant.calibration_batches": "--calibration-batches",
+    "quant.interface": "--interface",
+    "quant.qat_epochs": "--qat-epochs",
+    "partitions": "--max-partitions/--min-nodes",
+    "partitions.max_delegated_partitions": "--max-partitions",
+    "partitions.min_nodes_per_partition": "--min-nodes",
+    "threads": "--threads",
+    "warmup": "--warmup",
+    "iters": "--iters",
+    "min_duration_s": "--min-duration",
+    "timeout_s": "--timeout",
+    "ci_rel": "--ci",
+    "max_duration_s": "--max-duration",
+    "model": "--model",
+    "weights": "--weights",
+    "input_shape": "--input-shape",
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``nnsweep bench``: the configuration's options, then the measurement's."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="convert one configuration and measure it on this machine",
+        description="Convert a model for one deployment configuration (through the artifact cache), "
+        "measure latency and memory in a fresh process, and evaluate accuracy and fidelity "
+        "against the fp32 model on the same inputs.",
+    )
+    _config_options(parser)
+    _measure_options(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    parser.set_defaults(handler=run)
+
+
+def _config_options(parser: argparse.ArgumentParser) -> None:
+    """The model and the deployment configuration (over a --config file)."""
+    parser.add_argument(
+        "--model", default="digits", help="digits, digits_gn, torchvision:NAME, pkg.mod:fn or file.py:fn"
+    )
+    parser.add_argument("--weights", type=Path, help="state dict for a torchvision model (default: random weights)")
+    parser.add_argument("--input-shape", type=_positive_shape, help="input shape for user models, e.g. 1,3,224,224")
+    parser.add_argument("--config", type=Path, help="a configuration file (YAML or JSON, as `nnsweep best` prints)")
+    parser.add_argument("--runtime", help=f"{', '.join(runtimes.listed_names())} (default: executorch)")
+    parser.add_argument("--backends", help="comma list in preference order, e.g. xnnpack,portable or CpuAcc,CpuRef")
+    parser.add_argument("--quant", help="fp32, fp16, dynamic_int8, static_int8 or qat_int8 (default: fp32)")
+    parser.add_argument("--granularity", help="per_tensor or per_channel (int8 modes; default per_channel)")
+    parser.add_argument("--calibration", help="minmax, histogram, entropy or percentile (static int8)")
+    parser.add_argument(
+        "--calibration-batches", type=_int_in(1, 10_000), help="calibration batches of 16 samples (default 8)"
+    )
+    parser.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
+    parser.add_argument("--qat-epochs", type=_int_in(0, 1000), help="fine-tuning epochs for qat_int8 (default 3)")
+    parser.add_argument(
+        "--max-partitions", type=_int_in(0, 10_000), help="keep the N largest delegated partitions (0 = no limit)"
+    )
+    parser.add_argument("--min-nodes", type=_int_in(1, 1_000_000), help="smaller delegated partitions fall back")
+    parser.add_argument("--threads", type=_int_in(1, _MAX_THREADS), help="CPU threads (default 1)")
+
+
+def _measure_options(parser: argparse.ArgumentParser) -> None:
+    """How long and how often to time it."""
+    parser.add_argument("--warmup", type=_int_in(0, _MAX_WARMUP), default=5, help="warm-up runs (default 5)")
+    parser.add_argument("--iters", type=_int_in(1, _MAX_ITERS), default=200, help="timed runs (default 200)")
+    parser.add_argument(
+        "--min-duration", type=_seconds(0, _MAX_SECONDS), default=0.0, help="time at least this many seconds"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds(0, _MAX_SECONDS, open_low=True),
+        default=600.0,
+        help="give up on the measurement after this many seconds (default 600)",
+    )
+    parser.add_argument(
+        "--until-stable",
+        action="store_true",
+        help="after --iters, keep timing until the p50's 95%% confidence interval is within --ci of it",
+    )
+    parser.add_argument(
+        "--ci",
+        type=_fraction,
+        default=0.01,
+        help="with --until-stable: the interval's half-width as a fraction of the p50 (default 0.01 = 1%%)",
+    )
+    parser.add_argument(
+        "--max-duration",
+        type=_seconds(0, _MAX_SECONDS, open_low=True),
+        default=10.0,
+        help="with --until-stable: stop timing after this many seconds even if not stable (default 10)",
+    )
+
+
+def run(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.models import check_reference
+
+    try:
+        config = _bench_config(args)
+        settings = MeasureSettings(
+            warmup=args.warmup,
+            iters=args.iters,
+            min_duration_s=args.min_duration,
+            timeout_s=args.timeout,
+            until_stable=args.until_stable,
+            ci_rel=args.ci,
+            max_duration_s=args.max_duration,
+        )
+        check_reference(args.model)
+        if args.weights is not None and not args.weights.is_file():
+            raise SpecError("weights", f"file {str(args.weights)[:200]!r} does not exist")
+    except SpecError as exc:
+        return _usage_error(exc, _BENCH_OPTIONS)
+    return _execute_bench(args, config, settings, cache_dir)
+
+
+def _bench_config(args: argparse.Namespace) -> Any:
+    from nnsweep.core.config import DeploymentConfig
+
+    data: dict[str, Any] = {}
+    if args.config is not None:
+        data = _read_config_file(args.config)
+    quant = dict(data.get("quant") or {})
+    parts = dict(data.get("partitions") or {})
+    if args.runtime is not None:
+        data["runtime"] = args.runtime
+    data.setdefault("runtime", "executorch")
+    if args.backends is not None:
+        data["backends"] = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for option, key in (
+        ("quant", "mode"),
+        ("granularity", "granularity"),
+        ("calibration", "calibration"),
+        ("calibration_batches", "calibration_batches"),
+        ("interface", "interface"),
+        ("qat_epochs", "qat_epochs"),
+    ):
+        if getattr(args, option) is not None:
+            quant[key] = getattr(args, option)
+    if args.max_partitions is not None:
+        parts["max_delegated_partitions"] = args.max_partitions
+    if args.min_nodes is not None:
+        parts["min_nodes_per_partition"] = args.min_nodes
+    if args.threads is not None:
+        data["threads"] = args.threads
+    data["quant"], data["partitions"] = quant, parts
+    source = "--config" if args.config is not None else None
+    try:
+        return DeploymentConfig.from_dict(data)
+    except SpecError as exc:
+        if len(exc.message) > 200:
+            raise SpecError(exc.field, exc.message[:197] + "...") from None
+        raise
+    except (TypeError, ValueError, KeyError) as exc:  # a config file's value of the wrong kind
+        from nnsweep.spec import excerpt
+
+        raise SpecError(source or "config", f"invalid configuration: {excerpt(str(exc), 120)}") from None
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    from nnsweep.spec import load_yaml
+
+    data = load_yaml(path, "--config")
+    if isinstance(data, dict) and "config" in data and isinstance(data["config"], dict):
+        data = data["config"]  # accept the whole `nnsweep bench --json` / `nnsweep best` object
+    if not isinstance(data, dict):
+        raise SpecError("--config", f"{path} must hold a mapping with runtime, backends, quant, ...")
+    for key in ("quant", "partitions"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise SpecError(f"--config: {key}", "must be a mapping")
+    if data.get("backends") is not None and (
+        not isinstance(data["backends"], list) or not all(isinstance(b, str) for b in data["backends"])
+    ):
+        raise SpecError("--config: backends", "must be a list of backend names")
+    return data
+
+
+def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_dir: Path) -> int:
+    """Convert through the cache and measure: everything after the input is checked.
+
+    On a cache hit the model is not loaded: its snapshot (digest, evaluation data,
+    fp32 reference) and the artifact are all a measurement needs, and torch stays
+    unimported (:class:`~nnsweep.models.SnapshotStore`).
+    """
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.bench._warm import ForkHere
+    from nnsweep.models import SnapshotStore, load_model
+
+    cache = ArtifactCache(cache_dir)
+    store = SnapshotStore(cache.models_dir)
+    status = _Status(enabled=not args.json)
+    recipe = store.recipe(args.model, args.weights, args.input_shape)
+    snapshot = store.lookup(recipe) if recipe is not None else None
+    artifact = deploy.cached(snapshot.digest, config, cache) if snapshot is not None else None
+    try:
+        if artifact is None or snapshot is None:
+            status.line(f"loading {args.model} ...", tty_only=True)
+            try:
+                bundle, snapshot = store.load(
+                    args.model,
+                    recipe,
+                    lambda: load_model(
+                        args.model,
+                        cache_dir=cache.models_dir,
+                        weights=args.weights,
+                        input_shape=args.input_shape,
+                        progress=status.line,
+                    ),
+                )
+            except SpecError as exc:
+                status.clear()
+                return _usage_error(exc, _BENCH_OPTIONS)
+            status.line(f"converting {bundle.name} for {config.label()} ...")
+            artifact, hit = deploy.convert(bundle, config, cache)
+        else:
+            hit = True
+        # On a cache hit this process is still light (no torch, no thread): fork the measurement from it.
+        status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...", ticking=False)
+        fork = ForkHere.for_runtime(config.runtime)
+        result = deploy.measure(snapshot, artifact, settings, cache_hit=hit, worker=fork)
+    except TrialError as exc:
+        status.clear()
+        sys.stderr.write(f"nnsweep bench: failed: {_one_line(str(exc))}\n")
+        return EXIT_FAILED
+    status.clear()
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+    else:
+        sys.stdout.write(_bench_summary(result) + "\n")
+    return EXIT_OK
+
+
+_STOPPED = {
+    "iters": "after --iters runs",
+    "min_duration": "after --min-duration",
+    "stable": "stable",
+    "cap": "not stable within --max-duration",
+}
+
+
+def _p50_interval(t: Any) -> str:
+    low, high = t.p50_ci95_ms
+    p50 = t.latency.p50
+    half = (high - low) / 2 / p50 * 100 if p50 > 0 else float("nan")
+    why = _STOPPED.get(t.stop_reason, t.stop_reason)
+    return f"p50 95% confidence interval: {low * 1000:.1f}-{high * 1000:.1f} us (+/-{half:.2f} %; {why})"
+
+
+def _bench_summary(result: Any) -> str:
+    """A summary a ``benchmark_model`` user would recognise, then the partition report."""
+    t, e, a = result.timing, result.evaluation, result.artifact
+    lat = t.latency
+    lines = [
+        "STARTING!",
+        f"Model: {result.model} (digest {result.model_digest[:12]})",
+        f"Config: {a.config.label()}",
+        f"Artifact: {a.path} ({a.size_bytes:,} bytes; "
+        + ("cache hit" if result.cache_hit else f"converted in {a.convert_s:.1f} s")
+        + ")",
+        f"Num threads: [{t.threads}]  Loadavg (1 min): " + ("n/a" if t.loadavg_1m is None else f"{t.loadavg_1m:.2f}"),
+        f"Init: {t.load_ms * 1000:.0f} us, First inference: {t.first_inference_ms * 1000:.0f} us, "
+        f"Timed runs: {lat.count}",
+        f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
+        f"p99 {lat.p99 * 1000:.1f}  std {lat.std * 1000:.1f}  min {lat.min * 1000:.1f}  max {lat.max * 1000:.1f}",
+        _p50_interval(t),
+        f"Peak memory footprint (MB): {t.peak_rss_mb:.1f} "
+        f"(process; {t.rss_before_load_mb:.1f} before loading the model)",
+    ]
+    f = e.fidelity
+    if e.accuracy is not None:
+        lines.append(f"Accuracy (top-1, {e.samples} evaluation samples): {e.accuracy * 100:.2f} %")
+    else:
+        lines.append(f"Accuracy: n/a (no labelled data; fidelity on {e.samples} inputs)")
+    sqnr = "inf (identical)" if f.sqnr_db == float("inf") else f"{f.sqnr_db:.1f} dB"
+    lines.append(
+        f"Fidelity vs fp32: top-1 agreement {f.top1_agreement * 100:.1f} %, max abs err {f.max_abs_err:.3g}, "
+        f"mean abs err {f.mean_abs_err:.3g}, SQNR {sqnr}" + (" (worst of the outputs)" if e.per_output else "")
+    )
+    for i, part in enumerate(e.per_output):
+        part_sqnr = "inf (identical)" if part.sqnr_db == float("inf") else f"{part.sqnr_db:.1f} dB"
+        lines.append(
+            f"  output {i}: top-1 agreement {part.top1_agreement * 100:.1f} %, max abs err {part.max_abs_err:.3g}, "
+            f"mean abs err {part.mean_abs_err:.3g}, SQNR {part_sqnr}"
+        )
+    lines.append(a.partitions.render())
+    return "\n".join(lines)
+
+
+class _Status:
+    """What ``nnsweep bench`` is doing, on stderr: on a terminal one transient line (with
+    a spinner and the elapsed time while ``ticking``), otherwise plain lines (CI logs)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self._shown: Any = None
+
+    def line(self, text: str, *, ticking: bool = True, tty_only: bool = False) -> None:
+        """Show ``text``. ``ticking`` updates the elapsed time from a thread of rich's:
+        pass ``False`` before forking a measurement from this process (it must have no thread).
+        ``tty_only``: a step not worth a log line (an error right after it stays one line)."""
+        if not self.enabled or (tty_only and not self.tty):
+            return
+        if not self.tty:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+            return
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.clear()
+        columns = [SpinnerColumn(), TextColumn("{task.description}")] + ([TimeElapsedColumn()] if ticking else [])
+        self._shown = Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=ticking)
+        self._shown.add_task(text, total=None)
+        self._shown.start()
+
+    def clear(self) -> None:
+        if self._shown is not None:
+            self._shown.stop()
+            self._shown = None

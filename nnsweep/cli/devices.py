@@ -1,0 +1,78 @@
+"""``nnsweep devices``: the devices of this machine or a cluster, and what each can run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from nnsweep.cli._output import EXIT_OK, _usage_error
+from nnsweep.cli._ray import _ray_client_env
+from nnsweep.core.errors import SpecError
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``nnsweep devices``."""
+    parser = subparsers.add_parser(
+        "devices",
+        help="list the devices a cluster offers, with what each can run",
+        description="Start each device's agent, probe it, and print its capabilities.",
+    )
+    parser.add_argument("--address", help="a Ray cluster (HOST:PORT); default: this machine only")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, cache_dir: Path) -> int:
+    if args.address:
+        try:
+            _ray_client_env(args.address)
+        except SpecError as exc:
+            return _usage_error(exc, {})
+        from nnsweep.execution.ray_cluster import RayExecutor
+
+        executor = RayExecutor(address=args.address)
+        try:
+            found = executor.probe(executor.cluster_devices())
+        finally:
+            executor.shutdown()
+        caps = list(found.values())
+    else:
+        from nnsweep.agents import LocalTransport
+
+        caps = [LocalTransport().probe("host")]
+    from nnsweep.sweep.space import accepted_values
+
+    if args.json:
+        out = [{**c.to_dict(), "space": accepted_values(c.runtimes, c.cores)} for c in caps]
+        sys.stdout.write(json.dumps(out) + "\n")
+        return EXIT_OK
+    for c in caps:
+        sys.stdout.write(f"{c.device}: {c.summary()}, {c.memory_mb} MB, machine {c.machine}, transport {c.transport}\n")
+        sys.stdout.write(_space_lines(accepted_values(c.runtimes, c.cores)))
+        for runtime, need in c.left_out.items():
+            sys.stdout.write(f"    {runtime}: left out, its measuring process needs {need} MB with headroom\n")
+    return EXIT_OK
+
+
+def _space_lines(values: dict[str, Any]) -> str:
+    """What a device's ``space:`` accepts, as the lines ``nnsweep devices`` prints."""
+
+    def modes(table: dict[str, list[str]]) -> str:
+        return ", ".join(f"{m} ({'/'.join(g)})" if g else m for m, g in table.items())
+
+    lines = []
+    for runtime, v in values["runtime"].items():
+        lines.append(f"    {runtime}: backends {', '.join(v['backends'])}")
+        lines.append(f"        quant: {modes(v['quant'])}")
+        for backend, table in v["whole_model"].items():
+            lines.append(f"        quant with {backend} first: {modes(table)}")
+        if v["calibration"]:
+            lines.append(f"        calibration: {', '.join(v['calibration'])}")
+        limits = "max_delegated_partitions, min_nodes_per_partition" if v["partition_limits"] else "do not apply"
+        lines.append(f"        partition limits: {limits}")
+    low, high = values["threads"]
+    lines.append(f"    threads: {low} to {high}")
+    return "".join(line + "\n" for line in lines)

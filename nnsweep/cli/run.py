@@ -1,0 +1,197 @@
+"""``nnsweep run``: run a sweep, then print its results and write its report."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from nnsweep.cli import _report_file
+from nnsweep.cli._output import EXIT_INTERRUPTED, EXIT_OK, _usage_error
+from nnsweep.cli._ray import _ray_client_env
+from nnsweep.cli._spec_args import _SPEC_OPTIONS, _load_checked_spec
+from nnsweep.core.errors import SpecError
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``nnsweep run SPEC``."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run a sweep: an Optuna study per device, measured on its agent, logged to MLflow",
+        description="Run the sweep SPEC (YAML). Interrupt it at any time and run it again to continue: "
+        "finished trials are kept, interrupted ones are measured again.",
+    )
+    parser.add_argument("spec", type=Path, help="sweep YAML, e.g. sweeps/quickstart.yaml")
+    parser.add_argument("--address", help="join this Ray cluster (HOST:PORT) instead of starting a local one")
+    parser.add_argument(
+        "--executor",
+        choices=["ray", "local"],
+        default="ray",
+        help="ray (default): agents and conversion workers on Ray; local: threads in this process",
+    )
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--report", type=Path, help="the HTML report (default: reports/<sweep name>.html)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the sweep's studies and start over (needed after changing its model, measure settings, "
+        "objectives, constraints or space)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, cache_dir: Path) -> int:
+    try:
+        spec = _load_checked_spec(args.spec, tracking=not args.no_tracking)
+        _ray_client_env(args.address if args.executor == "ray" else None)
+    except SpecError as exc:
+        return _usage_error(exc, _SPEC_OPTIONS)
+
+    from nnsweep.execution import executor_for
+    from nnsweep.sweep.loop import Sweep
+    from nnsweep.tracking import tracker_for
+
+    try:
+        executor = executor_for(spec, args.executor, args.address)
+    except SpecError as exc:
+        return _usage_error(exc, _SPEC_OPTIONS)
+    tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=not args.no_tracking)
+    from nnsweep.report.progress import ProgressDisplay
+
+    display = ProgressDisplay(enabled=not args.json)
+    sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh)
+    interrupted = False
+    try:
+        with _stop_on_signals(sweep.stop):
+            results = sweep.run()
+        report = _report_file._publish_report(spec, args.report, tracker, devices=[_device_trials(r) for r in results])
+    except SpecError as exc:  # found only once the devices are known (e.g. a device offers none of the runtimes)
+        return _usage_error(exc, _SPEC_OPTIONS)
+    except KeyboardInterrupt:
+        display.close()
+        sys.stderr.write("nnsweep run: interrupted; run the same command again to continue\n")
+        interrupted = True
+    finally:
+        display.close()
+        if hasattr(tracker, "close"):
+            tracker.close()  # write what is still queued
+        executor.shutdown()
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if args.json:
+        out = [
+            {
+                "device": r.device,
+                "capabilities": r.capabilities.to_dict(),
+                "best": r.best.to_dict() if r.best else None,
+                "pareto": [p.number for p in r.pareto],
+                "pareto_remeasured": [x.to_dict() for x in r.spread],
+                "trials": [t.to_dict() for t in r.records],
+            }
+            for r in results
+        ]
+        sys.stdout.write(json.dumps(out) + "\n")
+    else:
+        sys.stdout.write(_results_text(spec, results) + "\n")
+        sys.stdout.write(f"Report: {report}\n")
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: Callable[[], bool]) -> Iterator[None]:
+    """SIGTERM and Ctrl-C stop the sweep at its next safe point (in-flight trials are
+    requeued, the tracker is flushed); a second one, or one before the sweep's loop runs
+    (nothing in flight yet), interrupts at once."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signum)
+        if not stop() or len(received) > 1:
+            raise KeyboardInterrupt
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def _device_trials(result: Any) -> Any:
+    """What the report shows of a device, from the sweep that just ran (no second read of its study)."""
+    from nnsweep.report.html import DeviceTrials
+
+    baseline = result.baseline.number if result.baseline is not None else None
+    return DeviceTrials(result.device, result.records, baseline, result.capabilities.summary())
+
+
+def _results_text(spec: Any, results: Any) -> str:
+    from nnsweep.sweep.front import render_table
+
+    blocks = []
+    for r in results:
+        title = f"== {r.device}: {r.capabilities.summary()} — Pareto front (feasible)"
+        blocks.append(render_table(r.pareto, spec.objectives, title=title))
+        if r.best is not None:
+            label = " (latency emulated)" if r.best.emulated else " (latency estimated)" if r.best.estimated else ""
+            blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}{label}")
+        else:
+            blocks.append(f"Best on {r.device}: none (no feasible measured trial)")
+        tried = [t for t in r.records if t.reused_from is None]
+        measured = sum(1 for t in tried if t.status.value == "ok")
+        failed = sum(1 for t in tried if t.status.value == "failed")
+        repeats = len(r.records) - len(tried)
+        blocks.append(
+            f"Trials: {measured} measured, {failed} failed (distinct configurations); "
+            f"{repeats} repeats of those told to the study for free"
+        )
+        if r.exhausted:
+            blocks.append(f"Space: exhausted, every one of its {r.space_size or 'reachable'} configurations was tried")
+        else:
+            blocks.append(f"Space: {r.space_size if r.space_size is not None else 'unbounded'} configurations")
+        blocks.append(_breakdown_text(r.breakdown))
+        if r.spread:
+            blocks.append(_spread_text(r.spread))
+    blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
+    return "\n\n".join(blocks)
+
+
+def _spread_text(spread: Any) -> str:
+    """The Pareto candidates' p50 in separate fresh processes: how much one process's figure is worth."""
+    lines = [f"Pareto candidates measured again, {max(len(x.p50_ms) for x in spread)} fresh processes each:"]
+    for x in spread:
+        if not x.p50_ms:
+            lines.append(f"  #{x.number} {x.config.label()}: not measured again ({x.error})")
+            continue
+        cv = "n/a" if x.cv is None else f"{x.cv:.2%}"
+        p50s = ", ".join(f"{v:.4g}" for v in x.p50_ms)
+        load = max(x.loadavg_1m)
+        lines.append(
+            f"  #{x.number} {x.config.label()}: p50 {p50s} ms (sweep: {x.sweep_p50_ms:.4g}); "
+            f"CV between processes {cv}; load up to {load:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def _breakdown_text(breakdown: Any) -> str:
+    """Where a device's time went, and how far it is from the physical limit (its timed runs)."""
+    timed = breakdown.get("timed runs", 0.0)
+    parts = [
+        f"{name} {seconds:.1f} s" for name, seconds in breakdown.items() if name != "timed runs" and seconds >= 0.05
+    ]
+    text = "Time: " + (", ".join(parts) or "nothing measured in this sweep")
+    measuring = breakdown.get("measuring", 0.0)
+    if timed > 0 and measuring > 0:
+        text += f"; timed runs {timed:.3g} s = {timed / measuring:.2%} of the time measuring"
+    return text
