@@ -13,18 +13,16 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nnsweep.core.errors import SpecError
-from nnsweep.core.quant import Calibration, Granularity, Interface, PartitionLimits, QuantMode
-
-if TYPE_CHECKING:
-    from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.quant import Calibration, Granularity, Interface, PartitionLimits, QuantConfig, QuantMode
 
 __all__ = [
     "ARMNN_BACKENDS",
     "ETHOS_U_TARGETS",
     "SYSTEM_PYTHON",
+    "Deployment",
     "RuntimeInfo",
     "get",
     "listed_names",
@@ -34,6 +32,20 @@ __all__ = [
 ]
 
 _ALL_GRANULARITIES = frozenset(Granularity)
+
+
+class Deployment(Protocol):
+    """What :meth:`RuntimeInfo.normalize` reads of a :class:`~nnsweep.core.config.DeploymentConfig`
+    (named here so the registry need not import the module that imports it)."""
+
+    @property
+    def backends(self) -> tuple[str, ...]: ...
+
+    @property
+    def quant(self) -> QuantConfig: ...
+
+    @property
+    def partitions(self) -> PartitionLimits: ...
 
 
 @dataclass(frozen=True)
@@ -96,7 +108,7 @@ class RuntimeInfo:
             return self.whole_model[backends[0]]
         return self.modes
 
-    def normalize(self, config: DeploymentConfig) -> tuple[tuple[str, ...], PartitionLimits]:
+    def normalize(self, config: Deployment) -> tuple[tuple[str, ...], PartitionLimits]:
         """Validate ``config`` against these capabilities and return its canonical
         backend order and partition limits.
 
