@@ -137,7 +137,7 @@ def _device_trials(result: Any) -> Any:
 
 
 def _results_text(spec: Any, results: Any) -> str:
-    from nnsweep.sweep.front import render_table
+    from nnsweep.report.text import render_table
 
     blocks = []
     for r in results:
