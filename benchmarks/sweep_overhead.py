@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nnsweep.agents._node import head_command, join_command
+from nnsweep.agents._node import ensure_token, head_command, join_command, ray_env
 from nnsweep.execution.ray_cluster import RayExecutor
 from nnsweep.spec import parse_spec
 from nnsweep.sweep.loop import Sweep
@@ -142,8 +142,10 @@ def main() -> None:
     os.chdir(work)
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    env = dict(os.environ, RAY_AUTH_MODE="token")
-    os.environ["RAY_AUTH_MODE"] = "token"  # this script is also a Ray client
+    token = work / "auth_token"  # private (0600, in a 0700 folder): `ray start --head` never makes one
+    ensure_token(token)
+    env = ray_env(os.environ, token)
+    os.environ.update({k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")})  # this script is a client
     nodes = [_node(head_command(port, converters=1, block=True), env)]
     try:
         _wait_for(address, "host")

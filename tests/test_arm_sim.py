@@ -155,8 +155,8 @@ def test_tables_label_emulated_latencies() -> None:
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.core.results import TrialRecord, TrialStatus
     from nnsweep.dashboards import _format, sections
-    from nnsweep.spec import parse_spec
     from nnsweep.report.text import render_table
+    from nnsweep.spec import parse_spec
 
     spec = parse_spec({"name": "t", "model": "digits", "devices": ["arm64-sim"]})
     metrics = {"accuracy": 0.97, "latency_p50_ms": 1.9, "latency_p90_ms": 2.1}

@@ -1,4 +1,5 @@
-"""Starting Ray nodes: command lines, the token file's permissions, and a real head that refuses strangers."""
+"""Starting Ray nodes: command lines, the token file's permissions, a real head that refuses strangers,
+and the private token of a local cluster."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from nnsweep.agents._node import (
     ensure_token,
     head_command,
     join_command,
+    local_token,
     ray_env,
     ray_temp_dir,
     start_failure,
@@ -38,6 +40,7 @@ def test_a_missing_token_is_generated_0600_in_a_0700_folder(tmp_path: Path) -> N
     text = token.read_text()
     assert len(text) == 64 and int(text, 16) >= 0  # 256 bits, hex, as Ray's own generator
     assert ensure_token(token) is False and token.read_text() == text  # never replaced
+    assert os.listdir(token.parent) == ["auth_token"]  # the whole-then-linked write leaves nothing behind
     check_token_file(token, option="--token-file")
 
 
@@ -71,6 +74,37 @@ def test_token_path_and_environment() -> None:
     assert env["RAY_AUTH_MODE"] == "token" and env["RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"] == "minor"
     assert env["RAY_AUTH_TOKEN_PATH"] == "/t" and env["PATH"] == "/bin"
     assert set(RAY_ENV) <= set(ray_env({}, None))
+
+
+def test_a_local_cluster_gets_a_private_token_where_ray_looks(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    token = local_token({}, home)
+    assert token == home / ".ray" / "auth_token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+    assert local_token({"RAY_AUTH_MODE": "token"}, home) == token  # kept, not replaced
+    given = tmp_path / "keys" / "ray_token"
+    assert local_token({"RAY_AUTH_TOKEN_PATH": str(given)}, home) == given and given.exists()
+
+
+def test_a_local_cluster_without_a_token_file_writes_none(tmp_path: Path) -> None:
+    assert local_token({"RAY_AUTH_MODE": "disabled"}, tmp_path) is None  # the user turned it off
+    assert local_token({"RAY_AUTH_TOKEN": "f" * 64}, tmp_path) is None  # Ray reads the value, no file
+    assert not (tmp_path / ".ray").exists()
+
+
+def test_a_local_cluster_refuses_a_token_others_can_read(tmp_path: Path) -> None:
+    (tmp_path / ".ray").mkdir()
+    token = tmp_path / ".ray" / "auth_token"
+    token.write_text("f" * 64)
+    token.chmod(0o644)  # as Ray 2.60's own ray.init() leaves it
+    with pytest.raises(SpecError, match=r"mode 0644.*chmod 600.*RAY_AUTH_TOKEN_PATH") as caught:
+        local_token({}, tmp_path)
+    assert caught.value.field == "token" and "f" * 64 not in str(caught.value)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SpecError, match=r"cannot write Ray's token file.*RAY_AUTH_TOKEN_PATH"):
+        local_token({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "file" / "auth_token")}, tmp_path)
 
 
 def test_command_lines_refuse_option_like_values() -> None:
@@ -254,3 +288,47 @@ def test_a_join_whose_agent_starts_too_slowly_says_why_in_one_line(tmp_path: Pat
             _stop_session(join)
         _stop_session(head)
         head_log.close()
+
+
+_LOCAL_CLUSTER = """
+from nnsweep.execution.ray_cluster import RayExecutor
+executor = RayExecutor(converters=1)
+try:
+    print("DEVICES", executor.cluster_devices(), flush=True)
+finally:
+    executor.shutdown()
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_local_executors_cluster_leaves_a_token_agent_head_accepts(tmp_path: Path) -> None:
+    """A fresh HOME, the default Ray executor's own local cluster (`nnsweep run`'s): the token Ray
+    uses is 0600 in a 0700 folder, and `nnsweep agent head`'s check accepts it afterwards.
+
+    A process of its own: Ray's token loader caches the token once per process, and ray.init
+    sets RAY_AUTH_MODE in its process's environment."""
+    home = tmp_path / "home"
+    home.mkdir()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    base["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nr", dir="/tmp")  # short: Unix socket names are limited
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LOCAL_CLUSTER],
+        env=dict(base, HOME=str(home)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        _stop_session(proc)
+    assert proc.returncode == 0 and b"DEVICES ['host']" in out, (out + err)[-2000:]
+    token = home / ".ray" / "auth_token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+    assert token.read_bytes() not in out + err  # never printed or logged
+    # What `nnsweep agent head` does before `ray start`: keep an existing token, refuse a readable one.
+    assert ensure_token(default_token_path({}, home)) is False
+    check_token_file(token, option="--token-file")

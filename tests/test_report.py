@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.report.text import render_table
 from nnsweep.spec import Objective
-from nnsweep.sweep.front import best_trial, pareto_front, render_table
+from nnsweep.sweep.front import best_trial, pareto_front
 
 OBJ = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
 

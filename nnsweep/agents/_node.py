@@ -12,7 +12,9 @@ Authentication: every node and client runs with Ray's token authentication
 (``secrets.token_hex(32)``, as ``ray get-auth-token --generate`` does) and writes
 it 0600 in a 0700 folder; Ray itself would write it 0644 in a 0755 folder. A token
 file that group or others can read is refused unless the user says otherwise,
-because whoever holds the token can run code on every node. Ray matches Python
+because whoever holds the token can run code on every node. A local cluster (the
+default Ray executor's ``ray.init()``) gets the same private token before Ray looks
+for one: :func:`local_token`. Ray matches Python
 versions down to the patch level by default; a board's OS rarely has the head's
 patch version, so nodes and clients match the minor version
 (``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor``). See docs/security.md.
@@ -33,6 +35,7 @@ import re
 import secrets
 import socket
 import stat
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -45,6 +48,7 @@ __all__ = [
     "ensure_token",
     "head_command",
     "join_command",
+    "local_token",
     "ray_env",
     "ray_temp_dir",
     "start_failure",
@@ -70,8 +74,15 @@ def default_token_path(environ: Mapping[str, str], home: Path) -> Path:
 def ensure_token(path: Path) -> bool:
     """Create the token file ``path`` (0600, in a 0700 folder) unless it exists.
 
+    The token is written whole beside ``path`` and then linked into place, so two
+    processes that start at once (two local sweeps) never read a half-written token,
+    and the second keeps the first's.
+
     Returns:
         Whether a new token was written.
+
+    Raises:
+        OSError: the folder cannot be created or written.
     """
     if path.exists():
         return False
@@ -79,14 +90,25 @@ def ensure_token(path: Path) -> bool:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if created or path.parent.name == ".ray":
         path.parent.chmod(0o700)  # mkdir's mode is masked by the umask; Ray's own folder holds only this
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600 whatever the umask
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False  # another process wrote it meanwhile: theirs is the token
+    finally:
+        os.unlink(tmp)
     return True
 
 
-def check_token_file(path: Path, *, option: str, allow_readable: bool = False) -> None:
+def check_token_file(
+    path: Path, *, option: str, allow_readable: bool = False, override: str = "pass --allow-readable-token"
+) -> None:
     """Refuse a token file that is missing, empty, not text, or readable by group or others.
+
+    ``override`` ends the message about a readable file: what else the user may do.
 
     Raises:
         SpecError: naming ``option`` and what to do.
@@ -105,7 +127,7 @@ def check_token_file(path: Path, *, option: str, allow_readable: bool = False) -
         raise SpecError(
             option,
             f"{path} has mode {mode:04o}: others could read the token and run code on the cluster; "
-            f"run `chmod 600 {path}` (or pass --allow-readable-token)",
+            f"run `chmod 600 {path}` (or {override})",
         )
     try:
         token = data.decode("ascii").strip()
@@ -113,6 +135,50 @@ def check_token_file(path: Path, *, option: str, allow_readable: bool = False) -
         raise SpecError(option, f"{str(path)!r} does not hold a token (not ASCII text)") from None
     if not token or any(ch.isspace() for ch in token):
         raise SpecError(option, f"{str(path)!r} does not hold a token (empty, or several words)")
+
+
+def local_token(environ: Mapping[str, str], home: Path) -> Path | None:
+    """Make sure a local ``ray.init()`` finds a private token; call it just before.
+
+    Ray 2.60's local ``ray.init()`` turns token authentication on when
+    ``RAY_AUTH_MODE`` is unset and, finding no token, writes ``~/.ray/auth_token``
+    itself with the umask's mode (0644 in a 0755 folder), a file ``nnsweep agent head``
+    then refuses. Ray's loader takes ``$RAY_AUTH_TOKEN``, else the file
+    ``$RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``; so the file it would read is
+    created here first (:func:`ensure_token`) and Ray uses it as it is. No environment
+    variable is set: ``environ`` is only read.
+
+    Args:
+        environ: the environment Ray will read (``os.environ`` for this process).
+        home: the home folder Ray will use (``Path.home()``).
+
+    Returns:
+        The token file, or ``None`` when Ray will not read one: ``RAY_AUTH_MODE`` is set
+        to something other than ``token`` (the user turned authentication off), or the
+        token is given in ``RAY_AUTH_TOKEN``.
+
+    Raises:
+        SpecError: (field ``token``) the file cannot be written, or an existing one can be
+            read by group or others, or holds no token.
+    """
+    mode = environ.get("RAY_AUTH_MODE")
+    if (mode is not None and mode.lower() != "token") or environ.get("RAY_AUTH_TOKEN"):
+        return None
+    path = default_token_path(environ, home)
+    try:
+        ensure_token(path)
+    except OSError as exc:
+        raise SpecError(
+            "token",
+            f"cannot write Ray's token file {path}: {exc.strerror or exc}; "
+            "set RAY_AUTH_TOKEN_PATH to a file in a folder you can write (nnsweep creates it 0600)",
+        ) from None
+    check_token_file(
+        path,
+        option="token",
+        override="set RAY_AUTH_TOKEN_PATH to another file, which nnsweep creates 0600",
+    )
+    return path
 
 
 def ray_env(environ: Mapping[str, str], token_path: Path | None) -> dict[str, str]:

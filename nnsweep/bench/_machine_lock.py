@@ -12,10 +12,19 @@ lock file to clean up. The descriptor is opened close-on-exec, so measuring
 processes started while it is held do not keep it alive. ``flock`` needs only
 read access to the file, so users other than its creator can lock it too.
 
-The lock file lives in ``/run/lock`` (a tmpfs writable by everyone on Debian
-and most Linux systems) when that exists, else in the system's temporary
-directory; the holder writes its pid and what it measures into the file, so a
-waiter can say whom it waits for.
+Where: one path per machine, whoever asks. ``/run/lock/nnsweep-measure.lock`` when
+``/run/lock`` is a folder everyone may write (a tmpfs on Debian and most Linux
+systems), else ``/tmp/nnsweep-measure.lock``. The choice depends on the machine only
+(the folder's mode, not whether this process may write it, nor ``$TMPDIR``): two
+processes with different ``TMPDIR``s, or of different users, take the same lock.
+``$NNSWEEP_MEASURE_LOCK`` overrides it (see :func:`default_lock_path`).
+
+Mode 0644: ``flock`` needs only an open descriptor, and a read-only one will do, so
+other users lock the file without being able to write it. Only its creator writes the
+note in it (the holder's pid and what it measures, for waiters to show; emptied again
+on release), so no other user can put text into what a waiter prints, nor fill the
+file. The file is opened with ``O_NOFOLLOW``: a symlink planted at the path in a
+world-writable folder cannot make the creator chmod or overwrite another file.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import contextlib
 import errno
 import fcntl
 import os
-import tempfile
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,22 +44,34 @@ from nnsweep.core.errors import InfrastructureError
 __all__ = ["LockWait", "MachineLock", "default_lock_path"]
 
 LOCK_NAME = "nnsweep-measure.lock"
+LOCK_MODE = 0o644  # others open it read-only, which is all flock needs; only its creator writes the note
+RUN_LOCK = Path("/run/lock")  # the system's folder for lock files, when everyone may write it
+FALLBACK = Path("/tmp") / LOCK_NAME  # spelled out: never $TMPDIR, which differs between processes
+ENV_VAR = "NNSWEEP_MEASURE_LOCK"
 
 
 def default_lock_path() -> Path:
     """``$NNSWEEP_MEASURE_LOCK`` if set; else ``/run/lock/nnsweep-measure.lock`` if
-    ``/run/lock`` is writable, else the same name in the system's temporary directory.
+    ``/run/lock`` is a folder everyone may write (its mode, on a writable mount), else
+    ``/tmp/nnsweep-measure.lock``.
 
-    The variable is for nodes that simulate separate machines on one (a benchmark of
-    the coordinator, a demo): give each its own file and their measurements may
-    overlap, which no real measurement should.
+    The choice reads the folder's mode, not this process's access nor ``$TMPDIR``, so
+    every process of the machine makes the same one. The variable is for a machine
+    whose ``/tmp`` differs between processes (a service with a private ``/tmp``: give
+    every process the same file) and for nodes that simulate separate machines on one
+    (a benchmark of the coordinator, a demo): give each its own file and their
+    measurements may overlap, which no real measurement should.
     """
-    if os.environ.get("NNSWEEP_MEASURE_LOCK"):
-        return Path(os.environ["NNSWEEP_MEASURE_LOCK"])
-    run_lock = Path("/run/lock")
-    if run_lock.is_dir() and os.access(run_lock, os.W_OK | os.X_OK):
-        return run_lock / LOCK_NAME
-    return Path(tempfile.gettempdir()) / LOCK_NAME
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    try:
+        info = RUN_LOCK.stat()
+        read_only = bool(os.statvfs(RUN_LOCK).f_flag & os.ST_RDONLY)
+    except OSError:
+        return FALLBACK
+    if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH and not read_only:
+        return RUN_LOCK / LOCK_NAME
+    return FALLBACK
 
 
 @dataclass(frozen=True)
@@ -87,20 +108,45 @@ class MachineLock:
         self.poll_s = poll_s
 
     def _open(self) -> tuple[int, bool]:
-        flags = os.O_CREAT | os.O_CLOEXEC
+        """A close-on-exec descriptor of the lock file, and whether this process may write it."""
+        flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # O_NONBLOCK: a FIFO planted there cannot hang us
         try:
-            fd = os.open(self.path, flags | os.O_RDWR, 0o666)
+            fd = os.open(self.path, flags | os.O_CREAT | os.O_RDWR, LOCK_MODE)
+            writable = True
         except PermissionError:
-            # Created by another user with a restrictive umask: flock needs read access only.
+            # Another user's file (0644), or one in a sticky folder that protected_regular
+            # keeps from O_CREAT: a read-only descriptor is all flock needs.
             try:
-                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC), False
+                fd, writable = os.open(self.path, flags | os.O_RDONLY), False
             except OSError as exc:
-                raise InfrastructureError(f"cannot open the measurement lock {self.path}: {exc}") from exc
+                raise self._unusable(exc) from exc
         except OSError as exc:
-            raise InfrastructureError(f"cannot open the measurement lock {self.path}: {exc}") from exc
-        with contextlib.suppress(OSError):
-            os.fchmod(fd, 0o666)  # let other users' sweeps lock it too (works only for its creator)
-        return fd, True
+            raise self._unusable(exc) from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InfrastructureError(
+                    f"the measurement lock {self.path} is not a regular file; remove it, "
+                    f"or set {ENV_VAR} to a file every process of this machine can read"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        if writable:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, LOCK_MODE)  # the umask may have made it 0600: others must open it too
+        return fd, writable
+
+    def _unusable(self, exc: OSError) -> InfrastructureError:
+        if exc.errno == errno.ELOOP:
+            return InfrastructureError(
+                f"the measurement lock {self.path} is a symbolic link, which is never followed (anyone "
+                f"could plant one in a shared folder); remove it, or set {ENV_VAR} to a regular file"
+            )
+        return InfrastructureError(
+            f"cannot open the measurement lock {self.path}: {exc.strerror or exc}; make it readable by "
+            f"every user who measures here (mode {LOCK_MODE:04o}), or set {ENV_VAR} to one file every "
+            "process of this machine can read (the same for all, or their measurements may overlap)"
+        )
 
     @contextlib.contextmanager
     def hold(self, what: str = "", timeout_s: float | None = None) -> Iterator[LockWait]:
@@ -132,7 +178,12 @@ class MachineLock:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, 0)
                     os.pwrite(fd, f"{os.getpid()} {what}".encode(errors="replace"), 0)
-            yield LockWait(waited_ms=waited_ms, holder=holder)
+            try:
+                yield LockWait(waited_ms=waited_ms, holder=holder)
+            finally:
+                if writable:  # emptied while still held: a later holder that cannot write leaves no stale note
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, 0)
         finally:
             os.close(fd)  # releases the lock
 
@@ -149,7 +200,7 @@ class MachineLock:
                 if time.monotonic() >= deadline:
                     raise InfrastructureError(
                         f"the measurement lock {self.path} is still held after {timeout_s:.0f} s "
-                        f"(holder: {holder or 'unknown'})"
+                        f"(holder: {holder or 'unknown: a process that cannot write the lock file, e.g. another user'})"
                     ) from None
                 time.sleep(self.poll_s)
 

@@ -18,9 +18,11 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
+from nnsweep.agents._node import local_token
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError
 from nnsweep.execution._base import ConvertRequest, Executor
@@ -116,6 +118,12 @@ class RayExecutor(Executor):
 
         if not ray.is_initialized():
             if self.address is None:
+                # Ray would write ~/.ray/auth_token itself, 0644 in a 0755 folder; the token it
+                # reads is created 0600 in a 0700 folder first (no environment variable is set
+                # here; ray.init itself sets RAY_AUTH_MODE=token in this process when unset).
+                token = local_token(os.environ, Path.home())
+                if token is not None:
+                    log.info("local Ray cluster: token authentication with the token in %s", token)
                 cpus = os.cpu_count() or 2
                 slots = self._wanted_converters or max(1, cpus - 1)
                 # "local": always a new cluster of our own, never one found through RAY_ADDRESS
