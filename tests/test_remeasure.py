@@ -38,7 +38,7 @@ def _reply(p50: float) -> Future[MeasureReply]:
 
 def test_each_candidate_is_measured_again_in_fresh_processes() -> None:
     sent: list[MeasureRequest] = []
-    p50s = iter([1.00, 1.02, 0.98, 2.0, 2.0, 2.0])
+    p50s = iter([1.00, 2.0, 1.02, 2.0, 0.98, 2.0])  # interleaved: #3, #5, #3, #5, ...
 
     def measure(request: MeasureRequest) -> Future[MeasureReply]:
         sent.append(request)

@@ -26,6 +26,7 @@ class RecordingTracker:
         self.finished: list[TrialRecord] = []
         self.front: dict[str, tuple[list[int], int | None]] = {}
         self.closed: dict[str, str] = {}
+        self.remeasured: dict[str, dict] = {}  # type: ignore[type-arg]
         self.stop_after = stop_after
 
     def bind(self, sweep_id: str) -> None:
@@ -42,8 +43,9 @@ class RecordingTracker:
         if self.stop_after is not None and len(self.finished) == self.stop_after:
             raise KeyboardInterrupt  # as if the user pressed Ctrl-C right here
 
-    def mark_front(self, device: str, pareto: list[int], best: int | None) -> None:
+    def mark_front(self, device: str, pareto: list[int], best: int | None, remeasured: dict | None = None) -> None:  # type: ignore[type-arg]
         self.front[device] = (list(pareto), best)
+        self.remeasured[device] = dict(remeasured or {})
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         self.closed[device] = status
@@ -100,10 +102,22 @@ def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type
     assert host.baseline is not None and host.baseline.number == 0
     assert host.best is not None and host.best.feasible
     assert tracker.front["host"][1] == host.best.number and tracker.closed["host"] == "FINISHED"
-    # the Pareto candidates were measured again, 3 fresh processes each (the default)
-    assert [x.number for x in host.spread] == [r.number for r in host.pareto if r.reused_from is None]
+    # the Pareto candidates and the baseline were measured again, 3 fresh processes each (the
+    # default); their pooled medians decide, and are what the tracker logged on their runs
+    assert host.baseline.number in {x.number for x in host.spread}
     for x in host.spread:
         assert len(x.p50_ms) == 3 and all(p > 0 for p in x.p50_ms) and x.cv is not None and not x.error
+        decided = next(r for r in host.records if r.number == x.number)
+        assert decided.metrics["latency_p50_ms"] == x.median_ms == decided.metrics["latency_p50_ms_remeasured"]
+        assert tracker.remeasured["host"][x.number]["latency_p50_ms_remeasured"] == x.median_ms
+    base = host.baseline.metrics["latency_p50_ms"]
+    for r in host.records:
+        if "speedup_vs_fp32" in r.metrics:  # every speed-up divides by the baseline's decided figure
+            assert r.metrics["speedup_vs_fp32"] == pytest.approx(base / r.metrics["latency_p50_ms"])
+    # every trial says why it exists
+    assert {r.tags["role"] for r in tracker.finished} <= {"baseline", "default", "start", "search"}
+    assert all("role" in r.tags for r in [*tracker.finished, *host.records])
+    assert next(r for r in host.records if r.number == host.baseline.number).tags["role"] == "baseline"
 
 
 def test_a_finite_space_is_exhausted_not_repeated(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]

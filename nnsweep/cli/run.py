@@ -146,6 +146,12 @@ def _results_text(spec: Any, results: Any) -> str:
         if r.best is not None:
             label = " (latency emulated)" if r.best.emulated else " (latency estimated)" if r.best.estimated else ""
             blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}{label}")
+            if r.choice.tied:
+                tied = ", ".join(f"#{n}" for n in r.choice.tied)
+                blocks.append(
+                    f"  tied on {r.choice.tied_on} with {tied} "
+                    f"(their intervals overlap); {r.choice.broken_by} broke the tie"
+                )
         else:
             blocks.append(f"Best on {r.device}: none (no feasible measured trial)")
         tried = [t for t in r.records if t.reused_from is None]
@@ -162,25 +168,32 @@ def _results_text(spec: Any, results: Any) -> str:
             blocks.append(f"Space: {r.space_size if r.space_size is not None else 'unbounded'} configurations")
         blocks.append(_breakdown_text(r.breakdown))
         if r.spread:
-            blocks.append(_spread_text(r.spread))
+            blocks.append(_spread_text(r.spread, r.baseline.number if r.baseline else None, r.fell_off))
     blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
     return "\n\n".join(blocks)
 
 
-def _spread_text(spread: Any) -> str:
-    """The Pareto candidates' p50 in separate fresh processes: how much one process's figure is worth."""
-    lines = [f"Pareto candidates measured again, {max(len(x.p50_ms) for x in spread)} fresh processes each:"]
+def _spread_text(spread: Any, baseline: int | None, fell_off: tuple[int, ...]) -> str:
+    """The front and the baseline measured again in fresh processes: the pooled median that
+    decides, its interval, and how far the sweep's own figure was from it."""
+    rounds = max(len(x.p50_ms) for x in spread)
+    lines = [f"Front and baseline measured again, interleaved, {rounds} fresh processes each (these decide):"]
     for x in spread:
-        if not x.p50_ms:
-            lines.append(f"  #{x.number} {x.config.label()}: not measured again ({x.error})")
+        name = f"#{x.number}{' (fp32 baseline)' if x.number == baseline else ''} {x.config.label()}"
+        if not x.p50_ms or x.interval_ms is None:
+            lines.append(f"  {name}: not measured again ({x.error})")
             continue
+        low, high, coverage = x.interval_ms
         cv = "n/a" if x.cv is None else f"{x.cv:.2%}"
-        p50s = ", ".join(f"{v:.4g}" for v in x.p50_ms)
-        load = max(x.loadavg_1m)
+        gap = x.gap or 0.0
+        flag = "  <- the sweep's figure is off by more than 10 %" if abs(gap) > 0.10 else ""
         lines.append(
-            f"  #{x.number} {x.config.label()}: p50 {p50s} ms (sweep: {x.sweep_p50_ms:.4g}); "
-            f"CV between processes {cv}; load up to {load:.2f}"
+            f"  {name}: p50 {x.median_ms:.4g} ms [{low:.4g}, {high:.4g}] ({coverage:.0%} interval of the median); "
+            f"sweep {x.sweep_p50_ms:.4g} ms ({gap:+.0%}); CV between processes {cv}; "
+            f"load up to {max(x.loadavg_1m):.2f}{flag}"
         )
+    if fell_off:
+        lines.append("  Off the front on the re-measured figures: " + ", ".join(f"#{n}" for n in fell_off))
     return "\n".join(lines)
 
 

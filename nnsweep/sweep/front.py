@@ -1,7 +1,9 @@
-"""Pareto fronts, the best configuration per device, and the text tables of a sweep."""
+"""Pareto fronts, the best configuration per device (ties included), the one
+configuration across devices, and the figures that decide them (:func:`decide`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +12,18 @@ from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord
 from nnsweep.spec import Objective
 
-__all__ = ["DeviceCost", "SharedChoice", "best_across_devices", "best_trial", "pareto_front"]
+__all__ = [
+    "BestChoice",
+    "DeviceCost",
+    "SharedChoice",
+    "best_across_devices",
+    "best_choice",
+    "best_trial",
+    "decide",
+    "pareto_front",
+]
+
+_P50 = "latency_p50_ms"
 
 
 def _vector(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[float, ...] | None:
@@ -59,11 +72,98 @@ def _sort_key(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[flo
 
 
 def best_trial(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> TrialRecord | None:
-    """The configuration to deploy: on the feasible Pareto front, the one that is best
-    on the first objective to minimise (latency, usually), ties broken by the others;
-    with only objectives to maximise, the best on the first of them."""
+    """The configuration to deploy (:func:`best_choice`'s record)."""
+    return best_choice(records, objectives).record
+
+
+@dataclass(frozen=True)
+class BestChoice:
+    """The best configuration of a device and how it was chosen.
+
+    Args:
+        record: the chosen trial (``None``: no feasible measured trial).
+        tied: the other front trials whose interval on the first objective overlaps the
+            leader's: on that objective they cannot be told apart.
+        broken_by: the objective that chose among the tied (``None``: no tie).
+        tied_on: the objective they are tied on.
+    """
+
+    record: TrialRecord | None
+    tied: tuple[int, ...] = ()
+    broken_by: str | None = None
+    tied_on: str | None = None
+
+
+def _interval(record: TrialRecord, metric: str) -> tuple[float, float] | None:
+    low, high = record.metrics.get(f"{metric}_lo"), record.metrics.get(f"{metric}_hi")
+    return None if low is None or high is None else (low, high)
+
+
+def best_choice(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> BestChoice:
+    """On the feasible Pareto front, the best on the first objective to minimise (latency,
+    usually; with only objectives to maximise, the first of them), ties broken by the others.
+
+    Ties are ties: front trials whose interval on that objective (``<metric>_lo`` and
+    ``_hi``, set by a re-measurement) overlaps the leader's are tied with it, and the
+    next objectives in order choose among them.
+    """
     front = pareto_front(records, objectives)
-    return front[0] if front else None
+    if not front:
+        return BestChoice(None)
+    order = [o for o in objectives if o.direction == "minimize"] + [o for o in objectives if o.direction == "maximize"]
+    first = order[0].metric
+    leader = front[0]
+    around = _interval(leader, first)
+    tied = [leader]
+    if around is not None:
+        for r in front[1:]:
+            other = _interval(r, first)
+            if other is not None and other[0] <= around[1] and around[0] <= other[1]:
+                tied.append(r)
+    if len(tied) == 1:
+        return BestChoice(leader)
+
+    def key(r: TrialRecord) -> tuple[float, ...]:
+        vec = _vector(r, order) or ()
+        return (*(-x for x in vec[1:]), -vec[0], r.number)
+
+    ranked = sorted(tied, key=key)
+    winner, runner = ranked[0], ranked[1]
+    broken_by = next(
+        (o.metric for o in order[1:] if winner.metrics.get(o.metric) != runner.metrics.get(o.metric)), first
+    )
+    return BestChoice(winner, tuple(sorted(r.number for r in tied if r is not winner)), broken_by, first)
+
+
+def decide(
+    records: Sequence[TrialRecord], pooled: Mapping[int, Mapping[str, float]], baseline: int | None
+) -> list[TrialRecord]:
+    """The records with the figures that decide: a re-measured trial's p50 is the median of
+    its pooled p50s (``pooled[number]``, see :class:`~nnsweep.sweep.remeasure.Spread`), and
+    so is that of every trial that reuses its measurement; then every speed-up is taken
+    against the baseline's decided p50. The sweep's own figure stays as ``latency_p50_ms_sweep``.
+
+    Args:
+        pooled: trial number -> its re-measurement metrics (``latency_p50_ms_remeasured``, ...).
+        baseline: the trial number of the device's fp32 baseline.
+    """
+    decided = []
+    for r in records:
+        figures = pooled.get(r.number) or (pooled.get(r.reused_from) if r.reused_from is not None else None)
+        if figures and "latency_p50_ms_remeasured" in figures:
+            metrics = {**r.metrics, **figures, _P50: figures["latency_p50_ms_remeasured"]}
+            r = dataclasses.replace(r, metrics=metrics)
+        decided.append(r)
+    base = next((r for r in decided if r.number == baseline), None)
+    base_p50 = base.metrics.get(_P50) if base is not None else None
+    if not base_p50:
+        return decided
+    return [
+        dataclasses.replace(r, metrics={**r.metrics, "speedup_vs_fp32": base_p50 / r.metrics[_P50]})
+        if r.metrics.get(_P50) and "speedup_vs_fp32" in r.metrics
+        else r
+        for r in decided
+    ]
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any
 from nnsweep.agents import Capabilities, MeasureReply
 from nnsweep.core.errors import InfrastructureError, TrialError
 from nnsweep.core.results import TrialRecord
-from nnsweep.sweep import outcomes
-from nnsweep.sweep.front import best_trial, pareto_front
+from nnsweep.sweep import outcomes, studies
+from nnsweep.sweep.front import BestChoice, best_choice, pareto_front
 from nnsweep.sweep.lifecycle import Phase, Ticket
 from nnsweep.sweep.remeasure import Spread, remeasure
-from nnsweep.sweep.studies import study_records
 
 if TYPE_CHECKING:
     from nnsweep.execution import Executor
@@ -72,7 +71,9 @@ class DeviceResult:
     breakdown: Mapping[str, float] = field(default_factory=dict)  # seconds per phase (outcomes.time_breakdown)
     space_size: int | None = None  # configurations in the device's space (None: unbounded)
     exhausted: bool = False  # every configuration of its space was tried
-    spread: tuple[Spread, ...] = ()  # its Pareto candidates re-measured in fresh processes
+    spread: tuple[Spread, ...] = ()  # its Pareto candidates and baseline re-measured in fresh processes
+    fell_off: tuple[int, ...] = ()  # trials on the sweep's front that the re-measured figures took off it
+    choice: BestChoice = field(default_factory=lambda: BestChoice(None))  # how the best was chosen (ties)
 
 
 class Results:
@@ -195,30 +196,44 @@ def finish(
     starting_s: Mapping[str, float],
 ) -> list[DeviceResult]:
     """Wind each device down (a device that never came back runs its trials next time),
-    re-measure its Pareto candidates in fresh processes (``spec.remeasure``; not once
-    ``stopped``), mark its front in the tracker and return its result; ``starting_s``
+    re-measure its Pareto candidates and its fp32 baseline in fresh processes
+    (``spec.remeasure``; not once ``stopped``) and decide its front, best and speed-ups on
+    the pooled figures, mark them in the tracker and return its result; ``starting_s``
     (device -> how long its agent took to get ready) joins its time breakdown."""
     results = []
     for name, dev in recorder.devices.items():
         recorder.wind_down(name, f"{name} lost")
-        records = study_records(dev.study)
+        records = studies.study_records(dev.study)
         front = pareto_front(records, spec.objectives)
-        best = best_trial(records, spec.objectives)
         spread: list[Spread] = []
         if spec.remeasure and front and not stopped():
-            log.info("%s: re-measuring %d Pareto candidates in fresh processes", name, len(front))
+            baseline = scheduler.devices[name].baseline
+            candidates = [*front, *([baseline] if baseline is not None and baseline not in front else [])]
+            log.info("%s: re-measuring %d candidates (front and baseline) in fresh processes", name, len(candidates))
             measure = partial(executor.measure, name)
-            spread = remeasure(front, host.request_if_cached, measure, spec.remeasure, stopped=stopped)
-        tracker.mark_front(name, [r.number for r in front], best.number if best else None)
+            spread = remeasure(candidates, host.request_if_cached, measure, spec.remeasure, stopped=stopped)
+            studies.store_remeasured(dev.study, {s.number: s.metrics() for s in spread})
+            records = studies.study_records(dev.study)
+        decided_front = pareto_front(records, spec.objectives)
+        choice = best_choice(records, spec.objectives)
+        best = choice.record
+        fell_off = tuple(r.number for r in front if r.number not in {d.number for d in decided_front})
+        tracker.mark_front(
+            name,
+            [r.number for r in decided_front],
+            best.number if best else None,
+            remeasured={s.number: s.metrics() for s in spread if s.metrics()},
+        )
         tracker.close_device(name, "FINISHED")
         state = scheduler.devices[name]
         breakdown = outcomes.time_breakdown(records)
         if name in starting_s:
             breakdown = {"starting its runtimes": starting_s[name], **breakdown}
+        baseline_record = next((r for r in records if state.baseline and r.number == state.baseline.number), None)
         results.append(
             DeviceResult(
-                name, dev.caps, tuple(records), tuple(front), best, state.baseline,
-                breakdown, state.space_size, state.exhausted, tuple(spread),
+                name, dev.caps, tuple(records), tuple(decided_front), best, baseline_record or state.baseline,
+                breakdown, state.space_size, state.exhausted, tuple(spread), fell_off, choice,
             )
         )  # fmt: skip
     return results

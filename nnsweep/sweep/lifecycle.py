@@ -57,11 +57,14 @@ class Phase(enum.StrEnum):
 
 class Role(enum.StrEnum):
     """Why a trial exists: the device's fp32 ``baseline`` (the accuracy constraint and the
-    speed-ups refer to it), a runtime's ``default`` deployment measured first, or a
-    configuration the sampler proposed (``search``)."""
+    speed-ups refer to it), a runtime's ``default`` deployment measured first, a ``start``
+    the coordinator queued before the sampler (a runtime's default in each quantization
+    mode, or another device's Pareto configuration), or a configuration the sampler
+    proposed (``search``). Every trial's record carries it as its ``role`` tag."""
 
     BASELINE = "baseline"
     DEFAULT = "default"
+    START = "start"
     SEARCH = "search"
 
 

@@ -8,6 +8,7 @@ record to the tracker (which a later run rebuilds from the study if it was lost)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -95,17 +96,18 @@ class Recorder:
             ticket.durations(self.clock()),
         )
         trial = dev.trials.pop(ticket)
+        record = _with_role(judged.record, ticket)
         if judged.values is None:
-            studies.tell_failure(dev.study, trial, judged.record, judged.record.reason or "")
+            studies.tell_failure(dev.study, trial, record, record.reason or "")
         else:
-            studies.tell_record(dev.study, trial, judged.record, judged.values, judged.constraint)
-        self.scheduler.told(ticket, judged.record, self.clock())
-        self.tracker.finish_trial(judged.record)
+            studies.tell_record(dev.study, trial, record, judged.values, judged.constraint)
+        self.scheduler.told(ticket, record, self.clock())
+        self.tracker.finish_trial(record)
 
     def fail(self, ticket: Ticket, reason: str, record: TrialRecord | None = None) -> None:
         """This trial failed (its conversion, benchmark or evaluation): the sweep goes on."""
         dev = self.devices[ticket.device]
-        record = record or outcomes.failed(self.spec.name, ticket, reason, self.clock())
+        record = _with_role(record or outcomes.failed(self.spec.name, ticket, reason, self.clock()), ticket)
         studies.tell_failure(dev.study, dev.trials.pop(ticket), record, reason)
         settlement = self.scheduler.failed(ticket, record, self.clock())
         self.tracker.finish_trial(record)
@@ -117,7 +119,7 @@ class Recorder:
         dev = self.devices[ticket.device]
         studies.requeue(dev.study, dev.trials.pop(ticket), ticket.role)
         self.scheduler.requeue(ticket, self.clock(), lost=lost)
-        self.tracker.finish_trial(outcomes.interrupted(self.spec.name, ticket, reason))
+        self.tracker.finish_trial(_with_role(outcomes.interrupted(self.spec.name, ticket, reason), ticket))
         if lost:
             log.warning("%s lost (%s); trial %d requeued", ticket.device, reason, ticket.number)
 
@@ -141,3 +143,8 @@ class Recorder:
             self.tell(ticket)
         for ticket in list(state.tickets):
             self.requeue(ticket, reason)
+
+
+def _with_role(record: TrialRecord, ticket: Ticket) -> TrialRecord:
+    """The record tagged with why its trial exists (``role``: baseline, default, start, search)."""
+    return dataclasses.replace(record, tags={**record.tags, "role": ticket.role.value})

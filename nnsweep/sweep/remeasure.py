@@ -1,18 +1,23 @@
-"""Re-measure each device's Pareto candidates in fresh processes when its sweep ends.
+"""Re-measure each device's Pareto candidates and its fp32 baseline in fresh processes
+when its sweep ends, and pool the figures: these decide the front, the best and every
+speed-up.
 
 One measurement is one process's run. Another process can land on other cores, get
 other memory and meet other load, so its p50 differs; the candidates a user picks
-from deserve to be measured more than once. At the end of a sweep each Pareto
-candidate of a measuring device is measured ``processes`` more times, each in a
-fresh process (never one forked from a warm worker), with the sweep's own settings,
-and the spread of those p50s is reported: the coefficient of variation between
-processes, with the machine's load next to it. Estimated latencies (an NPU
+from, and the baseline every speed-up divides by, deserve to be measured more than
+once. At the end of a sweep each candidate is measured ``processes`` more times, each
+in a fresh process (never one forked from a warm worker), with the sweep's own
+settings, *interleaved* (A B C A B C ...: a drift of the machine's speed hits every
+candidate alike). Its figure is then the median of the pooled p50s (the sweep's and
+the fresh ones) with a distribution-free interval for that median (order statistics:
+no assumption about the shape of the p50s' distribution). Estimated latencies (an NPU
 compiler's) are not measurements and are skipped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
@@ -23,7 +28,9 @@ from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import NnsweepError
 from nnsweep.core.results import TrialRecord
 
-__all__ = ["Spread", "remeasure"]
+__all__ = ["Spread", "median_interval", "remeasure"]
+
+CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,42 @@ class Spread:
             return None
         return statistics.stdev(self.p50_ms) / statistics.fmean(self.p50_ms)
 
+    @property
+    def pooled_ms(self) -> tuple[float, ...]:
+        """The sweep's p50 and each fresh process's."""
+        return (self.sweep_p50_ms, *self.p50_ms) if self.sweep_p50_ms > 0 else self.p50_ms
+
+    @property
+    def median_ms(self) -> float | None:
+        """The median of the pooled p50s: the figure that decides (``None``: not measured again)."""
+        return statistics.median(self.pooled_ms) if self.p50_ms else None
+
+    @property
+    def interval_ms(self) -> tuple[float, float, float] | None:
+        """(low, high, coverage) of the median, see :func:`median_interval`."""
+        return median_interval(self.pooled_ms) if self.p50_ms else None
+
+    @property
+    def gap(self) -> float | None:
+        """The sweep's p50 relative to the pooled median, minus 1 (``0.1``: the sweep read 10 % slower)."""
+        median = self.median_ms
+        return None if not median or self.sweep_p50_ms <= 0 else self.sweep_p50_ms / median - 1.0
+
+    def metrics(self) -> dict[str, float]:
+        """What a re-measured trial carries: the pooled median, its interval, the sweep's figure."""
+        interval = self.interval_ms
+        if interval is None or self.median_ms is None:
+            return {}
+        low, high, coverage = interval
+        return {
+            "latency_p50_ms_remeasured": self.median_ms,
+            "latency_p50_ms_lo": low,
+            "latency_p50_ms_hi": high,
+            "latency_p50_ms_interval_coverage": coverage,
+            "latency_p50_ms_sweep": self.sweep_p50_ms,
+            "remeasure_processes": float(len(self.p50_ms)),
+        }
+
     def to_dict(self) -> dict[str, object]:
         return {
             "trial": self.number,
@@ -64,6 +107,45 @@ class Spread:
             "error": self.error,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, object], config: DeploymentConfig) -> Spread:
+        return cls(
+            int(data["trial"]),  # type: ignore[call-overload]
+            config,
+            float(data["sweep_p50_ms"]),  # type: ignore[arg-type]
+            tuple(float(x) for x in data.get("p50_ms") or ()),  # type: ignore[attr-defined]
+            tuple(float(x) for x in data.get("loadavg_1m") or ()),  # type: ignore[attr-defined]
+            str(data.get("error") or ""),
+        )
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of ``values``: ``(low, high, coverage)``.
+
+    The interval between the k-th smallest and the k-th largest value holds the true
+    median with probability ``1 - 2 P(Binomial(n, 1/2) < k)``, whatever the values'
+    distribution (they need only be independent draws). The narrowest such interval
+    whose coverage reaches ``confidence`` is returned; with too few values for that
+    (fewer than 6 for 95 %) it is the full range, and ``coverage`` says what it holds
+    (4 values: 87.5 %).
+
+    Example:
+        >>> median_interval([1.0, 1.2, 1.1, 0.9])
+        (0.9, 1.2, 0.875)
+    """
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no values")
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return xs[k - 1], xs[n - k], coverage(k)
+
 
 def remeasure(
     front: Sequence[TrialRecord],
@@ -72,7 +154,8 @@ def remeasure(
     processes: int,
     stopped: Callable[[], bool] = lambda: False,
 ) -> list[Spread]:
-    """Measure each candidate of ``front`` ``processes`` times, each in a fresh process.
+    """Measure each candidate of ``front`` ``processes`` times, each in a fresh process,
+    interleaved: every candidate once, then every candidate again, and so on.
 
     Args:
         request_for: the measure request of a configuration (``None``: its artifact is gone).
@@ -82,14 +165,18 @@ def remeasure(
     candidates = [r for r in front if not r.estimated and r.reused_from is None]
     pending: list[tuple[TrialRecord, float, list[Future[MeasureReply]]]] = []
     spreads: list[Spread] = []
+    requests = []
     for record in candidates:
         request = request_for(record.config)
-        p50 = record.metrics.get("latency_p50_ms", 0.0)
+        p50 = record.metrics.get("latency_p50_ms_sweep", record.metrics.get("latency_p50_ms", 0.0))
         if request is None:
             spreads.append(Spread(record.number, record.config, p50, error="its artifact is no longer in the cache"))
             continue
-        fresh = dataclasses.replace(request, fresh=True)
-        pending.append((record, p50, [measure(fresh) for _ in range(processes)]))
+        pending.append((record, p50, []))
+        requests.append(dataclasses.replace(request, fresh=True))
+    for _ in range(processes):  # A B C A B C ...: the agent measures them in this order
+        for (_, _, futures), request in zip(pending, requests, strict=True):
+            futures.append(measure(request))
     for record, p50, futures in pending:
         p50s, loads, errors = [], [], []
         for future in futures:

@@ -90,7 +90,7 @@ def _warm_start(spec: SweepSpec, device: str, space: DeviceSpace, study: optuna.
             if record.config.runtime in space.choices:
                 found.setdefault(record.config.digest(), record.config)
     for k, config in enumerate(found.values()):
-        studies.enqueue(study, params_for(config, space), Role.DEFAULT, seed=WARM_SEEDS + k)
+        studies.enqueue(study, params_for(config, space), Role.START, seed=WARM_SEEDS + k)
     if found:
         log.info("%s: warm start with %d Pareto configurations of the other devices", device, len(found))
 
@@ -135,7 +135,7 @@ def open_devices(
         if spec.mode_starts and new:
             for i, config in enumerate(mode_starts(space), start=len(base)):
                 if i not in seeded:
-                    studies.enqueue(study, params_for(config, space), Role.DEFAULT, seed=i)
+                    studies.enqueue(study, params_for(config, space), Role.START, seed=i)
         size = space_size(space)
         log.info("%s: %s configurations in its space", name, size if size is not None else "unbounded")
         deadline = None if spec.budget.timeout_s is None else now + spec.budget.timeout_s

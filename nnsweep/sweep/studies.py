@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.errors import SpecError
 from nnsweep.core.results import TrialRecord
+from nnsweep.sweep import front
 from nnsweep.sweep.lifecycle import Role
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ __all__ = [
     "fingerprint_of",
     "open_study",
     "record_of",
+    "remeasured",
     "role_of",
+    "store_remeasured",
     "study_name",
     "study_records",
     "sweep_id_of",
@@ -58,6 +61,7 @@ _REASON = "reason"
 _SEED = "seed"
 _REQUEUE_OF = "requeue_of"
 _FINGERPRINT = "nnsweep.fingerprint"
+_REMEASURED = "nnsweep.remeasured"
 _SWEEP_ID = "nnsweep.sweep_id"
 _INVALID = "invalid"  # status of a sampled combination no configuration can express
 
@@ -269,8 +273,27 @@ def finish_interrupted(study: optuna.Study, metrics: Sequence[str]) -> list[int]
     return again
 
 
+def store_remeasured(study: optuna.Study, pooled: Mapping[int, Mapping[str, float]]) -> None:
+    """Keep each re-measured trial's pooled figures on the study (a finished trial's own
+    attributes cannot change). A later re-measurement replaces an earlier one."""
+    stored = dict(study.user_attrs.get(_REMEASURED) or {})
+    stored.update({str(number): dict(figures) for number, figures in pooled.items() if figures})
+    study.set_user_attr(_REMEASURED, stored)
+
+
+def remeasured(study: optuna.Study) -> dict[int, dict[str, float]]:
+    """Trial number -> the pooled figures :func:`store_remeasured` kept."""
+    return {int(n): dict(f) for n, f in (study.user_attrs.get(_REMEASURED) or {}).items()}
+
+
 def study_records(study: optuna.Study) -> list[TrialRecord]:
-    """The records of a study's finished trials (measured, reused or failed), by trial number."""
+    """The records of a study's finished trials (measured, reused or failed), by trial
+    number, with the figures that decide (:func:`nnsweep.sweep.front.decide`): where the
+    sweep's end re-measured a trial, its p50 is the pooled median."""
+    return front.decide(_raw_records(study), remeasured(study), baseline_number(study))
+
+
+def _raw_records(study: optuna.Study) -> list[TrialRecord]:
     records = []
     for t in study.get_trials(deepcopy=False):
         record = record_of(t)

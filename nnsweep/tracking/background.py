@@ -76,9 +76,15 @@ class BackgroundTracker:
     def finish_trial(self, record: TrialRecord) -> None:
         self._later("finish_trial", record)
 
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
+    def mark_front(
+        self,
+        device: str,
+        pareto: Collection[int],
+        best: int | None,
+        remeasured: Mapping[int, Mapping[str, float]] | None = None,
+    ) -> None:
         self.flush()
-        self.inner.mark_front(device, pareto, best)
+        self.inner.mark_front(device, pareto, best, remeasured)
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         self.flush()

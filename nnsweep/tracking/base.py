@@ -57,13 +57,21 @@ class Tracker(Protocol):
         """A trial ended (measured, reused, failed or interrupted); records its outcome."""
         ...
 
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
+    def mark_front(
+        self,
+        device: str,
+        pareto: Collection[int],
+        best: int | None,
+        remeasured: Mapping[int, Mapping[str, float]] | None = None,
+    ) -> None:
         """Label the device's Pareto-optimal trials and its best trial.
 
         Args:
             device: the device.
             pareto: trial numbers on the Pareto front.
             best: the trial chosen as best, if any.
+            remeasured: trial number -> the figures its re-measurement pooled
+                (``latency_p50_ms_remeasured`` and its interval), logged on its run.
         """
         ...
 
@@ -111,7 +119,13 @@ class NullTracker:
     def finish_trial(self, record: TrialRecord) -> None:
         return None
 
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
+    def mark_front(
+        self,
+        device: str,
+        pareto: Collection[int],
+        best: int | None,
+        remeasured: Mapping[int, Mapping[str, float]] | None = None,
+    ) -> None:
         return None
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:

@@ -297,14 +297,24 @@ class MlflowTracker:
         self._status[(record.device, record.number)] = status
         self._ended[(record.device, record.number)] = record.status
 
-    def mark_front(self, device: str, pareto: Collection[int], best: int | None) -> None:
-        """Tag the device's finished trial runs ``pareto`` and ``best`` (``true``/``false``);
-        put ``best_trial`` and ``best_config`` on the parent run."""
+    def mark_front(
+        self,
+        device: str,
+        pareto: Collection[int],
+        best: int | None,
+        remeasured: Mapping[int, Mapping[str, float]] | None = None,
+    ) -> None:
+        """Tag the device's finished trial runs ``pareto`` and ``best`` (``true``/``false``),
+        log each re-measured run's pooled figures; put ``best_trial`` and ``best_config`` on
+        the parent run."""
         front = set(pareto)
+        figures = remeasured or {}
         for (dev, number), run_id in self._children.items():
             if dev == device and self._status.get((dev, number)) == "FINISHED":
                 self._log_batch(
-                    run_id, tags={"pareto": str(number in front).lower(), "best": str(number == best).lower()}
+                    run_id,
+                    metrics=_finite(figures.get(number, {})),
+                    tags={"pareto": str(number in front).lower(), "best": str(number == best).lower()},
                 )
         label = "" if best is None else self._labels.get((device, best), "")
         self._log_batch(
