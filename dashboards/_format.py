@@ -206,3 +206,25 @@ def hover_lines(record: TrialRecord, objectives: Sequence[Objective], baseline: 
     if record.feasible is False:
         lines.append("infeasible: breaks the sweep's constraints")
     return lines
+
+
+def remeasured(record: TrialRecord) -> str | None:
+    """A re-measured trial's decided p50 with its interval, and the sweep's figure when it
+    is more than 10 % away (``None``: not re-measured)."""
+    m = record.metrics
+    if "latency_p50_ms_lo" not in m or "latency_p50_ms_hi" not in m:
+        return None
+    coverage = m.get("latency_p50_ms_interval_coverage")
+    text = f"[{fmt(m['latency_p50_ms_lo'], 'latency_p50_ms')}, {fmt(m['latency_p50_ms_hi'], 'latency_p50_ms')}]"
+    if coverage is not None:
+        text += f" ({coverage:.0%})"
+    sweep, decided = m.get("latency_p50_ms_sweep"), m.get("latency_p50_ms")
+    if sweep and decided and abs(sweep / decided - 1.0) > 0.10:
+        text += f"; sweep read {fmt(sweep, 'latency_p50_ms')} ({sweep / decided - 1.0:+.0%})"
+    return text
+
+
+def off_by_more_than_10_percent(record: TrialRecord) -> bool:
+    """Whether the sweep's own p50 was more than 10 % from the re-measured median."""
+    sweep, decided = record.metrics.get("latency_p50_ms_sweep"), record.metrics.get("latency_p50_ms")
+    return bool(sweep and decided and abs(sweep / decided - 1.0) > 0.10)

@@ -154,6 +154,25 @@ def tradeoff(
                 hoverinfo="skip",
             )
         )
+        ranged = [r for r in front if f"{x_m}_lo" in r.metrics and f"{x_m}_hi" in r.metrics]
+        if ranged:  # the re-measured front: each point's interval for the median of its pooled p50s
+            fig.add_trace(
+                go.Scatter(
+                    x=[_point(r, x_m) for r in ranged],
+                    y=[_point(r, y_m) for r in ranged],
+                    mode="markers",
+                    marker={"size": 1, "color": FRONT},
+                    error_x={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [r.metrics[f"{x_m}_hi"] - r.metrics[x_m] for r in ranged],
+                        "arrayminus": [r.metrics[x_m] - r.metrics[f"{x_m}_lo"] for r in ranged],
+                        "color": FRONT,
+                    },
+                    name="re-measured interval of the median",
+                    hoverinfo="skip",
+                )
+            )
     for record, label, color, symbol, size in (
         (baseline, "fp32 baseline", BASELINE, "star", 16),
         (best, "best", BEST, "circle-open", 22),

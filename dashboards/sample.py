@@ -69,6 +69,7 @@ def _record(
     reused_from: int | None = None,
     reason: str | None = None,
     size_kib: float = 70.0,
+    remeasured: tuple[float, float, float] | None = None,
 ) -> TrialRecord:
     if p50 is None or accuracy is None:
         return TrialRecord("sample", device, number, config, status, reason=reason, partitions=partitions or {})
@@ -82,6 +83,15 @@ def _record(
         "top1_agreement": min(1.0, accuracy + 0.02),
         "size_bytes": size_kib * 1024,
     }
+    if remeasured is not None:  # (low, high, the sweep's own p50): the end of the sweep measured it again
+        low, high, sweep = remeasured
+        metrics.update(
+            latency_p50_ms_remeasured=p50,
+            latency_p50_ms_lo=low,
+            latency_p50_ms_hi=high,
+            latency_p50_ms_interval_coverage=0.875,
+            latency_p50_ms_sweep=sweep,
+        )
     feasible = None
     if baseline is not None:
         metrics["speedup_vs_fp32"] = baseline[0] / p50
@@ -124,8 +134,26 @@ def sample_devices() -> list[DeviceTrials]:
     torch_parts = _parts({"cpu": 24}, [], "cpu", {})
     host_base = (0.2553, 0.9759)
     host = [
-        _record("host", 0, eager, 0.2553, 0.9759, baseline=host_base, partitions=torch_parts),
-        _record("host", 1, xnn, 0.0297, 0.9759, baseline=host_base, partitions=xnn_parts),
+        _record(
+            "host",
+            0,
+            eager,
+            0.2553,
+            0.9759,
+            baseline=host_base,
+            partitions=torch_parts,
+            remeasured=(0.2501, 0.2630, 0.2590),
+        ),
+        _record(
+            "host",
+            1,
+            xnn,
+            0.0297,
+            0.9759,
+            baseline=host_base,
+            partitions=xnn_parts,
+            remeasured=(0.0290, 0.0322, 0.0341),
+        ),
         _record(
             "host",
             2,

@@ -19,7 +19,7 @@ from nnsweep.spec import Objective
 from . import _format as f
 
 if TYPE_CHECKING:
-    from nnsweep.sweep.front import SharedChoice
+    from nnsweep.sweep.front import BestChoice, SharedChoice
 
 __all__ = [
     "best_card",
@@ -107,6 +107,9 @@ def _metric_cell(record: TrialRecord, metric: str, baseline: TrialRecord | None)
     cell = esc(f.fmt(value, metric))
     if value is not None and (f.is_latency(metric) or metric == "speedup_vs_fp32"):
         cell += _latency_badge(record)
+    if metric == "latency_p50_ms" and (ranged := f.remeasured(record)) is not None:
+        flag = " flag" if f.off_by_more_than_10_percent(record) else ""
+        cell += f' <span class="interval{flag}" title="re-measured: interval of the median">{esc(ranged)}</span>'
     sort = "" if value is None else repr(float(value))
     return f'<td class="num" data-sort="{sort}">{cell}</td>'
 
@@ -118,6 +121,7 @@ def best_card(
     objectives: Sequence[Objective],
     *,
     link: str | None,
+    choice: BestChoice | None = None,
 ) -> str:
     """The best configuration of a device as a card: what to deploy and what it measured.
 
@@ -127,6 +131,7 @@ def best_card(
         baseline: the fp32 baseline, for the speed-up and the accuracy drop.
         objectives: the sweep's objectives (each is shown).
         link: absolute URL of the best trial's MLflow run.
+        choice: how it was chosen (a tie on the first objective, and what broke it).
     """
     if best is None:
         return (
@@ -147,6 +152,13 @@ def best_card(
         ),
         ("accuracy", esc(f.fmt(m.get("accuracy"), "accuracy"))),
     ]
+    if (ranged := f.remeasured(best)) is not None:
+        rows.append(("p50 re-measured", esc(ranged)))
+    if choice is not None and choice.tied:
+        tied = ", ".join(f"#{n}" for n in choice.tied)
+        rows.append(
+            ("tie", esc(f"tied on {choice.tied_on} with {tied} (intervals overlap); {choice.broken_by} broke the tie"))
+        )
     up = f.speedup(best, baseline)
     rows.append(("speed-up vs fp32", esc("–" if up is None else f"{up:.2f}×") + (est if up is not None else "")))
     if "accuracy_drop" in m:

@@ -148,10 +148,13 @@ def test_tradeoff_plot_marks_front_baseline_best_and_infeasible(page: _Page) -> 
         "feasible (5)",
         "infeasible (1)",
         "Pareto front (2)",
+        "re-measured interval of the median",
         "fp32 baseline: #0 torch/-/fp32/t1",
         "best: #1 executorch/xnnpack>portable/fp32/t1",
     ]
     front = fig["data"][2]
+    ranged = fig["data"][3]  # the best was re-measured: its interval of the median as an error bar
+    assert ranged["error_x"]["arrayminus"][0] == pytest.approx(0.0297 - 0.0290)
     assert front["line"]["shape"] == "hv" and front["x"] == sorted(front["x"])
     infeasible = fig["data"][1]
     assert infeasible["marker"]["symbol"] == "x" and "qnnpack" in infeasible["text"][0]
@@ -404,3 +407,11 @@ def test_emulated_latencies_are_labelled_in_the_overview_and_counts() -> None:
     measured = sum(1 for r in rpi5.records if r.status.measured)
     assert f"{measured} with latency timed under emulation (qemu-user)" in text
     assert "(latency emulated)" not in text.split("rpi5:")[0]  # the host's best is a real measurement
+
+
+def test_remeasured_figures_show_their_interval_and_flag_a_sweep_figure_off_by_10_percent(page_html: str) -> None:
+    # the best (#1): sweep 0.0341 ms, re-measured median 0.0297 ms [0.0290, 0.0322]: +15 %, flagged
+    assert '<span class="interval flag"' in page_html and "sweep read 0.0341 ms (+15%)" in page_html
+    # the baseline (#0): within 10 %, shown with its interval but not flagged; named under the speed-up chart
+    assert "[0.2501 ms, 0.2630 ms] (88%)<" in page_html
+    assert "The fp32 baseline on host: p50 0.2553 ms, re-measured [0.2501 ms, 0.2630 ms] (88%)." in page_html

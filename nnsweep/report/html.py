@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from nnsweep.core.atomic import atomic_path
 from nnsweep.core.results import TrialRecord, TrialStatus
-from nnsweep.sweep.front import best_across_devices, best_trial, pareto_front
+from nnsweep.sweep.front import best_across_devices, best_choice, best_trial, pareto_front
 
 if TYPE_CHECKING:
     from nnsweep.spec import SweepSpec
@@ -197,7 +197,8 @@ def _device_block(
     objectives = spec.objectives
     base = d.baseline_record()
     front = pareto_front(records, objectives)
-    best = best_trial(records, objectives)
+    choice = best_choice(records, objectives)
+    best = choice.record
     urls = {n: u for n, link in links.items() if (u := sections.run_url(ui_url, link))}
     anchor = sections.slug(d.device)
     latency_set = list(front)
@@ -231,7 +232,9 @@ def _device_block(
         device=html.escape(d.device),
         description=html.escape(d.description),
         counts=html.escape(_counts(records, front)),
-        card=sections.best_card(d.device, best, base, objectives, link=urls.get(best.number) if best else None),
+        card=sections.best_card(
+            d.device, best, base, objectives, link=urls.get(best.number) if best else None, choice=choice
+        ),
         tradeoff=sections.plot_block(
             f"tradeoff-{anchor}",
             "scatter",
@@ -248,6 +251,7 @@ def _device_block(
 
 def _speedup_block(speedups: list[tuple[str, tuple[TrialRecord, ...], TrialRecord | None]], emulated: list[str]) -> str:
     """The speed-up chart over every device, with a caption that says what its ratios are."""
+    from nnsweep.dashboards import _format as f
     from nnsweep.dashboards import figures, sections
 
     caption = (
@@ -256,6 +260,10 @@ def _speedup_block(speedups: list[tuple[str, tuple[TrialRecord, ...], TrialRecor
     )
     if emulated:
         caption += f" On {', '.join(emulated)} the speed-ups are ratios of latencies timed under emulation."
+    for device, _, base in speedups:
+        if base is not None and (ranged := f.remeasured(base)) is not None:
+            p50 = f.fmt(base.metrics.get("latency_p50_ms"), "latency_p50_ms")
+            caption += f" The fp32 baseline on {device}: p50 {p50}, re-measured {ranged}."
     unbased = [d for d, _, base in speedups if base is None]
     if unbased:
         caption += f" No fp32 baseline was measured on {', '.join(unbased)}, so no speed-up is shown there."
