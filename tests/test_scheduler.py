@@ -101,6 +101,22 @@ def test_isolation_nothing_runs_beside_a_measurement_on_its_machine() -> None:
     assert kinds(ex.step(3.0)) == [("measure", "host", b.number)]
 
 
+def test_the_coordinator_keeps_quiet_while_its_own_machine_measures_not_a_boards() -> None:
+    s, ex = scheduler(("host", HOST), ("board", "rpi"))
+    board = ex.propose("board", config(1), 0.0)
+    ex.step(0.0)
+    ex.convert_done(board, 1.0)
+    assert kinds(ex.step(1.0)) == [("measure", "board", board.number)] and not s.quiet()  # a board's time
+    host = ex.propose("host", config(2), 1.0)
+    ex.step(1.0)
+    ex.convert_done(host, 2.0)
+    ex.told(board, record(board), 2.0)
+    assert kinds(ex.step(2.0)) == [("measure", "host", host.number)]
+    assert s.quiet()  # no sampling or tracking writes beside the host's timed runs
+    ex.told(host, record(host), 3.0)
+    assert not s.quiet()
+
+
 def test_isolation_nothing_measures_on_a_machine_while_an_agent_there_starts_its_runtimes() -> None:
     s, ex = scheduler(("host", HOST), ("twin", HOST), ("board", "rpi"))
     s.devices["twin"].starting = True  # its warm workers import their runtimes

@@ -27,6 +27,7 @@ class RecordingTracker:
         self.front: dict[str, tuple[list[int], int | None]] = {}
         self.closed: dict[str, str] = {}
         self.remeasured: dict[str, dict] = {}  # type: ignore[type-arg]
+        self.quiet_calls: list[bool] = []
         self.stop_after = stop_after
 
     def bind(self, sweep_id: str) -> None:
@@ -49,6 +50,9 @@ class RecordingTracker:
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         self.closed[device] = status
+
+    def quiet(self, on: bool) -> None:
+        self.quiet_calls.append(on)
 
     def logged(self, device: str) -> dict[int, TrialStatus]:
         return {r.number: r.status for r in self.finished if r.device == device}
@@ -114,6 +118,8 @@ def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type
     for r in host.records:
         if "speedup_vs_fp32" in r.metrics:  # every speed-up divides by the baseline's decided figure
             assert r.metrics["speedup_vs_fp32"] == pytest.approx(base / r.metrics["latency_p50_ms"])
+    # the host measured: the tracker's background writes were held meanwhile, and released
+    assert True in tracker.quiet_calls and tracker.quiet_calls[-1] is False
     # every trial says why it exists
     assert {r.tags["role"] for r in tracker.finished} <= {"baseline", "default", "start", "search"}
     assert all("role" in r.tags for r in [*tracker.finished, *host.records])

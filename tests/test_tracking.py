@@ -269,3 +269,25 @@ def test_background_tracker_writes_in_order_and_flushes(store: str) -> None:
     t.close_device("host")
     t.close()
     assert {r.info.status for r in _runs(store)} == {"FINISHED"}
+
+
+def test_a_quiet_background_tracker_holds_its_writes_until_released() -> None:
+    import threading
+
+    from nnsweep.tracking import BackgroundTracker, NullTracker
+
+    class Counting(NullTracker):
+        def __init__(self) -> None:
+            self.bound = threading.Event()
+
+        def start_trial(self, device: str, number: int, config: object) -> None:  # type: ignore[override]
+            self.bound.set()
+
+    inner = Counting()
+    tracker = BackgroundTracker(inner)
+    tracker.quiet(True)  # the machine measures
+    tracker.start_trial("host", 0, None)  # type: ignore[arg-type]
+    assert not inner.bound.wait(0.3)  # held: nothing written beside the timed runs
+    tracker.quiet(False)
+    assert inner.bound.wait(5)
+    tracker.close()

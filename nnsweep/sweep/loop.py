@@ -214,10 +214,12 @@ class Sweep:
                 for ticket in self.scheduler.hung(now, self.settings.timeout_s + self.hang_grace_s):
                     log.warning("%s: trial %d gave no result; restarting its agent", ticket.device, ticket.number)
                     self.executor.abandon(ticket.device)
-                for device in self.recorder.devices:
-                    self._ask(device, now)
+                if not self.scheduler.quiet():  # nothing of ours beside a measurement on this machine
+                    for device in self.recorder.devices:
+                        self._ask(device, now)
                 for action in self.scheduler.plan(now):
                     self._start(action)
+                self.tracker.quiet(self.scheduler.quiet())
                 if not self._futures:
                     if self.scheduler.finished(self.clock()):
                         break

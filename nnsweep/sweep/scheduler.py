@@ -234,6 +234,12 @@ class Scheduler:
             t for d in self.devices.values() for t in d.live(Phase.CONVERTING) if t.config.digest() == config_digest
         ]
 
+    def quiet(self) -> bool:
+        """Whether the coordinator's own machine is measuring: then the coordinator's work
+        there (asking the samplers, tracking writes) waits; it is milliseconds, and it
+        would run beside the timed runs. Conversions never run there meanwhile anyway."""
+        return self._machine_measuring(self.converter_machine)
+
     # -------------------------------------------------------------- plans
     def _machine_measuring(self, machine: str) -> bool:
         return any(d.machine == machine and any(True for _ in d.live(Phase.MEASURING)) for d in self.devices.values())

@@ -30,6 +30,9 @@ class BackgroundTracker:
     failed write is logged and dropped: the Optuna study is the record of truth, and
     the next run of the sweep backfills trials missing from the tracker.
 
+    While :meth:`quiet` is on (the coordinator's machine measures), queued writes wait:
+    a database write and its Python work would land beside the timed runs.
+
     Args:
         inner: the tracker that does the writing.
     """
@@ -37,12 +40,15 @@ class BackgroundTracker:
     def __init__(self, inner: Tracker) -> None:
         self.inner = inner
         self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
+        self._loud = threading.Event()  # set: writes may run; cleared while the machine measures
+        self._loud.set()
         self._thread = threading.Thread(target=self._drain, name="nnsweep-tracking", daemon=True)
         self._thread.start()
 
     def _drain(self) -> None:
         while True:
             item = self._queue.get()
+            self._loud.wait()
             try:
                 if item is not None:
                     name, args = item
@@ -55,11 +61,22 @@ class BackgroundTracker:
             if item is None:
                 return
 
+    def quiet(self, on: bool) -> None:
+        """Hold queued writes (``on``) while this machine measures, or let them run again.
+
+        A call that must wait for the queue (:meth:`flush` and the read-backs) releases the
+        hold first: it is the caller's own work, after the measurement."""
+        if on:
+            self._loud.clear()
+        else:
+            self._loud.set()
+
     def _later(self, name: str, *args: Any) -> None:
         self._queue.put((name, args))
 
     def flush(self) -> None:
-        """Wait until every call so far is written."""
+        """Wait until every call so far is written (releasing a :meth:`quiet` hold)."""
+        self._loud.set()
         self._queue.join()
 
     def bind(self, sweep_id: str) -> None:

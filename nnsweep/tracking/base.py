@@ -79,6 +79,11 @@ class Tracker(Protocol):
         """Stop recording ``device``; ``status`` is ``FINISHED``, ``FAILED`` or ``KILLED``."""
         ...
 
+    def quiet(self, on: bool) -> None:
+        """Hold background writes while the coordinator's machine measures (``on``), or
+        release them. A tracker that writes only when called has nothing to hold."""
+        ...
+
     def logged(self, device: str) -> dict[int, TrialStatus]:
         """Trials of ``device`` whose record ended, with the status it ended with (the
         coordinator logs again every trial whose study record says otherwise)."""
@@ -129,6 +134,9 @@ class NullTracker:
         return None
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
+        return None
+
+    def quiet(self, on: bool) -> None:
         return None
 
     def logged(self, device: str) -> dict[int, TrialStatus]:

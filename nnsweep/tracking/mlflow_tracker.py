@@ -321,6 +321,10 @@ class MlflowTracker:
             self._parent(device), tags={"best_trial": "" if best is None else str(best), "best_config": label}
         )
 
+    def quiet(self, on: bool) -> None:
+        """Nothing to hold: this tracker writes when it is called (:class:`BackgroundTracker` holds)."""
+        return None
+
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         """End the device's parent run with ``status`` (``FINISHED``, ``FAILED``, ``KILLED``)."""
         parent = self._parents.get(device)
