@@ -42,7 +42,8 @@ class _Coordinator:
         from nnsweep.tracking import MlflowTracker
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(directions=["maximize", "minimize"], sampler=optuna.samplers.TPESampler(seed=0))
+        sampler = optuna.samplers.TPESampler(seed=0)
+        self.study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
         self.tracker = MlflowTracker(f"sqlite:///{work / 'mlflow.db'}", "interference", "interference")
         self.tracker.open_device("host", {"arch": "x86_64"})
         self.config = DeploymentConfig("onnxruntime")
