@@ -305,3 +305,11 @@ def test_repeats_in_a_row_divert_the_next_trial_to_an_untried_configuration() ->
     assert s.diverts("host")
     ex.propose("host", config(2), 2.0)  # the untried one the caller drew
     assert not s.diverts("host")
+
+
+def test_a_local_cluster_converts_on_every_core_memory_allows() -> None:
+    from nnsweep.execution.ray_cluster import CONVERSION_MEMORY, local_conversion_slots
+
+    assert local_conversion_slots(cpus=2, available=24 * 2**30) == 2  # this machine: both cores
+    assert local_conversion_slots(cpus=8, available=3 * CONVERSION_MEMORY) == 3  # memory bounds it
+    assert local_conversion_slots(cpus=4, available=CONVERSION_MEMORY // 2) == 1  # always one

@@ -28,7 +28,7 @@ from nnsweep.core.errors import AgentLost, ConversionStorageError, Infrastructur
 from nnsweep.execution._base import ConvertRequest, Executor
 from nnsweep.execution._converter import ConverterWorker, node_machine
 
-__all__ = ["CONVERTER_RESOURCE", "RayExecutor", "device_resource"]
+__all__ = ["CONVERSION_MEMORY", "CONVERTER_RESOURCE", "RayExecutor", "device_resource", "local_conversion_slots"]
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,39 @@ def _unpacked(source: Future[Any], cache: ArtifactCache) -> Future[Any]:
     return out
 
 
+CONVERSION_MEMORY = 3 * 2**30  # a conversion process's budget; see local_conversion_slots
+
+
+def local_conversion_slots(cpus: int | None = None, available: int | None = None) -> int:
+    """Conversions a local cluster runs at once: one per core, as many as memory allows.
+
+    Conversions never run beside a measurement on their machine (the scheduler's rule),
+    so between measurements every core may convert: torch.export, quantization and
+    lowering are mostly one Python thread each. Each conversion process gets
+    :data:`CONVERSION_MEMORY` (a cold ExecuTorch static-int8 conversion of
+    mobilenet_v3_small peaked at 1.9 GB here; see docs/conversion.md).
+
+    Args:
+        cpus: this machine's cores (default: ``os.cpu_count()``).
+        available: bytes of memory available now (default: psutil's reading).
+    """
+    import os
+
+    cpus = cpus or os.cpu_count() or 1
+    if available is None:
+        import psutil
+
+        available = int(psutil.virtual_memory().available)
+    return max(1, min(cpus, available // CONVERSION_MEMORY))
+
+
 class RayExecutor(Executor):
     """Executor on Ray.
 
     Args:
         address: an existing cluster (``HOST:PORT``); ``None`` starts a local one
             whose only device is ``host``.
-        converters: conversion actors to start (local cluster: CPUs - 1, at least 1).
+        converters: conversion actors to start (local cluster: :func:`local_conversion_slots`).
         transports: device -> transport for bridge devices driven from a host.
         machines: device -> machine name, for devices that share a physical machine
             but should be treated as separate ones (benchmarks of the coordinator
@@ -124,8 +150,7 @@ class RayExecutor(Executor):
                 token = local_token(os.environ, Path.home())
                 if token is not None:
                     log.info("local Ray cluster: token authentication with the token in %s", token)
-                cpus = os.cpu_count() or 2
-                slots = self._wanted_converters or max(1, cpus - 1)
+                slots = self._wanted_converters or local_conversion_slots()
                 # "local": always a new cluster of our own, never one found through RAY_ADDRESS
                 # or a stale /tmp/ray/ray_current_cluster left by a `ray start` that died.
                 ray.init(
