@@ -201,20 +201,36 @@ def _float_filter(keep_float: Collection[str]) -> Callable[[Any], bool]:
 
 
 def pt2e_keep_float(quantizer: Any, keep_float: Collection[str]) -> Any:
-    """Make a PT2E quantizer leave the ops of ``keep_float`` unannotated (float).
+    """Make a static PT2E quantizer leave the ops of ``keep_float`` unannotated (float).
 
-    ExecuTorch's ``XNNPACKQuantizer`` has ``set_filter_function``; litert-torch's
-    ``PT2EQuantizer`` has none, but skips (``return model``) a module name whose config
-    is ``None`` and keeps those names out of the global annotation, so the entry is set
-    directly (its ``set_module_name`` asserts a non-``None`` config).
+    ``set_module_name(path, None)`` is refused by both quantizers (an assertion), so:
+
+    - ExecuTorch's ``XNNPACKQuantizer``: ``set_filter_function`` with a filter on each
+      node's ``nn_module_stack``; every annotator skips a pattern with a rejected node.
+    - litert-torch 0.10's ``PT2EQuantizer`` has no filter hook, and its own module-name
+      filter never matches under torch 2.14: it strips ``len("L__self___")`` (10)
+      characters from ``nn_module_stack`` keys that torch 2.14 spells
+      ``L__self__<path>`` (9), and turns every ``_`` into ``.``. Its ``annotate`` is
+      replaced on this instance by the global static annotation with our filter
+      (module-type and module-name configs of the quantizer are then ignored).
+
+    Raises:
+        TypeError: the quantizer offers neither hook.
     """
     keep = list(keep_float)
     if not keep:
         return quantizer
+    accept = _float_filter(keep)
     if hasattr(quantizer, "set_filter_function"):
-        return quantizer.set_filter_function(_float_filter(keep))
-    if hasattr(quantizer, "module_name_config"):
-        for name in keep:
-            quantizer.module_name_config[name] = None
+        return quantizer.set_filter_function(accept)
+    if hasattr(quantizer, "_annotate_all_static_patterns"):
+        from litert_torch.quantize.pt2e_quantizer_utils import propagate_annotation
+
+        def annotate(model: Any) -> Any:
+            quantizer._annotate_all_static_patterns(model, quantizer.global_config, accept)
+            propagate_annotation(model)
+            return model
+
+        quantizer.annotate = annotate
         return quantizer
     raise TypeError(f"{type(quantizer).__name__} offers no way to leave modules in float")
