@@ -82,6 +82,8 @@ class _Gain(nn.Module):
         super().__init__()
         self.register_buffer("gain", gain)
 
+    gain: torch.Tensor
+
     def forward(self, value: torch.Tensor) -> torch.Tensor:
         return value * self.gain
 
@@ -123,12 +125,15 @@ class OutlierNet(nn.Module):
 
 
 def _add_outliers(model: OutlierNet) -> nn.BatchNorm2d:
-    bn = model.blocks[OUTLIER_BLOCK].dw_bn
+    block = model.blocks[OUTLIER_BLOCK]
+    assert isinstance(block, Block)
+    bn = block.dw_bn
     gain = torch.ones(bn.num_features)
     gain[list(OUTLIER_CHANNELS)] = OUTLIER_GAIN
     parametrize.register_parametrization(bn, "bias", _Gain(gain))
     with torch.no_grad():  # the shift of the outlier channels starts large: a near-constant, bias-like channel
-        bn.parametrizations.bias.original[list(OUTLIER_CHANNELS)] = OUTLIER_SHIFT
+        original: torch.Tensor = bn.parametrizations["bias"].original  # type: ignore[union-attr,index]
+        original[list(OUTLIER_CHANNELS)] = OUTLIER_SHIFT
     return bn
 
 
