@@ -2,6 +2,7 @@
 
 References:
     ``digits``, ``digits_gn``      built-in, trained on scikit-learn's bundled data
+    ``digits_outlier``             built-in, the same data; int8 hurts it (activation outliers)
     ``torchvision:mobilenet_v2``   a torchvision classifier (random weights unless ``weights`` is given)
     ``package.module:function``    a user function
     ``path/to/file.py:function``   a user function in a file
@@ -22,7 +23,8 @@ from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 
 __all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
 
-BUILTIN = ("digits", "digits_gn")  # nnsweep.models.digits.VARIANTS; kept here so checking stays light
+# nnsweep.models.digits.VARIANTS and digits_outlier.NAME; kept here so checking stays light
+BUILTIN = ("digits", "digits_gn", "digits_outlier")
 
 _SYNTHETIC_CALIBRATION = 32
 _SYNTHETIC_EVALUATION = 16
@@ -100,6 +102,10 @@ def load_model(
         SpecError: the reference does not resolve, or what it returns is not a model.
     """
     kind = check_reference(ref)
+    if ref == "digits_outlier":
+        from nnsweep.models.digits_outlier import load_digits_outlier
+
+        return load_digits_outlier(cache_dir=cache_dir, progress=progress)
     if kind == "builtin":
         from nnsweep.models.digits import load_digits
 

@@ -1,0 +1,236 @@
+"""Keep chosen layers of a model in float while the rest is int8: one recipe per toolchain.
+
+Layers are named by the user's module path (``blocks.2.pw1``); a path selects the
+module and everything under it. Each recipe turns those names into the toolchain's
+own means of leaving ops unquantized (docs/mixed-precision.md has the measurements):
+
+- ONNX Runtime: ``quantize_static(nodes_to_exclude=...)``. ONNX node names carry no
+  module path, so :func:`export_onnx_scoped` exports without the exporter's graph
+  optimisations (which fuse BatchNorm into the convolution and keep the *BatchNorm's*
+  scope on the fused node), renames every node ``<module path>/<node name>`` from
+  its ``pkg.torch.onnx.name_scopes`` metadata and folds constants; ONNX Runtime's own
+  BatchNorm fusion in ``quant_pre_process`` keeps the convolution's name.
+- torch.ao FX: ``QConfigMapping.set_module_name(path, None)``.
+- PT2E (ExecuTorch's XNNPACKQuantizer, litert-torch's PT2EQuantizer): both refuse
+  ``set_module_name(path, None)`` (an assertion); their annotators skip nodes that a
+  filter rejects, so :func:`pt2e_keep_float` filters on each node's
+  ``nn_module_stack``.
+
+Heavy imports (torch, onnx, onnxruntime) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+__all__ = [
+    "SCOPE_SEPARATOR",
+    "export_onnx_scoped",
+    "fx_keep_float",
+    "in_modules",
+    "onnx_nodes_in",
+    "ort_quantize_static",
+    "pt2e_keep_float",
+]
+
+SCOPE_SEPARATOR = "/"  # between the module path and the exporter's node name
+_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+_OPSET = 18
+
+
+def in_modules(path: str, names: Iterable[str]) -> bool:
+    """Whether module ``path`` is one of ``names`` or inside one of them.
+
+    Example:
+        >>> in_modules("blocks.2.pw1", ["blocks.2"]), in_modules("blocks.20", ["blocks.2"])
+        (True, False)
+    """
+    return any(path == name or path.startswith(name + ".") for name in names)
+
+
+def _scope_of(node: Any) -> str:
+    """The innermost module path of an exported ONNX node ('' for the root module)."""
+    for prop in node.metadata_props:
+        if prop.key == _SCOPES_KEY:
+            scopes = ast.literal_eval(prop.value)  # ['', 'blocks', 'blocks.2', 'blocks.2.dw', 'conv2d_7']
+            return str(scopes[-2]) if len(scopes) >= 2 else ""
+    return ""
+
+
+def export_onnx_scoped(module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
+    """Export ``module`` to ONNX with every node named ``<module path>/<node name>``.
+
+    Args:
+        module: the float model in eval mode (not modified).
+        example: a batch-1 input.
+        path: the ``.onnx`` file to write (weights inside).
+    """
+    import copy
+
+    import onnx
+    import torch
+
+    program = torch.onnx.export(
+        copy.deepcopy(module).eval(),
+        (example,),
+        dynamo=True,
+        opset_version=_OPSET,
+        external_data=False,
+        optimize=False,  # the optimiser's BatchNorm fusion keeps the BatchNorm's scope, not the conv's
+        verbose=False,
+    )
+    assert program is not None  # None only when given a file name
+    from onnxscript import ir, optimizer
+
+    model = program.model_proto
+    for node in model.graph.node:
+        node.name = f"{_scope_of(node)}{SCOPE_SEPARATOR}{node.name}"
+    # Constant folding only (no fusion rules): a bias-free convolution exports its zero
+    # bias as Expand(CastLike(0, input)), which stops ONNX Runtime's Conv+BatchNorm fusion.
+    graph = ir.from_proto(model)
+    optimizer.fold_constants(graph)
+    optimizer.remove_unused_nodes(graph)
+    onnx.save(ir.to_proto(graph), str(path))
+
+
+def onnx_nodes_in(model: Any, keep_float: Collection[str]) -> list[str]:
+    """Names of the nodes of an ONNX model (from :func:`export_onnx_scoped`) inside ``keep_float``."""
+    names = []
+    for node in model.graph.node:
+        scope, sep, _ = node.name.rpartition(SCOPE_SEPARATOR)
+        if sep and in_modules(scope, keep_float):
+            names.append(node.name)
+    return names
+
+
+def ort_quantize_static(
+    source: Path,
+    target: Path,
+    calibration: Iterable[np.ndarray],
+    keep_float: Collection[str] = (),
+    per_channel: bool = False,
+) -> list[str]:
+    """Static int8 QDQ quantization with ONNX Runtime, leaving ``keep_float`` in float.
+
+    As nnsweep's ONNX Runtime converter does: ``quant_pre_process``, then uint8
+    activations (minmax) and int8 weights in QDQ format.
+
+    Args:
+        source: a model from :func:`export_onnx_scoped`.
+        target: the quantized model to write.
+        calibration: batch-1 inputs.
+        keep_float: module paths whose nodes stay float.
+        per_channel: int8 weights per output channel (else per tensor).
+
+    Returns:
+        The excluded node names (empty when ``keep_float`` is).
+
+    Raises:
+        ValueError: a name in ``keep_float`` selects no node of the pre-processed model.
+    """
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quant_pre_process,
+        quantize_static,
+    )
+
+    class _Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self, name: str) -> None:
+            self._items = iter([{name: x} for x in calibration])
+
+        def get_next(self) -> dict[str, Any] | None:
+            return next(self._items, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        model = onnx.load(str(prepared))
+        excluded = onnx_nodes_in(model, keep_float)
+        missing = [name for name in keep_float if not onnx_nodes_in(model, [name])]
+        if missing:
+            raise ValueError(f"no ONNX node comes from module(s) {', '.join(missing)}")
+        quantize_static(
+            str(prepared),
+            str(target),
+            _Reader(model.graph.input[0].name),
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            nodes_to_exclude=excluded,
+        )
+    return excluded
+
+
+def fx_keep_float(mapping: Any, keep_float: Iterable[str]) -> Any:
+    """A torch.ao ``QConfigMapping`` that leaves ``keep_float`` (and their submodules) in float.
+
+    A module's qconfig covers the ops FX fuses into it (a convolution's BatchNorm and
+    ReLU), so naming the convolution is enough.
+    """
+    for name in keep_float:
+        mapping.set_module_name(name, None)
+    return mapping
+
+
+def _node_modules(node: Any) -> list[str]:
+    """The module paths a PT2E graph node was traced in (outermost first)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return [path for path, _ in stack.values()]
+
+
+def _float_filter(keep_float: Collection[str]) -> Callable[[Any], bool]:
+    def quantize(node: Any) -> bool:
+        return not any(in_modules(path, keep_float) for path in _node_modules(node))
+
+    return quantize
+
+
+def pt2e_keep_float(quantizer: Any, keep_float: Collection[str]) -> Any:
+    """Make a static PT2E quantizer leave the ops of ``keep_float`` unannotated (float).
+
+    ``set_module_name(path, None)`` is refused by both quantizers (an assertion), so:
+
+    - ExecuTorch's ``XNNPACKQuantizer``: ``set_filter_function`` with a filter on each
+      node's ``nn_module_stack``; every annotator skips a pattern with a rejected node.
+    - litert-torch 0.10's ``PT2EQuantizer`` has no filter hook, and its own module-name
+      filter never matches under torch 2.14: it strips ``len("L__self___")`` (10)
+      characters from ``nn_module_stack`` keys that torch 2.14 spells
+      ``L__self__<path>`` (9), and turns every ``_`` into ``.``. Its ``annotate`` is
+      replaced on this instance by the global static annotation with our filter
+      (module-type and module-name configs of the quantizer are then ignored).
+
+    Raises:
+        TypeError: the quantizer offers neither hook.
+    """
+    keep = list(keep_float)
+    if not keep:
+        return quantizer
+    accept = _float_filter(keep)
+    if hasattr(quantizer, "set_filter_function"):
+        return quantizer.set_filter_function(accept)
+    if hasattr(quantizer, "_annotate_all_static_patterns"):
+        from litert_torch.quantize.pt2e_quantizer_utils import propagate_annotation
+
+        def annotate(model: Any) -> Any:
+            quantizer._annotate_all_static_patterns(model, quantizer.global_config, accept)
+            propagate_annotation(model)
+            return model
+
+        quantizer.annotate = annotate
+        return quantizer
+    raise TypeError(f"{type(quantizer).__name__} offers no way to leave modules in float")

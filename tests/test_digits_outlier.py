@@ -1,0 +1,107 @@
+"""The ``digits_outlier`` built-in: int8 hurts it, keeping two named layers float repairs it.
+
+Training takes about 10 s (one thread), so the tests that need the trained model are
+``slow``; the naming and mapping helpers are checked without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from nnsweep import float_fallback, sensitivity
+from nnsweep.models import BUILTIN, check_reference
+
+OUTLIER_PAIR = frozenset({"blocks.2.dw", "blocks.2.pw1"})
+
+
+def test_digits_outlier_is_builtin() -> None:
+    assert "digits_outlier" in BUILTIN
+    assert check_reference("digits_outlier") == "builtin"
+
+
+def test_quantizable_layers_are_module_paths() -> None:
+    from nnsweep.models.digits_outlier import OutlierNet
+
+    layers = sensitivity.quantizable_layers(OutlierNet())
+    assert layers[0] == "stem.0" and layers[-1] == "classifier"
+    assert set(layers) >= OUTLIER_PAIR
+    assert "blocks.2.dw_bn" not in layers  # BatchNorm folds into its convolution
+
+
+def test_in_modules_matches_whole_path_components() -> None:
+    assert float_fallback.in_modules("blocks.2.pw1", ["blocks.2"])
+    assert float_fallback.in_modules("blocks.2", ["blocks.2"])
+    assert not float_fallback.in_modules("blocks.20.pw1", ["blocks.2"])
+    assert not float_fallback.in_modules("blocks.2.dw_bn", ["blocks.2.dw"])
+
+
+@pytest.fixture(scope="module")
+def outlier(models_dir: Path):  # type: ignore[no-untyped-def]
+    from nnsweep.models import load_model
+
+    return load_model("digits_outlier", cache_dir=models_dir)
+
+
+def _top1(module: torch.nn.Module, bundle) -> float:  # type: ignore[no-untyped-def]
+    split = bundle.dataset.evaluation
+    with torch.no_grad():
+        preds = module(torch.from_numpy(split.inputs)).argmax(1).numpy()
+    return float((preds == split.labels).mean())
+
+
+@pytest.mark.slow
+def test_trains_deterministically(outlier) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.models.digits_outlier import load_digits_outlier
+
+    again = load_digits_outlier(cache_dir=None)  # trains afresh
+    assert again.digest == outlier.digest
+    assert _top1(outlier.module, outlier) > 0.95
+
+
+@pytest.mark.slow
+def test_outlier_channels_are_in_the_trained_model(outlier) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.models.digits_outlier import OUTLIER_CHANNELS
+
+    shift = outlier.module.blocks[2].dw_bn.bias.detach()
+    others = [c for c in range(len(shift)) if c not in OUTLIER_CHANNELS]
+    assert shift[list(OUTLIER_CHANNELS)].min() > 100 * shift[others].abs().max()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_torch_int8_drops_and_the_pair_kept_float_recovers(outlier, per_channel: bool) -> None:  # type: ignore[no-untyped-def]
+    fp32 = _top1(outlier.module, outlier)
+    evaluate = sensitivity.torch_fx_evaluator(outlier, outlier.dataset.evaluation, per_channel=per_channel)
+    assert evaluate(frozenset()) < fp32 - 0.01
+    assert evaluate(OUTLIER_PAIR) > fp32 - 0.01
+    # One end of the outlier tensor alone repairs nothing: the other end still quantizes it.
+    assert evaluate(frozenset({"blocks.2.pw1"})) < fp32 - 0.01
+
+
+@pytest.mark.slow
+def test_quantize_one_ranks_the_outlier_pair_first(outlier) -> None:  # type: ignore[no-untyped-def]
+    candidates = ["blocks.1.pw1", "blocks.2.dw", "blocks.2.pw1", "blocks.2.pw2"]
+    evaluate = sensitivity.torch_fx_evaluator(outlier, outlier.dataset.calibration)
+    report = sensitivity.measure(candidates, evaluate, methods=("quantize_one",))
+    assert set(sensitivity.keep_float(report, 2)) == OUTLIER_PAIR
+
+
+@pytest.mark.slow
+def test_onnx_node_names_carry_module_paths_through_preprocessing(outlier, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import onnx
+
+    source = tmp_path / "model.onnx"
+    float_fallback.export_onnx_scoped(outlier.module, outlier.example_input, source)
+    calibration = outlier.dataset.calibration.inputs[:16]
+    target = tmp_path / "int8.onnx"
+    excluded = float_fallback.ort_quantize_static(
+        source, target, (calibration[i : i + 1] for i in range(len(calibration))), sorted(OUTLIER_PAIR)
+    )
+    assert sorted(name.partition("/")[0] for name in excluded) == sorted(OUTLIER_PAIR)
+    convs = {n.name: n for n in onnx.load(str(target)).graph.node if n.op_type == "Conv"}
+    assert set(excluded) <= set(convs)  # the excluded convolutions stay float Conv nodes
+    with pytest.raises(ValueError, match="no ONNX node"):
+        float_fallback.ort_quantize_static(source, target, iter([]), ["blocks.9"])
