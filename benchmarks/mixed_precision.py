@@ -2,7 +2,7 @@
 
 1. Trains (or loads from --cache) the ``digits_outlier`` built-in and reports the
    training time when it trained.
-2. Per-layer sensitivity (:mod:`nnsweep.sensitivity`, both methods, per-tensor int8)
+2. Per-layer sensitivity (:mod:`nnsweep.sensitivity.rank`, both methods, per-tensor int8)
    through ONNX Runtime's quantizer and torch.ao FX (x86 engine), scored on the
    calibration split; wall time of each.
 3. For each runtime: fp32, whole-model static int8 (per tensor, per channel) and
@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from nnsweep import float_fallback, sensitivity
+from nnsweep.convert import float_fallback
 from nnsweep.models import ModelBundle, Split
 from nnsweep.models.digits_outlier import load_digits_outlier
+from nnsweep.sensitivity import rank as sensitivity
 
 WARMUP = 20
 _ET_THREADS_SET: list[int] = []
@@ -97,8 +98,8 @@ def _ort(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp
 def _torch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp: Path) -> Callable:
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-    from nnsweep.config import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.convert.torch import _qconfig_mapping
+    from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
+    from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 
     torch.backends.quantized.engine = "x86"
     model: torch.nn.Module = copy.deepcopy(bundle.module).eval()

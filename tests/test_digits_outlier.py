@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nnsweep import float_fallback, sensitivity
+from nnsweep.convert import float_fallback
 from nnsweep.models import BUILTIN, check_reference
+from nnsweep.sensitivity import rank as sensitivity
 
 OUTLIER_PAIR = frozenset({"blocks.2.dw", "blocks.2.pw1"})
 

@@ -23,6 +23,7 @@ LAYERS = (
     "bench",
     "convert",
     "artifacts",
+    "sensitivity",
     "agents",
     "execution",
     "tracking",

@@ -53,7 +53,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from nnsweep._atomic import atomic_path
+from nnsweep.core.atomic import atomic_path
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
 from nnsweep.models.digits import digits_dataset
 

@@ -143,7 +143,7 @@ def _accuracy(outputs: Sequence[int], split: Split) -> float:
 def onnxruntime_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = False) -> Evaluator:
     """An evaluator that quantizes with ONNX Runtime (QDQ, minmax) and scores on ``split``.
 
-    The model is exported once (:func:`nnsweep.float_fallback.export_onnx_scoped`);
+    The model is exported once (:func:`nnsweep.convert.float_fallback.export_onnx_scoped`);
     each call quantizes it with the given layers excluded and runs one thread.
     """
     import tempfile
@@ -151,7 +151,7 @@ def onnxruntime_evaluator(bundle: ModelBundle, split: Split, per_channel: bool =
 
     import onnxruntime as ort
 
-    from nnsweep import float_fallback
+    from nnsweep.convert import float_fallback
 
     workdir = Path(tempfile.mkdtemp(prefix="nnsweep-sensitivity-"))
     source = workdir / "model.onnx"
@@ -179,9 +179,9 @@ def torch_fx_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = Fa
     import torch
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-    from nnsweep import float_fallback
-    from nnsweep.config import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.convert.torch import _qconfig_mapping
+    from nnsweep.convert import float_fallback
+    from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
+    from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
