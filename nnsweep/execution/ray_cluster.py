@@ -90,8 +90,9 @@ def local_conversion_slots(cpus: int | None = None, available: int | None = None
     Conversions never run beside a measurement on their machine (the scheduler's rule),
     so between measurements every core may convert: torch.export, quantization and
     lowering are mostly one Python thread each. Each conversion process gets
-    :data:`CONVERSION_MEMORY` (a cold ExecuTorch static-int8 conversion of
-    mobilenet_v3_small peaked at 1.9 GB here; see docs/conversion.md).
+    :data:`CONVERSION_MEMORY`, three times what a cold ExecuTorch static-int8
+    conversion of mobilenet_v3_small peaked at here (1.05 GB maximum resident set of
+    the whole ``nnsweep bench`` process, ``/usr/bin/time -v``).
 
     Args:
         cpus: this machine's cores (default: ``os.cpu_count()``).
