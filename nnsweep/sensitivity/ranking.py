@@ -1,0 +1,179 @@
+"""A runtime's ranking of a model's layers, measured once and kept in the cache.
+
+:func:`ranking` measures, through the runtime's own int8 quantizer, how much quantizing
+each layer alone costs (``quantize_one``, see :mod:`nnsweep.sensitivity.rank` for why
+that and not leave-one-out), and keeps the result under the cache root
+(``sensitivity/<ab>/<sha256>.json``), keyed by the model's digest, the runtime, the
+weight granularity, the runtime's toolchain and nnsweep's converter sources (the same
+ingredients as an artifact key, :func:`nnsweep.artifacts.key.stage_key`). A second
+call for the same model and runtime reads it back in milliseconds.
+
+The evaluators quantize statically (min/max calibration on the calibration split) and
+score top-1 on the calibration split, not the evaluation split, so choosing the layers
+does not tune on the data a sweep judges accuracy with:
+
+* ``onnxruntime``: ONNX Runtime's ``quantize_static`` (QDQ), ``nodes_to_exclude``;
+* ``torch``: torch.ao FX with nnsweep's qconfig mapping (x86 engine);
+* ``executorch``: ExecuTorch's XNNPACK PT2E quantizer; ``litert``, ``armnn``:
+  litert-torch's PT2E quantizer (symmetric activations for Arm NN). Both run the
+  quantized (fake-quant) program in torch: the quantizer's decisions, not the
+  delegate's kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nnsweep.core.atomic import atomic_path
+from nnsweep.core.errors import SpecError
+from nnsweep.core.quant import Granularity
+from nnsweep.sensitivity.rank import (
+    CALIBRATION_SAMPLES,
+    Evaluator,
+    LayerSensitivity,
+    SensitivityReport,
+    measure,
+    quantizable_layers,
+)
+
+if TYPE_CHECKING:
+    from nnsweep.models import ModelBundle
+
+__all__ = ["RANKED_RUNTIMES", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
+
+log = logging.getLogger(__name__)
+
+RANKED_RUNTIMES = ("onnxruntime", "torch", "executorch", "litert", "armnn")
+
+
+def report_to_dict(report: SensitivityReport) -> dict[str, object]:
+    return {
+        "whole_int8": report.whole_int8,
+        "all_float": report.all_float,
+        "layers": [[e.layer, e.float_one, e.quantize_one] for e in report.layers],
+        "seconds": report.seconds,
+        "evaluations": report.evaluations,
+    }
+
+
+def report_from_dict(data: dict[str, object]) -> SensitivityReport:
+    layers = tuple(LayerSensitivity(str(a), float(b), float(c)) for a, b, c in data["layers"])  # type: ignore[attr-defined]
+    return SensitivityReport(
+        float(data["whole_int8"]),  # type: ignore[arg-type]
+        float(data["all_float"]),  # type: ignore[arg-type]
+        layers,
+        float(data["seconds"]),  # type: ignore[arg-type]
+        int(data["evaluations"]),  # type: ignore[call-overload]
+    )
+
+
+def ranking(
+    bundle: ModelBundle,
+    runtime: str,
+    granularity: Granularity | None,
+    cache_root: Path,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[SensitivityReport, bool]:
+    """The runtime's sensitivity report for ``bundle``, from the cache or measured now.
+
+    Returns:
+        The report and whether it came from the cache.
+
+    Raises:
+        SpecError: no ranking for this runtime, or a model without labels.
+    """
+    from nnsweep.artifacts.key import runtime_toolchain, stage_key
+
+    if runtime not in RANKED_RUNTIMES:
+        raise SpecError(
+            "runtime", f"no per-layer sensitivity for {runtime}; it has one for: {', '.join(RANKED_RUNTIMES)}"
+        )
+    if bundle.dataset.calibration.labels is None:
+        raise SpecError("model", "per-layer sensitivity needs labelled data (top-1 on the calibration split)")
+    granularity = granularity or Granularity.PER_TENSOR
+    settings = {
+        "runtime": runtime,
+        "granularity": granularity.value,
+        "method": "quantize_one",
+        "samples": CALIBRATION_SAMPLES,
+    }
+    key = stage_key(bundle.digest, "sensitivity", settings, runtime_toolchain(runtime))
+    path = cache_root / "sensitivity" / key[:2] / f"{key}.json"
+    if path.is_file():
+        try:
+            return report_from_dict(json.loads(path.read_text())), True
+        except (ValueError, KeyError, TypeError) as exc:  # a damaged entry is measured again
+            log.warning("sensitivity entry %s is damaged (%s); measuring again", path.name, exc)
+    layers = quantizable_layers(bundle.module)
+    evaluate = evaluator(bundle, runtime, granularity)
+    done = [0]
+
+    def counted(keep: frozenset[str]) -> float:
+        done[0] += 1
+        if progress is not None:
+            progress(f"{runtime}: {done[0]}/{len(layers) + 2} quantize-and-evaluate runs")
+        return evaluate(keep)
+
+    report = measure(layers, counted, methods=("quantize_one",))
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(report_to_dict(report)))
+    return report, False
+
+
+def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
+    """Top-1 on the calibration split with the given layers kept float, through ``runtime``'s quantizer."""
+    from nnsweep.sensitivity import rank
+
+    split = bundle.dataset.calibration
+    per_channel = granularity is Granularity.PER_CHANNEL
+    if runtime == "onnxruntime":
+        return rank.onnxruntime_evaluator(bundle, split, per_channel)
+    if runtime == "torch":
+        return rank.torch_fx_evaluator(bundle, split, per_channel)
+    return _pt2e_evaluator(bundle, runtime, per_channel)
+
+
+def _pt2e_evaluator(bundle: ModelBundle, runtime: str, per_channel: bool) -> Evaluator:
+    import copy
+
+    import numpy as np
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from nnsweep.convert import float_fallback
+    from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
+
+    quant = QuantConfig(
+        mode=QuantMode.STATIC_INT8,
+        granularity=Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR,
+        calibration=Calibration.MINMAX,
+    )
+    split = bundle.dataset.calibration
+    calibration = torch.from_numpy(split.inputs[:CALIBRATION_SAMPLES])
+    inputs = torch.from_numpy(split.inputs)
+    graph = torch.export.export(copy.deepcopy(bundle.module).eval(), (bundle.example_input,), strict=False)
+
+    def quantizer() -> object:
+        if runtime == "executorch":
+            from nnsweep.convert.executorch import xnnpack_quantizer
+
+            return xnnpack_quantizer(quant)
+        from nnsweep.convert.litert import pt2e_quantizer
+
+        return pt2e_quantizer(quant, symmetric_activations=runtime == "armnn")
+
+    def evaluate(keep: frozenset[str]) -> float:
+        chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
+        prepared = prepare_pt2e(copy.deepcopy(graph).module(), chosen)
+        with torch.no_grad():
+            for i in range(len(calibration)):
+                prepared(calibration[i : i + 1])
+            model = convert_pt2e(prepared)
+            preds = [int(model(inputs[i : i + 1]).argmax()) for i in range(len(inputs))]
+        return float((np.asarray(preds) == np.asarray(split.labels)).mean())
+
+    return evaluate
