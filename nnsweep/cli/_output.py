@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from nnsweep.core.errors import SpecError
 
@@ -21,3 +22,37 @@ def _usage_error(exc: SpecError, options: dict[str, str]) -> int:
     field = options.get(exc.field, exc.field)
     sys.stderr.write(f"nnsweep: error: {_one_line(f'{field}: {exc.message}', 600)}\n")
     return EXIT_USAGE
+
+
+class Status:
+    """What a long command is doing, on stderr: on a terminal one transient line (with
+    a spinner and the elapsed time while ``ticking``), otherwise plain lines (CI logs)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self._shown: Any = None
+
+    def line(self, text: str, *, ticking: bool = True, tty_only: bool = False) -> None:
+        """Show ``text``. ``ticking`` updates the elapsed time from a thread of rich's:
+        pass ``False`` before forking a measurement from this process (it must have no thread).
+        ``tty_only``: a step not worth a log line (an error right after it stays one line)."""
+        if not self.enabled or (tty_only and not self.tty):
+            return
+        if not self.tty:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+            return
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.clear()
+        columns = [SpinnerColumn(), TextColumn("{task.description}")] + ([TimeElapsedColumn()] if ticking else [])
+        self._shown = Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=ticking)
+        self._shown.add_task(text, total=None)
+        self._shown.start()
+
+    def clear(self) -> None:
+        if self._shown is not None:
+            self._shown.stop()
+            self._shown = None

@@ -18,7 +18,7 @@ from nnsweep.cli._args import (
     _positive_shape,
     _seconds,
 )
-from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, _one_line, _usage_error
+from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
 
@@ -218,7 +218,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
 
     cache = ArtifactCache(cache_dir)
     store = SnapshotStore(cache.models_dir)
-    status = _Status(enabled=not args.json)
+    status = Status(enabled=not args.json)
     recipe = store.recipe(args.model, args.weights, args.input_shape)
     snapshot = store.lookup(recipe) if recipe is not None else None
     artifact = deploy.cached(snapshot.digest, config, cache) if snapshot is not None else None
@@ -314,37 +314,3 @@ def _bench_summary(result: Any) -> str:
         )
     lines.append(a.partitions.render())
     return "\n".join(lines)
-
-
-class _Status:
-    """What ``nnsweep bench`` is doing, on stderr: on a terminal one transient line (with
-    a spinner and the elapsed time while ``ticking``), otherwise plain lines (CI logs)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty()
-        self._shown: Any = None
-
-    def line(self, text: str, *, ticking: bool = True, tty_only: bool = False) -> None:
-        """Show ``text``. ``ticking`` updates the elapsed time from a thread of rich's:
-        pass ``False`` before forking a measurement from this process (it must have no thread).
-        ``tty_only``: a step not worth a log line (an error right after it stays one line)."""
-        if not self.enabled or (tty_only and not self.tty):
-            return
-        if not self.tty:
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
-            return
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self.clear()
-        columns = [SpinnerColumn(), TextColumn("{task.description}")] + ([TimeElapsedColumn()] if ticking else [])
-        self._shown = Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=ticking)
-        self._shown.add_task(text, total=None)
-        self._shown.start()
-
-    def clear(self) -> None:
-        if self._shown is not None:
-            self._shown.stop()
-            self._shown = None

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from nnsweep.cli import agent, bench, best, devices, report, run, ui
+from nnsweep.cli import agent, bench, best, devices, report, run, sensitivity, ui
 from nnsweep.cli._args import _global_options, _Parser, _SubParser
 from nnsweep.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _one_line, _usage_error
 from nnsweep.cli.bench import _BENCH_OPTIONS
@@ -33,6 +33,7 @@ log = logging.getLogger("nnsweep")
 # Every subcommand and its module, in the order ``nnsweep --help`` lists them.
 COMMANDS: dict[str, ModuleType] = {
     "bench": bench,
+    "sensitivity": sensitivity,
     "run": run,
     "best": best,
     "report": report,

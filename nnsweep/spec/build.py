@@ -18,6 +18,7 @@ from typing import Any
 
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, clip, excerpt
+from nnsweep.core.quant import QuantMode
 from nnsweep.spec.schema import schema, translate
 from nnsweep.spec.settings import _NAME, METRICS, Bridge, Budget, IntRange, Objective, SearchSpace, SweepSpec, Tracking
 
@@ -157,6 +158,7 @@ def _space(s: Any) -> SearchSpace:
         raise SpecError("space.min_nodes_per_partition", f"low ({mn.low}) is above high ({mn.high})")
 
     return SearchSpace(
+        float_layers=_float_layers(s),
         runtimes=tuple(s.runtime),
         quant=tuple(s.quant),
         granularity=tuple(s.granularity),
@@ -167,6 +169,26 @@ def _space(s: Any) -> SearchSpace:
         min_nodes_per_partition=mn,
         threads=tuple(s.threads),
     )
+
+
+def _float_layers(s: Any) -> tuple[int, ...]:
+    """The counts of float layers to search; nonzero ones need an int8 mode and a runtime that can."""
+    path = "space.float_layers"
+    if isinstance(s.float_layers, list):
+        _check_unique(list(s.float_layers), path)
+        counts = tuple(sorted(s.float_layers))
+    else:
+        if s.float_layers.low > s.float_layers.high:
+            raise SpecError(path, f"low ({s.float_layers.low}) is above high ({s.float_layers.high})")
+        counts = tuple(range(s.float_layers.low, s.float_layers.high + 1))
+    if counts == (0,):
+        return counts
+    if not any(QuantMode(m).is_int8 for m in s.quant):
+        raise SpecError(path, "keeps layers of int8 models in float, but space.quant has no int8 mode")
+    able = [name for name in runtimes.names() if runtimes.get(name).mixed_precision is None]
+    if not any(name in able for name in s.runtime):
+        raise SpecError(path, f"none of space.runtime keeps layers in float; these can: {', '.join(able) or 'none'}")
+    return counts
 
 
 def _check_objectives_and_devices(raw: Any) -> None:

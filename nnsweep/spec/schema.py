@@ -9,6 +9,7 @@ from typing import Any, Literal
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
 from nnsweep.core.errors import SpecError, excerpt
 from nnsweep.spec.settings import (
+    MAX_FLOAT_LAYERS,
     MAX_ITERS,
     MAX_MEASURE_SECONDS,
     MAX_NODES,
@@ -43,6 +44,10 @@ def schema() -> Any:
         low: Int = Field(ge=1, le=MAX_NODES)
         high: Int = Field(ge=1, le=MAX_NODES)
 
+    class CountRangeIn(_Strict):
+        low: Int = Field(ge=0, le=MAX_FLOAT_LAYERS)
+        high: Int = Field(ge=0, le=MAX_FLOAT_LAYERS)
+
     class SpaceIn(_Strict):
         runtime: list[Text] = Field(default_factory=lambda: ["executorch"], min_length=1)
         quant: list[QuantMode] = Field(default_factory=lambda: [QuantMode.FP32], min_length=1)
@@ -53,6 +58,14 @@ def schema() -> Any:
         max_delegated_partitions: list[Int] = Field(default_factory=lambda: [0], min_length=1)
         min_nodes_per_partition: RangeIn | list[Int] = Field(default_factory=lambda: [1])
         threads: list[Int] = Field(default_factory=lambda: [1], min_length=1)
+        float_layers: CountRangeIn | list[Int] = Field(default_factory=lambda: [0])
+
+        @field_validator("float_layers")
+        @classmethod
+        def _counts(cls, v: Any) -> Any:
+            if isinstance(v, list) and (not v or any(not 0 <= x <= MAX_FLOAT_LAYERS for x in v)):
+                raise ValueError(f"list at least one count, each between 0 and {MAX_FLOAT_LAYERS} (0 = all int8)")
+            return v
 
         @field_validator("max_delegated_partitions")
         @classmethod

@@ -12,6 +12,7 @@ from typing import Literal
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
 
 __all__ = [
+    "MAX_FLOAT_LAYERS",
     "MAX_ITERS",
     "MAX_MEASURE_SECONDS",
     "MAX_NODES",
@@ -55,6 +56,7 @@ MAX_ITERS = 1_000_000
 MAX_THREADS = 1024
 MAX_PARTITIONS = 10_000
 MAX_NODES = 1_000_000
+MAX_FLOAT_LAYERS = 10_000
 MAX_REPEATS = 1_000
 
 
@@ -81,6 +83,8 @@ class SearchSpace:
         max_delegated_partitions: choices for delegating runtimes.
         min_nodes_per_partition: range for delegating runtimes.
         threads: thread counts.
+        float_layers: how many of the most sensitive layers an int8 configuration keeps
+            in float (0: the whole model int8), for runtimes that can.
     """
 
     runtimes: tuple[str, ...]
@@ -92,6 +96,7 @@ class SearchSpace:
     max_delegated_partitions: tuple[int, ...]
     min_nodes_per_partition: IntRange
     threads: tuple[int, ...]
+    float_layers: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""``nnsweep sensitivity``: rank a model's layers by what int8 costs each, through a runtime's quantizer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from nnsweep.cli._args import _positive_shape
+from nnsweep.cli._output import EXIT_OK, Status, _usage_error
+from nnsweep.core.errors import SpecError
+
+_OPTIONS = {
+    "model": "--model",
+    "weights": "--weights",
+    "input_shape": "--input-shape",
+    "runtime": "--runtime",
+    "quant": "--quant",
+    "quant.granularity": "--granularity",
+    "granularity": "--granularity",
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``nnsweep sensitivity``."""
+    parser = subparsers.add_parser(
+        "sensitivity",
+        help="rank a model's layers by how much int8 costs each, through a runtime's quantizer",
+        description="Quantize each convolution and linear layer of the model alone (the others float) with "
+        "the runtime's own int8 quantizer and rank the layers by the top-1 accuracy each costs on the "
+        "calibration split: the most sensitive are the ones to keep in float (space.float_layers, "
+        "bench --float-layers). Kept in the cache per model, runtime and granularity.",
+    )
+    parser.add_argument("--model", default="digits_outlier", help="a model reference, as for bench")
+    parser.add_argument("--weights", type=Path, help="state dict for a torchvision model (default: random weights)")
+    parser.add_argument("--input-shape", type=_positive_shape, help="input shape for user models, e.g. 1,3,224,224")
+    parser.add_argument("--runtime", required=True, help="onnxruntime, torch, executorch, litert or armnn")
+    parser.add_argument("--quant", default="static_int8", help="the int8 mode (the ranking quantizes statically)")
+    parser.add_argument("--granularity", help="per_tensor or per_channel weights (default: the runtime's own)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, cache_dir: Path) -> int:
+    from nnsweep.core import runtimes
+    from nnsweep.core.quant import QuantMode
+    from nnsweep.sensitivity.ranking import RANKED_RUNTIMES
+
+    try:
+        info = runtimes.get(args.runtime)
+        if args.runtime not in RANKED_RUNTIMES:
+            raise SpecError("runtime", f"no per-layer sensitivity for {args.runtime}; use {', '.join(RANKED_RUNTIMES)}")
+        mode = QuantMode(args.quant) if args.quant in {m.value for m in QuantMode} else None
+        if mode is None or not mode.is_int8:
+            allowed = ", ".join(m.value for m in QuantMode if m.is_int8)
+            raise SpecError("quant", f"{args.quant!r} is not an int8 mode; use one of {allowed}")
+        if mode not in info.modes:
+            raise SpecError("quant", f"{args.runtime} cannot do {mode.value}")
+        granularity = _granularity(args.granularity, info.modes[mode])
+        from nnsweep.models import check_reference
+
+        check_reference(args.model)
+    except SpecError as exc:
+        return _usage_error(exc, _OPTIONS)
+    status = Status(enabled=not args.json)
+    status.line(f"loading {args.model}", tty_only=True)
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.models import load_model
+    from nnsweep.sensitivity.ranking import ranking
+
+    cache = ArtifactCache(cache_dir)
+    try:
+        bundle = load_model(args.model, cache_dir=cache.models_dir, weights=args.weights, input_shape=args.input_shape)
+        start = time.perf_counter()
+        report, hit = ranking(bundle, args.runtime, granularity, cache_dir, progress=status.line)
+    except SpecError as exc:
+        status.clear()
+        return _usage_error(exc, _OPTIONS)
+    wall = time.perf_counter() - start
+    status.clear()
+    ranked = report.ranked("quantize_one")
+    cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
+    if args.json:
+        out = {
+            "model": args.model,
+            "runtime": args.runtime,
+            "granularity": granularity.value if granularity else None,
+            "whole_int8": report.whole_int8,
+            "all_float": report.all_float,
+            "ranked": [{"layer": layer, "cost": cost[layer]} for layer in ranked],
+            "seconds": report.seconds,
+            "wall_s": wall,
+            "cache_hit": hit,
+        }
+        sys.stdout.write(json.dumps(out) + "\n")
+        return EXIT_OK
+    g = f" {granularity.value}" if granularity else ""
+    lines = [
+        f"{args.model} on {args.runtime} (static int8{g}), top-1 on the calibration split:",
+        f"  all layers int8 {report.whole_int8:.2%}; the candidate layers float {report.all_float:.2%}",
+        "  layers by what quantizing each alone costs (keep the first K in float: --float-layers K):",
+    ]
+    lines += [f"  {i:3d}. {layer:<40} {cost[layer] * 100:+6.2f} points" for i, layer in enumerate(ranked, 1)]
+    source = "from the cache" if hit else f"measured in {report.seconds:.1f} s ({report.evaluations} runs)"
+    lines.append(f"  ({source}; {wall:.1f} s now)")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_OK
+
+
+def _granularity(given: str | None, allowed: frozenset) -> object:  # type: ignore[type-arg]
+    from nnsweep.core.quant import Granularity
+
+    if given is None:
+        return Granularity.PER_CHANNEL if Granularity.PER_CHANNEL in allowed else next(iter(sorted(allowed)), None)
+    try:
+        granularity = Granularity(given)
+    except ValueError:
+        raise SpecError("granularity", f"unknown value {given!r}; allowed: per_tensor, per_channel") from None
+    if granularity not in allowed:
+        raise SpecError("granularity", f"this runtime's mode allows {', '.join(sorted(g.value for g in allowed))}")
+    return granularity
