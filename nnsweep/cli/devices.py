@@ -73,6 +73,8 @@ def _space_lines(values: dict[str, Any]) -> str:
             lines.append(f"        calibration: {', '.join(v['calibration'])}")
         limits = "max_delegated_partitions, min_nodes_per_partition" if v["partition_limits"] else "do not apply"
         lines.append(f"        partition limits: {limits}")
+        floats = v.get("float_layers")
+        lines.append(f"        float_layers: {'yes (int8 modes)' if floats is True else f'no: {floats}'}")
     low, high = values["threads"]
     lines.append(f"    threads: {low} to {high}")
     return "".join(line + "\n" for line in lines)

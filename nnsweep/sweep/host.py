@@ -9,13 +9,15 @@ here touches torch or the disk and runs on the coordinator's host (or, for
 from __future__ import annotations
 
 import dataclasses
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.bench import MeasureSettings
 from nnsweep.core import runtimes
-from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.config import DeploymentConfig, Granularity
+from nnsweep.core.errors import SpecError
 from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
 from nnsweep.execution import ModelSource
 from nnsweep.sweep.lifecycle import Ticket
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from nnsweep.models import ModelBundle, ModelSnapshot
 
 __all__ = ["HostSide", "host_twin"]
+
+log = logging.getLogger(__name__)
 
 
 def host_twin(config: DeploymentConfig) -> DeploymentConfig | None:
@@ -54,11 +58,40 @@ class HostSide:
         self.eager_accuracy = 1.0
         self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
         self._pool: ThreadPoolExecutor | None = None
+        self._rankings: dict[tuple[str, Granularity | None], tuple[str, ...]] = {}
 
     @property
     def bundle(self) -> ModelBundle:
         assert self._bundle is not None, "load() first"
         return self._bundle
+
+    def float_layers(self, runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+        """The ``k`` layers of the model that ``runtime`` keeps in float: its own sensitivity
+        ranking (:func:`nnsweep.sensitivity.ranking.ranking`: measured once per model, runtime
+        and granularity, then read from the cache)."""
+        from nnsweep.sensitivity.ranking import ranking
+
+        if (runtime, granularity) not in self._rankings:
+            log.info("ranking the layers of %s through %s's quantizer (once per model)", self.source.ref, runtime)
+            report, _ = ranking(self.bundle, runtime, granularity, self.source.cache_root, progress=log.info)
+            self._rankings[(runtime, granularity)] = tuple(report.ranked())
+        return self._rankings[(runtime, granularity)][:k]
+
+    def check_float_layers(self, counts: tuple[int, ...]) -> None:
+        """Refuse counts of float layers the model does not have.
+
+        Raises:
+            SpecError: a count above the model's convolution and linear layers.
+        """
+        if max(counts) == 0:
+            return
+        from nnsweep.sensitivity.rank import quantizable_layers
+
+        n = len(quantizable_layers(self.bundle.module))
+        if max(counts) > n:
+            raise SpecError(
+                "space.float_layers", f"{max(counts)} is above the model's {n} convolution and linear layers"
+            )
 
     def _cache(self) -> ArtifactCache:
         from nnsweep.artifacts.cache import ArtifactCache

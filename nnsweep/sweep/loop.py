@@ -168,8 +168,9 @@ class Sweep:
         try:
             try:
                 self.host.load()
+                self.host.check_float_layers(self.spec.space.float_layers)
                 fp = fingerprint(self.spec, self.host.bundle)
-                plan = resume.check(self.spec, self.executor, fp, fresh=self.fresh)
+                plan = resume.check(self.spec, self.executor, fp, fresh=self.fresh, layers_for=self.host.float_layers)
             except SpecError:
                 lock.release()
                 if new_state is not None:  # refused before anything was measured: leave nothing behind

@@ -20,7 +20,16 @@ from nnsweep.sweep import studies
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.recorder import DeviceRun
 from nnsweep.sweep.scheduler import DeviceState, Scheduler, reuse_key
-from nnsweep.sweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, space_size
+from nnsweep.sweep.space import (
+    DeviceSpace,
+    LayersFor,
+    baseline_configs,
+    device_space,
+    mode_starts,
+    params_for,
+    placeholder_layers,
+    space_size,
+)
 from nnsweep.sweep.state import check_fingerprint
 
 if TYPE_CHECKING:
@@ -46,7 +55,14 @@ class Plan:
     sweep_id: str | None
 
 
-def check(spec: SweepSpec, executor: Executor, fingerprint: Mapping[str, str], *, fresh: bool) -> Plan:
+def check(
+    spec: SweepSpec,
+    executor: Executor,
+    fingerprint: Mapping[str, str],
+    *,
+    fresh: bool,
+    layers_for: LayersFor = placeholder_layers,
+) -> Plan:
     """Refuse the sweep now, or say how to open it.
 
     Raises:
@@ -65,7 +81,7 @@ def check(spec: SweepSpec, executor: Executor, fingerprint: Mapping[str, str], *
     devices = {}
     for name in spec.devices:
         caps = executor.capabilities(name)
-        devices[name] = (caps, device_space(spec, name, caps.runtimes, caps.cores))
+        devices[name] = (caps, device_space(spec, name, caps.runtimes, caps.cores, layers_for))
     return Plan(devices, sweep_id)
 
 

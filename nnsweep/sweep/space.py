@@ -65,16 +65,32 @@ class RuntimeChoices:
     max_partitions: tuple[int, ...]
     min_nodes: IntRange
     delegates: bool
+    float_layers: tuple[int, ...] = (0,)
+
+
+LayersFor = Callable[[str, Granularity | None, int], tuple[str, ...]]
+"""(runtime, weight granularity, K) -> the K layers to keep in float, most sensitive first."""
+
+
+def placeholder_layers(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+    """K distinct stand-in names: enough to count and compare configurations (:func:`space_size`)."""
+    return tuple(f"layer{i}" for i in range(k))
 
 
 @dataclass(frozen=True)
 class DeviceSpace:
-    """The sweep's space on one device."""
+    """The sweep's space on one device.
+
+    Args:
+        layers_for: names the layers a float-layer count keeps float (the coordinator's
+            cached sensitivity ranking; stand-in names where only counting matters).
+    """
 
     device: str
     runtimes: tuple[str, ...]
     choices: Mapping[str, RuntimeChoices]
     threads: tuple[int, ...]
+    layers_for: LayersFor = placeholder_layers
 
 
 def _orders(runtime: str, wanted: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[str, ...]:
@@ -93,7 +109,13 @@ def _orders(runtime: str, wanted: tuple[str, ...] | None, available: tuple[str, 
     return tuple(seen)
 
 
-def device_space(spec: SweepSpec, device: str, available: Mapping[str, tuple[str, ...]], cores: int) -> DeviceSpace:
+def device_space(
+    spec: SweepSpec,
+    device: str,
+    available: Mapping[str, tuple[str, ...]],
+    cores: int,
+    layers_for: LayersFor = placeholder_layers,
+) -> DeviceSpace:
     """Narrow ``spec.space`` to a device that offers ``available`` (runtime -> backends).
 
     The fp32 mode is always included: it is the baseline that the accuracy
@@ -128,11 +150,12 @@ def device_space(spec: SweepSpec, device: str, available: Mapping[str, tuple[str
             max_partitions=s.max_delegated_partitions,
             min_nodes=s.min_nodes_per_partition,
             delegates=info.delegates,
+            float_layers=s.float_layers if info.mixed_precision is None else (0,),
         )
     if not choices:
         raise SpecError("space.runtime", _unservable(spec, device, available))
     threads = tuple(t for t in s.threads if t <= max(cores, 1)) or (min(s.threads),)
-    return DeviceSpace(device=device, runtimes=tuple(choices), choices=choices, threads=threads)
+    return DeviceSpace(device=device, runtimes=tuple(choices), choices=choices, threads=threads, layers_for=layers_for)
 
 
 def _unservable(spec: SweepSpec, device: str, available: Mapping[str, tuple[str, ...]]) -> str:
@@ -190,7 +213,13 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
         else:
             min_n = trial.suggest_int(f"{runtime}.min_nodes_per_partition", c.min_nodes.low, c.min_nodes.high)
         limits = PartitionLimits(max_p, min_n)
-    quant = QuantConfig(mode=mode, granularity=granularity, calibration=calibration, interface=interface)
+    float_layers: tuple[str, ...] = ()
+    if mode.is_int8 and c.float_layers != (0,):
+        k = _pick(trial, f"{runtime}.float_layers", c.float_layers)
+        float_layers = space.layers_for(runtime, granularity, k) if k else ()
+    quant = QuantConfig(
+        mode=mode, granularity=granularity, calibration=calibration, interface=interface, float_layers=float_layers
+    )
     return DeploymentConfig(runtime, backends, quant, limits, threads)
 
 
@@ -242,6 +271,8 @@ def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
         if c.min_nodes.low != c.min_nodes.high and c.min_nodes.low <= min_n <= c.min_nodes.high:
             params[f"{rt}.min_nodes_per_partition"] = min_n
     put("threads", space.threads, config.threads)
+    if q.mode.is_int8 and c.float_layers != (0,):
+        put(f"{rt}.float_layers", c.float_layers, len(q.float_layers))
     return params
 
 
@@ -419,8 +450,9 @@ def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dic
 
     Returns:
         ``{"runtime": {name: {"backends", "quant", "calibration", "partition_limits",
-        "whole_model"}}, "threads": [1, cores]}``; ``quant`` maps each mode to the
-        granularities it allows (empty for fp32).
+        "float_layers", "whole_model"}}, "threads": [1, cores]}``; ``quant`` maps each mode
+        to the granularities it allows (empty for fp32); ``float_layers`` is ``True`` or the
+        reason the runtime cannot keep layers float.
     """
 
     def modes(table: Mapping[QuantMode, frozenset[Granularity]]) -> dict[str, list[str]]:
@@ -437,6 +469,8 @@ def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dic
             "quant": modes(info.modes),
             "calibration": sorted(c.value for c in info.calibrations),
             "partition_limits": info.delegates,
+            # True: int8 configurations may keep layers float (space.float_layers); else why not
+            "float_layers": True if info.mixed_precision is None else info.mixed_precision,
             # a backend that takes the whole model allows its own modes when it comes first
             "whole_model": {b: modes(t) for b, t in info.whole_model.items() if b in backends},
         }
