@@ -16,7 +16,7 @@ import pytest
 from nnsweep.artifacts.key import stage_key
 from nnsweep.artifacts.stages import CachedStages, StageStore
 from nnsweep.convert._base import Converter, Stages, quant_settings
-from nnsweep.core.quant import QuantConfig
+from nnsweep.core.quant import PartitionLimits, QuantConfig
 
 TOOLS = {"torch": "2.14.1", "converters": "0" * 16}
 MODEL = "m" * 64
@@ -181,3 +181,40 @@ def test_two_processes_building_the_same_stage_both_get_one_whole_identical_entr
     assert sorted(o["hit"] for o in outs) == [False, True]  # one built it, the other used the winner's
     entries = [m.parent for m in (tmp_path / "cache" / "stages").rglob("meta.json")]
     assert len(entries) == 1 and not list((tmp_path / "cache" / "staging").iterdir())
+
+
+_SECOND = {  # runtime -> (a first configuration, another one that shares its stages)
+    "executorch": (
+        {"backends": ("xnnpack", "portable")},
+        {"backends": ("xnnpack", "portable"), "partitions": PartitionLimits(1, 1)},
+    ),
+    "onnxruntime": ({"backends": ("cpu",)}, {"backends": ("xnnpack", "cpu")}),
+    "litert": ({"backends": ("xnnpack", "cpu")}, {"backends": ("cpu",)}),
+}
+_ENTRIES = {"executorch": {"executorch.program"}, "onnxruntime": {"onnxruntime.export", "onnxruntime.model"}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", sorted(_SECOND))
+def test_another_order_or_limit_reuses_the_stages_and_gives_a_fresh_conversions_bytes(
+    digits, tmp_path: Path, runtime: str
+) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.core import runtimes
+    from nnsweep.core.config import DeploymentConfig
+
+    cache = ArtifactCache(tmp_path / "cache")
+    quant = QuantConfig("static_int8", calibration_batches=2)
+    first, second = (DeploymentConfig(runtime, quant=quant, **kw) for kw in _SECOND[runtime])
+    built, _ = deploy.convert(digits, first, cache)
+    reused, hit = deploy.convert(digits, second, cache)
+    assert not hit and reused.path != built.path
+    stored = {m.parent.parent.parent.name for m in (cache.root / "stages").rglob("meta.json")}
+    assert stored == _ENTRIES.get(runtime, {"litert.tflite"})  # one of each: the second conversion built none
+    # The bytes a conversion without any stage store writes (as before stages existed).
+    converter = runtimes.load_object(runtimes.get(runtime).converter)()
+    assert type(converter).stages is Converter.stages
+    fresh = converter.convert(digits, second, tmp_path)
+    assert (tmp_path / fresh.filename).read_bytes() == reused.path.read_bytes()
+    assert fresh.partitions == reused.partitions
