@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,59 @@ def test_another_order_or_limit_reuses_the_stages_and_gives_a_fresh_conversions_
     fresh = converter.convert(digits, second, tmp_path)
     assert (tmp_path / fresh.filename).read_bytes() == reused.path.read_bytes()
     assert fresh.partitions == reused.partitions
+
+
+_CONVERTER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.core.config import DeploymentConfig, PartitionLimits, QuantConfig
+    from nnsweep.models import load_model
+
+    root, models, go, limit = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+    bundle = load_model("digits", cache_dir=models)
+    config = DeploymentConfig(
+        "executorch", ("xnnpack", "portable"), QuantConfig("static_int8", calibration_batches=2),
+        partitions=PartitionLimits(limit, 1),
+    )
+    (go.parent / f"ready-{limit}").touch()
+    while not go.exists():
+        time.sleep(0.01)
+    artifact, _ = deploy.convert(bundle, config, ArtifactCache(root))
+    print(json.dumps({"sha": artifact.sha256, "count": artifact.partitions.count}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_processes_converting_variants_of_one_model_at_once_share_one_whole_stage(
+    digits, models_dir: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    go, root = tmp_path / "go", tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CONVERTER, str(root), str(models_dir), str(go), str(limit)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for limit in (0, 1)
+    ]
+    deadline = time.monotonic() + 300
+    while not all((tmp_path / f"ready-{limit}").exists() for limit in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()  # both have imported torch and loaded the model: they start converting together
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    assert outs[1]["count"] == 1 and outs[0]["sha"] != outs[1]["sha"]
+    entries = [m.parent for m in (root / "stages").rglob("meta.json")]
+    assert len(entries) == 1 and not list((root / "staging").iterdir())
+    store = StageStore(root)
+    assert store.get("executorch.program", entries[0].name) == entries[0]  # whole: every checksum holds
