@@ -9,6 +9,7 @@ Layout::
 
     ROOT/artifacts/ab/abcdef.../model.pte   the artifact
     ROOT/artifacts/ab/abcdef.../meta.json   config, partition report, io, checksum
+    ROOT/stages/                            intermediate results conversions share (:mod:`nnsweep.artifacts.stages`)
     ROOT/models/                            trained weights of built-in models
 """
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nnsweep.artifacts.stages import StageStore
 from nnsweep.convert._base import ConversionResult
 from nnsweep.core.artifact import IOSpec, PartitionReport
 from nnsweep.core.config import DeploymentConfig
@@ -141,6 +143,11 @@ class ArtifactCache:
     def models_dir(self) -> Path:
         """Where built-in models keep their trained weights."""
         return self.root / "models"
+
+    @property
+    def stages(self) -> StageStore:
+        """The intermediate results of conversions, kept beside the artifacts."""
+        return StageStore(self.root)
 
     def _entry(self, key: str) -> Path:
         return self.root / "artifacts" / key[:2] / key

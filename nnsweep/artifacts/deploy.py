@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.artifacts.key import artifact_key
+from nnsweep.convert._base import Converter
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
@@ -59,6 +60,8 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
             converter = runtimes.load_object(info.converter)()
         except ImportError as exc:
             raise ConversionError(f"the {config.runtime} converter cannot be loaded here: {exc}") from exc
+        if isinstance(converter, Converter):  # what other configurations of this model can reuse
+            converter.stages = cache.stages.for_model(bundle.digest, config.runtime)
         try:
             # torch.export and FX tracing keep process-global state: one conversion at a time per process.
             with _CONVERT_LOCK:

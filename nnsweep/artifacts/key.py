@@ -14,6 +14,11 @@ An artifact's key is the full sha256 of
 
 The cache (:mod:`nnsweep.artifacts.cache`) stores entries under this key; nothing else
 builds one.
+
+A *stage* (an intermediate result several artifacts share, :mod:`nnsweep.artifacts.stages`)
+is keyed here too (:func:`stage_key`): the full sha256 of the model's digest, the stage's
+name, the settings that change its bytes (what the converter says, in canonical JSON) and
+the same toolchain as its runtime's artifacts (packages and converter sources).
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import platform
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
 from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig, canonical_json
 
-__all__ = ["artifact_key", "cache_key", "conversion_fields", "toolchain_versions"]
+__all__ = ["artifact_key", "cache_key", "conversion_fields", "runtime_toolchain", "stage_key", "toolchain_versions"]
 
 _CONVERTERS = Path(__file__).resolve().parent.parent / "convert"
 
@@ -61,8 +67,22 @@ def conversion_fields(config: DeploymentConfig) -> dict[str, object]:
 
 def artifact_key(model_digest: str, config: DeploymentConfig) -> tuple[str, dict[str, str]]:
     """The cache key of ``config``'s artifact, and the toolchain versions it includes."""
-    toolchain = dict(_toolchain(config.runtime))
+    toolchain = runtime_toolchain(config.runtime)
     return cache_key(model_digest, config, toolchain), toolchain
+
+
+def stage_key(model_digest: str, stage: str, settings: Mapping[str, object], toolchain: Mapping[str, str]) -> str:
+    """Full sha256 hex digest identifying one stage: ``stage`` of the model ``model_digest``
+    with ``settings`` (JSON-ready: what changes the stage's bytes), made by ``toolchain``."""
+    text = canonical_json(
+        {"model": model_digest, "stage": stage, "settings": dict(settings), "toolchain": dict(toolchain)}
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def runtime_toolchain(runtime: str) -> dict[str, str]:
+    """What an entry of ``runtime`` is built with: its packages' versions and nnsweep's converter sources."""
+    return dict(_toolchain(runtime))
 
 
 @functools.lru_cache(maxsize=32)

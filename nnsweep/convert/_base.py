@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.quant import QuantConfig
     from nnsweep.models import ModelBundle
 
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 
-__all__ = ["ConversionResult", "Converter", "IOSpec", "PartitionReport", "Placement"]
+__all__ = ["ConversionResult", "Converter", "IOSpec", "PartitionReport", "Placement", "Stages", "quant_settings"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,43 @@ class ConversionResult:
     estimates: Mapping[str, float] = field(default_factory=dict)
 
 
+class Stages:
+    """Where a converter gets the intermediate results that several conversions of one model
+    share (an exported program, a quantized model), each named by the stage and the settings
+    that change its bytes.
+
+    This base class keeps nothing: each stage is built into a temporary directory, used and
+    removed, as if there were no cache. :mod:`nnsweep.artifacts.stages` keeps them in the
+    artifact cache, for one model and one runtime's toolchain, and hands that store to each
+    converter it calls (:attr:`Converter.stages`).
+    """
+
+    @contextlib.contextmanager
+    def stage(self, name: str, settings: Mapping[str, object], build: Callable[[Path], None]) -> Iterator[Path]:
+        """The directory holding stage ``name`` for ``settings``, built by ``build(directory)``
+        when there is none. Read it only (copy what you change), within the ``with`` block.
+
+        Args:
+            name: the stage, e.g. ``"executorch.program"``.
+            settings: JSON-ready; everything that changes the stage's bytes besides the model
+                and the toolchain (the same settings must always build the same bytes).
+            build: writes the stage's files into the empty directory it is given.
+        """
+        with tempfile.TemporaryDirectory(prefix="nnsweep-stage-") as tmp:
+            build(Path(tmp))
+            yield Path(tmp)
+
+
+def quant_settings(quant: QuantConfig, *, without: tuple[str, ...] = ("interface",)) -> dict[str, object]:
+    """``quant`` as a stage's settings, less the fields the converter applies after the stage
+    (by default the interface); ``float_layers`` only when some layer stays in float, as in
+    :meth:`DeploymentConfig.to_dict`."""
+    fields = {f.name: getattr(quant, f.name) for f in dataclasses.fields(quant) if f.name not in without}
+    if not quant.float_layers:
+        fields.pop("float_layers", None)
+    return {k: v.value if hasattr(v, "value") else list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
 class Converter(ABC):
     """Turns a float model into a deployable artifact for one runtime.
 
@@ -46,7 +87,13 @@ class Converter(ABC):
     temporary directory that it moves into the cache afterwards. A converter
     raises :class:`~nnsweep.core.errors.ConversionError` with the reason when the
     model cannot be converted for this configuration.
+
+    :attr:`stages` is where it keeps what other configurations of the same model can reuse;
+    the caller sets it on the instance before :meth:`convert` (the class default keeps
+    nothing, so a converter that never uses it is unaffected).
     """
+
+    stages: Stages = Stages()
 
     @abstractmethod
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:

@@ -71,7 +71,7 @@ class ArmNNConverter(Converter):
         # Arm NN 22 pads a quantized PAD with the integer 0, not the zero point, which shifts
         # every padded border (int8 digits: 10.6 % top-1); its parser has no PADV2 to state
         # the value. With symmetric activations the zero point is 0 and padding is exact.
-        spec = export_tflite(bundle, config, path, symmetric_activations=True)
+        spec = export_tflite(bundle, config, path, symmetric_activations=True, stages=self.stages)
         model = tflite.load(path)
         added = tflite.add_fully_connected_bias(model)
         if added:

@@ -23,9 +23,9 @@ from typing import Any
 
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-from nnsweep.convert._base import ConversionResult
+from nnsweep.convert._base import ConversionResult, Stages
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
-from nnsweep.convert.pt2e import export, quantize, quantize_io
+from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantMode
 from nnsweep.core.errors import ConversionError
@@ -101,16 +101,26 @@ def _delegate_io(program: Any) -> dict[str, float] | None:
     }
 
 
-def convert_ethos_u(bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
-    """Lower for the Ethos-U named first in ``config.backends``; see the module docstring."""
+def convert_ethos_u(
+    bundle: ModelBundle, config: DeploymentConfig, out_dir: Path, stages: Stages | None = None
+) -> ConversionResult:
+    """Lower for the Ethos-U named first in ``config.backends``; see the module docstring.
+
+    The quantized program is a stage per target (:func:`~nnsweep.convert.pt2e.exported_program`):
+    other partition limits of the same model, quantization and target reuse it.
+    """
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 
     target = config.backends[0]
     with tempfile.TemporaryDirectory(prefix="nnsweep-vela-") as tmp:
         intermediates = Path(tmp)
         spec = EthosUCompileSpec(target).dump_intermediate_artifacts_to(str(intermediates))
-        model = quantize(bundle, config.quant, _quantizer(target, config, spec))
-        program = export(model, bundle.example_input, dynamic_batch=False)
+
+        def make() -> Any:
+            model = quantize(bundle, config.quant, _quantizer(target, config, spec))
+            return export(model, bundle.example_input, dynamic_batch=False)
+
+        program = exported_program(stages or Stages(), config.quant, f"arm-{target}", make)
         io_spec = quantize_io(program) if config.quant.interface is Interface.FULL else IOSpec()
         partitioner = LimitedPartitioner(EthosUPartitioner(spec), config.partitions)
         printed = io.StringIO()

@@ -23,7 +23,7 @@ from torch import nn
 
 from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
-from nnsweep.convert.pt2e import export, quantize, quantize_io
+from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.runtimes import ETHOS_U_TARGETS
@@ -79,24 +79,32 @@ def _quantizer(quant: QuantConfig) -> Any:
     return XNNPACKQuantizer().set_global(config)
 
 
+def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
+    model: nn.Module
+    if quant.mode is QuantMode.FP16:
+        model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
+    elif quant.mode.is_int8:
+        model = quantize(bundle, quant, _quantizer(quant))
+    else:
+        model = copy.deepcopy(bundle.module).eval()
+    return export(model, bundle.example_input, dynamic_batch=False)
+
+
 class ExecuTorchConverter(Converter):
-    """Lower a model to an ExecuTorch ``.pte`` with the configured delegates."""
+    """Lower a model to an ExecuTorch ``.pte`` with the configured delegates.
+
+    The exported program (quantized for int8 modes) is a stage (:func:`exported_program`):
+    another backend order or partition limit of the same model and quantization lowers it
+    again without exporting, quantizing and calibrating again.
+    """
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
         if config.backends[0] in ETHOS_U_TARGETS:
             from nnsweep.convert.ethosu import convert_ethos_u
 
-            return convert_ethos_u(bundle, config, out_dir)
+            return convert_ethos_u(bundle, config, out_dir, self.stages)
         quant = config.quant
-        example = bundle.example_input
-        model: nn.Module
-        if quant.mode is QuantMode.FP16:
-            model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
-        elif quant.mode.is_int8:
-            model = quantize(bundle, quant, _quantizer(quant))
-        else:
-            model = copy.deepcopy(bundle.module).eval()
-        program = export(model, example, dynamic_batch=False)
+        program = exported_program(self.stages, quant, "xnnpack", lambda: _program(bundle, quant))
         io = quantize_io(program) if quant.interface is Interface.FULL else IOSpec()
 
         partitioners: list[Partitioner] = []

@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import io
 import logging
+import shutil
 from pathlib import Path
 
 import litert_torch
@@ -30,7 +31,7 @@ from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
 from nnsweep.bench.runners.litert import interpreter, placement
 from nnsweep.convert import tflite
-from nnsweep.convert._base import ConversionResult, Converter
+from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
@@ -75,13 +76,23 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
 
 
 def export_tflite(
-    bundle: ModelBundle, config: DeploymentConfig, path: Path, *, symmetric_activations: bool = False
+    bundle: ModelBundle,
+    config: DeploymentConfig,
+    path: Path,
+    *,
+    symmetric_activations: bool = False,
+    stages: Stages | None = None,
 ) -> IOSpec:
     """Write ``bundle``'s model as ``.tflite`` to ``path`` for ``config``'s quantization and interface.
+
+    What litert-torch writes is a stage (``litert.tflite``, per quantization less the interface
+    and per ``symmetric_activations``): the backend order and the partition limits do not
+    change it, and the interface is applied to a copy.
 
     Args:
         symmetric_activations: int8 activations with zero point 0 (default: asymmetric,
             litert-torch's choice), for runtimes that pad quantized tensors with integer 0.
+        stages: where the stage is kept (default: nowhere).
 
     Raises:
         ConversionError: litert-torch cannot convert the model; the message says why.
@@ -89,15 +100,22 @@ def export_tflite(
     quant = config.quant
     if quant.mode not in (QuantMode.FP32, QuantMode.STATIC_INT8):
         raise ConversionError(f"the .tflite path does not do {quant.mode.value}")
-    # litert-torch reports progress on stdout, which belongs to the CLI (--json).
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(captured):
-            _convert(bundle, quant, symmetric_activations).export(str(path))
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
-        raise ConversionError(f"litert-torch could not convert the model: {type(exc).__name__}: {exc}") from exc
-    finally:
-        _log.debug("litert-torch: %s", captured.getvalue()[-2000:])
+
+    def build(directory: Path) -> None:
+        # litert-torch reports progress on stdout, which belongs to the CLI (--json).
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(captured):
+                _convert(bundle, quant, symmetric_activations).export(str(directory / _FILENAME))
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
+            raise ConversionError(f"litert-torch could not convert the model: {type(exc).__name__}: {exc}") from exc
+        finally:
+            _log.debug("litert-torch: %s", captured.getvalue()[-2000:])
+
+    # fp32 has no activation zero points: LiteRT's and Arm NN's float .tflite are the same file.
+    settings = {"quant": quant_settings(quant), "symmetric_activations": symmetric_activations and quant.mode.is_int8}
+    with (stages or Stages()).stage("litert.tflite", settings, build) as directory:
+        shutil.copyfile(directory / _FILENAME, path)
     if quant.mode is QuantMode.FP32:
         return IOSpec()
     model = tflite.load(path)
@@ -109,7 +127,11 @@ def export_tflite(
 
 
 class LiteRTConverter(Converter):
-    """``.tflite`` by litert-torch; the partition report from LiteRT's interpreter."""
+    """``.tflite`` by litert-torch; the partition report from LiteRT's interpreter.
+
+    The ``.tflite`` does not depend on the backend order: another order of the same model
+    and quantization copies the stage (:func:`export_tflite`) and only places it again.
+    """
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
         """Write ``model.tflite`` for ``config`` into ``out_dir`` and describe it.
@@ -118,7 +140,7 @@ class LiteRTConverter(Converter):
             ConversionError: the model cannot be deployed this way; the message says why.
         """
         path = out_dir / _FILENAME
-        spec = export_tflite(bundle, config, path)
+        spec = export_tflite(bundle, config, path, stages=self.stages)
         try:
             report = placement(interpreter(path, config.backends, 1), config.backends)
         except (ValueError, RuntimeError) as exc:

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import io
 import json
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
-from nnsweep.convert._base import ConversionResult, Converter
+from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
@@ -279,6 +280,31 @@ def _placement(path: Path, spec: IOSpec, bundle: ModelBundle, order: tuple[str, 
     )
 
 
+@contextlib.contextmanager
+def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig) -> Iterator[Path]:
+    """The ``.onnx`` for ``quant`` before any interface change, from its stage: the export
+    (``onnxruntime.export``, per model: every mode starts from it) for fp32, the converted
+    model (``onnxruntime.model``, per quantization less the interface) for the others."""
+
+    def export(directory: Path) -> None:
+        _export(bundle, directory / _FILENAME)
+
+    if quant.mode is QuantMode.FP32:
+        with stages.stage("onnxruntime.export", {}, export) as exported:
+            yield exported / _FILENAME
+        return
+
+    def build(directory: Path) -> None:
+        with stages.stage("onnxruntime.export", {}, export) as exported:
+            if quant.mode is QuantMode.FP16:
+                _to_fp16(exported / _FILENAME, directory / _FILENAME)
+            else:
+                _quantize(exported / _FILENAME, directory / _FILENAME, bundle, quant)
+
+    with stages.stage("onnxruntime.model", {"quant": quant_settings(quant)}, build) as converted:
+        yield converted / _FILENAME
+
+
 class OnnxRuntimeConverter(Converter):
     """Export to ONNX, quantize with ``onnxruntime.quantization``, report provider placement.
 
@@ -296,7 +322,9 @@ class OnnxRuntimeConverter(Converter):
       the model takes and returns uint8, and :class:`IOSpec` carries their scales.
 
     The backend order becomes the session's providers list; the partition report
-    comes from profiling one run with the providers this machine has.
+    comes from profiling one run with the providers this machine has. Neither file
+    depends on the order: the export and the converted model are stages (:func:`_model`),
+    so another order copies them and only profiles again.
     """
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
@@ -307,15 +335,8 @@ class OnnxRuntimeConverter(Converter):
         """
         quant = config.quant
         path = out_dir / _FILENAME
-        with tempfile.TemporaryDirectory() as tmp:
-            exported = Path(tmp) / "exported.onnx"
-            _export(bundle, exported)
-            if quant.mode is QuantMode.FP16:
-                _to_fp16(exported, path)
-            elif quant.mode.is_int8:
-                _quantize(exported, path, bundle, quant)
-            else:
-                path.write_bytes(exported.read_bytes())
+        with _model(self.stages, bundle, quant) as source:
+            shutil.copyfile(source, path)
         _check_self_contained(path)
         spec = _strip_io_quantization(path) if quant.interface is Interface.FULL else IOSpec()
         report = _placement(path, spec, bundle, config.backends)

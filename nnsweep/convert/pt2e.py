@@ -6,18 +6,23 @@ quantized interface. Imported by :mod:`nnsweep.convert.executorch` and
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from nnsweep.convert._base import Stages, quant_settings
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.models import ModelBundle
 
-__all__ = ["export", "quantize", "quantize_io"]
+__all__ = ["export", "exported_program", "quantize", "quantize_io"]
+
+_PROGRAM = "program.pt2"
 
 
 def export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torch.export.ExportedProgram:
@@ -61,6 +66,29 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
                 prepared(x)
     converted: nn.Module = convert_pt2e(prepared)
     return converted
+
+
+def exported_program(
+    stages: Stages, quant: QuantConfig, quantizer: str, make: Callable[[], torch.export.ExportedProgram]
+) -> torch.export.ExportedProgram:
+    """The exported (and quantized, for int8 modes) program for ``quant``: the
+    stage every backend order and partition limit of the same model and quantization shares.
+
+    Args:
+        quantizer: names the PT2E quantizer ``make`` builds (its settings beyond ``quant``).
+        make: builds the program on a miss.
+
+    The program is always read back from its ``.pt2``, so a conversion lowers the same
+    program whether the stage was built now or before. The interface (``full``) is not part
+    of the stage: the caller applies it to the loaded program.
+    """
+
+    def build(directory: Path) -> None:
+        torch.export.save(make(), directory / _PROGRAM)
+
+    settings = {"quant": quant_settings(quant), "quantizer": quantizer}
+    with stages.stage("executorch.program", settings, build) as directory:
+        return torch.export.load(directory / _PROGRAM)
 
 
 def quantize_io(program: torch.export.ExportedProgram) -> IOSpec:
