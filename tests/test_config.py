@@ -131,14 +131,20 @@ def test_a_whole_model_config_keeps_its_digest_and_dict_shape() -> None:
     assert DeploymentConfig.from_dict(plain.to_dict()) == plain
 
 
-def test_a_runtime_that_cannot_keep_layers_float_is_refused_naming_the_field() -> None:
+def test_a_runtime_that_cannot_keep_layers_float_is_refused_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
     from nnsweep.core import runtimes
 
-    cannot = [n for n in runtimes.names() if runtimes.get(n).mixed_precision is not None]
-    assert cannot
-    for name in cannot:
-        info = runtimes.get(name)
-        mode = next(m for m in info.modes if m.is_int8)
-        granularity = sorted(info.modes[mode])[0]
-        with pytest.raises(SpecError, match=r"quant\.float_layers.*cannot keep layers in float"):
-            DeploymentConfig(name, quant=QuantConfig(mode=mode, granularity=granularity, float_layers=("fc",)))
+    real = runtimes.get
+    cannot = dataclasses.replace(real("onnxruntime"), mixed_precision="its converter does not keep layers float")
+    monkeypatch.setattr(runtimes, "get", lambda name: cannot if name == "onnxruntime" else real(name))
+    with pytest.raises(SpecError, match=r"quant\.float_layers.*cannot keep layers in float"):
+        DeploymentConfig("onnxruntime", quant=QuantConfig(mode=QuantMode.STATIC_INT8, float_layers=("fc",)))
+    # An NPU runs int8 only, whatever its runtime can do elsewhere.
+    with pytest.raises(SpecError, match=r"quant\.float_layers.*int8 only"):
+        DeploymentConfig(
+            "executorch",
+            (runtimes.ETHOS_U_TARGETS[0],),
+            QuantConfig(mode=QuantMode.STATIC_INT8, granularity="per_channel", float_layers=("fc",)),
+        )

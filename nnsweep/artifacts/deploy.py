@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from nnsweep.bench._warm import ForkHere, WarmWorker
 
     Forker = WarmWorker | ForkHere
+    from nnsweep.convert._base import ConversionResult
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import ModelBundle, ModelSnapshot
 
@@ -65,7 +66,7 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
         try:
             # torch.export and FX tracing keep process-global state: one conversion at a time per process.
             with _CONVERT_LOCK:
-                return converter.convert(bundle, config, out_dir)
+                return _named_float_layers(converter.convert(bundle, config, out_dir), config)
         except TrialError:
             raise
         except OSError as exc:  # a full disk, a vanished folder: the machine's fault, not the config's
@@ -78,6 +79,16 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
     except OSError as exc:
         raise _storage_error(exc, cache.root) from exc
     return _for(artifact, config), hit
+
+
+def _named_float_layers(result: ConversionResult, config: DeploymentConfig) -> ConversionResult:
+    """The partition report says which layers a mixed-precision artifact keeps in float."""
+    layers = config.quant.float_layers
+    if not layers:
+        return result
+    note = f"kept in float (mixed precision): {', '.join(layers)}"
+    partitions = dataclasses.replace(result.partitions, notes=(*result.partitions.notes, note))
+    return dataclasses.replace(result, partitions=partitions)
 
 
 def _storage_error(exc: OSError, where: Any) -> ConversionStorageError:

@@ -45,6 +45,7 @@ _BENCH_OPTIONS = {
     "model": "--model",
     "weights": "--weights",
     "input_shape": "--input-shape",
+    "quant.float_layers": "--float-layers",
 }
 
 
@@ -86,6 +87,12 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--min-nodes", type=_int_in(1, 1_000_000), help="smaller delegated partitions fall back")
     parser.add_argument("--threads", type=_int_in(1, _MAX_THREADS), help="CPU threads (default 1)")
+    parser.add_argument(
+        "--float-layers",
+        type=_int_in(0, 10_000),
+        help="int8 modes: keep the K layers the runtime's quantizer finds most sensitive in float "
+        "(its ranking: nnsweep sensitivity; default 0, the whole model int8)",
+    )
 
 
 def _measure_options(parser: argparse.ArgumentParser) -> None:
@@ -172,10 +179,17 @@ def _bench_config(args: argparse.Namespace) -> Any:
         parts["min_nodes_per_partition"] = args.min_nodes
     if args.threads is not None:
         data["threads"] = args.threads
+    if args.float_layers:
+        # Stand-in names until the model's ranking names the layers (_name_float_layers):
+        # enough to check now that the runtime and mode can keep layers float.
+        quant["float_layers"] = [f"layer{i}" for i in range(args.float_layers)]
     data["quant"], data["partitions"] = quant, parts
     source = "--config" if args.config is not None else None
     try:
-        return DeploymentConfig.from_dict(data)
+        config = DeploymentConfig.from_dict(data)
+        if args.float_layers and not config.quant.float_layers:
+            raise SpecError("quant.float_layers", "keeps layers of an int8 model in float: give an int8 --quant")
+        return config
     except SpecError as exc:
         if len(exc.message) > 200:
             raise SpecError(exc.field, exc.message[:197] + "...") from None
@@ -220,6 +234,12 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     store = SnapshotStore(cache.models_dir)
     status = Status(enabled=not args.json)
     recipe = store.recipe(args.model, args.weights, args.input_shape)
+    if args.float_layers:
+        try:
+            config = _name_float_layers(args, config, cache_dir, status)
+        except SpecError as exc:
+            status.clear()
+            return _usage_error(exc, _BENCH_OPTIONS)
     snapshot = store.lookup(recipe) if recipe is not None else None
     artifact = deploy.cached(snapshot.digest, config, cache) if snapshot is not None else None
     try:
@@ -258,6 +278,45 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     else:
         sys.stdout.write(_bench_summary(result) + "\n")
     return EXIT_OK
+
+
+def _name_float_layers(args: argparse.Namespace, config: Any, cache_dir: Path, status: Status) -> Any:
+    """``config`` with its ``--float-layers`` K named: the K most sensitive layers of the
+    model by the runtime's own ranking (measured once, then read from the cache).
+
+    Raises:
+        SpecError: K above the model's convolution and linear layers.
+    """
+    import dataclasses
+
+    from nnsweep.models import SnapshotStore, load_model
+    from nnsweep.sensitivity.ranking import cached_ranking, ranking
+
+    store = SnapshotStore(cache_dir / "models")
+    recipe = store.recipe(args.model, args.weights, args.input_shape)
+    snapshot = store.lookup(recipe) if recipe is not None else None
+    granularity = config.quant.granularity
+    report = cached_ranking(snapshot.digest, config.runtime, granularity, cache_dir) if snapshot else None
+    if report is None:
+        status.line(f"loading {args.model} ...", tty_only=True)
+        bundle = load_model(
+            args.model, cache_dir=cache_dir / "models", weights=args.weights, input_shape=args.input_shape
+        )
+        _check_float_layer_count(bundle, args.float_layers)
+        status.line(f"ranking the layers of {args.model} through {config.runtime}'s quantizer ...")
+        report, _ = ranking(bundle, config.runtime, granularity, cache_dir, progress=status.line)
+    if args.float_layers > len(report.layers):
+        raise SpecError("quant.float_layers", f"{args.float_layers} is above the model's {len(report.layers)} layers")
+    names = tuple(report.ranked())[: args.float_layers]
+    return dataclasses.replace(config, quant=dataclasses.replace(config.quant, float_layers=names))
+
+
+def _check_float_layer_count(bundle: Any, k: int) -> None:
+    from nnsweep.sensitivity.rank import quantizable_layers
+
+    n = len(quantizable_layers(bundle.module))
+    if k > n:
+        raise SpecError("quant.float_layers", f"{k} is above the model's {n} convolution and linear layers")
 
 
 _STOPPED = {

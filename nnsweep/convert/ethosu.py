@@ -111,6 +111,8 @@ def convert_ethos_u(
     """
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 
+    if config.quant.float_layers:
+        raise ConversionError("the Ethos-U NPU runs int8 only: no layer can stay float on it (quant.float_layers)")
     target = config.backends[0]
     with tempfile.TemporaryDirectory(prefix="nnsweep-vela-") as tmp:
         intermediates = Path(tmp)

@@ -21,6 +21,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch import nn
 
+from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
 from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
@@ -29,7 +30,7 @@ from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Inte
 from nnsweep.core.runtimes import ETHOS_U_TARGETS
 from nnsweep.models import ModelBundle
 
-__all__ = ["BACKEND_IDS", "ExecuTorchConverter"]
+__all__ = ["BACKEND_IDS", "ExecuTorchConverter", "xnnpack_quantizer"]
 
 # nnsweep backend name -> ExecuTorch runtime backend id (what the .pte asks the runtime for).
 BACKEND_IDS = {"xnnpack": "XnnpackBackend"}
@@ -59,7 +60,8 @@ class _HalfPrecision(nn.Module):
         return _pytree.tree_map(lambda t: t.float(), self.model(x.half()))
 
 
-def _quantizer(quant: QuantConfig) -> Any:
+def xnnpack_quantizer(quant: QuantConfig) -> Any:
+    """ExecuTorch's XNNPACK PT2E quantizer for ``quant``, leaving ``quant.float_layers`` in float."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
@@ -76,7 +78,7 @@ def _quantizer(quant: QuantConfig) -> Any:
         spec = config.input_activation
         act = dataclasses.replace(spec, observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12))
         config = dataclasses.replace(config, input_activation=act, output_activation=act)
-    return XNNPACKQuantizer().set_global(config)
+    return float_fallback.pt2e_keep_float(XNNPACKQuantizer().set_global(config), quant.float_layers)
 
 
 def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
@@ -84,7 +86,7 @@ def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedPr
     if quant.mode is QuantMode.FP16:
         model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
     elif quant.mode.is_int8:
-        model = quantize(bundle, quant, _quantizer(quant))
+        model = quantize(bundle, quant, xnnpack_quantizer(quant))
     else:
         model = copy.deepcopy(bundle.module).eval()
     return export(model, bundle.example_input, dynamic_batch=False)

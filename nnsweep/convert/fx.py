@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from nnsweep.convert import float_fallback
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
@@ -94,7 +95,7 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
 
     model = copy.deepcopy(bundle.module)
     example = (bundle.example_input,)
-    mapping = qconfig_mapping(engine, quant)
+    mapping = float_fallback.fx_keep_float(qconfig_mapping(engine, quant), quant.float_layers)
     if quant.mode is QuantMode.QAT_INT8:
         prepared = prepare_qat_fx(model.train(), mapping, example)
         qat_finetune(prepared, bundle, quant, batch_size=32)

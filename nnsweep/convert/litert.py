@@ -30,7 +30,7 @@ from torchao.quantization.pt2e import quantize_pt2e
 from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
 from nnsweep.bench.runners.litert import interpreter, placement
-from nnsweep.convert import tflite
+from nnsweep.convert import float_fallback, tflite
 from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core.artifact import IOSpec
@@ -38,14 +38,15 @@ from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Inte
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
-__all__ = ["LiteRTConverter", "export_tflite"]
+__all__ = ["LiteRTConverter", "export_tflite", "litert_quantizer"]
 
 _FILENAME = "model.tflite"
 _log = logging.getLogger(__name__)
 _OBSERVERS = {Calibration.MINMAX: MinMaxObserver, Calibration.HISTOGRAM: HistogramObserver}
 
 
-def _quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_quantizer.PT2EQuantizer:
+def litert_quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_quantizer.PT2EQuantizer:
+    """litert-torch's PT2E quantizer for ``quant``, leaving ``quant.float_layers`` in float."""
     config = pt2e_quantizer.get_symmetric_quantization_config(
         is_per_channel=quant.granularity is Granularity.PER_CHANNEL
     )
@@ -57,7 +58,8 @@ def _quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_quantize
     act_in = dataclasses.replace(config.input_activation, **activation)
     act_out = dataclasses.replace(config.output_activation, **activation)
     config = dataclasses.replace(config, input_activation=act_in, output_activation=act_out)
-    return pt2e_quantizer.PT2EQuantizer().set_global(config)
+    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(config)
+    return float_fallback.pt2e_keep_float(quantizer, quant.float_layers)  # type: ignore[no-any-return]
 
 
 def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: bool) -> litert_torch.model.Model:
@@ -65,7 +67,7 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     args = (bundle.example_input,)
     if quant.mode is QuantMode.FP32:
         return litert_torch.convert(module, args)
-    quantizer = _quantizer(quant, symmetric_activations)
+    quantizer = litert_quantizer(quant, symmetric_activations)
     graph = torch.export.export(module, args).module()
     graph = quantize_pt2e.prepare_pt2e(graph, quantizer)
     with torch.no_grad():

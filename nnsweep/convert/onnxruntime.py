@@ -37,6 +37,7 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
+from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
@@ -107,10 +108,14 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
         # inference is for dynamic (transformer) shapes; ours are all static.
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        excluded = _float_nodes(prepared, quant.float_layers)
         if quant.mode is QuantMode.DYNAMIC_INT8:
             # Weights int8 (per channel or per tensor); activations quantized to uint8 at
             # run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger.
-            quantize_dynamic(str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
+            quantize_dynamic(
+                str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8,
+                nodes_to_exclude=excluded,
+            )  # fmt: skip
             return
         method, options = _CALIBRATORS[quant.calibration or Calibration.MINMAX]
         ranges = Path(tmp) / "ranges.json"
@@ -143,7 +148,26 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             calibrate_method=method,
             calibration_cache_path=ranges,
             op_types_to_quantize=_STATIC_OPS,
+            nodes_to_exclude=excluded,
         )
+
+
+def _float_nodes(prepared: Path, layers: tuple[str, ...]) -> list[str]:
+    """The nodes of a pre-processed model that come from ``layers`` (module paths), which
+    the quantizer leaves float. The model must come from the scoped export
+    (:func:`~nnsweep.convert.float_fallback.export_onnx_scoped`: node names carry their
+    module path).
+
+    Raises:
+        ConversionError: a layer that no node comes from.
+    """
+    if not layers:
+        return []
+    model = onnx.load(str(prepared), load_external_data=False)
+    missing = [name for name in layers if not float_fallback.onnx_nodes_in(model, [name])]
+    if missing:
+        raise ConversionError(f"no ONNX node comes from the module(s) {', '.join(missing)} kept in float")
+    return float_fallback.onnx_nodes_in(model, layers)
 
 
 def _to_fp16(source: Path, target: Path) -> None:
@@ -294,8 +318,15 @@ def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig) -> Iterator[
             yield exported / _FILENAME
         return
 
+    # Keeping layers float needs node names that carry module paths: the scoped export
+    # (unfused, constants folded), a stage of its own.
+    export_stage = "onnxruntime.export.scoped" if quant.float_layers else "onnxruntime.export"
+
+    def scoped(directory: Path) -> None:
+        float_fallback.export_onnx_scoped(bundle.module, bundle.example_input, directory / _FILENAME)
+
     def build(directory: Path) -> None:
-        with stages.stage("onnxruntime.export", {}, export) as exported:
+        with stages.stage(export_stage, {}, scoped if quant.float_layers else export) as exported:
             if quant.mode is QuantMode.FP16:
                 _to_fp16(exported / _FILENAME, directory / _FILENAME)
             else:

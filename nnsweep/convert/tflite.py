@@ -193,11 +193,14 @@ def float_interface(model: schema.ModelT) -> None:
     if len(subgraph.inputs) != 1:
         raise ConversionError(f"the model has {len(subgraph.inputs)} inputs; nnsweep deploys models with one")
     q_in = int(subgraph.inputs[0])
-    q_outs = [int(t) for t in subgraph.outputs]
-    _io_tensor(subgraph, q_in, "input")
+    # An end already float (a first or last layer kept in float, quant.float_layers) stays as it is.
+    q_outs = [int(t) for t in subgraph.outputs if subgraph.tensors[int(t)].type != schema.TensorType.FLOAT32]
+    float_input = subgraph.tensors[q_in].type == schema.TensorType.FLOAT32
+    if not float_input:
+        _io_tensor(subgraph, q_in, "input")
     for q_out in q_outs:
         _io_tensor(subgraph, q_out, "output")
-    f_in = _float_twin(subgraph, q_in, "quantized")
+    f_in = q_in if float_input else _float_twin(subgraph, q_in, "quantized")
     # Version 2 of QUANTIZE and DEQUANTIZE is the one for int8 (version 1: uint8).
     quantize = schema.OperatorT()
     quantize.opcodeIndex = _opcode(model, schema.BuiltinOperator.QUANTIZE, 2)
@@ -212,9 +215,9 @@ def float_interface(model: schema.ModelT) -> None:
         dequantize.inputs = np.array([q_out], dtype=np.int32)
         dequantize.outputs = np.array([twins[q_out]], dtype=np.int32)
         dequantizes.append(dequantize)
-    subgraph.operators = [quantize, *subgraph.operators, *dequantizes]
+    subgraph.operators = [*([] if float_input else [quantize]), *subgraph.operators, *dequantizes]
     subgraph.inputs = np.array([f_in], dtype=np.int32)
-    subgraph.outputs = np.array([twins[q] for q in q_outs], dtype=np.int32)
+    subgraph.outputs = np.array([twins.get(int(q), int(q)) for q in subgraph.outputs], dtype=np.int32)
     for signature in model.signatureDefs or ():
         for binding in signature.inputs or ():
             if binding.tensorIndex == q_in:

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from nnsweep.bench.runners.torch import META_FILE, pick_engine
+from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.fx import quantize_fx, quantized_engine, strip_io_quantization
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
@@ -255,7 +256,14 @@ class TorchConverter(Converter):
 
                 per_channel = quant.granularity is Granularity.PER_CHANNEL
                 qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
-                model = quantize_dynamic(copy.deepcopy(bundle.module).eval(), {nn.Linear: qconfig})
+                float_model = copy.deepcopy(bundle.module).eval()
+                # The Linear layers, less those kept in float (quant.float_layers), by module path.
+                linears = {
+                    name: qconfig
+                    for name, module in float_model.named_modules()
+                    if isinstance(module, nn.Linear) and not float_fallback.in_modules(name, quant.float_layers)
+                }
+                model = quantize_dynamic(float_model, linears)
             elif quant.mode.is_static and engine is not None:
                 graph_module = quantize_fx(bundle, quant, engine)
                 if quant.interface is Interface.FULL:

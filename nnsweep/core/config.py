@@ -151,6 +151,8 @@ class DeploymentConfig:
         quant = q.mode.value + (f"({q.granularity.value})" if q.granularity else "")
         if q.interface is Interface.FULL:
             quant += "[full]"
+        if q.float_layers:  # mixed precision: how many layers stay float (the params name them)
+            quant += f"+{len(q.float_layers)}float"
         text = f"{self.runtime}/{'>'.join(self.backends) or '-'}/{quant}"
         if not self.partitions.is_default:
             p = self.partitions

@@ -135,6 +135,8 @@ class RuntimeInfo:
                 "quant.interface",
                 f"{self.name} has no quantized-in/out ('full') interface for {q.mode.value}; use 'core'",
             )
+        if q.float_layers and config.backends[:1] and config.backends[0] in ETHOS_U_TARGETS:
+            raise SpecError("quant.float_layers", f"{config.backends[0]} runs int8 only: no layer can stay float on it")
         if q.float_layers and self.mixed_precision is not None:
             can = ", ".join(info.name for info in _load().values() if info.mixed_precision is None) or "none"
             raise SpecError(
@@ -211,6 +213,7 @@ _ETHOS_MODES = {QuantMode.STATIC_INT8: _I8, QuantMode.QAT_INT8: _I8}
 _BUILTIN: dict[str, RuntimeInfo] = {
     "executorch": RuntimeInfo(
         name="executorch",
+        mixed_precision=None,  # its converter keeps quant.float_layers in float
         probe="nnsweep.agents._probe:executorch_backends",
         backends=("xnnpack", *ETHOS_U_TARGETS, "portable"),
         fallback="portable",
@@ -234,6 +237,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "onnxruntime": RuntimeInfo(
         name="onnxruntime",
+        mixed_precision=None,  # its converter keeps quant.float_layers in float
         probe="nnsweep.agents._probe:onnxruntime_backends",
         backends=("cpu", "xnnpack", "acl", "armnn", "nnapi", "openvino", "cuda"),
         fallback="cpu",
@@ -258,6 +262,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "torch": RuntimeInfo(
         name="torch",
+        mixed_precision=None,  # its converter keeps quant.float_layers in float
         probe="nnsweep.agents._probe:torch_backends",
         backends=("x86", "fbgemm", "qnnpack", "onednn", "nnapi"),
         fallback=None,
@@ -290,6 +295,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "litert": RuntimeInfo(
         name="litert",
+        mixed_precision=None,  # its converter keeps quant.float_layers in float
         probe="nnsweep.agents._probe:litert_backends",
         # The XNNPACK delegate, then LiteRT's builtin CPU kernels for what it does not take.
         backends=("xnnpack", "cpu"),
@@ -309,6 +315,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
     ),
     "armnn": RuntimeInfo(
         name="armnn",
+        mixed_precision=None,  # its converter keeps quant.float_layers in float
         probe="nnsweep.agents._probe:armnn_backends",
         backends=ARMNN_BACKENDS,
         fallback="CpuRef",

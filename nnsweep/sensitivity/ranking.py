@@ -43,7 +43,7 @@ from nnsweep.sensitivity.rank import (
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle
 
-__all__ = ["RANKED_RUNTIMES", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
+__all__ = ["RANKED_RUNTIMES", "cached_ranking", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
 
 log = logging.getLogger(__name__)
 
@@ -86,28 +86,16 @@ def ranking(
     Raises:
         SpecError: no ranking for this runtime, or a model without labels.
     """
-    from nnsweep.artifacts.key import runtime_toolchain, stage_key
-
     if runtime not in RANKED_RUNTIMES:
-        raise SpecError(
-            "runtime", f"no per-layer sensitivity for {runtime}; it has one for: {', '.join(RANKED_RUNTIMES)}"
-        )
+        known = ", ".join(RANKED_RUNTIMES)
+        raise SpecError("runtime", f"no per-layer sensitivity for {runtime}; it has one for: {known}")
     if bundle.dataset.calibration.labels is None:
         raise SpecError("model", "per-layer sensitivity needs labelled data (top-1 on the calibration split)")
     granularity = granularity or Granularity.PER_TENSOR
-    settings = {
-        "runtime": runtime,
-        "granularity": granularity.value,
-        "method": "quantize_one",
-        "samples": CALIBRATION_SAMPLES,
-    }
-    key = stage_key(bundle.digest, "sensitivity", settings, runtime_toolchain(runtime))
-    path = cache_root / "sensitivity" / key[:2] / f"{key}.json"
-    if path.is_file():
-        try:
-            return report_from_dict(json.loads(path.read_text())), True
-        except (ValueError, KeyError, TypeError) as exc:  # a damaged entry is measured again
-            log.warning("sensitivity entry %s is damaged (%s); measuring again", path.name, exc)
+    found = cached_ranking(bundle.digest, runtime, granularity, cache_root)
+    if found is not None:
+        return found, True
+    path = _entry(bundle.digest, runtime, granularity, cache_root)
     layers = quantizable_layers(bundle.module)
     evaluate = evaluator(bundle, runtime, granularity)
     done = [0]
@@ -122,6 +110,33 @@ def ranking(
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(report_to_dict(report)))
     return report, False
+
+
+def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path) -> Path:
+    from nnsweep.artifacts.key import runtime_toolchain, stage_key
+
+    settings = {
+        "runtime": runtime,
+        "granularity": granularity.value,
+        "method": "quantize_one",
+        "samples": CALIBRATION_SAMPLES,
+    }
+    key = stage_key(digest, "sensitivity", settings, runtime_toolchain(runtime))
+    return cache_root / "sensitivity" / key[:2] / f"{key}.json"
+
+
+def cached_ranking(
+    digest: str, runtime: str, granularity: Granularity | None, cache_root: Path
+) -> SensitivityReport | None:
+    """The report :func:`ranking` kept for the model ``digest``, if any (a damaged one: ``None``)."""
+    path = _entry(digest, runtime, granularity or Granularity.PER_TENSOR, cache_root)
+    if not path.is_file():
+        return None
+    try:
+        return report_from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as exc:  # a damaged entry is measured again
+        log.warning("sensitivity entry %s is damaged (%s); measuring again", path.name, exc)
+        return None
 
 
 def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
@@ -162,9 +177,9 @@ def _pt2e_evaluator(bundle: ModelBundle, runtime: str, per_channel: bool) -> Eva
             from nnsweep.convert.executorch import xnnpack_quantizer
 
             return xnnpack_quantizer(quant)
-        from nnsweep.convert.litert import pt2e_quantizer
+        from nnsweep.convert.litert import litert_quantizer
 
-        return pt2e_quantizer(quant, symmetric_activations=runtime == "armnn")
+        return litert_quantizer(quant, symmetric_activations=runtime == "armnn")
 
     def evaluate(keep: frozenset[str]) -> float:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))

@@ -134,6 +134,7 @@ def device_space(
         if not orders:
             continue
         calibrations = tuple(c for c in s.calibration if c in info.calibrations)
+        npu_only = all(o.split(ORDER_SEP)[0] in runtimes.ETHOS_U_TARGETS for o in orders)
         modes = [m for m in s.quant if m in info.modes and (m is not QuantMode.STATIC_INT8 or calibrations)]
         if QuantMode.FP32 not in modes:
             modes.insert(0, QuantMode.FP32)
@@ -150,7 +151,7 @@ def device_space(
             max_partitions=s.max_delegated_partitions,
             min_nodes=s.min_nodes_per_partition,
             delegates=info.delegates,
-            float_layers=s.float_layers if info.mixed_precision is None else (0,),
+            float_layers=s.float_layers if info.mixed_precision is None and not npu_only else (0,),
         )
     if not choices:
         raise SpecError("space.runtime", _unservable(spec, device, available))
