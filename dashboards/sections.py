@@ -19,6 +19,7 @@ from nnsweep.spec import Objective
 from . import _format as f
 
 if TYPE_CHECKING:
+    from nnsweep.sensitivity.rank import SensitivityReport
     from nnsweep.sweep.front import BestChoice, SharedChoice
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "partition_details",
     "plot_block",
     "run_url",
+    "sensitivity_table",
     "shared_choice",
     "slug",
     "trials_table",
@@ -321,4 +323,24 @@ def shared_choice(choice: SharedChoice | None, devices: Sequence[str]) -> str:
         f"<thead><tr><th>device</th><th>this configuration: {esc(metric)}</th><th>the device's own best</th>"
         f"<th>its {esc(metric)}</th><th>cost of sharing</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def sensitivity_table(runtime: str, granularity: str, report: SensitivityReport) -> str:
+    """One runtime's per-layer sensitivity (``nnsweep sensitivity``): the layers a
+    ``float_layers`` count keeps float, in order, with what quantizing each alone costs."""
+    cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
+    rows = "".join(
+        f'<tr><td class="num">{i}</td><td><code>{esc(layer)}</code></td>'
+        f'<td class="num">{cost[layer] * 100:+.2f}</td></tr>'
+        for i, layer in enumerate(report.ranked(), 1)
+    )
+    return (
+        f'<div class="card sensitivity" data-runtime="{esc(runtime)}">'
+        f"<h3>Layer sensitivity: {esc(runtime)}, static int8 {esc(granularity)}</h3>"
+        f"<p>Top-1 on the calibration split: every layer int8 {report.whole_int8:.2%}, the candidate layers "
+        f"float {report.all_float:.2%}. A configuration with float_layers K keeps the first K float.</p>"
+        '<table><thead><tr><th scope="col">K</th><th scope="col">layer</th>'
+        '<th scope="col">points lost when quantized alone</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table></div>"
     )

@@ -37,6 +37,13 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--runtime", "onnxruntime", "--quant", "qat_int8"], "--quant", "no training loop"),
         (["--runtime", "torch", "--max-partitions", "2"], "--max-partitions", "executorch"),
         (["--granularity", "per_row", "--quant", "static_int8"], "--granularity", "per_tensor, per_channel"),
+        (["--float-layers", "-1", "--quant", "static_int8"], "--float-layers", "give 0 to 10,000"),
+        (["--float-layers", "2", "--quant", "fp32"], "--float-layers", "give an int8 --quant"),
+        (
+            ["--float-layers", "2", "--quant", "static_int8", "--backends", "ethos-u55-128"],
+            "--float-layers",
+            "int8 only",
+        ),
     ],
 )
 def test_bad_bench_input_exits_2_with_one_line_and_writes_nothing(
@@ -333,3 +340,53 @@ def test_devices_shows_the_exact_space_values_each_device_accepts(capsys: pytest
     assert set(ort["quant"]) == {m.value for m in get("onnxruntime").modes}
     assert ort["quant"]["fp32"] == [] and "per_tensor" in ort["quant"]["static_int8"]
     assert ort["partition_limits"] is False and host["space"]["runtime"]["executorch"]["partition_limits"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "allowed"),
+    [
+        (["--runtime", "nope"], "--runtime", "allowed: executorch"),
+        (["--runtime", "onnxruntime", "--quant", "fp32"], "--quant", "not an int8 mode"),
+        (["--runtime", "armnn", "--granularity", "per_channel"], "--granularity", "per_tensor"),
+    ],
+)
+def test_bad_sensitivity_input_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], option: str, allowed: str
+) -> None:
+    cache = tmp_path / "cache"
+    code = main(["--cache-dir", str(cache), "sensitivity", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert option in err and allowed in err, err
+    assert not cache.exists()
+
+
+@pytest.mark.slow
+def test_sensitivity_ranks_the_outlier_pair_first_and_is_kept(tmp_path: Path, models_dir: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    args = ["--cache-dir", str(cache), "sensitivity", "--model", "digits_outlier", "--runtime", "onnxruntime"]
+    first = _run([*args, "--granularity", "per_tensor", "--json"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout)
+    # the four outlier channels sit between blocks.2.dw and blocks.2.pw1: quantizing either alone costs most
+    assert {r["layer"] for r in report["ranked"][:2]} == {"blocks.2.dw", "blocks.2.pw1"}
+    assert report["whole_int8"] < report["all_float"] - 0.05 and not report["cache_hit"]
+    again = json.loads(_run([*args, "--granularity", "per_tensor", "--json"], tmp_path).stdout)
+    assert again["cache_hit"] and again["ranked"] == report["ranked"]
+    # bench --float-layers 2 keeps that pair float: back within a point of fp32, and says so
+    bench = ["--cache-dir", str(cache), "bench", "--model", "digits_outlier", "--runtime", "onnxruntime"]
+    whole = json.loads(
+        _run([*bench, "--quant", "static_int8", "--granularity", "per_tensor", "--json"], tmp_path).stdout
+    )
+    fp32 = json.loads(_run([*bench, "--json"], tmp_path).stdout)
+    mixed_proc = _run(
+        [*bench, "--quant", "static_int8", "--granularity", "per_tensor", "--float-layers", "2", "--json"], tmp_path
+    )
+    mixed = json.loads(mixed_proc.stdout)
+    assert whole["accuracy"] < fp32["accuracy"] - 0.01 <= mixed["accuracy"]
+    assert sorted(mixed["config"]["quant"]["float_layers"]) == ["blocks.2.dw", "blocks.2.pw1"]
+    assert any("kept in float" in note for note in mixed["partitions"]["notes"])
+    too_many = _run([*bench, "--quant", "static_int8", "--float-layers", "99"], tmp_path)
+    assert too_many.returncode == 2 and "above the model's" in too_many.stderr

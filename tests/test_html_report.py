@@ -415,3 +415,18 @@ def test_remeasured_figures_show_their_interval_and_flag_a_sweep_figure_off_by_1
     # the baseline (#0): within 10 %, shown with its interval but not flagged; named under the speed-up chart
     assert "[0.2501 ms, 0.2630 ms] (88%)<" in page_html
     assert "The fp32 baseline on host: p50 0.2553 ms, re-measured [0.2501 ms, 0.2630 ms] (88%)." in page_html
+
+
+def test_the_report_shows_each_layer_ranking_the_sweep_used() -> None:
+    from nnsweep.dashboards.sample import sample_devices, sample_spec
+    from nnsweep.report.html import render_report
+    from nnsweep.sensitivity.rank import LayerSensitivity, SensitivityReport
+
+    report = SensitivityReport(
+        0.2, 0.99, (LayerSensitivity("blocks.2.dw", 0.0, 0.30), LayerSensitivity("head", 0.0, 0.985)), 4.0, 4
+    )
+    html_text = render_report(sample_spec(), sample_devices(), sensitivity=[("onnxruntime", "per_tensor", report)])
+    card = html_text[html_text.index('data-runtime="onnxruntime"') :]
+    assert "Layer sensitivity: onnxruntime, static int8 per_tensor" in card
+    # ranked by what quantizing each alone costs: blocks.2.dw (69 points) before head (0.5)
+    assert card.index("blocks.2.dw") < card.index("head") and "+69.00" in card and "+0.50" in card

@@ -49,7 +49,9 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
     tracking = spec.tracking
     tracker = NullTracker() if args.no_tracking else MlflowTracker(tracking.uri, tracking.experiment, spec.name)
-    path = _report_file._publish_report(spec, args.out, tracker, devices=devices, ui_url=args.ui_url)
+    path = _report_file._publish_report(
+        spec, args.out, tracker, devices=devices, ui_url=args.ui_url, cache_dir=cache_dir
+    )
     attached = [d.device for d in devices if tracker.trial_links(d.device)]
     where = f"; attached to the MLflow runs of {', '.join(attached)}" if attached else ""
     sys.stdout.write(f"{path} ({path.stat().st_size:,} bytes){where}\n")

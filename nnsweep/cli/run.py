@@ -69,7 +69,9 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     try:
         with _stop_on_signals(sweep.stop):
             results = sweep.run()
-        report = _report_file._publish_report(spec, args.report, tracker, devices=[_device_trials(r) for r in results])
+        report = _report_file._publish_report(
+            spec, args.report, tracker, devices=[_device_trials(r) for r in results], cache_dir=cache_dir
+        )
     except SpecError as exc:  # found only once the devices are known (e.g. a device offers none of the runtimes)
         return _usage_error(exc, _SPEC_OPTIONS)
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.front import best_across_devices, best_choice, best_trial, pareto_front
 
 if TYPE_CHECKING:
+    from nnsweep.sensitivity.rank import SensitivityReport
     from nnsweep.spec import SweepSpec
     from nnsweep.tracking import Tracker
 
@@ -125,8 +126,10 @@ def render_report(
     links: Mapping[str, Mapping[int, str]] | None = None,
     ui_url: str = DEFAULT_UI_URL,
     generated: _dt.datetime | None = None,
+    sensitivity: Sequence[tuple[str, str, SensitivityReport]] = (),
 ) -> str:
-    """The report as one HTML document (see :func:`write_report`)."""
+    """The report as one HTML document (see :func:`write_report`); ``sensitivity``:
+    (runtime, granularity, report) of each layer ranking the sweep's float_layers used."""
     from nnsweep import __version__
     from nnsweep.dashboards import sections
 
@@ -176,7 +179,7 @@ def render_report(
         shared=sections.shared_choice(
             best_across_devices({d.device: d.records for d in devices}, objectives), [d.device for d in devices]
         ),
-        devices="\n".join(blocks),
+        devices="\n".join([*blocks, *(sections.sensitivity_table(rt, g, r) for rt, g, r in sensitivity)]),
         footer=html.escape(footer),
         plotlyjs=plotly_js,
         script=_asset("report.js"),
@@ -277,6 +280,7 @@ def write_report(
     *,
     links: Mapping[str, Mapping[int, str]] | None = None,
     ui_url: str = DEFAULT_UI_URL,
+    sensitivity: Sequence[tuple[str, str, SensitivityReport]] = (),
 ) -> Path:
     """Write the sweep's report as one self-contained HTML file (plotly.js inlined, no network needed).
 
@@ -292,7 +296,7 @@ def write_report(
         ``path``.
     """
     check_ui_url(ui_url)
-    text = render_report(spec, devices, links=links, ui_url=ui_url)
+    text = render_report(spec, devices, links=links, ui_url=ui_url, sensitivity=sensitivity)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
         tmp.chmod(0o644)  # a report is for reading: mkstemp's 0600 would hide it from a web server or a colleague
@@ -306,6 +310,7 @@ def publish_report(
     *,
     devices: Sequence[DeviceTrials] | None = None,
     ui_url: str = DEFAULT_UI_URL,
+    cache_dir: Path | None = None,
 ) -> Path:
     """Write the report of ``spec`` and attach it to each device's tracking run.
 
@@ -320,6 +325,7 @@ def publish_report(
         tracker: the sweep's tracker (``None``: no links, nothing logged).
         devices: what to show (default: every device of ``spec``, read from its study).
         ui_url: the MLflow UI the links point into.
+        cache_dir: the artifact cache, where the layer rankings the sweep used are kept.
     """
     if devices is None:
         devices = [load_device(spec, name) for name in spec.devices]
@@ -329,11 +335,37 @@ def publish_report(
         tracker.bind(bound)
     tracked = [d for d in devices if tracker is not None and d.records and tracker.attach_device(d.device)]
     links = {d.device: tracker.trial_links(d.device) for d in tracked} if tracker is not None else {}
-    write_report(spec, devices, path, links=links, ui_url=ui_url)
+    rankings = _rankings(spec, cache_dir) if cache_dir is not None else []
+    write_report(spec, devices, path, links=links, ui_url=ui_url, sensitivity=rankings)
     if tracker is not None:
         for d in tracked:
             tracker.log_device_artifact(d.device, REPORT_ARTIFACT, path)
     return path
+
+
+def _rankings(spec: SweepSpec, cache_dir: Path) -> list[tuple[str, str, SensitivityReport]]:
+    """The layer rankings a sweep with ``space.float_layers`` used, read from the cache."""
+    if spec.space.float_layers == (0,):
+        return []
+    from nnsweep.sensitivity.ranking import RANKED_RUNTIMES, cached_ranking
+    from nnsweep.sweep import studies
+
+    digest = None
+    for device in spec.devices:
+        try:
+            digest = (studies.fingerprint_of(studies.open_study(spec, device, create=False)) or {}).get("model_digest")
+        except studies.NoStudy:
+            continue
+        if digest:
+            break
+    if not digest:
+        return []
+    found = []
+    for runtime in spec.space.runtimes:
+        for granularity in spec.space.granularity:
+            if runtime in RANKED_RUNTIMES and (report := cached_ranking(digest, runtime, granularity, cache_dir)):
+                found.append((runtime, granularity.value, report))
+    return found
 
 
 def _asset(name: str) -> str:
