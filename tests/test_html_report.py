@@ -429,4 +429,4 @@ def test_the_report_shows_each_layer_ranking_the_sweep_used() -> None:
     card = html_text[html_text.index('data-runtime="onnxruntime"') :]
     assert "Layer sensitivity: onnxruntime, static int8 per_tensor" in card
     # ranked by what quantizing each alone costs: blocks.2.dw (69 points) before head (0.5)
-    assert card.index("blocks.2.dw") < card.index("head") and "+69.00" in card and "+0.50" in card
+    assert card.index("<code>blocks.2.dw<") < card.index("<code>head<") and "+69.00" in card and "+0.50" in card
