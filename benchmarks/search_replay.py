@@ -217,13 +217,14 @@ class _Progress:
             self.run.hv_at = n
 
 
-def replay_random(table: Table, seed: int, *, hv_fraction: float = 0.99) -> Run:
+def replay_random(table: Table, seed: int, *, first: Sequence[DeploymentConfig] = (), hv_fraction: float = 0.99) -> Run:
     """Random search without replacement over the table's configurations; configurations
-    whose measurement is already known (byte-identical artifacts) are free."""
+    whose measurement is already known (byte-identical artifacts) are free. ``first``
+    (e.g. the baselines and mode starts a sweep enqueues) are measured first, in order."""
     order = sorted(table.outcomes)
     random.Random(seed).shuffle(order)
     progress = _Progress(table, hv_fraction)
-    for digest in order:
+    for digest in [*(c.digest() for c in first), *order]:
         if progress.done:
             break
         progress.run.proposals += 1
@@ -359,6 +360,14 @@ def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = 
     return run
 
 
+def random_with_starts(table: Table, seed: int) -> Run:
+    """Random search without replacement after the same starts as nnsweep (baselines, mode starts)."""
+    return replay_random(table, seed, first=[*baseline_configs(table.space), *mode_starts(table.space)])
+
+
+SAME_STARTS = "random (no replacement) after nnsweep's starts"
+
+
 def strategies() -> dict[str, Strategy]:
     """The strategies compared by default (name -> strategy)."""
     import optuna
@@ -366,6 +375,10 @@ def strategies() -> dict[str, Strategy]:
     return {
         "random (no replacement)": lambda table, seed: replay_random(table, seed),
         "nnsweep: baselines, mode starts, make_sampler, divert after 3": nnsweep_strategy(),
+        SAME_STARTS: random_with_starts,
+        "Optuna RandomSampler after nnsweep's starts, divert after 3": study_strategy(
+            lambda s: optuna.samplers.RandomSampler(seed=s), baselines="starts", divert_after=DIVERT_AFTER
+        ),
         "nnsweep without mode starts": nnsweep_strategy(starts=False),
         "TPE independent, 10 startup, baselines": study_strategy(tpe()),
         "NSGA-II, population 10, baselines": study_strategy(
@@ -515,6 +528,10 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b not in (0, math.inf) else "-"
+
+
 @dataclass
 class Summary:
     name: str
@@ -525,8 +542,16 @@ class Summary:
         return fn([getattr(r, attr) for r in self.runs])
 
 
-def summarise(table: Table, results: list[Summary], reference: str = "random (no replacement)") -> str:
+def summarise(
+    table: Table,
+    results: list[Summary],
+    reference: str = "random (no replacement)",
+    second: str | None = SAME_STARTS,
+) -> str:
+    """The results as a Markdown table; ratios are medians over ``reference``'s medians (and,
+    when ``second`` is among the results, over ``second``'s: random search given nnsweep's starts)."""
     ref = next((s for s in results if s.name == reference), None)
+    ref2 = next((s for s in results if s.name == second), None)
     lines = [
         f"table {table.name}: {len(table.configs)} configurations, {table.measurements} distinct measurements, "
         f"best feasible p50 {table.best[1]:.4f} ms at accuracy {table.best[0]:.4f}, "
@@ -536,6 +561,9 @@ def summarise(table: Table, results: list[Summary], reference: str = "random (no
         "| ratio vs random (best / HV, medians) | repeats told per run (median) | cap hits | s/run |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if ref2 is not None:
+        lines[2] = lines[2].replace(" | repeats", " | ratio vs random after the same starts (best / HV) | repeats")
+        lines[3] += "---|"
     for s in results:
         bm, bp = s.stat("best_at", statistics.median), s.stat("best_at", p90)
         hm, hp = s.stat("hv_at", statistics.median), s.stat("hv_at", p90)
@@ -543,6 +571,9 @@ def summarise(table: Table, results: list[Summary], reference: str = "random (no
         if ref is not None and s is not ref:
             rb, rh = ref.stat("best_at", statistics.median), ref.stat("hv_at", statistics.median)
             ratio = f"{bm / rb:.2f} / {hm / rh:.2f}"
+        if ref2 is not None:
+            ratio += " | -" if s is ref2 else f" | {_ratio(bm, ref2.stat('best_at', statistics.median))}"
+            ratio += "" if s is ref2 else f" / {_ratio(hm, ref2.stat('hv_at', statistics.median))}"
         reps = s.stat("repeats", statistics.median)
         caps = sum(r.cap_hits for r in s.runs)
         lines.append(

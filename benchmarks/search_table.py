@@ -22,10 +22,22 @@ bytes. Artifact bytes do not depend on the thread count, so each configuration i
 converted once (at the first thread count) and that artifact is measured at every
 thread count. The raw latency samples of every measurement are kept in the table.
 
+``--space outlier`` measures another space instead (:data:`OUTLIER_SPEC`): the
+``digits_outlier`` model, which int8 hurts, over onnxruntime, executorch (XNNPACK and
+portable kernels, partition limits) and torch, fp32 / dynamic / static int8, both
+granularities and ``float_layers`` K in 0..3, one thread. The K layers an int8
+configuration keeps float are named as a sweep names them: the runtime's own
+sensitivity ranking (:func:`nnsweep.sensitivity.ranking.ranking`, measured once per
+runtime and granularity into the cache, then read from it), top K. The rankings are
+kept in the table's ``meta.rankings``, so a replay rebuilds the very same
+configurations. ``--max-partitions``, ``--min-nodes`` and ``--float-layers`` narrow it.
+
 Usage (two processes, then merge; a killed run resumes where it stopped):
     .venv/bin/python benchmarks/search_table.py --shard 0 2 &
     .venv/bin/python benchmarks/search_table.py --shard 1 2
     .venv/bin/python benchmarks/search_table.py --merge 2
+    # the outlier table (benchmarks/data/search_table_outlier_threads1.json), one process
+    .venv/bin/python benchmarks/search_table.py --space outlier
 """
 
 from __future__ import annotations
@@ -40,15 +52,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nnsweep.core.config import Calibration, DeploymentConfig, QuantMode
-from nnsweep.spec import IntRange, SweepSpec, load_spec
-from nnsweep.sweep.space import DeviceSpace, device_space, suggest
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, QuantMode
+from nnsweep.spec import IntRange, SweepSpec, load_spec, parse_spec
+from nnsweep.sweep.space import DeviceSpace, LayersFor, device_space, suggest
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO / "sweeps" / "quickstart.yaml"
 DEFAULT_QUANT = ("fp32", "dynamic_int8", "static_int8")
 DEFAULT_MIN_NODES = (1, 3)
 DEFAULT_CALIBRATION = ("minmax",)
+
+OUTLIER_SPEC: dict[str, Any] = {
+    "name": "search_table_outlier",
+    "model": "digits_outlier",
+    "devices": ["host"],
+    "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
+    "constraints": {"max_accuracy_drop": 0.01},
+    "space": {
+        "runtime": ["onnxruntime", "executorch", "torch"],
+        "quant": ["fp32", "dynamic_int8", "static_int8"],
+        "granularity": ["per_tensor", "per_channel"],
+        "calibration": ["minmax"],
+        "backends": {"executorch": ["xnnpack", "portable"]},
+        "max_delegated_partitions": [0, 1, 2],
+        "min_nodes_per_partition": {"low": 1, "high": 2},
+        "float_layers": {"low": 0, "high": 3},
+        "threads": [1],
+    },
+    "measure": {"warmup": 5, "iters": 200},
+}
+"""The ``--space outlier`` table's spec: a model int8 hurts, mixed precision and partition limits."""
 
 
 class _Enumerator:
@@ -99,8 +132,11 @@ def finite_spec(
     min_nodes: tuple[int, int],
     threads: int,
     calibration: tuple[str, ...] = DEFAULT_CALIBRATION,
+    max_partitions: tuple[int, ...] | None = None,
+    float_layers: tuple[int, ...] | None = None,
+    granularity: tuple[str, ...] | None = None,
 ) -> SweepSpec:
-    """``spec`` with its space narrowed to the table's grid."""
+    """``spec`` with its space narrowed to the table's grid (``None``: the spec's own)."""
     space = dataclasses.replace(
         spec.space,
         quant=tuple(QuantMode(q) for q in quant),
@@ -108,19 +144,50 @@ def finite_spec(
         min_nodes_per_partition=IntRange(*min_nodes),
         threads=(threads,),
     )
+    if max_partitions is not None:
+        space = dataclasses.replace(space, max_delegated_partitions=tuple(max_partitions))
+    if float_layers is not None:
+        space = dataclasses.replace(space, float_layers=tuple(float_layers))
+    if granularity is not None:
+        space = dataclasses.replace(space, granularity=tuple(Granularity(g) for g in granularity))
     return dataclasses.replace(spec, space=space)
+
+
+def ranking_key(runtime: str, granularity: Granularity | None) -> str:
+    """The key of one ranking in ``meta.rankings`` (no granularity: dynamic int8 ranks per tensor)."""
+    return f"{runtime}|{(granularity or Granularity.PER_TENSOR).value}"
+
+
+def layers_from(rankings: dict[str, list[str]]) -> LayersFor:
+    """``space.layers_for`` from recorded rankings: the top K of the runtime's ranking."""
+
+    def layers_for(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+        return tuple(rankings[ranking_key(runtime, granularity)][:k])
+
+    return layers_for
+
+
+def _spec_of(meta: dict[str, Any]) -> SweepSpec:
+    if "spec_inline" in meta:
+        return parse_spec(meta["spec_inline"])
+    return load_spec(REPO / meta["spec"])
 
 
 def table_space(meta: dict[str, Any]) -> DeviceSpace:
     """The device space a table was measured over, rebuilt from its ``meta``."""
     spec = finite_spec(
-        load_spec(REPO / meta["spec"]),
+        _spec_of(meta),
         tuple(meta["quant"]),
         (meta["min_nodes"][0], meta["min_nodes"][1]),
         meta["threads"],
         tuple(meta["calibration"]),
+        tuple(meta["max_partitions"]) if "max_partitions" in meta else None,
+        tuple(meta["float_layers"]) if "float_layers" in meta else None,
+        tuple(meta["granularity"]) if "granularity" in meta else None,
     )
     available = {k: tuple(v) for k, v in meta["available"].items()}
+    if "rankings" in meta:
+        return device_space(spec, meta["device"], available, meta["cores"], layers_from(meta["rankings"]))
     return device_space(spec, meta["device"], available, meta["cores"])
 
 
@@ -164,10 +231,23 @@ def _checkpoint(path: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--space",
+        choices=("quickstart", "outlier"),
+        default="quickstart",
+        help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision)",
+    )
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
-    parser.add_argument("--threads", type=int, action="append", help="one table per thread count (default: 1 and 2)")
+    parser.add_argument(
+        "--threads", type=int, action="append", help="one table per thread count (default: 1 and 2; outlier: 1)"
+    )
     parser.add_argument("--quant", action="append", help=f"quantization modes (default: {', '.join(DEFAULT_QUANT)})")
-    parser.add_argument("--min-nodes", type=int, nargs=2, default=DEFAULT_MIN_NODES, metavar=("LOW", "HIGH"))
+    parser.add_argument(
+        "--min-nodes", type=int, nargs=2, metavar=("LOW", "HIGH"), help="default: 1 3 (outlier: the spec's, 1 2)"
+    )
+    parser.add_argument("--max-partitions", type=int, nargs="+", help="max_delegated_partitions (default: the spec's)")
+    parser.add_argument("--float-layers", type=int, nargs="+", help="float_layers counts (default: the spec's)")
+    parser.add_argument("--granularity", nargs="+", help="int8 weight granularities (default: the spec's)")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "nnsweep-search-table")
     parser.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--limit", type=int, default=0, help="measure only the first N configurations (a dry run)")
@@ -181,10 +261,15 @@ def main() -> None:
     )
     parser.add_argument("--merge", type=int, default=0, metavar="N", help="combine the N shards' files into the tables")
     args = parser.parse_args()
-    threads_list: list[int] = args.threads or [1, 2]
-    quant = tuple(args.quant or DEFAULT_QUANT)
+    outlier = args.space == "outlier"
+    threads_list: list[int] = args.threads or ([1] if outlier else [1, 2])
+    quant = tuple(args.quant or (OUTLIER_SPEC["space"]["quant"] if outlier else DEFAULT_QUANT))
+    if args.min_nodes is None:
+        mn = OUTLIER_SPEC["space"]["min_nodes_per_partition"]
+        args.min_nodes = (mn["low"], mn["high"]) if outlier else DEFAULT_MIN_NODES
+    prefix = "search_table_outlier" if outlier else "search_table"
     if args.merge:
-        _merge(args.out_dir, threads_list, args.merge)
+        _merge(args.out_dir, threads_list, args.merge, prefix)
         return
 
     from nnsweep.agents._probe import probe
@@ -195,24 +280,44 @@ def main() -> None:
     from nnsweep.core.errors import TrialError
     from nnsweep.models import ModelSnapshot, load_model
 
-    spec = load_spec(args.spec)
+    spec = parse_spec(OUTLIER_SPEC) if outlier else load_spec(args.spec)
     caps = probe("host")
     cache = ArtifactCache(args.cache_dir)
     bundle = load_model(spec.model, cache_dir=cache.models_dir)
     snapshot = ModelSnapshot.of(bundle)
     settings = MeasureSettings(spec.warmup, spec.iters, spec.min_duration_s, spec.timeout_s)
     wanted = {rt: caps.runtimes[rt] for rt in spec.space.runtimes if rt in caps.runtimes}
+    mp = tuple(args.max_partitions) if args.max_partitions else None
+    fl = tuple(args.float_layers) if args.float_layers else None
+    gr = tuple(args.granularity) if args.granularity else None
 
-    spaces = {
-        t: device_space(finite_spec(spec, quant, args.min_nodes, t), "host", wanted, caps.cores) for t in threads_list
-    }
+    def narrowed(t: int) -> SweepSpec:
+        return finite_spec(spec, quant, args.min_nodes, t, DEFAULT_CALIBRATION, mp, fl, gr)
+
+    # The layers each float_layers count keeps float: the runtime's own ranking, as a sweep
+    # names them (nnsweep.sweep.host.HostSide.float_layers), measured once into the cache.
+    rankings: dict[str, list[str]] = {}
+    ranking_s = 0.0
+    for rt, c in device_space(narrowed(threads_list[0]), "host", wanted, caps.cores).choices.items():
+        if c.float_layers == (0,):
+            continue
+        for g in c.granularities:
+            from nnsweep.sensitivity.ranking import ranking
+
+            t0 = time.monotonic()
+            report, hit = ranking(bundle, rt, g, cache.root)
+            ranking_s += time.monotonic() - t0
+            rankings[ranking_key(rt, g)] = list(report.ranked())
+            print(f"ranking {rt} {g.value} ({'cached' if hit else 'measured'}): {rankings[ranking_key(rt, g)][:3]}")
+    layers_for = layers_from(rankings)
+    spaces = {t: device_space(narrowed(t), "host", wanted, caps.cores, layers_for) for t in threads_list}
     all_configs = enumerate_configs(spaces[threads_list[0]])
     configs = _shard(all_configs, *args.shard)
     if args.limit:
         configs = configs[: args.limit]
     k, n = args.shard
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {t: args.out_dir / f"search_table_threads{t}.shard{k}of{n}.json" for t in threads_list}
+    paths = {t: args.out_dir / f"{prefix}_threads{t}.shard{k}of{n}.json" for t in threads_list}
     state = {t: _checkpoint(paths[t]) for t in threads_list}
     done = {row["digest"] for row in state[threads_list[0]]["configs"]}
     print(
@@ -224,6 +329,14 @@ def main() -> None:
     workers: dict[str, WarmWorker] = {}  # one per runtime, as a sweep's device agent keeps them
     started = time.monotonic()
     convert_s = measure_s = 0.0
+    # a resumed run adds its times to the earlier runs' (each run's own in meta.runs)
+    before = state[threads_list[0]].get("meta", {})
+    earlier = {k: before.get(k, 0.0) for k in ("elapsed_s", "convert_s", "measure_s", "ranking_s")}
+    runs = list(before.get("runs", [])) or (
+        [{k: before[k] for k in ("elapsed_s", "convert_s", "measure_s", "loadavg_at_end", "measured_at")}]
+        if "elapsed_s" in before
+        else []
+    )
     for i, config in enumerate(configs):
         if config.digest() in done:
             continue
@@ -266,8 +379,22 @@ def main() -> None:
             state[t]["configs"].append(row)
         for t in threads_list:
             meta = _meta(args, spec, caps, wanted, quant, settings, t)
-            meta.update(elapsed_s=round(time.monotonic() - started, 1), convert_s=round(convert_s, 1))
-            meta.update(measure_s=round(measure_s, 1), loadavg_at_end=list(os.getloadavg()))
+            if outlier:
+                meta.update(spec_inline=OUTLIER_SPEC, space=args.space, rankings=rankings)
+                meta.update(max_partitions=list(spaces[t].choices["executorch"].max_partitions))
+                meta.update(float_layers=list(next(iter(spaces[t].choices.values())).float_layers))
+                meta.update(granularity=[g.value for g in next(iter(spaces[t].choices.values())).granularities])
+            mine = {
+                "elapsed_s": round(time.monotonic() - started, 1),
+                "convert_s": round(convert_s, 1),
+                "measure_s": round(measure_s, 1),
+                "ranking_s": round(ranking_s, 1),
+                "configs": len(configs) - len(done),
+                "loadavg_at_end": list(os.getloadavg()),
+                "measured_at": meta["measured_at"],
+            }
+            meta.update({k: round(earlier[k] + mine[k], 1) for k in earlier})
+            meta.update(loadavg_at_end=mine["loadavg_at_end"], runs=[*runs, mine])
             state[t]["meta"] = meta
             _write(paths[t], state[t])
         first = state[threads_list[0]]
@@ -275,7 +402,8 @@ def main() -> None:
         print(
             f"[{i + 1}/{len(configs)}] {time.monotonic() - started:6.0f}s {config.digest()[:8]} "
             f"{config.runtime} {'>'.join(config.backends)} {config.quant.mode.value} "
-            f"{config.quant.granularity} {config.quant.calibration} {config.partitions} "
+            f"{config.quant.granularity} {config.quant.calibration} float_layers={len(config.quant.float_layers)} "
+            f"{config.partitions} "
             f"p50={m.get('metrics', {}).get('latency_p50_ms')} acc={m.get('metrics', {}).get('accuracy')} "
             f"{error or ''}",
             file=sys.stderr,
@@ -285,14 +413,14 @@ def main() -> None:
         worker.close()
     print(f"shard {k}/{n} elapsed {time.monotonic() - started:.0f} s", file=sys.stderr)
     if n == 1:
-        _merge(args.out_dir, threads_list, 1)
+        _merge(args.out_dir, threads_list, 1, prefix)
 
 
 def _meta(
     args: Any, spec: SweepSpec, caps: Any, wanted: dict[str, Any], quant: tuple[str, ...], settings: Any, t: int
 ) -> dict[str, Any]:
     return {
-        "spec": str(args.spec.resolve().relative_to(REPO)),
+        "spec": "OUTLIER_SPEC" if args.space == "outlier" else str(args.spec.resolve().relative_to(REPO)),
         "model": spec.model,
         "device": "host",
         "threads": t,
@@ -315,10 +443,10 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _merge(out_dir: Path, threads_list: list[int], n: int) -> None:
+def _merge(out_dir: Path, threads_list: list[int], n: int, prefix: str = "search_table") -> None:
     """One table per thread count from the shards' files; each shard's time and load kept in ``meta.shards``."""
     for t in threads_list:
-        shards = [json.loads((out_dir / f"search_table_threads{t}.shard{k}of{n}.json").read_text()) for k in range(n)]
+        shards = [json.loads((out_dir / f"{prefix}_threads{t}.shard{k}of{n}.json").read_text()) for k in range(n)]
         meta = {k: v for k, v in shards[0]["meta"].items() if k not in ("elapsed_s", "convert_s", "measure_s")}
         meta["shards"] = [
             {k: s["meta"][k] for k in ("elapsed_s", "convert_s", "measure_s", "loadavg_at_end", "measured_at")}
@@ -329,7 +457,7 @@ def _merge(out_dir: Path, threads_list: list[int], n: int) -> None:
         for s in shards:
             for key, m in s["measurements"].items():
                 measurements.setdefault(key, m)  # equal bytes measured in two shards: keep one
-        out = out_dir / f"search_table_threads{t}.json"
+        out = out_dir / f"{prefix}_threads{t}.json"
         _write(out, {"meta": meta, "configs": rows, "measurements": measurements})
         print(f"wrote {out}: {len(rows)} configurations, {len(measurements)} measurements", file=sys.stderr)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
@@ -64,3 +66,22 @@ def test_time_breakdown_sums_phases_and_timed_runs_and_skips_repeats() -> None:
         "measuring": 5.0,
         "timed runs": 0.015,
     }
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (MemoryError("cannot allocate"), "transient"),
+        (TimeoutError(), "transient"),
+        (RuntimeError("a worker's own bug"), "transient"),  # unforeseen: not the configuration's doing
+        ("benchmark timed out after 600 s", "transient"),
+        ("benchmark hung: no result within 660 s", "transient"),
+        ("static int8 toolchain unavailable", "deterministic"),
+    ],
+)
+def test_a_failure_says_whether_a_retry_can_help(error: object, kind: str) -> None:
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.core.results import failure_kind
+
+    assert failure_kind(error).value == kind  # type: ignore[arg-type]
+    assert failure_kind(ConversionError("executorch conversion failed: unsupported op")).value == "deterministic"

@@ -151,3 +151,39 @@ def test_repeat_escape_samples_at_random_after_a_repeat() -> None:
     trial.suggest_categorical("x", [0, 1, 2])
     study.tell(trial, 0.5)
     assert sampler._escaping == {}
+
+
+def test_random_after_the_starts_measures_them_first() -> None:
+    from nnsweep.sweep.space import mode_starts
+
+    table = _table()
+    starts = [*baseline_configs(SPACE), *mode_starts(SPACE)]
+    run = replay.random_with_starts(table, 3)
+    keys = [table.outcomes[c.digest()].key for c in starts]
+    firsts = list(dict.fromkeys(keys))  # a start sharing another's measurement is free
+    assert [table.outcomes[d].key for d in run.measured[: len(firsts)]] == firsts
+    keys_paid = [table.outcomes[d].key for d in run.measured]
+    assert len(keys_paid) == len(set(keys_paid))
+    assert run.best_at <= table.measurements and run.hv_at <= table.measurements
+
+
+def test_layers_from_recorded_rankings_rebuild_the_configurations() -> None:
+    """A float_layers table's meta.rankings names the same layers the measurement named."""
+    from nnsweep.core.config import Granularity
+
+    layers_for = table_mod.layers_from({"torch|per_tensor": ["b", "a", "c"], "torch|per_channel": ["c", "b", "a"]})
+    assert layers_for("torch", Granularity.PER_TENSOR, 2) == ("b", "a")
+    assert layers_for("torch", None, 1) == ("b",)  # dynamic int8: the per-tensor ranking
+    assert layers_for("torch", Granularity.PER_CHANNEL, 0) == ()
+    spec = table_mod.finite_spec(
+        table_mod.parse_spec(table_mod.OUTLIER_SPEC),
+        ("fp32", "static_int8"),
+        (1, 1),
+        1,
+        granularity=("per_tensor",),
+        max_partitions=(0,),
+        float_layers=(0, 2),
+    )
+    space = device_space(spec, "host", {"torch": ("x86", "qnnpack")}, 2, layers_for)
+    configs = table_mod.enumerate_configs(space)
+    assert sorted(c.quant.float_layers for c in configs) == [(), (), ("a", "b")]  # kept sorted

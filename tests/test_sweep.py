@@ -162,8 +162,11 @@ def test_interrupted_sweep_resumes_to_exactly_the_budget(workdir: Path, digits) 
 class FailingConversions(LocalExecutor):
     """Stands at the executor seam: static int8 conversions fail, as a broken toolchain would."""
 
+    asked = 0  # static int8 conversions asked for
+
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future:  # type: ignore[type-arg]
         if request.config.quant.mode.value == "static_int8":
+            self.asked += 1
             failed: Future = Future()  # type: ignore[type-arg]
             failed.set_exception(ConversionError("static int8 toolchain unavailable"))
             return failed
@@ -184,6 +187,57 @@ def test_failed_conversion_fails_that_trial_and_the_sweep_goes_on(workdir: Path,
     assert sorted(r.status.value for r in tried) == ["failed", "ok"]
     repeats = [r for r in records if r.reused_from is not None]
     assert all(r.status is not TrialStatus.FAILED or "failed in trial" in (r.reason or "") for r in repeats)
+
+
+class MemoryErrorOnce(LocalExecutor):
+    """Stands at the executor seam: each static int8 configuration's first conversion runs
+    out of memory on the worker (a MemoryError raised there), the next one works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: set[str] = set()
+
+    def convert(self, request: ConvertRequest, machine: str | None = None) -> Future:  # type: ignore[type-arg]
+        digest = request.config.digest()
+        if request.config.quant.mode.value == "static_int8" and digest not in self.failed:
+            self.failed.add(digest)
+            oom: Future = Future()  # type: ignore[type-arg]
+            oom.set_exception(MemoryError("cannot allocate 2 GiB"))
+            return oom
+        return super().convert(request, machine)
+
+
+def test_a_transient_failure_is_retried_and_measured_a_deterministic_one_recorded_once(
+    workdir: Path,
+    digits,  # type: ignore[no-untyped-def]
+) -> None:
+    # A deterministic failure (the toolchain refuses): recorded once with its kind, and on a
+    # resume it is reused, not converted again. (First: the cache then holds no static int8.)
+    spec2 = parse_spec(
+        {
+            "name": "t2",
+            "model": "digits",
+            "budget": {"trials": 4},
+            "measure": {"warmup": 1, "iters": 20},
+            "constraints": {"max_accuracy_drop": 0.01},
+            "space": {"runtime": ["executorch"], "quant": ["static_int8", "fp32"], "threads": [1]},
+        }
+    )
+    first = Sweep(spec2, FailingConversions(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    failed = [r for r in first[0].records if r.status is TrialStatus.FAILED and r.reused_from is None]
+    assert len(failed) == 1 and failed[0].tags["failure_kind"] == "deterministic"
+    counting = FailingConversions()
+    again = Sweep(spec2, counting, RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    assert [r.number for r in again[0].records if r.status is TrialStatus.FAILED and r.reused_from is None] == [
+        failed[0].number
+    ]
+    assert counting.asked == 0  # the recorded failure answered for it
+    # A transient one (a MemoryError on the worker): tried again in the run, then measured.
+    spec = _spec(workdir, trials=2, quant=["static_int8", "fp32"])
+    flaky = MemoryErrorOnce()
+    results = Sweep(spec, flaky, RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    tried = [r for r in results[0].records if r.reused_from is None]
+    assert flaky.failed and sorted(r.status.value for r in tried) == ["ok", "ok"]  # retried, then measured
 
 
 class FlakyDisk(LocalExecutor):

@@ -42,6 +42,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="delete the sweep's studies and start over (needed after changing its model, measure settings, "
         "objectives, constraints or space)",
     )
+    parser.add_argument(
+        "--retry-failed",
+        choices=["transient", "deterministic", "all"],
+        help="try recorded failures of this kind again (transient ones, timeouts, hangs, MemoryError, "
+        "crashed workers, are tried again on every resume anyway; deterministic: the toolchain refused)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -64,7 +70,14 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     from nnsweep.report.progress import ProgressDisplay
 
     display = ProgressDisplay(enabled=not args.json)
-    sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh)
+    from nnsweep.core.results import FailureKind
+
+    retry = (
+        frozenset(FailureKind)
+        if args.retry_failed == "all"
+        else frozenset({FailureKind(args.retry_failed)} if args.retry_failed else ())
+    )
+    sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh, retry_failed=retry)
     interrupted = False
     try:
         with _stop_on_signals(sweep.stop):

@@ -9,7 +9,7 @@ from typing import Any
 
 from nnsweep.core.config import DeploymentConfig
 
-__all__ = ["TrialRecord", "TrialStatus", "metrics_from_result"]
+__all__ = ["FailureKind", "TrialRecord", "TrialStatus", "failure_kind", "metrics_from_result"]
 
 
 class TrialStatus(enum.StrEnum):
@@ -25,6 +25,40 @@ class TrialStatus(enum.StrEnum):
     @property
     def measured(self) -> bool:
         return self in (TrialStatus.OK, TrialStatus.REUSED)
+
+
+class FailureKind(enum.StrEnum):
+    """Why a trial failed, as far as a retry is concerned.
+
+    ``deterministic``: the toolchain refused this configuration (a converter's or a
+    runtime's error); the same configuration fails again, so it is recorded and reused.
+    ``transient``: the machine, not the configuration (a timeout or a hang under load, a
+    MemoryError, a lost or crashed worker, anything unforeseen); retried in the run and
+    again when the sweep resumes. A failed record carries it as its ``failure_kind`` tag.
+    """
+
+    DETERMINISTIC = "deterministic"
+    TRANSIENT = "transient"
+
+
+_TRANSIENT_SIGNS = ("timed out", "hung", "memoryerror", "out of memory", "killed", "lost")
+
+
+def failure_kind(error: BaseException | str) -> FailureKind:
+    """The kind of a failure, from its exception (or a recorded reason).
+
+    Example:
+        >>> failure_kind(MemoryError()), failure_kind("benchmark timed out after 600 s")
+        (<FailureKind.TRANSIENT: 'transient'>, <FailureKind.TRANSIENT: 'transient'>)
+    """
+    from nnsweep.core.errors import TrialError
+
+    if isinstance(error, MemoryError | TimeoutError | ConnectionError):
+        return FailureKind.TRANSIENT
+    if isinstance(error, BaseException) and not isinstance(error, TrialError):
+        return FailureKind.TRANSIENT  # unforeseen, raised on a worker: not the configuration's doing
+    text = str(error).lower()
+    return FailureKind.TRANSIENT if any(sign in text for sign in _TRANSIENT_SIGNS) else FailureKind.DETERMINISTIC
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep.agents import Capabilities, MeasureReply
 from nnsweep.core.errors import InfrastructureError, TrialError
-from nnsweep.core.results import TrialRecord
+from nnsweep.core.results import FailureKind, TrialRecord, failure_kind
 from nnsweep.sweep import outcomes, studies
 from nnsweep.sweep.front import BestChoice, best_choice, pareto_front
 from nnsweep.sweep.lifecycle import Phase, Ticket
@@ -40,6 +40,7 @@ __all__ = ["DeviceResult", "Results", "SweepStats", "finish"]
 log = logging.getLogger(__name__)
 
 CONVERT_RETRIES = 2  # an infrastructure failure (a full disk) is retried, never recorded
+TRANSIENT_RETRIES = 2  # a transient failure (timeout, hang, MemoryError, a crashed worker) is tried again
 
 
 @dataclass
@@ -105,6 +106,7 @@ class Results:
         self.scheduler, self.recorder, self.stats = scheduler, recorder, stats
         self.hang_limit_s, self.clock = hang_limit_s, clock
         self._retries: dict[str, int] = {}
+        self._transient: dict[tuple[str, str], int] = {}  # (device, config digest) -> transient failures
 
     def prepared(self, device: str, since: float, future: Future[None]) -> None:
         """The device's agent is ready (or failed to get ready: its measurements then start
@@ -120,8 +122,7 @@ class Results:
         try:
             artifact, hit = future.result()
         except TrialError as exc:
-            for ticket in waiting:
-                self.recorder.fail(ticket, str(exc))
+            self._conversion_failed(waiting, str(exc), failure_kind(exc), now)
             return
         except InfrastructureError as exc:
             self._retries[digest] = self._retries.get(digest, 0) + 1
@@ -135,13 +136,36 @@ class Results:
                 self.scheduler.retry(ticket, now)
             return
         except Exception as exc:  # raised on a worker: an unforeseen failure fails these trials only
-            for ticket in waiting:
-                self.recorder.fail(ticket, f"conversion failed: {type(exc).__name__}: {exc}")
+            reason = f"conversion failed: {type(exc).__name__}: {exc}"
+            self._conversion_failed(waiting, reason, FailureKind.TRANSIENT, now)
             return
         self.host.remember(artifact)
         self.stats.cache_hits += int(hit)
         for ticket in waiting:
             self.scheduler.converted(ticket, artifact.sha256, now)
+
+    def _again(self, ticket: Ticket, kind: FailureKind) -> bool:
+        """Whether a failure of ``kind`` is tried again (transient, and retries left)."""
+        if kind is not FailureKind.TRANSIENT:
+            return False
+        key = (ticket.device, ticket.config.digest())
+        self._transient[key] = self._transient.get(key, 0) + 1
+        return self._transient[key] <= TRANSIENT_RETRIES
+
+    def _conversion_failed(self, waiting: list[Ticket], reason: str, kind: FailureKind, now: float) -> None:
+        for ticket in waiting:
+            if self._again(ticket, kind):
+                log.warning("%s trial %d: %s (transient); converting again", ticket.device, ticket.number, reason)
+                self.scheduler.retry(ticket, now)
+            else:
+                self.recorder.fail(ticket, reason, kind=kind)
+
+    def _measurement_failed(self, ticket: Ticket, reason: str, kind: FailureKind) -> None:
+        if self._again(ticket, kind):
+            log.warning("%s trial %d: %s (transient); measuring again later", ticket.device, ticket.number, reason)
+            self.recorder.requeue(ticket, f"{reason} (transient: tried again)")
+        else:
+            self.recorder.fail(ticket, reason, kind=kind)
 
     def measured(self, ticket: Ticket, future: Future[MeasureReply]) -> None:
         since = ticket.measuring_since or self.clock()
@@ -149,17 +173,18 @@ class Results:
         try:
             reply = future.result()
         except TrialError as exc:
-            self.recorder.fail(ticket, str(exc))
+            self._measurement_failed(ticket, str(exc), failure_kind(exc))
             return
         except InfrastructureError as exc:
             if ticket.hung:
-                self.recorder.fail(ticket, f"benchmark hung: no result within {self.hang_limit_s:.0f} s")
                 self.executor.revive(ticket.device)
+                hung = f"benchmark hung: no result within {self.hang_limit_s:.0f} s"
+                self._measurement_failed(ticket, hung, FailureKind.TRANSIENT)
             else:
                 self.recorder.requeue(ticket, str(exc), lost=True)
             return
         except Exception as exc:  # raised on a worker: an unforeseen failure fails this trial only
-            self.recorder.fail(ticket, f"{type(exc).__name__}: {exc}")
+            self._measurement_failed(ticket, f"{type(exc).__name__}: {exc}", FailureKind.TRANSIENT)
             return
         if reply.outputs is None:
             self.host.timed[ticket] = reply  # timed on the device; outputs from this host

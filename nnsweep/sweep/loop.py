@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from nnsweep.bench import MeasureSettings
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import InfrastructureError, SpecError
+from nnsweep.core.results import FailureKind
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.spec import Objective, SweepSpec
 from nnsweep.sweep import outcomes, resume
@@ -81,6 +82,7 @@ class Sweep:
         lost_timeout_s: how long to wait for a lost device once every other device is done.
         hang_grace_s: a measurement with no result this long after its own timeout is hung.
         fresh: delete the sweep's studies first and start over.
+        retry_failed: the kinds of recorded failures tried again on resume (transient ones always).
         clock: monotonic seconds (tests pass a fake).
     """
 
@@ -96,9 +98,11 @@ class Sweep:
         lost_timeout_s: float = 300.0,
         hang_grace_s: float = 60.0,
         fresh: bool = False,
+        retry_failed: frozenset[FailureKind] = frozenset(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spec, self.executor, self.tracker = spec, executor, tracker
+        self.retry = frozenset({FailureKind.TRANSIENT}) | retry_failed
         self.progress, self.depth, self.fresh, self.clock = progress, depth, fresh, clock
         self.lost_timeout_s, self.hang_grace_s = lost_timeout_s, hang_grace_s
         self.source = ModelSource(spec.model, cache_root, spec.weights, spec.input_shape)
@@ -180,8 +184,9 @@ class Sweep:
                 self.executor.converter_machine, self.executor.converters, lost_timeout_s=self.lost_timeout_s
             )
             devices = resume.open_devices(
-                self.spec, plan, fp, self._scheduler, self.tracker, self.host.bundle.digest, self.depth, self.clock()
-            )
+                self.spec, plan, fp, self._scheduler, self.tracker, self.host.bundle.digest, self.depth, self.clock(),
+                self.retry,
+            )  # fmt: skip
             self._recorder = Recorder(
                 self.spec, self._scheduler, self.tracker, devices, self.host.eager_accuracy, self.clock
             )

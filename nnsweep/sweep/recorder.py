@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.core.results import FailureKind, TrialRecord, TrialStatus, failure_kind
 from nnsweep.sweep import outcomes, studies
 from nnsweep.sweep.lifecycle import Phase, Role, Ticket
 from nnsweep.sweep.space import params_for, untried
@@ -104,10 +104,17 @@ class Recorder:
         self.scheduler.told(ticket, record, self.clock())
         self.tracker.finish_trial(record)
 
-    def fail(self, ticket: Ticket, reason: str, record: TrialRecord | None = None) -> None:
-        """This trial failed (its conversion, benchmark or evaluation): the sweep goes on."""
+    def fail(
+        self, ticket: Ticket, reason: str, record: TrialRecord | None = None, kind: FailureKind | None = None
+    ) -> None:
+        """This trial failed (its conversion, benchmark or evaluation): the sweep goes on.
+        Its record says which kind of failure (``failure_kind``: from ``kind``, else read
+        from the reason)."""
         dev = self.devices[ticket.device]
         record = _with_role(record or outcomes.failed(self.spec.name, ticket, reason, self.clock()), ticket)
+        if "failure_kind" not in record.tags:
+            tags = {**record.tags, "failure_kind": (kind or failure_kind(reason)).value}
+            record = dataclasses.replace(record, tags=tags)
         studies.tell_failure(dev.study, dev.trials.pop(ticket), record, reason)
         settlement = self.scheduler.failed(ticket, record, self.clock())
         self.tracker.finish_trial(record)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nnsweep.core.results import FailureKind, TrialRecord, TrialStatus, failure_kind
 from nnsweep.sweep import studies
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.recorder import DeviceRun
@@ -85,6 +86,12 @@ def check(
     return Plan(devices, sweep_id)
 
 
+def _kind(record: TrialRecord) -> FailureKind:
+    """A failed record's kind (records written before kinds existed: read from the reason)."""
+    tag = record.tags.get("failure_kind")
+    return FailureKind(tag) if tag in set(FailureKind) else failure_kind(record.reason or "")
+
+
 WARM_SEEDS = 1000  # seed indexes of warm-start configurations start here (defaults count from 0)
 
 
@@ -120,9 +127,12 @@ def open_devices(
     model_digest: str,
     depth: int,
     now: float,
+    retry: frozenset[FailureKind] = frozenset({FailureKind.TRANSIENT}),
 ) -> dict[str, DeviceRun]:
     """Create or resume each device's study (all under one sweep id) and rebuild the
-    scheduler's and the tracker's view of it."""
+    scheduler's and the tracker's view of it. A recorded failure of a kind in ``retry``
+    (transient ones by default: ``nnsweep run --retry-failed`` adds deterministic ones)
+    is queued once more, and not counted as tried."""
 
     def open_one(name: str, found: tuple[Capabilities, DeviceSpace], sweep_id: str | None) -> tuple[DeviceRun, str]:
         from optuna.trial import TrialState
@@ -158,6 +168,7 @@ def open_devices(
         state = DeviceState(name, caps.machine, spec.budget.trials, depth, deadline, size)
         scheduler.add(state)
         logged = tracker.logged(name)
+        again = studies.retried(study)
         for t in study.get_trials(deepcopy=False):
             role = studies.role_of(t)
             if t.state is TrialState.WAITING and role is Role.BASELINE:
@@ -167,7 +178,11 @@ def open_devices(
                 continue
             if record.status.measured and t.state is not TrialState.COMPLETE:
                 continue  # measured, but never told: not a result (as in studies.study_records)
-            scheduler.restore(name, record, reuse_key(model_digest, record.config), role)
+            if record.status is TrialStatus.FAILED and t.number not in again and _kind(record) in retry:
+                studies.enqueue(study, t.params, role, requeue_of=t.number)
+                log.info("%s: trial %d failed (%s); trying it again", name, t.number, _kind(record).value)
+            else:
+                scheduler.restore(name, record, reuse_key(model_digest, record.config), role)
             if logged.get(t.number) != record.status:
                 tracker.finish_trial(record)  # the study is the record of truth: backfill the tracker
         return DeviceRun(caps, space, study), sweep_id

@@ -213,6 +213,11 @@ def requeued(study: optuna.Study) -> set[int]:
     }
 
 
+def retried(study: optuna.Study) -> set[int]:
+    """Trials whose parameters were queued again at some point (in any state since)."""
+    return {int(t.user_attrs[_REQUEUE_OF]) for t in study.get_trials(deepcopy=False) if _REQUEUE_OF in t.user_attrs}
+
+
 def objective_values(record: TrialRecord, metrics: Sequence[str]) -> list[float] | None:
     values = [record.metrics.get(m) for m in metrics]
     if any(v is None for v in values):
