@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from nnsweep.core.atomic import atomic_path
-from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
+from nnsweep.models._bundle import Dataset, ModelBundle, Split
+from nnsweep.models._trained import trained_bundle
 
 __all__ = ["VARIANTS", "DigitsNet", "digits_dataset", "load_digits"]
 
@@ -159,38 +159,8 @@ def load_digits(
     data = digits_dataset()
     torch.manual_seed(SEED)
     model = DigitsNet(VARIANTS[variant])
-    recipe = _recipe_digest(variant, data)
-    path = cache_dir / f"{variant}-{recipe}.pt" if cache_dir is not None else None
-    state = _read_state(path) if path is not None else None
-    if state is not None:
-        model.load_state_dict(state)
-        model.eval()
-    else:
-        assert data.train is not None
-        _train(model, data.train, progress)
-        if path is not None:
-            _write_state(path, model.state_dict())
-    example = torch.from_numpy(data.evaluation.inputs[:1].copy())
-    return ModelBundle(
-        name=variant,
-        module=model,
-        example_input=example,
-        dataset=data,
-        digest=module_digest(variant, model, example, data.evaluation.digest(), data.calibration.digest()),
+    train = data.train
+    assert train is not None
+    return trained_bundle(
+        variant, model, data, _recipe_digest(variant, data), cache_dir, lambda: _train(model, train, progress)
     )
-
-
-def _read_state(path: Path) -> dict[str, torch.Tensor] | None:
-    if not path.exists():
-        return None
-    try:
-        state: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
-        return state
-    except Exception as exc:  # a torn or foreign file: retrain and overwrite
-        log.warning("ignoring unreadable cached weights %s: %s", path, exc)
-        return None
-
-
-def _write_state(path: Path, state: dict[str, torch.Tensor]) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)

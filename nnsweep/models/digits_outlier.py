@@ -53,8 +53,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from nnsweep.core.atomic import atomic_path
-from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
+from nnsweep.models._bundle import Dataset, ModelBundle, Split
+from nnsweep.models._trained import trained_bundle
 from nnsweep.models.digits import digits_dataset
 
 __all__ = ["NAME", "OUTLIER_BLOCK", "OutlierNet", "load_digits_outlier", "outlier_dataset"]
@@ -223,33 +223,6 @@ def load_digits_outlier(cache_dir: Path | None = None, progress: Callable[[str],
     data = outlier_dataset()
     torch.manual_seed(SEED)
     model = OutlierNet()
-    path = cache_dir / f"{NAME}-{_recipe_digest(data)}.pt" if cache_dir is not None else None
-    state = _read_state(path) if path is not None else None
-    if state is not None:
-        model.load_state_dict(state)
-        model.eval()
-    else:
-        assert data.train is not None
-        _train(model, data.train, progress)
-        if path is not None:
-            with atomic_path(path) as tmp:
-                torch.save(model.state_dict(), tmp)
-    example = torch.from_numpy(data.evaluation.inputs[:1].copy())
-    return ModelBundle(
-        name=NAME,
-        module=model,
-        example_input=example,
-        dataset=data,
-        digest=module_digest(NAME, model, example, data.evaluation.digest(), data.calibration.digest()),
-    )
-
-
-def _read_state(path: Path) -> dict[str, torch.Tensor] | None:
-    if not path.exists():
-        return None
-    try:
-        state: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
-        return state
-    except Exception as exc:  # a torn or foreign file: retrain and overwrite
-        log.warning("ignoring unreadable cached weights %s: %s", path, exc)
-        return None
+    train = data.train
+    assert train is not None
+    return trained_bundle(NAME, model, data, _recipe_digest(data), cache_dir, lambda: _train(model, train, progress))
