@@ -9,8 +9,9 @@ ingredients as an artifact key, :func:`nnsweep.artifacts.key.stage_key`). A seco
 call for the same model and runtime reads it back in milliseconds.
 
 The evaluators quantize statically (min/max calibration on the calibration split) and
-score top-1 on the calibration split, not the evaluation split, so choosing the layers
-does not tune on the data a sweep judges accuracy with:
+score top-1 on the calibration split (for a model without labels, top-1 agreement with
+the fp32 model), not the evaluation split, so choosing the layers does not tune on the
+data a sweep judges accuracy with:
 
 * ``onnxruntime``: ONNX Runtime's ``quantize_static`` (QDQ), ``nodes_to_exclude``;
 * ``torch``: torch.ao FX with nnsweep's qconfig mapping (x86 engine);
@@ -41,7 +42,7 @@ from nnsweep.sensitivity.rank import (
 )
 
 if TYPE_CHECKING:
-    from nnsweep.models import ModelBundle
+    from nnsweep.models import ModelBundle, Split
 
 __all__ = ["RANKED_RUNTIMES", "cached_ranking", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
 
@@ -84,13 +85,11 @@ def ranking(
         The report and whether it came from the cache.
 
     Raises:
-        SpecError: no ranking for this runtime, or a model without labels.
+        SpecError: no ranking for this runtime.
     """
     if runtime not in RANKED_RUNTIMES:
         known = ", ".join(RANKED_RUNTIMES)
         raise SpecError("runtime", f"no per-layer sensitivity for {runtime}; it has one for: {known}")
-    if bundle.dataset.calibration.labels is None:
-        raise SpecError("model", "per-layer sensitivity needs labelled data (top-1 on the calibration split)")
     granularity = granularity or Granularity.PER_TENSOR
     found = cached_ranking(bundle.digest, runtime, granularity, cache_root)
     if found is not None:
@@ -139,20 +138,36 @@ def cached_ranking(
         return None
 
 
+def _scored_split(bundle: ModelBundle) -> Split:
+    """The calibration split, labelled: its own labels, else the fp32 model's top-1 (the
+    score is then top-1 agreement with fp32, as ``nnsweep bench`` reports for such models)."""
+    import dataclasses
+
+    import torch
+
+    split = bundle.dataset.calibration
+    if split.labels is not None:
+        return split
+    with torch.no_grad():
+        outputs = [bundle.module(torch.from_numpy(split.inputs[i : i + 1])) for i in range(len(split))]
+    first = [o[0] if isinstance(o, tuple | list) else o for o in outputs]
+    return dataclasses.replace(split, labels=torch.cat([o.argmax(1) for o in first]).numpy())
+
+
 def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
     """Top-1 on the calibration split with the given layers kept float, through ``runtime``'s quantizer."""
     from nnsweep.sensitivity import rank
 
-    split = bundle.dataset.calibration
+    split = _scored_split(bundle)
     per_channel = granularity is Granularity.PER_CHANNEL
     if runtime == "onnxruntime":
         return rank.onnxruntime_evaluator(bundle, split, per_channel)
     if runtime == "torch":
         return rank.torch_fx_evaluator(bundle, split, per_channel)
-    return _pt2e_evaluator(bundle, runtime, per_channel)
+    return _pt2e_evaluator(bundle, split, runtime, per_channel)
 
 
-def _pt2e_evaluator(bundle: ModelBundle, runtime: str, per_channel: bool) -> Evaluator:
+def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel: bool) -> Evaluator:
     import copy
 
     import numpy as np
@@ -167,7 +182,6 @@ def _pt2e_evaluator(bundle: ModelBundle, runtime: str, per_channel: bool) -> Eva
         granularity=Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR,
         calibration=Calibration.MINMAX,
     )
-    split = bundle.dataset.calibration
     calibration = torch.from_numpy(split.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
     graph = torch.export.export(copy.deepcopy(bundle.module).eval(), (bundle.example_input,), strict=False)
@@ -188,7 +202,8 @@ def _pt2e_evaluator(bundle: ModelBundle, runtime: str, per_channel: bool) -> Eva
             for i in range(len(calibration)):
                 prepared(calibration[i : i + 1])
             model = convert_pt2e(prepared)
-            preds = [int(model(inputs[i : i + 1]).argmax()) for i in range(len(inputs))]
+            outs = [model(inputs[i : i + 1]) for i in range(len(inputs))]
+            preds = [int((o[0] if isinstance(o, tuple | list) else o).argmax()) for o in outs]
         return float((np.asarray(preds) == np.asarray(split.labels)).mean())
 
     return evaluate
