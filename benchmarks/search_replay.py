@@ -528,6 +528,37 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
+def best_described(table: Table) -> list[tuple[str, str]]:
+    """Each configuration that measured the table's best, and whether it is a default deployment:
+    a baseline (:func:`nnsweep.sweep.space.baseline_configs`), a mode start
+    (:func:`nnsweep.sweep.space.mode_starts`) or neither (found only by searching)."""
+    base = {c.digest() for c in baseline_configs(table.space)}
+    starts = {c.digest() for c in mode_starts(table.space)}
+    starts_keys = {table.outcomes[d].key: d for d in base | starts if d in table.outcomes}
+    out = []
+    for digest, outcome in sorted(table.outcomes.items()):
+        if outcome.values != table.best:
+            continue
+        c = table.configs[digest]
+        kind = (
+            "a baseline"
+            if digest in base
+            else "a mode start"
+            if digest in starts
+            else "same bytes as a start"
+            if outcome.key in starts_keys
+            else "not a default deployment"
+        )
+        layers = ",".join(c.quant.float_layers) or "-"
+        label = (
+            f"{c.runtime} {'>'.join(c.backends) or '-'} {c.quant.mode.value} {c.quant.granularity or '-'} "
+            f"float_layers={layers} max_delegated_partitions={c.partitions.max_delegated_partitions} "
+            f"min_nodes={c.partitions.min_nodes_per_partition}"
+        )
+        out.append((label, kind))
+    return out
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b not in (0, math.inf) else "-"
 
@@ -556,14 +587,15 @@ def summarise(
         f"table {table.name}: {len(table.configs)} configurations, {table.measurements} distinct measurements, "
         f"best feasible p50 {table.best[1]:.4f} ms at accuracy {table.best[0]:.4f}, "
         f"front of {len(table.front)} points",
+        *(f"  best: {label} ({kind})" for label, kind in best_described(table)),
         "",
         "| strategy | seeds | best: median | best: p90 | 99% HV: median | 99% HV: p90 "
         "| ratio vs random (best / HV, medians) | repeats told per run (median) | cap hits | s/run |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     if ref2 is not None:
-        lines[2] = lines[2].replace(" | repeats", " | ratio vs random after the same starts (best / HV) | repeats")
-        lines[3] += "---|"
+        lines[-2] = lines[-2].replace(" | repeats", " | ratio vs random after the same starts (best / HV) | repeats")
+        lines[-1] += "---|"
     for s in results:
         bm, bp = s.stat("best_at", statistics.median), s.stat("best_at", p90)
         hm, hp = s.stat("hv_at", statistics.median), s.stat("hv_at", p90)

@@ -187,3 +187,14 @@ def test_layers_from_recorded_rankings_rebuild_the_configurations() -> None:
     space = device_space(spec, "host", {"torch": ("x86", "qnnpack")}, 2, layers_for)
     configs = table_mod.enumerate_configs(space)
     assert sorted(c.quant.float_layers for c in configs) == [(), (), ("a", "b")]  # kept sorted
+
+
+def test_the_summary_says_whether_the_best_is_a_default_deployment() -> None:
+    table = _table()
+    described = replay.best_described(table)
+    assert described and all(kind for _, kind in described)
+    base = baseline_configs(SPACE)[0].digest()
+    table.outcomes[base] = replay.Outcome((0.95, 0.01), base)  # the fp32 baseline made the fastest
+    table.__post_init__()
+    assert replay.best_described(table) == [(replay.best_described(table)[0][0], "a baseline")]
+    assert "a baseline" in replay.summarise(table, [])

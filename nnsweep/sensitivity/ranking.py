@@ -175,6 +175,7 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from nnsweep.convert import float_fallback
+    from nnsweep.convert.pt2e import export
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
 
     quant = QuantConfig(
@@ -184,7 +185,11 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
     )
     calibration = torch.from_numpy(split.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
-    graph = torch.export.export(copy.deepcopy(bundle.module).eval(), (bundle.example_input,), strict=False)
+    model = copy.deepcopy(bundle.module).eval()
+    try:  # one batch each for calibration and evaluation: on digits_outlier 122 -> 33 s (executorch), 127 -> 9 s (litert)
+        graph, batched = export(model, bundle.example_input, dynamic_batch=True), True
+    except Exception:  # a model whose shapes specialise on batch 1
+        graph, batched = export(model, bundle.example_input, dynamic_batch=False), False
 
     def quantizer() -> object:
         if runtime == "executorch":
@@ -195,15 +200,17 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
 
         return litert_quantizer(quant, symmetric_activations=runtime == "armnn")
 
+    def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
+        outs = [module(c) for c in chunks]
+        return torch.cat([o[0] if isinstance(o, tuple | list) else o for o in outs])
+
     def evaluate(keep: frozenset[str]) -> float:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
-        prepared = prepare_pt2e(copy.deepcopy(graph).module(), chosen)
+        prepared = prepare_pt2e(copy.deepcopy(graph).module(check_guards=False), chosen)
         with torch.no_grad():
-            for i in range(len(calibration)):
-                prepared(calibration[i : i + 1])
-            model = convert_pt2e(prepared)
-            outs = [model(inputs[i : i + 1]) for i in range(len(inputs))]
-            preds = [int((o[0] if isinstance(o, tuple | list) else o).argmax()) for o in outs]
-        return float((np.asarray(preds) == np.asarray(split.labels)).mean())
+            run(prepared, calibration)
+            preds = run(convert_pt2e(prepared), inputs).argmax(1).numpy()
+        return float((preds == np.asarray(split.labels)).mean())
 
     return evaluate
