@@ -186,7 +186,7 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
     calibration = torch.from_numpy(split.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
     model = copy.deepcopy(bundle.module).eval()
-    try:  # one batch each for calibration and evaluation: on digits_outlier 122 -> 33 s (executorch), 127 -> 9 s (litert)
+    try:  # one batch each to calibrate and score: digits_outlier 122 -> 33 s (executorch), 127 -> 9 s (litert)
         graph, batched = export(model, bundle.example_input, dynamic_batch=True), True
     except Exception:  # a model whose shapes specialise on batch 1
         graph, batched = export(model, bundle.example_input, dynamic_batch=False), False
