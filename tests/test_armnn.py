@@ -1,4 +1,4 @@
-"""The armnn runtime: Arm NN 22 through Debian's PyArmNN in the system Python.
+"""The armnn runtime: Arm NN 20.08 (library 22.0) through Debian's PyArmNN in the system Python.
 
 Real runs: the TFLite parser's bias-less FULLY_CONNECTED rejection and its fix, the
 preferred-backend order falling through to CpuRef on x86 (the report says so), fp32
@@ -21,7 +21,7 @@ from nnsweep import deploy
 from nnsweep.agents import _probe
 from nnsweep.artifacts import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
-from nnsweep.bench.runners.armnn import report_from_dot
+from nnsweep.bench.runners.armnn import report_from_dot, upstream_version
 from nnsweep.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.convert import tflite
 from nnsweep.convert._base import IOSpec
@@ -98,8 +98,16 @@ def test_parser_rejects_fully_connected_without_bias_until_the_converter_adds_on
 def test_probe_reports_arm_nn_and_its_backends() -> None:
     versions: dict[str, str] = {}
     assert _probe.armnn_backends(versions) == ("CpuRef",)  # x86: the reference backend only
-    assert versions["armnn"].startswith("22.")
+    # Debian's python3-pyarmnn 20.08-12: release 20.08, whose library calls itself 22.0 (soname 22)
+    assert versions["armnn"] == "20.08"
+    assert versions["armnn-library"].startswith("22.")
     assert _probe.litert_backends({}) == ("xnnpack", "cpu")
+
+
+def test_the_release_is_the_debian_version_without_epoch_or_revision() -> None:
+    assert upstream_version("20.08-12") == "20.08"
+    assert upstream_version("1:23.08-6\n") == "23.08"
+    assert upstream_version("") is None
 
 
 def test_space_keeps_the_orders_and_granularities_arm_nn_has() -> None:
