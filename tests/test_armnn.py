@@ -44,7 +44,7 @@ def test_config_realises_the_preferred_backend_order() -> None:
     assert DeploymentConfig("armnn").backends == ("CpuAcc", "CpuRef")
     with pytest.raises(SpecError, match="unknown armnn backend 'cpuacc'"):
         _config(backends=("cpuacc",))
-    # Arm NN 22's reference backend aborts on per-channel int8 weights: per tensor only.
+    # Arm NN 20.08's reference backend aborts on per-channel int8 weights: per tensor only.
     with pytest.raises(SpecError, match="armnn static_int8 supports per_tensor, not per_channel"):
         _config("static_int8")
     assert _config("static_int8", granularity="per_tensor", interface="full").quant.interface is Interface.FULL
@@ -152,7 +152,7 @@ def test_digits_fp32_and_int8_fall_through_to_cpuref_and_keep_accuracy(digits, t
     assert fp32.timing.latency.count == SETTINGS.iters
     assert full.artifact.io.input_dtype == "int8"
     for int8 in (core, full):
-        # Symmetric activations: Arm NN 22 pads with integer 0 (asymmetric int8 gave 10.6 % top-1).
+        # Symmetric activations: Arm NN 20.08 pads with integer 0 (asymmetric int8 gave 10.6 % top-1).
         assert abs(int8.evaluation.accuracy - fp32.evaluation.accuracy) <= 0.02  # type: ignore[operator]
         assert int8.evaluation.fidelity.sqnr_db > 20
 

@@ -183,7 +183,7 @@ class ArmNNRunner(Runner):
     """One Arm NN network loaded in an ``IRuntime``.
 
     ``threads`` is recorded but not applied: the reference backend runs on one thread,
-    and PyArmNN 22 exposes no thread option for CpuAcc (Arm Compute Library's scheduler
+    and PyArmNN 20.08 exposes no thread option for CpuAcc (Arm Compute Library's scheduler
     uses the cores it finds).
     """
 
