@@ -95,7 +95,7 @@ write_cpu_tree() {
     local want="$cpu $midr $cpus" have=""
     [ -e "$stamp" ] && have=$(cat "$stamp")
     [ "$have" = "$want" ] && [ -e "$sysdir/cpu$last/regs/identification/midr_el1" ] && return 0
-    if [ -n "$have" ] && root_pids | grep -q .; then
+    if [ -n "$have" ] && board_running; then
         die "the board is running as '$have' (cpu midr cores); \`$0 stop\` before changing NNSWEEP_ARM_SIM_CPU or _CPUS"
     fi
     rm -rf "$root/sys/devices"
@@ -223,7 +223,7 @@ cmd_build() {
     write_cpu_tree
     install_agent
     # Leave nothing mounted behind a build unless the board is running.
-    root_pids | grep -q . || umount_root
+    board_running || umount_root
 }
 
 # Processes whose root directory is the board's root.
@@ -236,11 +236,15 @@ root_pids() {
     true
 }
 
+# Whether any process runs in the root. Not `root_pids | grep -q .`: under pipefail, grep's
+# early exit can kill root_pids with SIGPIPE, and the pipeline then says "nothing runs".
+board_running() { [ -n "$(root_pids)" ]; }
+
 cmd_start() {
     local address="${1:-127.0.0.1:6379}"
     cmd_build
     [ -f "$token_file" ] || die "no Ray token at $token_file (the head's ~/.ray/auth_token; set NNSWEEP_TOKEN_FILE)"
-    if root_pids | grep -q .; then
+    if board_running; then
         die "already running (pids: $(root_pids | tr '\n' ' ')); \`$0 stop\` first"
     fi
     mount_root
