@@ -478,7 +478,7 @@ def test_sweep_over_host_and_the_emulated_board(
 def test_litert_xnnpack_int8_on_the_board_agrees_with_the_host(  # type: ignore[no-untyped-def]
     board: Board, digits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Under qemu's default ``max`` CPU, XNNPACK's int8 kernels gave 13 % top-1 agreement with
+    """Under qemu's default ``max`` CPU, XNNPACK's int8 kernels gave 10 % top-1 agreement with
     x86 (docs/arm-sim.md); with a named CPU in every process of the board they agree. The
     measurement goes the way a sweep's does: the board's agent (a Ray worker) forks a
     measuring process, so QEMU_CPU has to survive ``ray start`` and both forks."""
