@@ -119,7 +119,7 @@ def armnn_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
         return None  # PyArmNN is not installed for it
     found = json.loads(lines[-1])
     # The release (20.08) where the package manager knows it; the library's own version
-    # (22.0 in 20.08, the soname's major) is no release number, and is kept apart.
+    # (22.0.0 in 20.08, the soname's major) is no release number, and is kept apart.
     versions["armnn"] = str(found.get("release") or f"unknown release (library {found['version']})")
     versions["armnn-library"] = str(found["version"])
     return tuple(found["backends"]) or None

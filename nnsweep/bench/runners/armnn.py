@@ -55,7 +55,7 @@ def _armnn() -> Any:
 def available_backends() -> dict[str, Any]:
     """Arm NN's release and library version, and the backends that load on this machine.
 
-    ``version`` is the library's own (``ARMNN_VERSION``, ``22.0`` in Arm NN 20.08: the
+    ``version`` is the library's own (``ARMNN_VERSION``, ``22.0.0`` in Arm NN 20.08: the
     soname's major, not the release); ``release`` is the Arm NN release the installed
     package was built from (``20.08``), ``None`` where no package manager knows it.
     """
