@@ -19,6 +19,9 @@
 # NNSWEEP_ARM_SIM_AGENT: full (every runtime, as install.sh) or lite (install.sh --lite: no
 # PyTorch or ExecuTorch; minutes to build instead of up to ~50). Unset, the root keeps the
 # agent it has (full on a new root). A full agent serves a lite request: never downgraded.
+# NNSWEEP_ARM_SIM_CPU: the core the board emulates, cortex-a72 (default; Raspberry Pi 4),
+# cortex-a76 (Raspberry Pi 5) or neoverse-n1 (AWS Graviton2). Changing it rewrites the /sys
+# CPU tree only; the root and the agent stay.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,8 +33,7 @@ agent_port="${NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT:-52366}"
 token_file="${NNSWEEP_TOKEN_FILE:-$HOME/.ray/auth_token}"
 profile="${NNSWEEP_ARM_SIM_AGENT:-}"
 suite=bookworm
-# A Cortex-A72 (Raspberry Pi 4): cpuinfo (ONNX Runtime, XNNPACK) reads this register.
-midr=0x00000000410fd083
+cpu="${NNSWEEP_ARM_SIM_CPU:-cortex-a72}"
 # What the board runs besides the agent's venv: Arm NN from Debian, in the system python3.
 armnn_packages="python3-pyarmnn libarmnn-cpuacc-backend22 libarmnn-cpuref-backend22 libarmnntfliteparser22"
 # Inside the root the agent lives where install.sh puts it for root: $HOME/nnsweep-agent.
@@ -39,6 +41,25 @@ agent_bin=/root/nnsweep-agent/venv/bin
 
 log() { echo "arm-sim: $*" >&2; }
 die() { echo "arm-sim: $*" >&2; exit 1; }
+
+# MIDR_EL1 of qemu 7.2's model of each core (what `mrs x0, midr_el1` returns on the board
+# under that model); the /sys tree shows the same, since cpuinfo (ONNX Runtime, XNNPACK)
+# reads the register from there to pick kernels.
+midr_of() {
+    case "$1" in
+        cortex-a72) echo 0x00000000410fd083 ;;  # r0p3, as the Raspberry Pi 4's BCM2711
+        cortex-a76) echo 0x00000000414fd0b1 ;;  # r4p1, as the Raspberry Pi 5's BCM2712
+        neoverse-n1) echo 0x00000000414fd0c1 ;; # r4p1 (Graviton2's cores are r3p1)
+        *) return 1 ;;
+    esac
+}
+
+# qemu-user's default CPU (`max`) advertises features these cores lack (dot product, SVE,
+# i8mm), and XNNPACK's int8 kernels then compute wrong results (docs/arm-sim.md). qemu
+# reads QEMU_CPU at every exec, so it is exported here (debootstrap, chroot) and passed
+# again through the `env -i` of in_root; Ray's processes and the agent's inherit it.
+midr=$(midr_of "$cpu") || { echo "arm-sim: unknown NNSWEEP_ARM_SIM_CPU '$cpu' (cortex-a72, cortex-a76 or neoverse-n1)" >&2; exit 2; }
+export QEMU_CPU="$cpu"
 
 need_root() { [ "$(id -u)" = 0 ] || die "needs root (binfmt_misc, debootstrap, chroot)"; }
 
@@ -67,8 +88,16 @@ setup_binfmt() {
 
 # A minimal /sys CPU tree: the host's /sys makes cpuinfo read x86 CPUs (ONNX Runtime
 # segfaults under qemu); no /sys at all makes XNNPACK refuse to start (status 0x5).
+# The tree is rewritten only when the CPU or the core count changed ($cache/.cpu records
+# them); a running board is never given another CPU under its feet.
 write_cpu_tree() {
-    local sysdir="$root/sys/devices/system/cpu" last=$((cpus - 1)) i
+    local sysdir="$root/sys/devices/system/cpu" last=$((cpus - 1)) i stamp="$cache/.cpu"
+    local want="$cpu $midr $cpus" have=""
+    [ -e "$stamp" ] && have=$(cat "$stamp")
+    [ "$have" = "$want" ] && [ -e "$sysdir/cpu$last/regs/identification/midr_el1" ] && return 0
+    if [ -n "$have" ] && board_running; then
+        die "the board is running as '$have' (cpu midr cores); \`$0 stop\` before changing NNSWEEP_ARM_SIM_CPU or _CPUS"
+    fi
     rm -rf "$root/sys/devices"
     mkdir -p "$sysdir"
     for f in possible present online; do echo "0-$last" >"$sysdir/$f"; done
@@ -77,6 +106,8 @@ write_cpu_tree() {
         echo "$midr" >"$sysdir/cpu$i/regs/identification/midr_el1"
         echo 1 >"$sysdir/cpu$i/online"
     done
+    echo "$want" >"$stamp"
+    log "CPU tree: $cpus x $cpu (MIDR $midr)"
 }
 
 copy_host_files() {
@@ -112,7 +143,7 @@ umount_root() {
 
 # Runs a command inside the root with a clean environment: what a board's shell has.
 in_root() {
-    chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+    chroot "$root" /usr/bin/env -i QEMU_CPU="$cpu" HOME=/root LANG=C.UTF-8 TERM=dumb \
         PATH=/root/nnsweep-agent/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
         PIP_DEFAULT_TIMEOUT=180 PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
@@ -192,7 +223,7 @@ cmd_build() {
     write_cpu_tree
     install_agent
     # Leave nothing mounted behind a build unless the board is running.
-    root_pids | grep -q . || umount_root
+    board_running || umount_root
 }
 
 # Processes whose root directory is the board's root.
@@ -205,11 +236,15 @@ root_pids() {
     true
 }
 
+# Whether any process runs in the root. Not `root_pids | grep -q .`: under pipefail, grep's
+# early exit can kill root_pids with SIGPIPE, and the pipeline then says "nothing runs".
+board_running() { [ -n "$(root_pids)" ]; }
+
 cmd_start() {
     local address="${1:-127.0.0.1:6379}"
     cmd_build
     [ -f "$token_file" ] || die "no Ray token at $token_file (the head's ~/.ray/auth_token; set NNSWEEP_TOKEN_FILE)"
-    if root_pids | grep -q .; then
+    if board_running; then
         die "already running (pids: $(root_pids | tr '\n' ' ')); \`$0 stop\` first"
     fi
     mount_root
@@ -263,6 +298,7 @@ cmd_stop() {
 cmd_status() {
     if [ -e "$cache/.root-built" ]; then echo "root: $root (built)"; else echo "root: $root (not built)"; fi
     [ -e "$cache/.agent-installed" ] && echo "agent: $(cat "$cache/.agent-installed")"
+    [ -e "$cache/.cpu" ] && echo "cpu: $(cat "$cache/.cpu")"
     grep " $root/" /proc/mounts | awk '{print "mounted: " $2}' || true
     local pids
     pids=$(root_pids)

@@ -4,6 +4,8 @@ The unit tests feed the detector the ``/proc/cpuinfo`` texts of a real x86 host 
 real Raspberry Pi 4. The integration test (marker ``emulation``, root only) builds or
 reuses the board's root, joins it to a head on this machine and sweeps ``[host,
 arm64-sim]`` with the digits model: a real aarch64 userland under qemu-user, nothing faked.
+It also checks that the board emulates the CPU it names (``NNSWEEP_ARM_SIM_CPU``) in every
+process: LiteRT's XNNPACK int8 kernels then agree with x86, where qemu's default CPU broke them.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from pathlib import Path
 import pytest
 
 from nnsweep.agents import Capabilities, DeviceAgent, MeasureReply, MeasureRequest, Transport
+from nnsweep.agents._arm_cpu import core_name, cores_from_sysfs, describe_cores
 from nnsweep.agents._capabilities import MEASURE_HEADROOM_MB, MEASURE_PEAK_MB, runtimes_that_fit
-from nnsweep.agents._emulation import cpuinfo_arch, detect, detect_from
+from nnsweep.agents._emulation import cpuinfo_arch, detect, detect_from, qemu_cpu
 
 REPO = Path(__file__).resolve().parent.parent
 ARM_SIM = REPO / "device_agents" / "arm_sim.sh"
@@ -85,6 +88,39 @@ def test_this_machine_is_detected_as_it_is() -> None:
         assert found is None
     else:  # pragma: no cover - runs on the emulated board itself
         assert found is not None
+
+
+# -- which core: MIDR_EL1, and the CPU model qemu runs ------------------------------------------
+
+
+def test_core_names_come_from_midr() -> None:
+    # the MIDRs of qemu 7.2's models of the board's three CPUs (NNSWEEP_ARM_SIM_CPU)
+    assert core_name(0x410FD083) == "Cortex-A72 r0p3"
+    assert core_name(0x414FD0B1) == "Cortex-A76 r4p1"
+    assert core_name(0x414FD0C1) == "Neoverse-N1 r4p1"
+    assert core_name(0x000F0000) == "Arm core (MIDR 0x000f0000)"  # qemu's max: implementer 0
+    assert describe_cores([0x412FD050, 0x412FD050, 0x414FD0B0]) == "Cortex-A55 r2p0 + Cortex-A76 r4p0"
+
+
+def test_cores_are_read_from_the_sys_tree_in_cpu_order(tmp_path: Path) -> None:
+    for i, midr in ((0, "0x00000000412fd050"), (10, "0x00000000414fd0b0"), (2, "0x00000000412fd050")):
+        reg = tmp_path / f"cpu{i}" / "regs" / "identification"
+        reg.mkdir(parents=True)
+        (reg / "midr_el1").write_text(midr + "\n")
+    assert cores_from_sysfs(tmp_path) == [0x412FD050, 0x412FD050, 0x414FD0B0]
+    assert cores_from_sysfs(tmp_path / "none") == []
+
+
+def test_qemu_cpu_is_max_without_qemu_cpu_in_the_environment() -> None:
+    assert qemu_cpu({"QEMU_CPU": "neoverse-n1"}) == "neoverse-n1"
+    assert qemu_cpu({}) == "max (QEMU_CPU unset)"
+
+
+def test_arm_sim_refuses_an_unknown_cpu_in_one_line(tmp_path: Path) -> None:
+    env = dict(os.environ, NNSWEEP_ARM_SIM_DIR=str(tmp_path), NNSWEEP_ARM_SIM_CPU="cortex-a99")
+    proc = subprocess.run(["bash", str(ARM_SIM), "status"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "cortex-a99" in proc.stderr and "cortex-a72" in proc.stderr
 
 
 # -- memory: a board that cannot hold a runtime's measuring process does not offer it ----------
@@ -223,11 +259,34 @@ def _can_emulate() -> str | None:
     return None
 
 
+# The cores the board can emulate (NNSWEEP_ARM_SIM_CPU) as the probe names them from MIDR.
+CORE_NAMES = {"cortex-a72": "Cortex-A72 r0p3", "cortex-a76": "Cortex-A76 r4p1", "neoverse-n1": "Neoverse-N1 r4p1"}
+
+
 @dataclass
 class Board:
     address: str
     env: dict[str, str]
     profile: str  # the agent installed in the root: "full" (every runtime) or "lite" (no torch, ExecuTorch)
+    cpu: str  # the qemu CPU model it emulates (NNSWEEP_ARM_SIM_CPU)
+    root: Path  # its root directory on this host
+
+
+def _qemu_cpu_of_board_processes(root: Path) -> dict[str, str]:
+    """QEMU_CPU in the environment of each process whose root directory is the board's root,
+    by its command line (as the host sees it: qemu's own, the aarch64 program's after it)."""
+    found: dict[str, str] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.readlink(proc / "root") != str(root):
+                continue
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        values = [e.removeprefix(b"QEMU_CPU=").decode() for e in environ if e.startswith(b"QEMU_CPU=")]
+        found[f"{proc.name} {cmdline}"] = values[0] if values else "(unset)"
+    return found
 
 
 def _installed_profile(env: dict[str, str]) -> str:
@@ -288,7 +347,8 @@ def board(tmp_path_factory: pytest.TempPathFactory, ray_token: Path) -> Iterator
         _ray_ready(address, "host", env, timeout=120)
         subprocess.run(["bash", str(ARM_SIM), "start", address], env=env, check=True, timeout=600)
         _ray_ready(address, "arm64-sim", env, timeout=300)
-        yield Board(address, env, _installed_profile(env))
+        root = Path(env.get("NNSWEEP_ARM_SIM_DIR", "/var/cache/nnsweep-arm-sim")) / "root"
+        yield Board(address, env, _installed_profile(env), env.get("NNSWEEP_ARM_SIM_CPU", "cortex-a72"), root)
     finally:
         with contextlib.suppress(Exception):
             import ray
@@ -323,6 +383,8 @@ def test_devices_lists_the_host_and_the_emulated_board(board: Board) -> None:
     host, arm = found["host"], found["arm64-sim"]
     assert (host["arch"], host["emulated"]) == ("x86_64", False)
     assert (arm["arch"], arm["emulated"]) == ("aarch64", True)
+    # the core the board emulates, by the MIDR of its /sys tree, and the model qemu runs the probe as
+    assert arm["cpu"] == f"{CORE_NAMES[board.cpu]} (qemu {board.cpu})"
     assert arm["versions"]["python"].startswith("3.11.")
     rts = arm["runtimes"]
     assert "cpu" in rts["onnxruntime"] and "xnnpack" in rts["litert"]
@@ -407,3 +469,61 @@ def test_sweep_over_host_and_the_emulated_board(
     tags = {(r.data.tags["nnsweep.device"], r.data.tags.get("status"), r.data.tags.get("emulated")) for r in trials}
     assert ("arm64-sim", "ok", "true") in tags and ("host", "ok", "false") in tags
     assert not any(d == "host" and e == "true" for d, _, e in tags)
+
+
+@pytest.mark.emulation
+@pytest.mark.integration
+@pytest.mark.ray
+@pytest.mark.slow
+def test_litert_xnnpack_int8_on_the_board_agrees_with_the_host(  # type: ignore[no-untyped-def]
+    board: Board, digits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under qemu's default ``max`` CPU, XNNPACK's int8 kernels gave 10 % top-1 agreement with
+    x86 (docs/arm-sim.md); with a named CPU in every process of the board they agree. The
+    measurement goes the way a sweep's does: the board's agent (a Ray worker) forks a
+    measuring process, so QEMU_CPU has to survive ``ray start`` and both forks."""
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.bench import MeasureSettings, evaluate
+    from nnsweep.core.config import DeploymentConfig
+    from nnsweep.execution.ray_cluster import RayExecutor
+
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
+        monkeypatch.setenv(key, board.env[key])
+    config = DeploymentConfig.from_dict(
+        {"runtime": "litert", "backends": ["xnnpack"], "quant": {"mode": "static_int8", "granularity": "per_channel"}}
+    )
+    artifact, _ = deploy.convert(digits, config, ArtifactCache(tmp_path / "cache"))
+    inputs = digits.dataset.evaluation.inputs  # fixed: the evaluation split
+    settings = MeasureSettings(warmup=1, iters=3)
+    _, host = deploy.run_artifact(artifact, inputs, settings)
+    request = MeasureRequest(
+        runtime="litert",
+        artifact_name=artifact.path.name,
+        artifact_bytes=artifact.path.read_bytes(),
+        io=artifact.io,
+        threads=1,
+        backends=artifact.config.backends,
+        inputs=inputs,
+        settings=settings,
+    )
+    executor = RayExecutor(address=board.address)
+    try:
+        executor.probe(["arm64-sim"])
+        reply = executor.measure("arm64-sim", request).result(timeout=900)
+        qemu_cpus = _qemu_cpu_of_board_processes(board.root)  # the agent's worker among them
+    finally:
+        executor.shutdown()
+    assert set(qemu_cpus.values()) == {board.cpu}, qemu_cpus
+    # the raylet and the agent's Ray worker among them (the measuring process has exited;
+    # its outputs below show which CPU it ran on)
+    assert any("/raylet " in cmd for cmd in qemu_cpus) and any("default_worker.py" in cmd for cmd in qemu_cpus)
+    assert reply.outputs is not None and reply.emulated
+    fidelity = evaluate(reply.outputs, host, None).fidelity
+    sqnr = "inf (bit-exact)" if fidelity.max_abs_err == 0 else f"{fidelity.sqnr_db:.1f} dB"
+    with capsys.disabled():
+        sys.stdout.write(
+            f"\n  {config.label()} on {len(inputs)} inputs, board ({board.cpu}) vs host: "
+            f"top-1 agreement {fidelity.top1_agreement:.4f}, SQNR {sqnr}\n"
+        )
+    assert fidelity.top1_agreement >= 0.99, fidelity

@@ -1,4 +1,4 @@
-"""The armnn runtime: Arm NN 22 through Debian's PyArmNN in the system Python.
+"""The armnn runtime: Arm NN 20.08 (library 22.0) through Debian's PyArmNN in the system Python.
 
 Real runs: the TFLite parser's bias-less FULLY_CONNECTED rejection and its fix, the
 preferred-backend order falling through to CpuRef on x86 (the report says so), fp32
@@ -21,7 +21,7 @@ from nnsweep.agents import _probe
 from nnsweep.artifacts import deploy
 from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
-from nnsweep.bench.runners.armnn import report_from_dot
+from nnsweep.bench.runners.armnn import report_from_dot, upstream_version
 from nnsweep.convert import tflite
 from nnsweep.convert.armnn import armnn_placement
 from nnsweep.core.artifact import IOSpec
@@ -44,7 +44,7 @@ def test_config_realises_the_preferred_backend_order() -> None:
     assert DeploymentConfig("armnn").backends == ("CpuAcc", "CpuRef")
     with pytest.raises(SpecError, match="unknown armnn backend 'cpuacc'"):
         _config(backends=("cpuacc",))
-    # Arm NN 22's reference backend aborts on per-channel int8 weights: per tensor only.
+    # Arm NN 20.08's reference backend aborts on per-channel int8 weights: per tensor only.
     with pytest.raises(SpecError, match="armnn static_int8 supports per_tensor, not per_channel"):
         _config("static_int8")
     assert _config("static_int8", granularity="per_tensor", interface="full").quant.interface is Interface.FULL
@@ -98,8 +98,16 @@ def test_parser_rejects_fully_connected_without_bias_until_the_converter_adds_on
 def test_probe_reports_arm_nn_and_its_backends() -> None:
     versions: dict[str, str] = {}
     assert _probe.armnn_backends(versions) == ("CpuRef",)  # x86: the reference backend only
-    assert versions["armnn"].startswith("22.")
+    # Debian's python3-pyarmnn 20.08-12: release 20.08, whose library calls itself 22.0 (soname 22)
+    assert versions["armnn"] == "20.08"
+    assert versions["armnn-library"].startswith("22.")
     assert _probe.litert_backends({}) == ("xnnpack", "cpu")
+
+
+def test_the_release_is_the_debian_version_without_epoch_or_revision() -> None:
+    assert upstream_version("20.08-12") == "20.08"
+    assert upstream_version("1:23.08-6\n") == "23.08"
+    assert upstream_version("") is None
 
 
 def test_space_keeps_the_orders_and_granularities_arm_nn_has() -> None:
@@ -144,7 +152,7 @@ def test_digits_fp32_and_int8_fall_through_to_cpuref_and_keep_accuracy(digits, t
     assert fp32.timing.latency.count == SETTINGS.iters
     assert full.artifact.io.input_dtype == "int8"
     for int8 in (core, full):
-        # Symmetric activations: Arm NN 22 pads with integer 0 (asymmetric int8 gave 10.6 % top-1).
+        # Symmetric activations: Arm NN 20.08 pads with integer 0 (asymmetric int8 gave 10.6 % top-1).
         assert abs(int8.evaluation.accuracy - fp32.evaluation.accuracy) <= 0.02  # type: ignore[operator]
         assert int8.evaluation.fidelity.sqnr_db > 20
 

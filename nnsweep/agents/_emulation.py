@@ -26,9 +26,10 @@ from __future__ import annotations
 import os
 import platform
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Emulation", "cpuinfo_arch", "detect", "detect_from"]
+__all__ = ["Emulation", "cpuinfo_arch", "detect", "detect_from", "qemu_cpu"]
 
 _ARM_USERLAND = {"aarch64", "arm64", "armv7l", "armv8l", "armv6l"}
 _QEMU_EXE = re.compile(r"qemu-(\w+)|(\w+)-binfmt-P")
@@ -93,6 +94,20 @@ def detect_from(userland: str, cpuinfo: str, parent_exe: str = "") -> Emulation 
     if match:
         return Emulation(userland, "unknown", "", f"the parent process runs under {os.path.basename(parent_exe)}")
     return None
+
+
+def qemu_cpu(environ: Mapping[str, str]) -> str:
+    """The CPU model qemu-user runs a process as, from the environment it started with.
+
+    qemu-user reads ``QEMU_CPU`` at each exec; without it, it emulates its ``max`` CPU,
+    which advertises features no real core of these boards has (docs/arm-sim.md), so
+    ``max (QEMU_CPU unset)`` says an exec path dropped the variable.
+
+    Example:
+        >>> qemu_cpu({"QEMU_CPU": "cortex-a72"}), qemu_cpu({})
+        ('cortex-a72', 'max (QEMU_CPU unset)')
+    """
+    return environ.get("QEMU_CPU") or "max (QEMU_CPU unset)"
 
 
 def detect() -> Emulation | None:

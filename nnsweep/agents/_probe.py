@@ -15,8 +15,10 @@ import subprocess
 import sys
 from importlib import metadata
 
+from nnsweep.agents._arm_cpu import cores_from_sysfs, describe_cores
 from nnsweep.agents._capabilities import Capabilities, runtimes_that_fit
 from nnsweep.agents._emulation import detect as detect_emulation
+from nnsweep.agents._emulation import qemu_cpu
 
 __all__ = [
     "armnn_backends",
@@ -28,7 +30,17 @@ __all__ = [
 ]
 
 
-def _cpu_model() -> str:
+def _cpu_model(emulated: bool) -> str:
+    """The CPU's model: an Arm board's cores by their MIDR (its ``/proc/cpuinfo`` names none,
+    and under qemu-user it is the x86 host's), with the model qemu runs when emulated."""
+    midrs = cores_from_sysfs() if platform.machine() in ("aarch64", "arm64") else []
+    if midrs:
+        cores = describe_cores(midrs)
+        return f"{cores} (qemu {qemu_cpu(os.environ)})" if emulated else cores
+    return _cpuinfo_model()
+
+
+def _cpuinfo_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -106,7 +118,10 @@ def armnn_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     if proc.returncode != 0 or not lines:
         return None  # PyArmNN is not installed for it
     found = json.loads(lines[-1])
-    versions["armnn"] = str(found["version"])
+    # The release (20.08) where the package manager knows it; the library's own version
+    # (22.0.0 in 20.08, the soname's major) is no release number, and is kept apart.
+    versions["armnn"] = str(found.get("release") or f"unknown release (library {found['version']})")
+    versions["armnn-library"] = str(found["version"])
     return tuple(found["backends"]) or None
 
 
@@ -132,16 +147,17 @@ def probe(device: str, machine: str | None = None) -> Capabilities:
     memory_mb = _memory_mb()
     # A runtime whose measuring process would not fit in this board's memory is not offered.
     found, left_out = runtimes_that_fit(found, memory_mb)
+    emulated = detect_emulation() is not None
     return Capabilities(
         device=device,
         machine=machine or socket.gethostname(),
         arch=platform.machine(),
-        cpu=_cpu_model(),
+        cpu=_cpu_model(emulated),
         cores=os.cpu_count() or 1,
         memory_mb=memory_mb,
         runtimes=found,
         versions=versions,
-        emulated=detect_emulation() is not None,
+        emulated=emulated,
         left_out=left_out,
     )
 

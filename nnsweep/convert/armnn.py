@@ -1,7 +1,7 @@
-"""Arm NN: the ``.tflite`` of the litert converter, made acceptable to Arm NN 22's TFLite parser.
+"""Arm NN: the ``.tflite`` of the litert converter, made acceptable to Arm NN 20.08's TFLite parser.
 
 The model is converted as for ``litert`` (:func:`nnsweep.convert.litert.export_tflite`);
-int8 activations are quantized symmetrically (zero point 0), because Arm NN 22 pads
+int8 activations are quantized symmetrically (zero point 0), because Arm NN 20.08 pads
 quantized tensors with the integer 0 rather than their zero point; then every
 ``FULLY_CONNECTED`` without a bias gets an explicit zero bias, because Arm NN
 22.0's parser rejects the absent optional input (index -1). The partition report comes
@@ -68,7 +68,7 @@ class ArmNNConverter(Converter):
             ConversionError: the model cannot be deployed this way; the message says why.
         """
         path = out_dir / _FILENAME
-        # Arm NN 22 pads a quantized PAD with the integer 0, not the zero point, which shifts
+        # Arm NN 20.08 pads a quantized PAD with the integer 0, not the zero point, which shifts
         # every padded border (int8 digits: 10.6 % top-1); its parser has no PADV2 to state
         # the value. With symmetric activations the zero point is 0 and padding is exact.
         spec = export_tflite(bundle, config, path, symmetric_activations=True, stages=self.stages)

@@ -3,7 +3,7 @@
 LiteRT's own schema bindings (``ai_edge_litert.schema_py_generated``, object API)
 read and write the model, so no TensorFlow is needed:
 
-- :func:`add_fully_connected_bias`: Arm NN 22's TFLite parser rejects a
+- :func:`add_fully_connected_bias`: Arm NN 20.08's TFLite parser rejects a
   ``FULLY_CONNECTED`` whose optional bias is absent (input index -1,
   "'operatorPtr->inputs[i]' must be non-negative"); give it an explicit zero bias.
 - :func:`float_interface`: litert-torch's int8 models take and return int8 (the

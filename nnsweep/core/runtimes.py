@@ -197,7 +197,7 @@ ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
 # Debian's python3-pyarmnn is built for the system Python, not the project's environment.
 SYSTEM_PYTHON = "/usr/bin/python3"
 # litert-torch's PT2E int8 and Arm NN's TFLite parser, as measured with litert-torch 0.10
-# and Arm NN 22.0 (Debian 20.08); see nnsweep/convert/litert.py and armnn.py.
+# and Arm NN 20.08 (Debian's; library version 22.0); see nnsweep/convert/litert.py and armnn.py.
 _TFLITE_UNSUPPORTED = {
     QuantMode.FP16: "litert-torch converts float32 or PT2E-quantized int8 models; "
     "fp16 weights need ai-edge-quantizer, which nnsweep does not drive yet",
@@ -319,7 +319,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         probe="nnsweep.agents._probe:armnn_backends",
         backends=ARMNN_BACKENDS,
         fallback="CpuRef",
-        # Arm NN 22's reference backend aborts the process (an assertion in
+        # Arm NN 20.08's reference backend aborts the process (an assertion in
         # GetBiasTypeFromWeightsType) on per-channel int8 weights: per-tensor only.
         modes={QuantMode.FP32: _NONE, QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR})},
         unsupported=_TFLITE_UNSUPPORTED,

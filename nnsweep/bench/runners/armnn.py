@@ -11,7 +11,7 @@ says so.
 As a program it answers the agent and the converter, which live in the project's
 environment::
 
-    python3 -m nnsweep.bench.runners.armnn backends          # {"version": ..., "backends": [...]}
+    python3 -m nnsweep.bench.runners.armnn backends          # {"release": ..., "version": ..., "backends": [...]}
     python3 -m nnsweep.bench.runners.armnn placement MODEL.tflite CpuAcc CpuRef
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -52,13 +53,48 @@ def _armnn() -> Any:
 
 
 def available_backends() -> dict[str, Any]:
-    """Arm NN's version and the backends that load on this machine."""
+    """Arm NN's release and library version, and the backends that load on this machine.
+
+    ``version`` is the library's own (``ARMNN_VERSION``, ``22.0.0`` in Arm NN 20.08: the
+    soname's major, not the release); ``release`` is the Arm NN release the installed
+    package was built from (``20.08``), ``None`` where no package manager knows it.
+    """
     ann = _armnn()
     runtime = ann.IRuntime(ann.CreationOptions())
     found = {str(b) for b in runtime.GetDeviceSpec().GetSupportedBackends()}
     from nnsweep.core.runtimes import ARMNN_BACKENDS
 
-    return {"version": ann.ARMNN_VERSION, "backends": [b for b in ARMNN_BACKENDS if b in found]}
+    return {
+        "release": debian_release(),
+        "version": ann.ARMNN_VERSION,
+        "backends": [b for b in ARMNN_BACKENDS if b in found],
+    }
+
+
+def debian_release(package: str = "python3-pyarmnn") -> str | None:
+    """The upstream version of a Debian package here (``20.08`` for ``20.08-12``), or ``None``.
+
+    PyArmNN reports only the library version (``pyarmnn.__version__`` is ``22.0.0`` in
+    Arm NN 20.08), so the release comes from dpkg.
+    """
+    try:
+        proc = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return upstream_version(proc.stdout) if proc.returncode == 0 else None
+
+
+def upstream_version(debian_version: str) -> str | None:
+    """``20.08`` from ``20.08-12`` (or ``1:20.08-12``): no epoch, no Debian revision.
+
+    Example:
+        >>> upstream_version("20.08-12"), upstream_version("1:23.08-6"), upstream_version("")
+        ('20.08', '23.08', None)
+    """
+    version = debian_version.strip().split(":", 1)[-1]
+    return version.rsplit("-", 1)[0] or None
 
 
 def optimize(path: Path, backends: Sequence[str]) -> tuple[Any, Any, Any, list[str]]:
@@ -147,7 +183,7 @@ class ArmNNRunner(Runner):
     """One Arm NN network loaded in an ``IRuntime``.
 
     ``threads`` is recorded but not applied: the reference backend runs on one thread,
-    and PyArmNN 22 exposes no thread option for CpuAcc (Arm Compute Library's scheduler
+    and PyArmNN 20.08 exposes no thread option for CpuAcc (Arm Compute Library's scheduler
     uses the cores it finds).
     """
 
