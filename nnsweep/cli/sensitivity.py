@@ -11,6 +11,7 @@ from pathlib import Path
 from nnsweep.cli._args import _positive_shape
 from nnsweep.cli._output import EXIT_OK, Status, _usage_error
 from nnsweep.core.errors import SpecError
+from nnsweep.core.quant import Granularity
 
 _OPTIONS = {
     "model": "--model",
@@ -109,9 +110,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     return EXIT_OK
 
 
-def _granularity(given: str | None, allowed: frozenset) -> object:  # type: ignore[type-arg]
-    from nnsweep.core.quant import Granularity
-
+def _granularity(given: str | None, allowed: frozenset[Granularity]) -> Granularity | None:
     if given is None:
         return Granularity.PER_CHANNEL if Granularity.PER_CHANNEL in allowed else next(iter(sorted(allowed)), None)
     try:

@@ -36,6 +36,7 @@ from nnsweep.sensitivity.rank import (
     CALIBRATION_SAMPLES,
     Evaluator,
     LayerSensitivity,
+    Method,
     SensitivityReport,
     measure,
     quantizable_layers,
@@ -105,7 +106,8 @@ def ranking(
             progress(f"{runtime}: {done[0]}/{len(layers) + 2} quantize-and-evaluate runs")
         return evaluate(keep)
 
-    report = measure(layers, counted, methods=("quantize_one",))
+    quantize_one: tuple[Method, ...] = ("quantize_one",)
+    report = measure(layers, counted, methods=quantize_one)
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(report_to_dict(report)))
     return report, False
