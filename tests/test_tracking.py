@@ -291,3 +291,76 @@ def test_a_quiet_background_tracker_holds_its_writes_until_released() -> None:
     tracker.quiet(False)
     assert inner.bound.wait(5)
     tracker.close()
+
+
+def test_an_outage_loses_no_trial_the_writes_land_in_order_once_the_server_is_back() -> None:
+    import dataclasses
+
+    from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.results import TrialRecord, TrialStatus
+    from nnsweep.tracking import BackgroundTracker, NullTracker
+
+    class Flaky(NullTracker):
+        """A tracking server that is away while ``down`` (every write raises), with what landed."""
+
+        def __init__(self) -> None:
+            self.down = True
+            self.landed: list[tuple[str, int]] = []
+
+        def _write(self, what: str, number: int) -> None:
+            if self.down:
+                raise ConnectionError("Connection refused")
+            self.landed.append((what, number))
+
+        def start_trial(self, device: str, number: int, config: object) -> None:  # type: ignore[override]
+            self._write("start", number)
+
+        def finish_trial(self, record: TrialRecord) -> None:
+            self._write("finish", record.number)
+
+        def close_device(self, device: str, status: str = "FINISHED") -> None:
+            self._write("close", -1)
+
+    record = TrialRecord("s", "host", 0, DeploymentConfig("onnxruntime"), TrialStatus.OK)
+    inner = Flaky()
+    tracker = BackgroundTracker(inner, drain_s=5.0)
+    for n in range(3):  # the server is away for three trials
+        tracker.start_trial("host", n, record.config)
+        tracker.finish_trial(dataclasses.replace(record, number=n))
+    tracker.flush()
+    assert inner.landed == [] and tracker.unlogged == 3
+    inner.down = False  # back: the next write brings the kept ones first, in order
+    tracker.start_trial("host", 3, record.config)
+    tracker.flush()
+    assert inner.landed == [
+        ("start", 0),
+        ("finish", 0),
+        ("start", 1),
+        ("finish", 1),
+        ("start", 2),
+        ("finish", 2),
+        ("start", 3),
+    ]
+    assert tracker.close() == 0
+
+
+def test_a_server_still_away_at_the_end_is_counted_not_fatal() -> None:
+    from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.results import TrialRecord, TrialStatus
+    from nnsweep.tracking import BackgroundTracker, NullTracker
+
+    class Away(NullTracker):
+        def finish_trial(self, record: TrialRecord) -> None:
+            raise ConnectionError("Connection refused")
+
+        def close_device(self, device: str, status: str = "FINISHED") -> None:
+            raise ConnectionError("Connection refused")
+
+        def logged(self, device: str) -> dict:  # type: ignore[type-arg]
+            raise ConnectionError("Connection refused")
+
+    tracker = BackgroundTracker(Away(), drain_s=1.5)
+    tracker.finish_trial(TrialRecord("s", "host", 0, DeploymentConfig("onnxruntime"), TrialStatus.OK))
+    tracker.close_device("host")  # does not raise: kept
+    assert tracker.logged("host") == {}  # a read-back answers as if nothing were logged
+    assert tracker.close() == 1  # tried again with backoff for drain_s, then counted

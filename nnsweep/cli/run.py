@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nnsweep.cli import _report_file
-from nnsweep.cli._output import EXIT_INTERRUPTED, EXIT_OK, _usage_error
+from nnsweep.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _usage_error
 from nnsweep.cli._ray import _ray_client_env
 from nnsweep.cli._spec_args import _SPEC_OPTIONS, _load_checked_spec
 from nnsweep.core.errors import SpecError
@@ -79,6 +79,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     )
     sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh, retry_failed=retry)
     interrupted = False
+    unlogged = 0
     try:
         with _stop_on_signals(sweep.stop):
             results = sweep.run()
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     finally:
         display.close()
         if hasattr(tracker, "close"):
-            tracker.close()  # write what is still queued
+            unlogged = tracker.close() or 0  # write what is still queued (with backoff, if the server is away)
         executor.shutdown()
     if interrupted:
         return EXIT_INTERRUPTED
@@ -114,6 +115,12 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     else:
         sys.stdout.write(_results_text(spec, results) + "\n")
         sys.stdout.write(f"Report: {report}\n")
+    if unlogged:
+        sys.stderr.write(
+            f"nnsweep run: {unlogged} finished trial(s) are not logged to MLflow ({spec.tracking.uri} did not "
+            "answer); the sweep's study keeps them, and the next `nnsweep run` of this spec logs them\n"
+        )
+        return EXIT_FAILED
     return EXIT_OK
 
 

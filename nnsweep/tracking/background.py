@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +27,15 @@ class BackgroundTracker:
     The coordinator hands over a trial's record in microseconds instead of waiting
     for MLflow's database and artifact writes. Calls that end a device or read back
     (:meth:`mark_front`, :meth:`close_device`, :meth:`logged`, :meth:`trial_links`,
-    :meth:`log_device_artifact`) wait until everything before them is written. A
-    failed write is logged and dropped: the Optuna study is the record of truth, and
-    the next run of the sweep backfills trials missing from the tracker.
+    :meth:`log_device_artifact`) wait until everything before them is written.
+
+    A tracking outage loses nothing and stops nothing: a write that fails is kept, in
+    order, and every later write first tries the kept ones again, so they land as soon
+    as the server is back; :meth:`close` keeps trying, with backoff, for up to
+    ``drain_s`` seconds, and :attr:`unlogged` then says how many trials are still not
+    written. Those are not lost either: the Optuna study is the record of truth, and the
+    next run of the sweep logs every trial its tracker does not have (see
+    :mod:`nnsweep.sweep.resume`). A read-back that fails answers as if nothing were logged.
 
     While :meth:`quiet` is on (the coordinator's machine measures), queued writes wait:
     a database write and its Python work would land beside the timed runs.
@@ -37,8 +44,10 @@ class BackgroundTracker:
         inner: the tracker that does the writing.
     """
 
-    def __init__(self, inner: Tracker) -> None:
+    def __init__(self, inner: Tracker, drain_s: float = 120.0) -> None:
         self.inner = inner
+        self.drain_s = drain_s
+        self._kept: list[tuple[str, tuple[Any, ...]]] = []  # failed writes, in order (drain thread only)
         self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
         self._loud = threading.Event()  # set: writes may run; cleared while the machine measures
         self._loud.set()
@@ -51,15 +60,30 @@ class BackgroundTracker:
             self._loud.wait()
             try:
                 if item is not None:
-                    name, args = item
-                    try:
-                        getattr(self.inner, name)(*args)
-                    except Exception as exc:  # tracking must never stop a sweep; see the class docstring
-                        _log.warning("tracking %s failed: %s", name, exc)
+                    self._kept.append(item)
+                    self._write_kept()
             finally:
                 self._queue.task_done()
             if item is None:
                 return
+
+    def _write_kept(self) -> bool:
+        """Write the kept writes in order; stop at the first that fails (kept for later)."""
+        while self._kept:
+            name, args = self._kept[0]
+            try:
+                getattr(self.inner, name)(*args)
+            except Exception as exc:  # tracking must never stop a sweep; see the class docstring
+                if len(self._kept) == 1 or name == "finish_trial":
+                    _log.warning("tracking %s failed (%s); kept, written when the server answers", name, exc)
+                return False
+            self._kept.pop(0)
+        return True
+
+    @property
+    def unlogged(self) -> int:
+        """Trials whose record is not written yet (after :meth:`close`: not written at all)."""
+        return sum(1 for name, _ in self._kept if name == "finish_trial")
 
     def quiet(self, on: bool) -> None:
         """Hold queued writes (``on``) while this machine measures, or let them run again.
@@ -100,30 +124,45 @@ class BackgroundTracker:
         best: int | None,
         remeasured: Mapping[int, Mapping[str, float]] | None = None,
     ) -> None:
+        self._later("mark_front", device, pareto, best, remeasured)
         self.flush()
-        self.inner.mark_front(device, pareto, best, remeasured)
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
+        self._later("close_device", device, status)
         self.flush()
-        self.inner.close_device(device, status)
 
     def logged(self, device: str) -> dict[int, TrialStatus]:
         self.flush()
-        return self.inner.logged(device)
+        return self._read("logged", {}, device)
 
     def log_device_artifact(self, device: str, name: str, path: Path) -> None:
         self.flush()  # synchronous: the caller may delete the file right after
-        self.inner.log_device_artifact(device, name, path)
+        self._read("log_device_artifact", None, device, name, path)
 
     def trial_links(self, device: str) -> dict[int, str]:
         self.flush()
-        return self.inner.trial_links(device)
+        return self._read("trial_links", {}, device)
 
     def attach_device(self, device: str) -> bool:
         self.flush()
-        return self.inner.attach_device(device)
+        return self._read("attach_device", False, device)
 
-    def close(self) -> None:
-        """Write what is queued and stop the thread."""
+    def _read(self, name: str, otherwise: Any, *args: Any) -> Any:
+        """A call that answers at once; with the server away, ``otherwise`` (said in the log)."""
+        try:
+            return getattr(self.inner, name)(*args)
+        except Exception as exc:  # tracking must never stop a sweep; see the class docstring
+            _log.warning("tracking %s failed (%s); going on without it", name, exc)
+            return otherwise
+
+    def close(self) -> int:
+        """Write what is queued and stop the thread; kept writes are tried again with
+        backoff for up to ``drain_s`` seconds. Returns :attr:`unlogged`."""
         self._queue.put(None)
         self._thread.join()
+        deadline = time.monotonic() + self.drain_s
+        pause = 1.0
+        while not self._write_kept() and time.monotonic() + pause < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 15.0)
+        return self.unlogged
