@@ -48,6 +48,7 @@ class BackgroundTracker:
         self.inner = inner
         self.drain_s = drain_s
         self._kept: list[tuple[str, tuple[Any, ...]]] = []  # failed writes, in order (drain thread only)
+        self._failing = False  # in an outage: said once
         self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
         self._loud = threading.Event()  # set: writes may run; cleared while the machine measures
         self._loud.set()
@@ -74,10 +75,14 @@ class BackgroundTracker:
             try:
                 getattr(self.inner, name)(*args)
             except Exception as exc:  # tracking must never stop a sweep; see the class docstring
-                if len(self._kept) == 1 or name == "finish_trial":
+                if not self._failing:  # once per outage, not once per retry
                     _log.warning("tracking %s failed (%s); kept, written when the server answers", name, exc)
+                self._failing = True
                 return False
             self._kept.pop(0)
+        if self._failing:
+            _log.warning("tracking answers again; the writes kept meanwhile are written")
+        self._failing = False
         return True
 
     @property
