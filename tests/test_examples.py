@@ -46,6 +46,8 @@ VALIDATE_ONLY = {
     "arm_sim.yaml": "make arm-sim needs root, qemu-user and ~25 minutes; the emulation tests run the board",
     "quickstart.yaml": "make quickstart runs it (24 trials, minutes)",
     "all_runtimes.yaml": "16 trials over five runtimes, minutes; each runtime has its own tests",
+    "mixed_precision.yaml": "20 trials over three runtimes, about 6 minutes; tests/test_cli.py runs its "
+    "ranking and --float-layers on the same model, tests/test_space.py its space",
 }
 
 

@@ -138,3 +138,56 @@ def test_untried_finds_the_last_untried_configuration_of_a_finite_space() -> Non
         assert config is not None and config.digest() not in seen
         seen.add(config.digest())
     assert untried(space, lambda c: c.digest() in seen, rng) is None
+
+
+def test_float_layers_are_drawn_for_int8_only_named_by_the_ranking_and_enqueued_back() -> None:
+    from nnsweep.sweep.space import space_size
+
+    spec = parse_spec(
+        {
+            "name": "mp",
+            "model": "digits",
+            "space": {
+                "runtime": ["onnxruntime"],
+                "quant": ["fp32", "static_int8"],
+                "granularity": ["per_tensor"],
+                "float_layers": {"low": 0, "high": 2},
+            },
+        }
+    )
+    ranked = ("blocks.2.pw1", "blocks.2.dw", "stem.0")
+    asked: list[tuple[str, object, int]] = []
+
+    def layers_for(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+        asked.append((runtime, granularity, k))
+        return ranked[:k]
+
+    space = device_space(spec, "host", HOST, 2, layers_for)
+    assert space_size(space) == 4  # fp32, and static int8 with 0, 1 or 2 layers float
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask()
+        config = suggest(trial, space)
+        seen.add(config.quant.float_layers)
+        if config.quant.mode is QuantMode.FP32:
+            assert "onnxruntime.float_layers" not in trial.params
+        else:
+            k = trial.params["onnxruntime.float_layers"]
+            assert config.quant.float_layers == tuple(sorted(ranked[:k]))  # a set: sorted
+        # what the coordinator enqueues for a configuration names the same count
+        assert params_for(config, space).get("onnxruntime.float_layers", 0) == len(config.quant.float_layers)
+        study.tell(trial, 0.0)
+    assert seen == {(), ("blocks.2.pw1",), ("blocks.2.dw", "blocks.2.pw1")}
+    assert all(k <= 2 for _, _, k in asked)
+
+
+def test_float_layers_need_an_int8_mode_and_a_count_within_bounds() -> None:
+    for space, message in (
+        ({"quant": ["fp32"], "float_layers": [0, 2]}, "no int8 mode"),
+        ({"quant": ["static_int8"], "float_layers": [-1]}, "between 0 and"),
+        ({"quant": ["static_int8"], "float_layers": {"low": 3, "high": 1}}, "above high"),
+    ):
+        with pytest.raises(SpecError, match=message) as caught:
+            parse_spec({"name": "x", "model": "digits", "space": {"runtime": ["onnxruntime"], **space}})
+        assert caught.value.field.startswith("space.float_layers")
