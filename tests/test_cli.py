@@ -390,3 +390,17 @@ def test_sensitivity_ranks_the_outlier_pair_first_and_is_kept(tmp_path: Path, mo
     assert any("kept in float" in note for note in mixed["partitions"]["notes"])
     too_many = _run([*bench, "--quant", "static_int8", "--float-layers", "99"], tmp_path)
     assert too_many.returncode == 2 and "above the model's" in too_many.stderr
+
+
+def test_bench_defaults_to_the_runtimes_own_granularity() -> None:
+    from nnsweep.cli.bench import _default_granularity
+
+    quant: dict[str, object] = {"mode": "static_int8"}
+    _default_granularity("armnn", quant)  # Arm NN's parser takes per-tensor int8 only
+    assert quant["granularity"] == "per_tensor"
+    quant = {"mode": "static_int8"}
+    _default_granularity("onnxruntime", quant)
+    assert "granularity" not in quant  # QuantConfig's default (per channel) stands
+    quant = {"mode": "static_int8", "granularity": "per_channel"}
+    _default_granularity("armnn", quant)
+    assert quant["granularity"] == "per_channel"  # given: kept (and refused by the config's check)

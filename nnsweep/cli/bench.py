@@ -179,6 +179,7 @@ def _bench_config(args: argparse.Namespace) -> Any:
         parts["min_nodes_per_partition"] = args.min_nodes
     if args.threads is not None:
         data["threads"] = args.threads
+    _default_granularity(data["runtime"], quant)
     if args.float_layers:
         # Stand-in names until the model's ranking names the layers (_name_float_layers):
         # enough to check now that the runtime and mode can keep layers float.
@@ -198,6 +199,23 @@ def _bench_config(args: argparse.Namespace) -> Any:
         from nnsweep.spec import excerpt
 
         raise SpecError(source or "config", f"invalid configuration: {excerpt(str(exc), 120)}") from None
+
+
+def _default_granularity(runtime: str, quant: dict[str, Any]) -> None:
+    """No granularity given: the runtime's own for the mode (per channel where it has it,
+    else what it has: Arm NN's parser takes per-tensor int8 only)."""
+    from nnsweep.core import runtimes
+    from nnsweep.core.quant import Granularity, QuantMode
+
+    mode = quant.get("mode")
+    if "granularity" in quant or mode not in {m.value for m in QuantMode}:
+        return
+    try:
+        allowed = runtimes.get(runtime).modes.get(QuantMode(mode), frozenset())
+    except SpecError:
+        return  # an unknown runtime is said by the config's own check
+    if allowed and Granularity.PER_CHANNEL not in allowed:
+        quant["granularity"] = sorted(g.value for g in allowed)[0]
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
