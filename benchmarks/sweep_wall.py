@@ -7,9 +7,9 @@ threads 1-2. Prints
 
 * the wall time of the whole command and the peak memory of its process tree (sampled);
 * the sweep's own time line (its ``Time:`` line: converting, waiting, measuring, ...);
-* the floor: the conversion seconds of the trials that really converted (cache misses)
-  plus the seconds of the timed runs, read back from the sweep's Optuna study; and the
-  ratio wall / floor;
+* the floor: the conversion seconds the trials spent (a trial whose artifact was already
+  in the cache spends about none) plus the seconds of the timed runs, read back from the
+  sweep's Optuna study; and the ratio wall / floor;
 * conversion seconds per distinct configuration.
 
 Compare two checkouts by running the same script with another command for nnsweep:
@@ -91,7 +91,7 @@ class _PeakMemory:
 
 
 def _floor(spec_path: Path) -> tuple[float, float, dict[str, float]]:
-    """(conversion seconds of cache misses, timed-run seconds, conversion seconds per configuration)."""
+    """(conversion seconds spent, timed-run seconds, conversion seconds per configuration)."""
     from nnsweep.spec import load_spec
     from nnsweep.sweep.studies import open_study, study_records
 
@@ -102,7 +102,7 @@ def _floor(spec_path: Path) -> tuple[float, float, dict[str, float]]:
     per_config: dict[str, float] = {}
     for r in records:
         seconds = float(r.metrics.get("time_converting_s", 0.0))
-        if r.tags.get("cache_hit") != "true" and seconds > 0:
+        if seconds > 0:
             converting += seconds
             per_config[r.config.label()] = per_config.get(r.config.label(), 0.0) + seconds
         timed += sum(r.samples_ms) / 1000.0
@@ -140,7 +140,7 @@ def main() -> int:
     floor = converting + timed
     print(f"wall {wall:.1f} s; peak memory of the process tree {peak:.0f} MB")
     print(f"sweep's {time_line}")
-    print(f"floor {floor:.1f} s = conversions that converted {converting:.1f} s + timed runs {timed:.2f} s")
+    print(f"floor {floor:.1f} s = conversion seconds spent {converting:.1f} s + timed runs {timed:.2f} s")
     print(f"wall / floor {wall / floor:.2f}" if floor > 0 else "wall / floor: n/a")
     if per_config:
         mean = sum(per_config.values()) / len(per_config)

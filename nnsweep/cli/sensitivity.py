@@ -10,13 +10,13 @@ from pathlib import Path
 
 from nnsweep.cli._args import _positive_shape
 from nnsweep.cli._output import EXIT_OK, Status, _usage_error
+from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import SpecError
 from nnsweep.core.quant import Granularity
 
+# The model options are bench's, so say them as bench does.
 _OPTIONS = {
-    "model": "--model",
-    "weights": "--weights",
-    "input_shape": "--input-shape",
+    **{key: _BENCH_OPTIONS[key] for key in ("model", "weights", "input_shape")},
     "runtime": "--runtime",
     "quant": "--quant",
     "quant.granularity": "--granularity",

@@ -107,17 +107,6 @@ class Spread:
             "error": self.error,
         }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, object], config: DeploymentConfig) -> Spread:
-        return cls(
-            int(data["trial"]),  # type: ignore[call-overload]
-            config,
-            float(data["sweep_p50_ms"]),  # type: ignore[arg-type]
-            tuple(float(x) for x in data.get("p50_ms") or ()),  # type: ignore[attr-defined]
-            tuple(float(x) for x in data.get("loadavg_1m") or ()),  # type: ignore[attr-defined]
-            str(data.get("error") or ""),
-        )
-
 
 def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """A distribution-free interval for the median of ``values``: ``(low, high, coverage)``.
