@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.spec import Objective
 from nnsweep.sweep.space import DeviceSpace, baseline_configs, mode_starts, params_for, suggest, untried
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 
 Point = tuple[float, float]  # (accuracy, latency): maximise the first, minimise the second
 FEASIBLE_TOL = 1e-12  # as the coordinator's feasibility test
+OBJECTIVES = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
 
 
 # ---------------------------------------------------------------------------- the table
@@ -109,6 +112,17 @@ class Table:
         if self.max_accuracy_drop is None:
             return 0.0
         return (self.baseline_accuracy - values[0]) - self.max_accuracy_drop
+
+    def record(self, digest: str, number: int) -> TrialRecord:
+        """The configuration's outcome as the coordinator's record of trial ``number``."""
+        values = self.outcomes[digest].values
+        if values is None:
+            return TrialRecord("replay", self.space.device, number, self.configs[digest], TrialStatus.FAILED)
+        metrics = {"accuracy": values[0], "latency_p50_ms": values[1]}
+        status = TrialStatus.OK
+        return TrialRecord(
+            "replay", self.space.device, number, self.configs[digest], status, metrics, feasible=self.feasible(values)
+        )
 
     @property
     def measurements(self) -> int:
@@ -217,18 +231,42 @@ class _Progress:
             self.run.hv_at = n
 
 
-def replay_random(table: Table, seed: int, *, first: Sequence[DeploymentConfig] = (), hv_fraction: float = 0.99) -> Run:
+def replay_random(
+    table: Table,
+    seed: int,
+    *,
+    first: Sequence[DeploymentConfig] = (),
+    hv_fraction: float = 0.99,
+    moves: bool = False,
+) -> Run:
     """Random search without replacement over the table's configurations; configurations
     whose measurement is already known (byte-identical artifacts) are free. ``first``
-    (e.g. the baselines and mode starts a sweep enqueues) are measured first, in order."""
+    (e.g. the baselines and mode starts a sweep enqueues) are measured first, in order.
+    ``moves``: after ``first``, the coordinator's move (:func:`nnsweep.sweep.moves.next_move`)
+    whenever there is one, a random draw otherwise."""
+    from nnsweep.sweep.moves import next_move
+
     order = sorted(table.outcomes)
     random.Random(seed).shuffle(order)
+    queue = [c.digest() for c in first]
     progress = _Progress(table, hv_fraction)
-    for digest in [*(c.digest() for c in first), *order]:
-        if progress.done:
-            break
+    records: list[TrialRecord] = []
+    while not progress.done:
+        move = None
+        if moves and not queue:
+            move = next_move(records, OBJECTIVES, table.space, lambda c: c.digest() in progress.digests)
+        if move is not None:
+            digest = move[0].digest()
+        elif queue:
+            digest = queue.pop(0)
+        else:
+            order = [d for d in order if d not in progress.digests]
+            if not order:
+                break
+            digest = order.pop(0)
         progress.run.proposals += 1
         progress.observe(digest, counted=not progress.is_repeat(digest))
+        records.append(table.record(digest, len(records)))
     return progress.run
 
 
@@ -243,6 +281,7 @@ def replay_study(
     constraints: bool = True,
     divert_after: int | None = None,
     seed: int = 0,
+    moves: bool = False,
 ) -> Run:
     """One Optuna study against ``table``, as the coordinator runs it (see the module docstring).
 
@@ -258,9 +297,14 @@ def replay_study(
             many repeats in a row, an untried configuration drawn by
             :func:`nnsweep.sweep.space.untried` is enqueued as the next trial (None: never).
         seed: seeds the untried draws.
+        moves: when no trial is queued, the coordinator's move
+            (:func:`nnsweep.sweep.moves.next_move`: a repair, or a neighbour of the
+            best) is enqueued before the sampler is asked, as the coordinator does.
     """
     import optuna
     from optuna.trial import TrialState
+
+    from nnsweep.sweep.moves import next_move
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
@@ -270,11 +314,16 @@ def replay_study(
     progress = _Progress(table, hv_fraction)
     in_a_row = 0
     rng = random.Random(seed)
+    records: list[TrialRecord] = []
     while not progress.done and progress.run.counted < limit:
         if divert_after is not None and in_a_row >= divert_after:
             config = untried(table.space, lambda c: c.digest() in progress.digests, rng)
             if config is not None:
                 study.enqueue_trial(params_for(config, table.space), skip_if_exists=False)
+        elif moves and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            move = next_move(records, OBJECTIVES, table.space, lambda c: c.digest() in progress.digests)
+            if move is not None:
+                study.enqueue_trial(params_for(move[0], table.space), skip_if_exists=False)
         trial = study.ask()
         config = suggest(trial, table.space)
         digest = config.digest()
@@ -289,6 +338,7 @@ def replay_study(
             in_a_row = 0
             progress.observe(digest, counted=True)
         values = table.outcomes[digest].values
+        records.append(table.record(digest, trial.number))
         if values is None:
             study.tell(trial, state=TrialState.FAIL)
             continue
@@ -347,7 +397,7 @@ def nnsweep_today(seed: int) -> optuna.samplers.BaseSampler:
 DIVERT_AFTER = 3  # the coordinator's rule: nnsweep.sweep.scheduler.Scheduler.divert_after
 
 
-def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = ()) -> Strategy:
+def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = (), moves: bool = True) -> Strategy:
     """What a sweep does: the baselines, then ``warm`` (another device's front), then
     (``starts``) the mode starts (:func:`nnsweep.sweep.space.mode_starts`); ``make_sampler``;
     an untried configuration after ``DIVERT_AFTER`` repeats in a row."""
@@ -355,7 +405,7 @@ def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = 
 
     def run(table: Table, seed: int) -> Run:
         first = [*baseline_configs(table.space), *warm, *(mode_starts(table.space) if starts else [])]
-        return replay_study(table, make_sampler(seed), enqueue=first, divert_after=DIVERT_AFTER, seed=seed)
+        return replay_study(table, make_sampler(seed), enqueue=first, divert_after=DIVERT_AFTER, seed=seed, moves=moves)
 
     return run
 

@@ -14,6 +14,8 @@ from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.execution import ConvertRequest, LocalExecutor
 from nnsweep.spec import parse_spec
 from nnsweep.sweep.loop import Sweep, open_study, study_records
+from nnsweep.sweep.moves import neighbours
+from nnsweep.sweep.space import device_space
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +123,7 @@ def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type
     # the host measured: the tracker's background writes were held meanwhile, and released
     assert True in tracker.quiet_calls and tracker.quiet_calls[-1] is False
     # every trial says why it exists
-    assert {r.tags["role"] for r in tracker.finished} <= {"baseline", "default", "start", "search"}
+    assert {r.tags["role"] for r in tracker.finished} <= {"baseline", "default", "start", "repair", "refine", "search"}
     assert all("role" in r.tags for r in [*tracker.finished, *host.records])
     assert next(r for r in host.records if r.number == host.baseline.number).tags["role"] == "baseline"
 
@@ -131,6 +133,20 @@ def test_a_finite_space_is_exhausted_not_repeated(workdir: Path, digits) -> None
     results = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
     measured = [r for r in results[0].records if r.status is TrialStatus.OK]
     assert sorted(r.config.quant.mode.value for r in measured) == ["fp32", "static_int8"]
+
+
+def test_after_the_starts_the_coordinator_refines_the_best(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    # the baseline (fp32) and the static int8 start, then (once results are told; trials
+    # asked ahead meanwhile are the sampler's) a neighbour of the best so far
+    spec = _spec(workdir, trials=6, granularity=["per_tensor", "per_channel"], max_delegated_partitions=[0, 1, 2])
+    results = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    records = sorted(results[0].records, key=lambda r: r.number)
+    assert [r.tags["role"] for r in records[:2]] == ["baseline", "start"]
+    refined = [r for r in records if r.tags["role"] == "refine"]
+    assert refined, [(r.number, r.tags["role"]) for r in records]
+    space = device_space(spec, "host", {"executorch": ("xnnpack", "portable")}, cores=1)  # type: ignore[arg-type]
+    earlier = [r for r in records if r.number < refined[0].number and r.status is TrialStatus.OK]
+    assert any(refined[0].config in neighbours(r.config, space) for r in earlier)
 
 
 def test_interrupted_sweep_resumes_to_exactly_the_budget(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ __all__ = [
     "best_choice",
     "best_trial",
     "decide",
+    "dominates",
     "pareto_front",
 ]
 
@@ -39,6 +40,13 @@ def _vector(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[float
 
 def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+
+
+def dominates(a: TrialRecord, b: TrialRecord, objectives: Sequence[Objective]) -> bool:
+    """Whether ``a`` is at least as good as ``b`` on every objective and better on one
+    (False when either lacks an objective)."""
+    va, vb = _vector(a, objectives), _vector(b, objectives)
+    return va is not None and vb is not None and _dominates(va, vb)
 
 
 def pareto_front(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:

@@ -59,12 +59,17 @@ class Role(enum.StrEnum):
     """Why a trial exists: the device's fp32 ``baseline`` (the accuracy constraint and the
     speed-ups refer to it), a runtime's ``default`` deployment measured first, a ``start``
     the coordinator queued before the sampler (a runtime's default in each quantization
-    mode, or another device's Pareto configuration), or a configuration the sampler
-    proposed (``search``). Every trial's record carries it as its ``role`` tag."""
+    mode, or another device's Pareto configuration), a move the coordinator made from the
+    results so far (``repair``: an int8 configuration that broke the accuracy constraint
+    with one more layer float; ``refine``: a neighbour of the best; see
+    :mod:`nnsweep.sweep.moves`), or a configuration the sampler proposed (``search``).
+    Every trial's record carries it as its ``role`` tag."""
 
     BASELINE = "baseline"
     DEFAULT = "default"
     START = "start"
+    REPAIR = "repair"
+    REFINE = "refine"
     SEARCH = "search"
 
 

@@ -252,6 +252,8 @@ class Sweep:
             started = _clocks()
             if self.scheduler.diverts(device):  # the sampler repeats itself: queue an untried configuration
                 self.recorder.divert(device, tried, self._rng)
+            else:  # a repair or a refinement first, when the results so far call for one
+                self.recorder.move(device, tried)
             trial = dev.study.ask()
             try:
                 config = suggest(trial, dev.space)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from nnsweep.core.results import FailureKind, TrialRecord, TrialStatus, failure_kind
 from nnsweep.sweep import outcomes, studies
 from nnsweep.sweep.lifecycle import Phase, Role, Ticket
+from nnsweep.sweep.moves import next_move
 from nnsweep.sweep.space import params_for, untried
 
 if TYPE_CHECKING:
@@ -143,6 +144,17 @@ class Recorder:
         if config is not None:
             studies.enqueue(dev.study, params_for(config, dev.space), Role.SEARCH)
 
+    def move(self, device: str, tried: Callable[[DeploymentConfig], bool]) -> None:
+        """Queue the coordinator's move (a repair, or a neighbour of the best: see
+        :mod:`nnsweep.sweep.moves`) as the device's next trial, once nothing is queued."""
+        dev = self.devices[device]
+        if studies.waiting(dev.study):
+            return
+        move = next_move(studies.study_records(dev.study), self.spec.objectives, dev.space, tried)
+        if move is not None:
+            config, role = move
+            studies.enqueue(dev.study, params_for(config, dev.space), role)
+
     def wind_down(self, device: str, reason: str) -> None:
         """Tell what is held (measured: kept, even without the baseline), requeue the rest."""
         state = self.scheduler.devices[device]
@@ -153,5 +165,5 @@ class Recorder:
 
 
 def _with_role(record: TrialRecord, ticket: Ticket) -> TrialRecord:
-    """The record tagged with why its trial exists (``role``: baseline, default, start, search)."""
+    """The record tagged with why its trial exists (``role``: see :class:`Role`)."""
     return dataclasses.replace(record, tags={**record.tags, "role": ticket.role.value})

@@ -50,6 +50,7 @@ __all__ = [
     "sweep_id_of",
     "tell_failure",
     "tell_record",
+    "waiting",
 ]
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,13 @@ def enqueue(
     if requeue_of is not None:
         attrs[_REQUEUE_OF] = requeue_of
     study.enqueue_trial(dict(params), user_attrs=attrs)
+
+
+def waiting(study: optuna.Study) -> bool:
+    """Whether the study has a queued trial not yet asked for."""
+    from optuna.trial import TrialState
+
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def requeued(study: optuna.Study) -> set[int]:

@@ -1,0 +1,142 @@
+"""The coordinator's own moves besides the sampler's: repair and refine.
+
+**Repair**: an int8 configuration that breaks the accuracy constraint is tried again
+with one more of its most sensitive layers kept float.
+
+This is the op-wise fallback of accuracy-driven quantization tools (Intel Neural
+Compressor falls back layers one at a time, most sensitive first, until the accuracy
+goal is met): keeping the layers the sensitivity ranking puts first in float recovers
+the most accuracy per layer (docs/mixed-precision.md), and the rest of the
+configuration is unchanged, so it keeps whatever made it fast. The sampler alone does
+not know that ``float_layers`` repairs accuracy: to it, the next count is one more
+categorical choice, and the constraint only says "infeasible" about the region.
+
+The coordinator queues a repair (role ``repair``) for a measured int8 trial that is
+infeasible on accuracy and that the device's best feasible trial does not dominate
+(a repair keeps more layers float: it does not get faster, so one that is slower
+than the best already is no candidate); the chain stops at the first feasible count,
+at the space's highest count, or at a count already tried.
+
+**Refine**: when a trial becomes the device's fastest feasible configuration, its
+untried neighbours (one parameter changed, the others kept: a float-layer count, a
+partition limit, a granularity, a backend order, a mode, a thread count) are queued
+(role ``refine``), while it stays the best. It is the local search around the incumbent of SMAC and similar
+tuners: the best configuration of a deployment space is often one knob away from the
+best one measured (a partition limit that splits the graph differently, one layer more
+or less in float), and TPE, which models each region as a whole, does not try those
+single steps on purpose.
+
+:func:`next_move` is computed from the device's records alone, whenever the study has
+no queued trial left, so it needs no state of its own and a resumed sweep goes on
+where the killed one stopped. The sampler proposes when there is no move.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.errors import SpecError
+from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.spec import Objective
+from nnsweep.sweep.front import best_trial, dominates
+from nnsweep.sweep.lifecycle import Role
+from nnsweep.sweep.space import DeviceSpace, params_for, suggest
+
+__all__ = ["neighbours", "next_move", "repaired"]
+
+
+def next_move(
+    records: Sequence[TrialRecord],
+    objectives: Sequence[Objective],
+    space: DeviceSpace,
+    tried: Callable[[DeploymentConfig], bool],
+) -> tuple[DeploymentConfig, Role] | None:
+    """The device's next trial if the coordinator makes one (None: the sampler proposes).
+
+    First a repair, of the most recent infeasible int8 trial the best feasible trial does
+    not dominate; then the best feasible trial's first untried neighbour.
+
+    Args:
+        records: the device's told trials.
+        objectives: the sweep's objectives.
+        space: the device's space.
+        tried: whether a configuration was tried, or is being tried, on the device.
+    """
+    best = best_trial(records, objectives)
+    for r in sorted(records, key=lambda r: r.number, reverse=True):
+        if r.status is not TrialStatus.OK or r.feasible is not False:
+            continue
+        if best is not None and dominates(best, r, objectives):
+            continue
+        fix = repaired(r.config, space)
+        if fix is not None and not tried(fix):
+            return fix, Role.REPAIR
+    if best is not None:
+        for near in neighbours(best.config, space):
+            if not tried(near):
+                return near, Role.REFINE
+    return None
+
+
+def repaired(config: DeploymentConfig, space: DeviceSpace) -> DeploymentConfig | None:
+    """``config`` with the next float-layer count of ``space`` (None: no repair).
+
+    None when the configuration is not int8, its runtime keeps no layers float on this
+    device, or it already keeps the space's highest count.
+    """
+    quant = config.quant
+    if not quant.mode.is_int8 or config.runtime not in space.choices:
+        return None
+    counts = sorted(k for k in space.choices[config.runtime].float_layers if k > len(quant.float_layers))
+    if not counts:
+        return None
+    layers = space.layers_for(config.runtime, quant.granularity, counts[0])
+    if len(layers) <= len(quant.float_layers):  # the model has no more layers to keep float
+        return None
+    return dataclasses.replace(config, quant=dataclasses.replace(quant, float_layers=layers))
+
+
+class _Answers:
+    """Stands in for an Optuna trial: answers each ``suggest_*`` call from ``params``,
+    a parameter missing there with its first choice (an int: its lowest), and records
+    each parameter's choices in the order :func:`suggest` asks them."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+        self.asked: dict[str, list[Any]] = {}
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        self.asked[name] = list(choices)
+        return self.params.get(name, choices[0])
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        self.asked[name] = list(range(low, high + 1))
+        value = self.params.get(name, low)
+        return int(value)
+
+
+def neighbours(config: DeploymentConfig, space: DeviceSpace) -> list[DeploymentConfig]:
+    """The configurations of ``space`` one parameter away from ``config``, the runtime
+    kept (a parameter a change brings in takes its first choice), in the order
+    :func:`suggest` asks the parameters, without repeats."""
+    params = params_for(config, space)
+    probe = _Answers(params)
+    suggest(probe, space)  # type: ignore[arg-type]
+    seen = {config.digest()}
+    found = []
+    for name, choices in probe.asked.items():
+        if name == "runtime":
+            continue
+        for value in choices:
+            if value == params.get(name, choices[0]):
+                continue
+            with contextlib.suppress(SpecError):  # a combination no configuration can express
+                other = suggest(_Answers({**params, name: value}), space)  # type: ignore[arg-type]
+                if other.digest() not in seen:
+                    seen.add(other.digest())
+                    found.append(other)
+    return found

@@ -1,0 +1,103 @@
+"""The coordinator's own moves (nnsweep.sweep.moves): repair and refine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantConfig, QuantMode
+from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.spec import Objective, parse_spec
+from nnsweep.sweep.lifecycle import Role
+from nnsweep.sweep.moves import neighbours, next_move, repaired
+from nnsweep.sweep.space import DeviceSpace, device_space, params_for
+
+HOST = {"executorch": ("xnnpack", "portable"), "onnxruntime": ("cpu",), "torch": ("x86", "qnnpack")}
+SPEC = parse_spec(
+    {
+        "name": "s",
+        "model": "digits",
+        "space": {
+            "runtime": ["executorch", "onnxruntime"],
+            "quant": ["fp32", "dynamic_int8", "static_int8"],
+            "granularity": ["per_tensor", "per_channel"],
+            "backends": {"executorch": ["xnnpack", "portable"]},
+            "max_delegated_partitions": [0, 1],
+            "min_nodes_per_partition": {"low": 1, "high": 2},
+            "float_layers": [0, 1, 3],
+        },
+    }
+)
+OBJECTIVES = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "minimize"))
+RANKING = ("blocks.2.pw1", "blocks.2.dw", "stem.0", "classifier")
+
+
+def ranked(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+    return RANKING[:k]
+
+
+SPACE: DeviceSpace = device_space(SPEC, "host", HOST, cores=1, layers_for=ranked)
+
+
+def int8(k: int = 0, runtime: str = "executorch", **limits: int) -> DeploymentConfig:
+    backends = ("xnnpack", "portable") if runtime == "executorch" else ("cpu",)
+    quant = QuantConfig(QuantMode.STATIC_INT8, granularity=Granularity.PER_CHANNEL, float_layers=RANKING[:k])
+    return DeploymentConfig(runtime, backends, quant, PartitionLimits(**limits), 1)
+
+
+def record(number: int, config: DeploymentConfig, accuracy: float, latency: float) -> TrialRecord:
+    metrics = {"accuracy": accuracy, "latency_p50_ms": latency}
+    return TrialRecord("s", "host", number, config, TrialStatus.OK, metrics, feasible=accuracy >= 0.98)
+
+
+def test_a_repair_keeps_the_next_count_of_the_ranking_float_and_nothing_else() -> None:
+    fixed = repaired(int8(0, max_delegated_partitions=1), SPACE)
+    assert fixed == int8(1, max_delegated_partitions=1)
+    assert repaired(int8(1), SPACE) == int8(3)  # the space's next count, not K+1
+    assert repaired(int8(3), SPACE) is None  # the highest count already
+    fp32 = DeploymentConfig("executorch", ("xnnpack", "portable"), QuantConfig(QuantMode.FP32), PartitionLimits(), 1)
+    assert repaired(fp32, SPACE) is None  # nothing to keep float
+
+
+def test_no_repair_where_the_runtime_keeps_no_layers_float() -> None:
+    no_float = dataclasses.replace(
+        SPACE, choices={k: dataclasses.replace(v, float_layers=(0,)) for k, v in SPACE.choices.items()}
+    )
+    assert repaired(int8(0), no_float) is None
+
+
+def test_neighbours_change_one_parameter_and_keep_the_runtime() -> None:
+    start = int8(1)
+    found = neighbours(start, SPACE)
+    assert found and len({c.digest() for c in found}) == len(found)
+    assert start.digest() not in {c.digest() for c in found}
+    base = params_for(start, SPACE)
+    for near in found:
+        assert near.runtime == start.runtime
+        changed = {k for k, v in params_for(near, SPACE).items() if base.get(k) != v}
+        changed |= set(base) - set(params_for(near, SPACE))
+        # one parameter, and those it brings in or drops (fp32 has no granularity or float layers)
+        assert changed and (len(changed) == 1 or "executorch.quant" in changed or "executorch.backends" in changed)
+    assert int8(3) in found and int8(0) in found  # the other float-layer counts
+    assert int8(1, max_delegated_partitions=1) in found and int8(1, min_nodes_per_partition=2) in found
+
+
+def test_an_infeasible_int8_trial_that_could_win_is_repaired_first() -> None:
+    baseline = record(0, dataclasses.replace(int8(), quant=QuantConfig(QuantMode.FP32)), 0.99, 0.10)
+    broken = record(1, int8(0), 0.77, 0.05)  # faster than the best feasible: worth repairing
+    move = next_move([baseline, broken], OBJECTIVES, SPACE, lambda c: False)
+    assert move == (int8(1), Role.REPAIR)
+
+
+def test_a_trial_the_best_dominates_is_not_repaired_and_the_best_is_refined() -> None:
+    best = record(0, int8(1), 0.99, 0.05)
+    slow_and_broken = record(1, int8(0, runtime="onnxruntime"), 0.5, 0.20)  # a repair only slows it more
+    tried = {best.config.digest(), slow_and_broken.config.digest()}
+    move = next_move([best, slow_and_broken], OBJECTIVES, SPACE, lambda c: c.digest() in tried)
+    assert move is not None and move[1] is Role.REFINE
+    assert move[0] in neighbours(best.config, SPACE)
+
+
+def test_no_move_once_every_repair_and_neighbour_is_tried() -> None:
+    best = record(0, int8(1), 0.99, 0.05)
+    assert next_move([best], OBJECTIVES, SPACE, lambda c: True) is None
+    assert next_move([], OBJECTIVES, SPACE, lambda c: False) is None  # nothing measured: the sampler's turn
