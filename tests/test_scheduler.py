@@ -9,6 +9,7 @@ import pytest
 
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.sweep import outcomes
 from nnsweep.sweep.lifecycle import IllegalTransition, Phase, Role, Ticket
 from nnsweep.sweep.scheduler import Action, Admission, DeviceState, Scheduler, reuse_key
 
@@ -207,6 +208,11 @@ def test_duplicate_reuse_byte_identical_artifact_is_not_measured_again() -> None
     ex.step(2.0)
     ex.convert_done(b, 3.0, sha="same-bytes")  # ... whose artifact has the same bytes, run the same way
     assert kinds(ex.step(3.0)) == [("reuse", "host", b.number)]
+    s = ex.scheduler
+    assert not s.devices["host"].tried(b.key) or b in s.devices["host"].tickets  # in flight only
+    ex.told(b, outcomes.reused(b, rec), 4.0)
+    # told as a reuse: tried, so the coordinator's moves never queue it again
+    assert s.devices["host"].tried(b.key) and b not in s.devices["host"].tickets
 
 
 def test_a_failed_twin_original_lets_the_twin_run_alone() -> None:

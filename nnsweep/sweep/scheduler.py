@@ -97,6 +97,9 @@ class DeviceState:
     tickets: list[Ticket] = field(default_factory=list)  # live (not terminal)
     measured: dict[str, TrialRecord] = field(default_factory=dict)  # ticket key -> record
     failures: dict[str, TrialRecord] = field(default_factory=dict)  # ticket key -> its failed record
+    # ticket keys told as a reuse of another key's measurement (e.g. a partition limit
+    # that changed no byte): tried, though not measured under their own key
+    reused_keys: set[str] = field(default_factory=set)
     by_artifact: dict[tuple[str, str, tuple[str, ...], int], TrialRecord] = field(default_factory=dict)
     counted: int = 0  # told trials that spend budget: measured or failed
     failed: int = 0
@@ -113,7 +116,9 @@ class DeviceState:
 
     def tried(self, key: str) -> bool:
         """Whether a configuration (by its reuse key) was measured, failed or is in flight here."""
-        return key in self.measured or key in self.failures or any(t.key == key for t in self.tickets)
+        if key in self.measured or key in self.failures or key in self.reused_keys:
+            return True
+        return any(t.key == key for t in self.tickets)
 
     def baseline_pending(self, ticket: Ticket) -> bool:
         """Whether a baseline other than ``ticket`` will still be measured."""
@@ -125,6 +130,7 @@ class DeviceState:
             return
         if record.status is TrialStatus.REUSED or record.reused_from is not None:
             self.reused += 1  # a repeat: told, but free
+            self.reused_keys.add(key)
             return
         self.counted += 1
         if record.status is TrialStatus.FAILED:
