@@ -66,3 +66,27 @@ def test_other_errors_are_not_retried() -> None:
     assert not is_connection_error(IntegrityError("INSERT", {}, Exception("duplicate key")))
     assert not is_connection_error(ValueError("bad"))
     assert is_connection_error(OperationalError("SELECT 1", {}, Exception("connection refused")))
+
+
+def test_a_state_change_committed_before_the_connection_dropped_is_not_made_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    storage = retrying_storage(f"sqlite:///{tmp_path / 'o.db'}", sleep=clock.sleep, clock=lambda: clock.now)
+    study = optuna.create_study(storage=storage, study_name="s")
+    trial = study.ask()
+    real = RDBStorage.set_trial_state_values
+    calls = [0]
+
+    def committed_then_dropped(self: RDBStorage, *args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        result = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        if calls[0] == 1:  # the commit went through; its answer did not
+            cause = OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from cause
+        return result
+
+    monkeypatch.setattr(RDBStorage, "set_trial_state_values", committed_then_dropped)
+    study.tell(trial, 1.0)  # the retry finds the trial COMPLETE already: done, not an error
+    assert calls[0] == 2
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"]
