@@ -29,3 +29,11 @@ def test_the_stop_signal_handlers_are_put_back_after_ray_init() -> None:
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_a_sigterm_during_ray_init_is_an_interrupt() -> None:
+    # ray.init's first SIGTERM handler calls sys.exit(15); the run would exit 15, not 130.
+    with pytest.raises(KeyboardInterrupt), _keeping_stop_signals():
+        sys.exit(signal.SIGTERM)
+    with pytest.raises(SystemExit), _keeping_stop_signals():
+        sys.exit(3)

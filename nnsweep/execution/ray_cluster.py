@@ -39,10 +39,12 @@ NAMESPACE = "nnsweep"
 
 @contextlib.contextmanager
 def _keeping_stop_signals() -> Iterator[None]:
-    """Put back this process's SIGTERM and SIGINT handlers after ``ray.init``: Ray's core worker
-    installs its crash handler on SIGTERM (it prints a stack trace and aborts the process, exit
-    -6), which would take from ``nnsweep run`` its stop at the next safe point. Measured with
-    benchmarks/fault_injection.py --executor ray: SIGTERM while measuring aborted the run."""
+    """Put back this process's SIGTERM and SIGINT handlers after ``ray.init``, and make a SIGTERM
+    during it an interrupt. ``ray.init`` first sets a SIGTERM handler that exits with status 15,
+    then its core worker installs a crash handler on SIGTERM (it prints a stack trace and aborts
+    the process, exit -6): either would take from ``nnsweep run`` its stop at the next safe point
+    and its exit code 130. Found with benchmarks/fault_injection.py --executor ray: a SIGTERM
+    while measuring aborted the run; one during ``ray.init`` exited 15."""
     import signal
     import threading
 
@@ -52,6 +54,10 @@ def _keeping_stop_signals() -> Iterator[None]:
     held = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None  # Ray's own handler, met before ours was back
     finally:
         for sig, handler in held.items():
             if handler is not None:
@@ -164,9 +170,9 @@ class RayExecutor(Executor):
         import ray
 
         if not ray.is_initialized():
+            self._started_ray = True  # from here on, shutdown() stops whatever ray.init got to start
             with _keeping_stop_signals():
                 self._init(ray)
-            self._started_ray = True
 
     def _init(self, ray: Any) -> None:
         """``ray.init``: a new local cluster of our own, or the one at ``address``."""
