@@ -84,6 +84,15 @@ def test_bad_specs_exit_2_before_anything_is_written(tmp_path: Path, text: str, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no mlflow.db, no .nnsweep, no cache
 
 
+def test_run_trials_below_one_is_a_usage_error(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: x\nmodel: digits\n")
+    proc = _run(["--cache-dir", str(tmp_path / "cache"), "run", str(spec), "--trials", "0"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("nnsweep: error: --trials: must be at least 1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
 def test_best_without_a_study_says_so(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("name: never_run\nmodel: digits\n")

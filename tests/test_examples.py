@@ -4,7 +4,8 @@ Each runs from a copy in its own working directory in tmp_path (its mlflow.db, .
 and reports/ land there, never in the checkout); they share one artifact and model cache so digits trains once.
 Where the device cannot exist here the example is only validated, and the reason is
 written below: an ssh board, and the emulated Arm board (``make arm-sim`` needs root,
-qemu and ~25 minutes to build; its own tests cover it). The phone is the fake ``adb``
+qemu and ~25 minutes to build; its own tests cover it). The quickstart runs with a budget
+of three trials (``--trials``), as a user's first look would. The phone is the fake ``adb``
 in tests/fakes (as in tests/test_bridge.py); the Ray board is a second Ray node on this
 machine (as in tests/test_cluster.py).
 """
@@ -44,10 +45,11 @@ KINDS = {
 VALIDATE_ONLY = {
     "board_ssh.yaml": "no ssh board exists here; phone_adb.yaml runs the same bridge agent",
     "arm_sim.yaml": "make arm-sim needs root, qemu-user and ~25 minutes; the emulation tests run the board",
-    "quickstart.yaml": "make quickstart runs it (24 trials, minutes)",
-    "all_runtimes.yaml": "16 trials over five runtimes, minutes; each runtime has its own tests",
-    "mixed_precision.yaml": "20 trials over three runtimes, about 6 minutes; tests/test_cli.py runs its "
-    "ranking and --float-layers on the same model, tests/test_space.py its space",
+    "all_runtimes.yaml": "what it shows is the five runtimes side by side, which needs its budget (16 trials, "
+    "minutes; a CI-sized --trials would stop after the first few defaults); each runtime has its own tests",
+    "mixed_precision.yaml": "what it shows is the float_layers search, which needs its budget (20 trials over "
+    "three runtimes, about 6 minutes); tests/test_cli.py runs its ranking and --float-layers on the same model, "
+    "tests/test_space.py its space",
 }
 
 
@@ -56,7 +58,7 @@ def test_every_example_validates_and_every_device_kind_has_one() -> None:
     for name in examples:
         load_spec(SWEEPS / name)  # raises SpecError naming the field
     assert set(KINDS.values()) <= set(examples)
-    ran = {"host.yaml", "ray_board.yaml", "phone_adb.yaml", "ethos_u.yaml"}
+    ran = {"host.yaml", "ray_board.yaml", "phone_adb.yaml", "ethos_u.yaml", "quickstart.yaml"}
     assert set(examples) == ran | set(VALIDATE_ONLY), "a new example: run it below or say why it cannot run"
 
 
@@ -123,6 +125,21 @@ def test_host_example(tmp_path: Path, shared_cache: Path) -> None:
     proc = _run("host.yaml", tmp_path, shared_cache, "--executor", "local")
     ((measured, _, failed),) = _trials(proc.stdout)
     assert measured >= 3 and failed == 0  # the budget: distinct configurations
+    assert "Best on host:" in proc.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.ray
+def test_quickstart_with_a_small_budget(tmp_path: Path, shared_cache: Path) -> None:
+    """The README's main command as a user first tries it: the default executor (a local Ray
+    cluster), the spec as it is, three trials instead of its 24."""
+    home = tmp_path / "home"  # the local cluster's token goes under HOME: keep it in tmp_path
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home))
+    proc = _run("quickstart.yaml", tmp_path, shared_cache, "--trials", "3", env=env)
+    ((measured, _, failed),) = _trials(proc.stdout)
+    assert measured + failed == 3 and measured >= 1
     assert "Best on host:" in proc.stdout
 
 

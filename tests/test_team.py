@@ -68,10 +68,14 @@ class Postgres:
     def start(self) -> None:
         t0 = time.perf_counter()
         self._run(str(self.bin / "initdb"), "-D", str(self.data / "db"), "-A", "trust", "-U", "postgres", "--no-sync")
+        self.serve()
+        self.started_s = time.perf_counter() - t0
+
+    def serve(self) -> None:
+        """Start the server on the existing data directory (again, after :meth:`stop`)."""
         options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
         log = str(self.data / "log")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data / "db"), "-l", log, "-o", options, "-w", "start")
-        self.started_s = time.perf_counter() - t0
 
     def create_database(self, name: str) -> None:
         import psycopg
@@ -101,11 +105,19 @@ class MlflowServer:
         cmd = [str(VENV_BIN / "mlflow"), "server", "--backend-store-uri", backend, "--serve-artifacts"]
         cmd += ["--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(self.port)]
         cmd += ["--workers", "1"]
+        self.cmd = cmd
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again, after :meth:`stop`: same port, same database and artifacts)."""
+        log = self.log_path
         # MLflow 3.17 starts a job runner beside the server unless told not to (seconds and memory for nothing here).
         env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
         t0 = time.perf_counter()
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -199,13 +211,20 @@ def _laptop(root: Path, name: str, model: str, server: MlflowServer, postgres: P
     return home
 
 
-def _launch(home: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NNSWEEP_"))}
+def _launch(home: Path, stderr: Path | None = None, **extra_env: str) -> subprocess.Popen[str]:
+    """The sweep in ``home``; its stderr to the file ``stderr`` when given (a test that polls
+    instead of reading would otherwise fill the pipe), else to a pipe like its stdout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NNSWEEP_"))} | extra_env
     cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(home / "cache"), "run", "spec.yaml"]
+    err = open(stderr, "w") if stderr else subprocess.PIPE  # noqa: SIM115 (the child holds it; closed below)
     # The local executor: what is under test here is where the sweep logs, not Ray.
-    return subprocess.Popen(
-        [*cmd, "--executor", "local"], cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    try:
+        return subprocess.Popen(
+            [*cmd, "--executor", "local"], cwd=home, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+        )
+    finally:
+        if stderr:
+            err.close()  # type: ignore[union-attr]
 
 
 def test_two_laptops_sweep_into_one_server_and_database_at_once(
@@ -290,3 +309,76 @@ def test_two_laptops_sweep_into_one_server_and_database_at_once(
     assert best.returncode == 0, best.stderr
     assert "onnxruntime" in best.stdout  # the only runtime in the space
     assert sorted(p.name for p in third.iterdir()) == ["spec.yaml"]  # nothing written there
+
+
+def _complete_trials(postgres: Postgres, study: str) -> int:
+    rows = postgres.query(
+        "optuna",
+        "SELECT count(*) FROM trials t JOIN studies s USING (study_id)"
+        f" WHERE s.study_name = '{study}' AND t.state = 'COMPLETE'",
+    )
+    return int(str(rows[0][0]))
+
+
+def test_a_sweep_outlives_restarts_of_the_mlflow_server_and_postgresql(
+    postgres: Postgres, mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    """Mid-sweep, once a trial is told, the MLflow server and PostgreSQL (the study's storage and
+    the server's backend) are stopped together for 15 s, then started again, with MLflow's client
+    retries off. The same run goes on: it exits 0, every trial it told is FINISHED on the server, and the study has no
+    trial left RUNNING, one record per told trial."""
+    from mlflow import MlflowClient
+
+    outage_s = 15.0
+    home = _laptop(tmp_path, "team-faults", "digits", mlflow_server, postgres)
+    spec = yaml.safe_load((home / "spec.yaml").read_text())
+    spec["space"] = {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8", "static_int8"], "threads": [1, 2]}
+    spec["budget"] = {"trials": 5}
+    spec["measure"] = {"warmup": 2, "iters": 200, "remeasure": 0}
+    (home / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    t0 = time.perf_counter()
+    log = tmp_path / "sweep.err"
+    # MLflow's client retries off: an outage longer than their backoff, met by nnsweep's own tracker.
+    proc = _launch(home, log, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")
+    deadline = time.monotonic() + 600
+    while _complete_trials(postgres, "team-faults/host") < 1:
+        assert proc.poll() is None, log.read_text()[-4000:]
+        assert time.monotonic() < deadline, "no trial told in 10 minutes"
+        time.sleep(0.5)
+    told_before = _complete_trials(postgres, "team-faults/host")
+    down = time.perf_counter()
+    mlflow_server.stop()
+    postgres.stop()
+    time.sleep(outage_s)
+    postgres.serve()
+    mlflow_server.start()
+    print(f"\nMLflow server and PostgreSQL down {time.perf_counter() - down:.1f} s, after {told_before} told trial(s)")
+    proc.communicate(timeout=900)
+    print(f"sweep: exit {proc.returncode} in {time.perf_counter() - t0:.0f} s")
+    said = [line for line in log.read_text().splitlines() if " WARNING nnsweep." in line]
+    print("\n".join(said))
+    assert proc.returncode == 0, log.read_text()[-4000:]
+    # The outage met the sweep on both sides: its study's storage waited, its tracker kept its writes.
+    assert any("the study's database does not answer" in line for line in said)
+    assert any("the study's database answers again" in line for line in said)
+    assert any("kept, written when the server answers" in line for line in said)
+
+    told = _complete_trials(postgres, "team-faults/host")
+    running = postgres.query(
+        "optuna",
+        "SELECT count(*) FROM trials t JOIN studies s USING (study_id)"
+        " WHERE s.study_name = 'team-faults/host' AND t.state = 'RUNNING'",
+    )
+    client = MlflowClient(mlflow_server.url)
+    experiment = client.get_experiment_by_name("team-faults")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id], "tags.`nnsweep.kind` = 'trial'")
+    by_status: dict[str, int] = {}
+    for r in runs:
+        by_status[r.info.status] = by_status.get(r.info.status, 0) + 1
+    numbers = sorted(int(r.data.tags["nnsweep.trial"]) for r in runs if r.info.status == "FINISHED")
+    print(f"study: {told} COMPLETE, {running[0][0]} RUNNING; trial runs on the server by status: {by_status}")
+    assert told > told_before  # the sweep went on after the outage
+    assert int(str(running[0][0])) == 0
+    assert by_status == {"FINISHED": told}, by_status
+    assert len(set(numbers)) == len(numbers) == told

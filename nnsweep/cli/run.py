@@ -33,6 +33,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default="ray",
         help="ray (default): agents and conversion workers on Ray; local: threads in this process",
     )
+    parser.add_argument(
+        "--trials",
+        type=int,
+        metavar="N",
+        help="this run's trial budget per device instead of the spec's budget.trials (a small first look; "
+        "a later run with a larger budget continues the same studies)",
+    )
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--report", type=Path, help="the HTML report (default: reports/<sweep name>.html)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
@@ -54,6 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace, cache_dir: Path) -> int:
     try:
         spec = _load_checked_spec(args.spec, tracking=not args.no_tracking)
+        if args.trials is not None:
+            spec = _with_trials(spec, args.trials)
         _ray_client_env(args.address if args.executor == "ray" else None)
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
@@ -122,6 +131,21 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         )
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _with_trials(spec: Any, trials: int) -> Any:
+    """The spec with ``--trials``' budget (the budget is not part of the sweep's fingerprint).
+
+    Raises:
+        SpecError: ``trials`` is below 1.
+    """
+    import dataclasses
+
+    from nnsweep.spec.settings import Budget
+
+    if trials < 1:
+        raise SpecError("--trials", f"must be at least 1, got {trials}")
+    return dataclasses.replace(spec, budget=Budget(trials, spec.budget.timeout_s))
 
 
 @contextlib.contextmanager

@@ -14,9 +14,10 @@ into its cache: a configuration is converted once, and found there on a re-run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,33 @@ log = logging.getLogger(__name__)
 
 CONVERTER_RESOURCE = "nnsweep-converter"
 NAMESPACE = "nnsweep"
+
+
+@contextlib.contextmanager
+def _keeping_stop_signals() -> Iterator[None]:
+    """Put back this process's SIGTERM and SIGINT handlers after ``ray.init``, and make a SIGTERM
+    during it an interrupt. ``ray.init`` first sets a SIGTERM handler that exits with status 15,
+    then its core worker installs a crash handler on SIGTERM (it prints a stack trace and aborts
+    the process, exit -6): either would take from ``nnsweep run`` its stop at the next safe point
+    and its exit code 130. Found with benchmarks/fault_injection.py --executor ray: a SIGTERM
+    while measuring aborted the run; one during ``ray.init`` exited 15."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None  # Ray's own handler, met before ours was back
+    finally:
+        for sig, handler in held.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def device_resource(device: str) -> str:
@@ -139,33 +167,38 @@ class RayExecutor(Executor):
         self._machine = ""  # the coordinator's
 
     def _connect(self) -> None:
-        import os
-
         import ray
 
         if not ray.is_initialized():
-            if self.address is None:
-                # Ray would write ~/.ray/auth_token itself, 0644 in a 0755 folder; the token it
-                # reads is created 0600 in a 0700 folder first (no environment variable is set
-                # here; ray.init itself sets RAY_AUTH_MODE=token in this process when unset).
-                token = local_token(os.environ, Path.home())
-                if token is not None:
-                    log.info("local Ray cluster: token authentication with the token in %s", token)
-                slots = self._wanted_converters or local_conversion_slots()
-                # "local": always a new cluster of our own, never one found through RAY_ADDRESS
-                # or a stale /tmp/ray/ray_current_cluster left by a `ray start` that died.
-                ray.init(
-                    address="local",
-                    namespace=NAMESPACE,
-                    resources={device_resource("host"): 1, CONVERTER_RESOURCE: slots},
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level=logging.WARNING,
-                    configure_logging=False,
-                )
-            else:
-                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
-            self._started_ray = True
+            self._started_ray = True  # from here on, shutdown() stops whatever ray.init got to start
+            with _keeping_stop_signals():
+                self._init(ray)
+
+    def _init(self, ray: Any) -> None:
+        """``ray.init``: a new local cluster of our own, or the one at ``address``."""
+        import os
+
+        if self.address is None:
+            # Ray would write ~/.ray/auth_token itself, 0644 in a 0755 folder; the token it
+            # reads is created 0600 in a 0700 folder first (no environment variable is set
+            # here; ray.init itself sets RAY_AUTH_MODE=token in this process when unset).
+            token = local_token(os.environ, Path.home())
+            if token is not None:
+                log.info("local Ray cluster: token authentication with the token in %s", token)
+            slots = self._wanted_converters or local_conversion_slots()
+            # "local": always a new cluster of our own, never one found through RAY_ADDRESS
+            # or a stale /tmp/ray/ray_current_cluster left by a `ray start` that died.
+            ray.init(
+                address="local",
+                namespace=NAMESPACE,
+                resources={device_resource("host"): 1, CONVERTER_RESOURCE: slots},
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+            )
+        else:
+            ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
 
     def cluster_devices(self) -> list[str]:
         """The devices the cluster's live nodes offer (``device:<name>`` resources)."""
@@ -304,6 +337,10 @@ class RayExecutor(Executor):
         return {machine: len(actors) for machine, actors in self._converters.items()}
 
     def shutdown(self) -> None:
+        if not (self._started_ray or self._agents or self._converters):
+            # Nothing of ours to stop: and `import ray` may be what an interrupt cut short
+            # (a second import of a half-initialised ray fails on a circular import).
+            return
         import ray
 
         for actor in [*self._agents.values(), *(a for actors in self._converters.values() for a in actors)]:

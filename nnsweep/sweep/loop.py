@@ -123,6 +123,7 @@ class Sweep:
         self._results: Results | None = None
         self._stop = threading.Event()
         self._looping = False
+        self._phases: dict[str, str] = {}  # device -> what it did at the last snapshot
         self._rng = random.Random(0)  # untried configurations drawn when the sampler repeats itself
 
     def stop(self) -> bool:
@@ -171,9 +172,11 @@ class Sweep:
         lock.acquire()
         try:
             try:
+                log.info("phase: start-up (loading the model)")
                 self.host.load()
                 self.host.check_float_layers(self.spec.space.float_layers)
                 fp = fingerprint(self.spec, self.host.bundle)
+                log.info("phase: recovery (settling what an earlier run left)")
                 plan = resume.check(self.spec, self.executor, fp, fresh=self.fresh, layers_for=self.host.float_layers)
             except SpecError:
                 lock.release()
@@ -240,6 +243,7 @@ class Sweep:
             self._interrupt()  # an infrastructure failure that retries did not cure ends the run the same way
             raise
         self.stats.finished_at = self.clock()
+        log.info("phase: finishing (re-measuring the front, closing the studies)")
         return self._finish()
 
     def _ask(self, device: str, now: float) -> None:
@@ -311,8 +315,18 @@ class Sweep:
         )
 
     def _report_progress(self) -> None:
-        if self.progress is not None and self._scheduler is not None:
-            self.progress(progress_snapshot(self._scheduler, self.spec.objectives))
+        if self._scheduler is None:
+            return
+        snapshot = progress_snapshot(self._scheduler, self.spec.objectives)
+        # Said once per change, with -v: where a run is when it stops (benchmarks/fault_injection.py
+        # reads these lines to name the phase each of its kills landed in).
+        phases = {d.device: d.activity.split(" ", 1)[0] for d in snapshot}
+        for device, phase in phases.items():
+            if self._phases.get(device) != phase:
+                log.info("phase: %s %s", device, phase)
+        self._phases = phases
+        if self.progress is not None:
+            self.progress(snapshot)
 
 
 def progress_snapshot(scheduler: Scheduler, objectives: Sequence[Objective]) -> list[DeviceProgress]:

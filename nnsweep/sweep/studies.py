@@ -88,13 +88,15 @@ def _storage(spec: SweepSpec, *, create: bool) -> Any:
         return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
     from sqlalchemy.exc import IntegrityError
 
+    from nnsweep.sweep.rdb import retrying_storage  # a database restart mid-sweep is waited out
+
     try:
-        return optuna.storages.RDBStorage(spec.storage)
+        return retrying_storage(spec.storage)
     except IntegrityError:
         # Two first sweeps into an empty database at once both create Optuna's tables and one
         # fails on a unique index (seen with PostgreSQL); the tables exist now, so try once more.
         time.sleep(1.0)
-        return optuna.storages.RDBStorage(spec.storage)
+        return retrying_storage(spec.storage)
 
 
 def _sampler(seed: int) -> Any:

@@ -8,7 +8,7 @@
 
 from nnsweep.tracking.background import BackgroundTracker
 from nnsweep.tracking.base import NullTracker, Tracker
-from nnsweep.tracking.mlflow_tracker import MlflowTracker, tracker_for
+from nnsweep.tracking.mlflow_tracker import MlflowTracker, TrialFields, tracker_for, trial_fields
 from nnsweep.tracking.uris import absolute_sqlite_uri, artifact_location
 
 __all__ = [
@@ -16,7 +16,9 @@ __all__ = [
     "MlflowTracker",
     "NullTracker",
     "Tracker",
+    "TrialFields",
     "absolute_sqlite_uri",
     "artifact_location",
     "tracker_for",
+    "trial_fields",
 ]

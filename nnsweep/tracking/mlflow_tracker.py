@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from nnsweep.tracking.uris import absolute_sqlite_uri, artifact_location
 if TYPE_CHECKING:
     from nnsweep.core.config import DeploymentConfig
 
-__all__ = ["MlflowTracker", "tracker_for"]
+__all__ = ["MlflowTracker", "TrialFields", "tracker_for", "trial_fields"]
 
 _log = logging.getLogger(__name__)
 
@@ -235,23 +236,12 @@ class MlflowTracker:
         if key in self._children:
             return self._children[key]
         label = config.label()
-        tags = {
-            "mlflow.parentRunId": self._parent(device),
-            _SWEEP: self.sweep,
-            _DEVICE: device,
-            _KIND: "trial",
-            _TRIAL: str(number),
-            **self._ids(),
-            "device": device,
-            "runtime": config.runtime,
-            "backends": ",".join(config.backends),
-            "config": label,
-            "status": "running",
-        }
+        tags = {"mlflow.parentRunId": self._parent(device), **self._ids()}
+        tags.update(_start_tags(self.sweep, device, number, config))
         run_id = str(
             self.client.create_run(self.experiment_id, run_name=f"{device} #{number} {label}", tags=tags).info.run_id
         )
-        self._log_batch(run_id, params={**config.flat(), "config_digest": config.digest()})
+        self._log_batch(run_id, params=_params(config))
         self._children[key] = run_id
         self._status[key] = "RUNNING"
         self._labels[key] = label
@@ -268,24 +258,8 @@ class MlflowTracker:
         Non-finite metrics (an infinite SQNR of an exact model) are left out.
         """
         run_id = self._child(record.device, record.number, record.config)
-        tags = {
-            "status": record.status.value,
-            "estimated": str(record.estimated).lower(),
-            # Measured under qemu-user on another CPU: real kernels, no real board's latency.
-            "emulated": str(record.emulated).lower(),
-            **{str(k): str(v) for k, v in record.tags.items()},
-        }
+        self._log_batch(run_id, metrics=_finite(record.metrics), tags=_end_tags(record))
         parts = record.partitions
-        if parts:
-            sizes = ",".join(str(s) for s in parts.get("sizes", []))
-            tags["partitions"] = f"{parts.get('count', 0)}" + (f" (sizes {sizes})" if sizes else "")
-        if record.reason:
-            tags["failure_reason"] = record.reason
-        if record.feasible is not None:
-            tags["feasible"] = str(record.feasible).lower()
-        if record.reused_from is not None:
-            tags["reused_from"] = str(record.reused_from)
-        self._log_batch(run_id, metrics=_finite(record.metrics), tags=tags)
         # The artifact repository is looked up (one get_run) for the first file and cached by MLflow.
         self.client.log_dict(run_id, record.config.to_dict(), "config.json")
         if parts:
@@ -376,6 +350,64 @@ def tracker_for(uri: str, experiment: str, sweep: str, *, enabled: bool = True) 
     if not enabled:
         return NullTracker()
     return BackgroundTracker(MlflowTracker(uri, experiment, sweep))
+
+
+@dataclass(frozen=True)
+class TrialFields:
+    """What a trial's run holds once it has ended: its params, tags (without MLflow's own
+    ``mlflow.*``, the sweep id and the ``pareto``/``best`` marks of the front) and metrics
+    (without the front's re-measured figures)."""
+
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, float]
+
+
+def trial_fields(sweep: str, record: TrialRecord) -> TrialFields:
+    """The params, tags and metrics :class:`MlflowTracker` logs for a told trial: what its run
+    must hold, whatever happened to the run that logged it (benchmarks/fault_injection.py)."""
+    tags = {**_start_tags(sweep, record.device, record.number, record.config), **_end_tags(record)}
+    params = {k: _clip(v, _PARAM_LIMIT) for k, v in _params(record.config).items()}
+    return TrialFields(params, {k: _clip(v, _TAG_LIMIT) for k, v in tags.items()}, _finite(record.metrics))
+
+
+def _start_tags(sweep: str, device: str, number: int, config: DeploymentConfig) -> dict[str, str]:
+    return {
+        _SWEEP: sweep,
+        _DEVICE: device,
+        _KIND: "trial",
+        _TRIAL: str(number),
+        "device": device,
+        "runtime": config.runtime,
+        "backends": ",".join(config.backends),
+        "config": config.label(),
+        "status": "running",
+    }
+
+
+def _params(config: DeploymentConfig) -> dict[str, str]:
+    return {**config.flat(), "config_digest": config.digest()}
+
+
+def _end_tags(record: TrialRecord) -> dict[str, str]:
+    tags = {
+        "status": record.status.value,
+        "estimated": str(record.estimated).lower(),
+        # Measured under qemu-user on another CPU: real kernels, no real board's latency.
+        "emulated": str(record.emulated).lower(),
+        **{str(k): str(v) for k, v in record.tags.items()},
+    }
+    parts = record.partitions
+    if parts:
+        sizes = ",".join(str(s) for s in parts.get("sizes", []))
+        tags["partitions"] = f"{parts.get('count', 0)}" + (f" (sizes {sizes})" if sizes else "")
+    if record.reason:
+        tags["failure_reason"] = record.reason
+    if record.feasible is not None:
+        tags["feasible"] = str(record.feasible).lower()
+    if record.reused_from is not None:
+        tags["reused_from"] = str(record.reused_from)
+    return tags
 
 
 def _ended_as(run_status: str, status_tag: str) -> TrialStatus | None:
