@@ -23,17 +23,18 @@ Structure (MLP-Mixer without normalisation; about 6 M multiply-adds)::
     head             mean over tokens, linear 128 -> 10
 
 Why int8 hurts it: outlier channels in a channel MLP's hidden activation, the input
-of its down projection, which is where transformers' feed-forward blocks carry their
-largest activation outliers. In ``mixers.0.fc1`` four output channels have their
+of its down projection (where transformers' feed-forward blocks also show large
+activation outliers). In ``mixers.0.fc1`` four output channels have their
 bias reparameterised with a fixed gain of 256 during training
-(``torch.nn.utils.parametrize``, the shift starting at 4); the parametrization is
+(``torch.nn.utils.parametrize``, the shift starting at 16); the parametrization is
 removed after training, so the deployed model is a plain ``nn.Linear`` whose bias is
-large on those channels. They are near-constant across inputs and act as biases of
+about 4090 on those channels. They are near-constant across inputs and act as biases of
 ``fc2``; the other 508 channels carry the information at a much smaller scale.
 
 The tensor between ``mixers.0.fc1`` (with its ReLU) and ``mixers.0.fc2`` therefore
-spans hundreds of units while the informative channels span a few. Runtimes quantize
-activations per tensor, so those channels keep a few levels: per-channel *weight*
+spans about [0, 4100] (after the ReLU) while the other channels reach 27 at most (the
+median channel's maximum is about 11). Runtimes quantize activations per tensor (a
+step of about 16 here), so those channels keep one or two levels: per-channel *weight*
 scales do not help. Keeping that tensor in float means keeping its producer and its
 consumer (``mixers.0.fc1`` and ``mixers.0.fc2``) in float; the rest can be int8.
 
