@@ -13,7 +13,11 @@ Trained in seconds on one CPU thread with a fixed seed; the weights are cached u
 nnsweep's cache directory (``$NNSWEEP_CACHE``, ...) by the digest of the recipe, so a
 second load costs milliseconds.
 
-Structure (MLP-Mixer without normalisation; about 6 M multiply-adds)::
+Structure (MLP-Mixer without normalisation; about 6 M multiply-adds). Every linear
+layer sees a 2-D input (tokens folded into the batch): with 3-D inputs ExecuTorch's
+XNNPACK lowering failed (``ConvertToLinearPass``: "t() expects a tensor with <= 2
+dimensions") for dynamic int8 per tensor and for every partition limit, measured on
+executorch as installed here. ::
 
     embed            linear 16 -> 128 per token                      16 x 128
     mixers.i         token MLP: transpose, linear 16 -> 64, ReLU, linear 64 -> 16,
@@ -98,9 +102,10 @@ class Mixer(nn.Module):
         self.act = nn.ReLU()
         self.fc2 = nn.Linear(HIDDEN, DIM)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (batch, tokens, DIM)
-        t = x.transpose(1, 2)
-        x = x + self.token2(self.token_act(self.token1(t))).transpose(1, 2)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (batch * tokens, DIM)
+        t = x.reshape(-1, SIZE, DIM).transpose(1, 2).reshape(-1, SIZE)  # (batch * DIM, tokens)
+        t = self.token2(self.token_act(self.token1(t)))
+        x = x + t.reshape(-1, DIM, SIZE).transpose(1, 2).reshape(-1, DIM)
         return x + self.fc2(self.act(self.fc1(x)))
 
 
@@ -114,8 +119,8 @@ class MixerNet(nn.Module):
         self.head = nn.Linear(DIM, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.mixers(self.embed(x.flatten(1, 2)))  # (batch, 1, 16, 16) -> (batch, 16, 16)
-        return self.head(x.mean(dim=1))
+        x = self.mixers(self.embed(x.reshape(-1, SIZE)))  # (batch, 1, 16, 16) -> (batch * 16 tokens, 16)
+        return self.head(x.reshape(-1, SIZE, DIM).mean(dim=1))
 
 
 def heldout_dataset() -> Dataset:
