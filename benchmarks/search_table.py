@@ -32,12 +32,19 @@ runtime and granularity into the cache, then read from it), top K. The rankings 
 kept in the table's ``meta.rankings``, so a replay rebuilds the very same
 configurations. ``--max-partitions``, ``--min-nodes`` and ``--float-layers`` narrow it.
 
+``--space heldout`` measures the same space (:data:`HELDOUT_SPEC`) on a held-out model,
+``benchmarks/heldout_model.py:heldout_mixer`` (an MLP-Mixer whose first channel MLP
+carries activation outliers): a table the sampler was not designed on. The named
+spaces share every code path; only their spec differs.
+
 Usage (two processes, then merge; a killed run resumes where it stopped):
     .venv/bin/python benchmarks/search_table.py --shard 0 2 &
     .venv/bin/python benchmarks/search_table.py --shard 1 2
     .venv/bin/python benchmarks/search_table.py --merge 2
     # the outlier table (benchmarks/data/search_table_outlier_threads1.json), one process
     .venv/bin/python benchmarks/search_table.py --space outlier
+    # the held-out table (benchmarks/data/search_table_heldout_threads1.json), one process
+    .venv/bin/python benchmarks/search_table.py --space heldout --cache-dir ~/.cache/nnsweep-search-table-heldout
 """
 
 from __future__ import annotations
@@ -82,6 +89,21 @@ OUTLIER_SPEC: dict[str, Any] = {
     "measure": {"warmup": 5, "iters": 200},
 }
 """The ``--space outlier`` table's spec: a model int8 hurts, mixed precision and partition limits."""
+
+HELDOUT_SPEC: dict[str, Any] = {
+    **OUTLIER_SPEC,
+    "name": "search_table_heldout",
+    # relative to this file's folder (see SPEC_SOURCE), so the table names no checkout's path
+    "model": "heldout_model.py:heldout_mixer",
+}
+"""The ``--space heldout`` table's spec: :data:`OUTLIER_SPEC`'s space on the held-out model
+(``benchmarks/heldout_model.py``), which the sampler was not designed on."""
+
+SPACES: dict[str, dict[str, Any]] = {"outlier": OUTLIER_SPEC, "heldout": HELDOUT_SPEC}
+"""The named spaces (``--space``), each an inline spec; ``quickstart`` reads ``--spec`` instead."""
+
+SPEC_SOURCE = Path(__file__).resolve()
+"""Where inline specs count as written: a relative model file is found beside this script."""
 
 
 class _Enumerator:
@@ -169,7 +191,7 @@ def layers_from(rankings: dict[str, list[str]]) -> LayersFor:
 
 def _spec_of(meta: dict[str, Any]) -> SweepSpec:
     if "spec_inline" in meta:
-        return parse_spec(meta["spec_inline"])
+        return parse_spec(meta["spec_inline"], source=SPEC_SOURCE)
     return load_spec(REPO / meta["spec"])
 
 
@@ -233,17 +255,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--space",
-        choices=("quickstart", "outlier"),
+        choices=("quickstart", *SPACES),
         default="quickstart",
-        help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision)",
+        help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision); "
+        "heldout: HELDOUT_SPEC (the same space on the held-out model)",
     )
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     parser.add_argument(
-        "--threads", type=int, action="append", help="one table per thread count (default: 1 and 2; outlier: 1)"
+        "--threads",
+        type=int,
+        action="append",
+        help="one table per thread count (default: 1 and 2; a named space: 1)",
     )
     parser.add_argument("--quant", action="append", help=f"quantization modes (default: {', '.join(DEFAULT_QUANT)})")
     parser.add_argument(
-        "--min-nodes", type=int, nargs=2, metavar=("LOW", "HIGH"), help="default: 1 3 (outlier: the spec's, 1 2)"
+        "--min-nodes",
+        type=int,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="default: 1 3 (a named space: its spec's)",
     )
     parser.add_argument("--max-partitions", type=int, nargs="+", help="max_delegated_partitions (default: the spec's)")
     parser.add_argument("--float-layers", type=int, nargs="+", help="float_layers counts (default: the spec's)")
@@ -261,13 +291,16 @@ def main() -> None:
     )
     parser.add_argument("--merge", type=int, default=0, metavar="N", help="combine the N shards' files into the tables")
     args = parser.parse_args()
-    outlier = args.space == "outlier"
-    threads_list: list[int] = args.threads or ([1] if outlier else [1, 2])
-    quant = tuple(args.quant or (OUTLIER_SPEC["space"]["quant"] if outlier else DEFAULT_QUANT))
+    inline = SPACES.get(args.space)  # None: the quickstart space, from --spec
+    threads_list: list[int] = args.threads or ([1] if inline else [1, 2])
+    quant = tuple(args.quant or (inline["space"]["quant"] if inline else DEFAULT_QUANT))
     if args.min_nodes is None:
-        mn = OUTLIER_SPEC["space"]["min_nodes_per_partition"]
-        args.min_nodes = (mn["low"], mn["high"]) if outlier else DEFAULT_MIN_NODES
-    prefix = "search_table_outlier" if outlier else "search_table"
+        args.min_nodes = (
+            (inline["space"]["min_nodes_per_partition"]["low"], inline["space"]["min_nodes_per_partition"]["high"])
+            if inline
+            else DEFAULT_MIN_NODES
+        )
+    prefix = f"search_table_{args.space}" if inline else "search_table"
     if args.merge:
         _merge(args.out_dir, threads_list, args.merge, prefix)
         return
@@ -280,7 +313,7 @@ def main() -> None:
     from nnsweep.core.errors import TrialError
     from nnsweep.models import ModelSnapshot, load_model
 
-    spec = parse_spec(OUTLIER_SPEC) if outlier else load_spec(args.spec)
+    spec = parse_spec(inline, source=SPEC_SOURCE) if inline else load_spec(args.spec)
     caps = probe("host")
     cache = ArtifactCache(args.cache_dir)
     bundle = load_model(spec.model, cache_dir=cache.models_dir)
@@ -379,11 +412,8 @@ def main() -> None:
             state[t]["configs"].append(row)
         for t in threads_list:
             meta = _meta(args, spec, caps, wanted, quant, settings, t)
-            if outlier:
-                meta.update(spec_inline=OUTLIER_SPEC, space=args.space, rankings=rankings)
-                meta.update(max_partitions=list(spaces[t].choices["executorch"].max_partitions))
-                meta.update(float_layers=list(next(iter(spaces[t].choices.values())).float_layers))
-                meta.update(granularity=[g.value for g in next(iter(spaces[t].choices.values())).granularities])
+            if inline:
+                meta.update(spec_inline=inline, space=args.space, rankings=rankings, **_space_meta(spaces[t]))
             mine = {
                 "elapsed_s": round(time.monotonic() - started, 1),
                 "convert_s": round(convert_s, 1),
@@ -416,12 +446,23 @@ def main() -> None:
         _merge(args.out_dir, threads_list, 1, prefix)
 
 
+def _space_meta(space: DeviceSpace) -> dict[str, Any]:
+    """What :func:`table_space` needs beyond the spec to rebuild a named space's narrowed grid."""
+    first = next(iter(space.choices.values()))
+    return {
+        "max_partitions": list(space.choices["executorch"].max_partitions),
+        "float_layers": list(first.float_layers),
+        "granularity": [g.value for g in first.granularities],
+    }
+
+
 def _meta(
     args: Any, spec: SweepSpec, caps: Any, wanted: dict[str, Any], quant: tuple[str, ...], settings: Any, t: int
 ) -> dict[str, Any]:
+    inline = SPACES.get(args.space)
     return {
-        "spec": "OUTLIER_SPEC" if args.space == "outlier" else str(args.spec.resolve().relative_to(REPO)),
-        "model": spec.model,
+        "spec": f"{args.space.upper()}_SPEC" if inline else str(args.spec.resolve().relative_to(REPO)),
+        "model": inline["model"] if inline else spec.model,  # as written: a file model's path stays relative
         "device": "host",
         "threads": t,
         "quant": list(quant),

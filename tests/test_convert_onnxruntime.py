@@ -168,6 +168,17 @@ def test_granularity_changes_the_weight_scales(digits, ort_cache) -> None:  # ty
     assert sorted(scales[Granularity.PER_CHANNEL]) == [10, 16, 16, 32, 32, 64, 64, 128]  # output channels
 
 
+def test_dynamic_int8_keeps_a_linear_layer_float(digits, ort_cache) -> None:  # type: ignore[no-untyped-def]
+    """quantize_dynamic renames each Gemm (to <name>_MatMul) before it excludes nodes: the
+    classifier kept float must still be float, not a MatMulInteger."""
+    ops = {}
+    for layers in ((), ("classifier",)):
+        artifact, _ = deploy.convert(digits, _config("dynamic_int8", float_layers=layers), ort_cache)
+        ops[layers] = [n.op_type for n in _graph(artifact).node]
+    assert ops[()].count("MatMulInteger") == 1 and ops[()].count("ConvInteger") == 7
+    assert ops[("classifier",)].count("MatMulInteger") == 0 and ops[("classifier",)].count("ConvInteger") == 7
+
+
 @pytest.mark.parametrize("calibration", [Calibration.ENTROPY, Calibration.PERCENTILE])
 def test_calibration_method_narrows_activation_ranges(measured, calibration: Calibration) -> None:  # type: ignore[no-untyped-def]
     """Entropy and percentile clip the calibrated range inside min/max: smaller scales,

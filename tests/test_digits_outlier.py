@@ -39,6 +39,19 @@ def test_in_modules_matches_whole_path_components() -> None:
     assert not float_fallback.in_modules("blocks.2.dw_bn", ["blocks.2.dw"])
 
 
+def test_onnx_nodes_in_reads_the_scope_before_the_first_separator() -> None:
+    """ONNX Runtime's fusions (quant_pre_process) append to a scoped name: a linear layer on
+    a 3-D input becomes ``<path>/node_MatMul_6/MatMulAddFusion``; its reshapes carry no scope."""
+    from onnx import helper
+
+    names = ["/node_view", "mixers.0.fc1/node_MatMul_6/MatMulAddFusion", "gemm_input_reshape", "mixers.0.fc2/node_add"]
+    nodes = [helper.make_node("Identity", ["x"], ["y"], name=n) for n in names]
+    model = helper.make_model(helper.make_graph(nodes, "g", [], []))
+    assert float_fallback.onnx_nodes_in(model, ["mixers.0.fc1"]) == [names[1]]
+    assert float_fallback.onnx_nodes_in(model, ["mixers.0"]) == [names[1], names[3]]
+    assert float_fallback.onnx_nodes_in(model, ["node_MatMul_6"]) == []
+
+
 @pytest.fixture(scope="module")
 def outlier(models_dir: Path):  # type: ignore[no-untyped-def]
     from nnsweep.models import load_model

@@ -189,6 +189,40 @@ def test_layers_from_recorded_rankings_rebuild_the_configurations() -> None:
     assert sorted(c.quant.float_layers for c in configs) == [(), (), ("a", "b")]  # kept sorted
 
 
+def test_a_named_space_is_rebuilt_from_its_meta() -> None:
+    """A --space table's meta says all the replay needs: the inline spec (a model file named
+    relative to benchmarks/, so no checkout's path), the narrowed grid and the rankings."""
+    spec = table_mod.parse_spec(table_mod.HELDOUT_SPEC, source=table_mod.SPEC_SOURCE)
+    assert spec.model == f"{BENCHMARKS / 'heldout_model.py'}:heldout_mixer"
+    available = {"onnxruntime": ["cpu"], "executorch": ["xnnpack", "portable"], "torch": ["x86", "qnnpack"]}
+    rankings = {
+        f"{rt}|{g}": ["mixers.0.fc1", "mixers.0.fc2", "embed", "head"]
+        for rt in available
+        for g in ("per_tensor", "per_channel")
+    }
+    quant = table_mod.HELDOUT_SPEC["space"]["quant"]
+    narrowed = table_mod.finite_spec(spec, tuple(quant), (1, 2), 1)
+    tuples = {k: tuple(v) for k, v in available.items()}
+    space = device_space(narrowed, "host", tuples, 2, table_mod.layers_from(rankings))
+    meta = {
+        "spec_inline": table_mod.HELDOUT_SPEC,
+        "device": "host",
+        "threads": 1,
+        "quant": quant,
+        "min_nodes": [1, 2],
+        "calibration": ["minmax"],
+        "available": available,
+        "cores": 2,
+        "rankings": rankings,
+        **table_mod._space_meta(space),
+    }
+    expected = [c.digest() for c in table_mod.enumerate_configs(space)]
+    assert [c.digest() for c in table_mod.enumerate_configs(table_mod.table_space(meta))] == expected
+    assert any(
+        c.quant.float_layers == ("embed", "mixers.0.fc1", "mixers.0.fc2") for c in table_mod.enumerate_configs(space)
+    )
+
+
 def test_the_summary_says_whether_the_best_is_a_default_deployment() -> None:
     table = _table()
     described = replay.best_described(table)

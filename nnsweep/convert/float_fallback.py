@@ -104,7 +104,8 @@ def onnx_nodes_in(model: Any, keep_float: Collection[str]) -> list[str]:
     """Names of the nodes of an ONNX model (from :func:`export_onnx_scoped`) inside ``keep_float``."""
     names = []
     for node in model.graph.node:
-        scope, sep, _ = node.name.rpartition(SCOPE_SEPARATOR)
+        # the first separator: ONNX Runtime's fusions append to a name ("fc1/node_MatMul_6/MatMulAddFusion")
+        scope, sep, _ = node.name.partition(SCOPE_SEPARATOR)
         if sep and in_modules(scope, keep_float):
             names.append(node.name)
     return names

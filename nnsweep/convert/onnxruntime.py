@@ -114,7 +114,7 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             # run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger.
             quantize_dynamic(
                 str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8,
-                nodes_to_exclude=excluded,
+                nodes_to_exclude=_dynamic_names(prepared, excluded),
             )  # fmt: skip
             return
         method, options = _CALIBRATORS[quant.calibration or Calibration.MINMAX]
@@ -150,6 +150,20 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             op_types_to_quantize=_STATIC_OPS,
             nodes_to_exclude=excluded,
         )
+
+
+def _dynamic_names(prepared: Path, excluded: list[str]) -> list[str]:
+    """``excluded`` as ``quantize_dynamic`` matches it: before excluding anything it replaces
+    each Gemm by a MatMul named ``<gemm>_MatMul`` (and ``_Add``, ``_Transpose``), so a Gemm's
+    own name excludes nothing (measured: a linear layer kept float was quantized anyway)."""
+    if not excluded:
+        return []
+    model = onnx.load(str(prepared), load_external_data=False)
+    gemms = {n.name for n in model.graph.node if n.op_type == "Gemm" and n.name in set(excluded)}
+    return [*excluded, *(f"{name}{suffix}" for name in sorted(gemms) for suffix in _GEMM_PARTS)]
+
+
+_GEMM_PARTS = ("_MatMul", "_Add", "_Transpose")  # onnxruntime.quantization.onnx_model.replace_gemm_with_matmul
 
 
 def _float_nodes(prepared: Path, layers: tuple[str, ...]) -> list[str]:

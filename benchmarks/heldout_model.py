@@ -1,0 +1,211 @@
+"""The held-out model of the search benchmark: a small MLP-Mixer on digits that int8 hurts.
+
+``benchmarks/search_table.py --space heldout`` measures its table
+(``benchmarks/data/search_table_heldout_threads1.json``), which the sampler was not
+designed on: the sampler was tuned on the ``digits_outlier`` table, a convolutional
+net whose outlier channels sit in its last block. This model differs in structure
+(linear layers over tokens, no convolution, no normalisation) and in where the
+outliers are (the first block's channel MLP).
+
+Data: scikit-learn's bundled 8x8 digits (``nnsweep.models.digits.digits_dataset``,
+nothing downloaded), upsampled to 16x16 and read as 16 tokens (rows) of 16 pixels.
+Trained in seconds on one CPU thread with a fixed seed; the weights are cached under
+nnsweep's cache directory (``$NNSWEEP_CACHE``, ...) by the digest of the recipe, so a
+second load costs milliseconds.
+
+Structure (MLP-Mixer without normalisation; about 6 M multiply-adds). Every linear
+layer sees a 2-D input (tokens folded into the batch): with 3-D inputs ExecuTorch's
+XNNPACK lowering failed (``ConvertToLinearPass``: "t() expects a tensor with <= 2
+dimensions") for dynamic int8 per tensor and for every partition limit, measured on
+executorch as installed here. ::
+
+    embed            linear 16 -> 128 per token                      16 x 128
+    mixers.i         token MLP: transpose, linear 16 -> 64, ReLU, linear 64 -> 16,
+                     transpose, + input;
+                     channel MLP: fc1 128 -> 512, ReLU, fc2 512 -> 128, + input
+                     (i = 0, 1, 2)
+    head             mean over tokens, linear 128 -> 10
+
+Why int8 hurts it: outlier channels in a channel MLP's hidden activation, the input
+of its down projection (where transformers' feed-forward blocks also show large
+activation outliers). In ``mixers.0.fc1`` four output channels have their
+bias reparameterised with a fixed gain of 256 during training
+(``torch.nn.utils.parametrize``, the shift starting at 16); the parametrization is
+removed after training, so the deployed model is a plain ``nn.Linear`` whose bias is
+about 4090 on those channels. They are near-constant across inputs and act as biases of
+``fc2``; the other 508 channels carry the information at a much smaller scale.
+
+The tensor between ``mixers.0.fc1`` (with its ReLU) and ``mixers.0.fc2`` therefore
+spans about [0, 4100] (after the ReLU) while the other channels reach 27 at most (the
+median channel's maximum is about 11). Runtimes quantize activations per tensor (a
+step of about 16 here), so those channels keep one or two levels: per-channel *weight*
+scales do not help. Keeping that tensor in float means keeping its producer and its
+consumer (``mixers.0.fc1`` and ``mixers.0.fc2``) in float; the rest can be int8.
+
+Use it as a model reference: ``benchmarks/heldout_model.py:heldout_mixer``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from nnsweep.artifacts.cache import default_cache_dir
+from nnsweep.core.atomic import atomic_path
+from nnsweep.models import Dataset, Split
+from nnsweep.models.digits import digits_dataset
+
+NAME = "heldout_mixer"
+SEED = 0
+EPOCHS = 15
+BATCH = 32
+LR = 3e-3
+SIZE = 16  # tokens x pixels per token, after upsampling
+DIM = 128
+TOKEN_HIDDEN = 64
+HIDDEN = 512
+DEPTH = 3
+OUTLIER_BLOCK = 0  # the block whose fc1 bias carries the outlier channels
+OUTLIER_CHANNELS = (5, 77, 200, 431)
+OUTLIER_GAIN = 256.0
+OUTLIER_SHIFT = 16.0  # initial shift of the outlier channels, before the gain
+
+
+class _Gain(nn.Module):
+    """Multiplies a parameter by a fixed per-channel gain (a reparameterisation)."""
+
+    gain: torch.Tensor
+
+    def __init__(self, gain: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("gain", gain)
+
+    def forward(self, value: torch.Tensor) -> torch.Tensor:
+        return value * self.gain
+
+
+class Mixer(nn.Module):
+    """Token MLP (across the 16 tokens) and channel MLP (across the 128 features), each residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token1 = nn.Linear(SIZE, TOKEN_HIDDEN)
+        self.token_act = nn.ReLU()
+        self.token2 = nn.Linear(TOKEN_HIDDEN, SIZE)
+        self.fc1 = nn.Linear(DIM, HIDDEN)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(HIDDEN, DIM)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (batch * tokens, DIM)
+        t = x.reshape(-1, SIZE, DIM).transpose(1, 2).reshape(-1, SIZE)  # (batch * DIM, tokens)
+        t = self.token2(self.token_act(self.token1(t)))
+        x = x + t.reshape(-1, DIM, SIZE).transpose(1, 2).reshape(-1, DIM)
+        return x + self.fc2(self.act(self.fc1(x)))
+
+
+class MixerNet(nn.Module):
+    """Classifier for 1x16x16 digits read as 16 tokens of 16 pixels; see the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(SIZE, DIM)
+        self.mixers = nn.Sequential(*(Mixer() for _ in range(DEPTH)))
+        self.head = nn.Linear(DIM, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.mixers(self.embed(x.reshape(-1, SIZE)))  # (batch, 1, 16, 16) -> (batch * 16 tokens, 16)
+        return self.head(x.reshape(-1, SIZE, DIM).mean(dim=1))
+
+
+def heldout_dataset() -> Dataset:
+    """The ``digits`` splits, upsampled to 16x16 (bilinear)."""
+    base = digits_dataset()
+
+    def up(split: Split) -> Split:
+        x = nn.functional.interpolate(
+            torch.from_numpy(split.inputs), size=(SIZE, SIZE), mode="bilinear", align_corners=False
+        )
+        return Split(np.ascontiguousarray(x.numpy()), split.labels)
+
+    if base.train is None:
+        raise RuntimeError("digits_dataset() has no training split")
+    return Dataset(train=up(base.train), calibration=up(base.calibration), evaluation=up(base.evaluation))
+
+
+def _outlier_linear(model: MixerNet) -> nn.Linear:
+    block = model.mixers[OUTLIER_BLOCK]
+    if not isinstance(block, Mixer):
+        raise TypeError(f"mixers[{OUTLIER_BLOCK}] is {type(block).__name__}")
+    return block.fc1
+
+
+def _train(model: MixerNet, data: Split) -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same weights on every machine
+    try:
+        fc1 = _outlier_linear(model)
+        gain = torch.ones(HIDDEN)
+        gain[list(OUTLIER_CHANNELS)] = OUTLIER_GAIN
+        parametrize.register_parametrization(fc1, "bias", _Gain(gain))
+        with torch.no_grad():  # the outlier channels start with a large shift: near-constant, bias-like
+            original: torch.Tensor = fc1.parametrizations["bias"].original  # type: ignore[union-attr,index]
+            original[list(OUTLIER_CHANNELS)] = OUTLIER_SHIFT
+        _train_epochs(model, data)
+        parametrize.remove_parametrizations(fc1, "bias", leave_parametrized=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_epochs(model: nn.Module, data: Split) -> None:
+    torch.manual_seed(SEED)
+    if data.labels is None:
+        raise RuntimeError("the training split has no labels")
+    x = torch.from_numpy(data.inputs)
+    y = torch.from_numpy(data.labels)
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    steps = EPOCHS * ((len(x) + BATCH - 1) // BATCH)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=steps)
+    gen = torch.Generator().manual_seed(SEED)
+    model.train()
+    for _ in range(EPOCHS):
+        order = torch.randperm(len(x), generator=gen)
+        for start in range(0, len(x), BATCH):
+            batch = order[start : start + BATCH]
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            opt.step()
+            sched.step()
+    model.eval()
+
+
+def _recipe_digest(data: Dataset) -> str:
+    versions = [importlib.metadata.version(p) for p in ("torch", "scikit-learn")]
+    source = Path(__file__).read_bytes()  # the recipe is this file: any edit retrains
+    h = hashlib.sha256(source)
+    h.update(repr((versions, data.train.digest() if data.train else "")).encode())
+    return h.hexdigest()
+
+
+def heldout_mixer() -> tuple[nn.Module, torch.Tensor, Dataset]:
+    """The trained model, an example input (batch 1) and its data: a model function for
+    nnsweep (``benchmarks/heldout_model.py:heldout_mixer``)."""
+    data = heldout_dataset()
+    torch.manual_seed(SEED)
+    model = MixerNet()
+    path = default_cache_dir() / "models" / f"{NAME}-{_recipe_digest(data)}.pt"
+    if path.exists():
+        model.load_state_dict(torch.load(path, weights_only=True))
+        model.eval()
+    else:
+        if data.train is None:
+            raise RuntimeError("no training split")
+        _train(model, data.train)
+        with atomic_path(path) as tmp:
+            torch.save(model.state_dict(), tmp)
+    return model, torch.from_numpy(data.evaluation.inputs[:1].copy()), data
