@@ -13,7 +13,7 @@ Trained in seconds on one CPU thread with a fixed seed; the weights are cached u
 nnsweep's cache directory (``$NNSWEEP_CACHE``, ...) by the digest of the recipe, so a
 second load costs milliseconds.
 
-Structure (MLP-Mixer without normalisation; about 6 M multiply-adds). Every linear
+Structure (MLP-Mixer without normalisation; about 7 M multiply-adds). Every linear
 layer sees a 2-D input (tokens folded into the batch): with 3-D inputs ExecuTorch's
 XNNPACK lowering failed (``ConvertToLinearPass``: "t() expects a tensor with <= 2
 dimensions") for dynamic int8 per tensor and for every partition limit, measured on
