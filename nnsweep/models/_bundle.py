@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +88,21 @@ class ModelBundle:
 
 
 def module_digest(name: str, module: torch.nn.Module, example_input: torch.Tensor, *extra: Any) -> str:
-    """sha256 over a module's class, parameters and buffers, the input shape and ``extra``."""
+    """sha256 over a module's code and structure, parameters and buffers, the input shape and ``extra``.
+
+    The code is the source of each class in the module tree that is not PyTorch's own
+    (PyTorch's are keyed by its version in the toolchain), and the structure the tree's
+    ``repr`` (a layer's stride or padding, which no weight shows): a user who edits
+    ``forward`` or a layer's arguments and keeps the weights gets new artifacts, not the
+    old model's from the cache.
+    """
     import torch
 
     h = hashlib.sha256()
     h.update(name.encode())
-    h.update(f"{type(module).__module__}.{type(module).__qualname__}".encode())
+    for cls in sorted({type(m) for m in module.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+        h.update(_class_code(cls).encode())
+    h.update(repr(module).encode())
     h.update(str(tuple(example_input.shape)).encode())
     for key, tensor in sorted(module.state_dict().items()):
         h.update(key.encode())
@@ -101,6 +112,18 @@ def module_digest(name: str, module: torch.nn.Module, example_input: torch.Tenso
     for item in extra:
         h.update(repr(item).encode())
     return h.hexdigest()
+
+
+@functools.cache
+def _class_code(cls: type) -> str:
+    """A class's qualified name, and its source unless it is PyTorch's own (or has none to read)."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__.split(".")[0] == "torch":
+        return name
+    try:
+        return name + "\n" + inspect.getsource(cls)
+    except (OSError, TypeError):  # defined in a REPL or a C extension: the name is all there is
+        return name
 
 
 def flatten_outputs(result: Any) -> list[torch.Tensor]:
