@@ -325,8 +325,8 @@ def mode_starts(space: DeviceSpace) -> list[DeploymentConfig]:
     them (trial 2 or 4 to the best, 9 to 99 % of the hypervolume) and random search given
     the same starts scores exactly the same. On the outlier table (digits_outlier, with
     ``float_layers``) every static int8 start fails the accuracy constraint and the best
-    (static int8 with 3 layers float) is no start: nnsweep reached it at trial 64 (median
-    of 20 seeds), random search after these starts at 52.5.
+    (static int8 with 3 layers float) is no start: the coordinator's moves after the
+    starts (:mod:`nnsweep.sweep.moves`) reach it.
     """
     threads = space.threads[0]
     done = {c.digest() for c in baseline_configs(space)}
