@@ -16,7 +16,7 @@ from nnsweep.artifacts.key import artifact_key
 from nnsweep.convert._base import Converter
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
-from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError, clip
+from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError, clip, first_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -89,10 +89,8 @@ def toolchain_failure(config: DeploymentConfig, toolchain: dict[str, str], exc: 
     exception's ``__cause__`` for ``-v``."""
     package = runtimes.get(config.runtime).packages[:1]
     version = f"{package[0]} {toolchain.get(package[0], '?')}" if package else config.runtime
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     return clip(
-        f"{config.runtime} ({version}) cannot convert this model for {config.quant.mode.value}: "
-        f"{type(exc).__name__}: {first}",
+        f"{config.runtime} ({version}) cannot convert this model for {config.quant.mode.value}: {first_line(exc)}",
         _FAILURE_LINE,
     )
 

@@ -24,6 +24,7 @@ import dataclasses
 import io
 import logging
 import shutil
+from importlib import metadata
 from pathlib import Path
 
 import litert_torch
@@ -39,7 +40,7 @@ from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_set
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
-from nnsweep.core.errors import ConversionError
+from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.models import ModelBundle
 
 __all__ = ["LiteRTConverter", "export_tflite", "litert_quantizer"]
@@ -119,7 +120,10 @@ def export_tflite(
             with contextlib.redirect_stdout(captured):
                 _convert(bundle, quant, symmetric_activations).export(str(directory / _FILENAME))
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
-            raise ConversionError(f"litert-torch could not convert the model: {type(exc).__name__}: {exc}") from exc
+            version = metadata.version("litert-torch")
+            raise ConversionError(
+                f"litert-torch {version} cannot convert the model for {quant.mode.value}: {first_line(exc)}"
+            ) from exc
         finally:
             _log.debug("litert-torch: %s", captured.getvalue()[-2000:])
 
