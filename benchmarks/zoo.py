@@ -41,7 +41,7 @@ MODELS = {
     "buffer_mlp": f"{USER_MODELS}:buffer_mlp",
     "two_heads": f"{USER_MODELS}:two_heads",
 }
-# resnet18 is opt-in: its cold int8 conversions take minutes each (ExecuTorch static int8 ~2 min).
+# resnet18 is opt-in: its row adds about 6 minutes on 2 cores (docs/coverage.md).
 DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads")
 MODES = ("fp32", "fp16", "dynamic_int8", "static_int8")
 
