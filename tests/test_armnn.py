@@ -23,7 +23,7 @@ from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
 from nnsweep.bench.runners.armnn import report_from_dot, upstream_version
 from nnsweep.convert import tflite
-from nnsweep.convert.armnn import armnn_placement
+from nnsweep.convert.armnn import armnn_placement, armnn_refusal
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import ConversionError, SpecError
@@ -93,6 +93,38 @@ def test_parser_rejects_fully_connected_without_bias_until_the_converter_adds_on
     )
     np.testing.assert_allclose(outputs, module(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
     assert timing.latency.count == SETTINGS.iters
+
+
+class _SelfAttention(nn.Module):
+    """Two heads of attention without projections: the matmuls of activations are BATCH_MATMULs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x @ x.transpose(-1, -2), dim=-1) @ x
+
+
+def test_a_parser_refusal_names_the_release_and_the_operator(tmp_path: Path) -> None:
+    path = tmp_path / "bmm.tflite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        litert_torch.convert(_SelfAttention().eval(), (torch.randn(1, 2, 4, 8),)).export(str(path))
+    index = tflite.operators(tflite.load(path)).index("BATCH_MATMUL")
+    # The parser itself prints the opcode as a character: "Operator code ~ is out of range 0-w".
+    with pytest.raises(
+        ConversionError, match=rf"^Arm NN 20\.08's TFLite parser cannot take BATCH_MATMUL \(operator #{index} "
+    ):
+        armnn_placement(path, ("CpuRef",))
+
+
+def test_a_layer_no_backend_runs_is_named_with_the_backends_reason(tmp_path: Path) -> None:
+    message = (
+        "WARNING: Layer of type FullyConnected is not supported on requested backend CpuRef for input data type "
+        "Float32 and output data type Float32 (reason: Reference Fully Connected: input and weights types "
+        "mismatched.\nReference Fully Connected: bias and weight types mismatch.\n), falling back to the next "
+        "backend.ERROR: Layer of type FullyConnected is not supported on any preferred backend [CpuRef ]"
+    )
+    assert armnn_refusal(message, tmp_path / "unused.tflite") == (
+        "Arm NN 20.08 has no backend of the order for the FullyConnected layer: "
+        "Reference Fully Connected: input and weights types mismatched."
+    )
 
 
 def test_probe_reports_arm_nn_and_its_backends() -> None:

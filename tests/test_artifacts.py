@@ -154,3 +154,17 @@ def test_a_cached_conversion_for_one_thread_count_is_a_hit_for_another(tmp_path:
     assert first.path.read_bytes() == second.path.read_bytes()
     # The hit runs with the thread count asked for, not the one it was built with.
     assert (first.config.threads, second.config.threads) == (1, 2)
+
+
+def test_a_toolchain_exception_becomes_one_line_naming_the_runtime_version_and_mode() -> None:
+    from nnsweep.artifacts.deploy import toolchain_failure
+
+    config = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8"))
+    exc = RuntimeError("\n  0 in strides is not supported for ExecuTorch.\nwhile lowering aten.mul\n" + "x" * 500)
+    line = toolchain_failure(config, TOOLS, exc)
+    assert line == (
+        "executorch (executorch 1.5.1) cannot convert this model for static_int8: "
+        "RuntimeError: 0 in strides is not supported for ExecuTorch."
+    )
+    long = toolchain_failure(DeploymentConfig("torch"), TOOLS, AttributeError("y" * 500))
+    assert "\n" not in long and len(long) <= 300 and long.startswith("torch (torch 2.14.1) cannot convert")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from nnsweep.artifacts import deploy
 from nnsweep.bench import MeasureSettings, evaluate
@@ -105,3 +106,49 @@ def test_measure_in_a_child_process_reports_every_figure(digits, tmp_path: Path)
     assert d["load_ms"] > 0 and d["first_inference_ms"] > 0 and d["peak_rss_mb"] > 50
     assert d["accuracy"] >= 0.95 and d["cache_hit"] is False
     assert np.isfinite(d["fidelity"]["max_abs_err"])
+
+
+class _ExpandedBuffers(torch.nn.Module):
+    """Constants made with ``expand`` (stride 0), as a persistent and a non-persistent buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 12)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 4).expand(3, 4))
+        self.register_buffer("shift", torch.linspace(-0.1, 0.1, 4).expand(3, 4), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.fc(x).view(-1, 3, 4) * self.scale + self.shift).flatten(1)
+
+
+def test_dense_constants_copies_zero_stride_tensors_only() -> None:
+    from nnsweep.convert.pt2e import dense_constants
+
+    model = _ExpandedBuffers()
+    model.table = torch.ones(2).expand(5, 2)  # a plain tensor attribute is exported as a constant too
+    x = torch.randn(1, 8)
+    before, weight = model(x), model.fc.weight
+    assert dense_constants(model) == 3
+    assert all(0 not in t.stride() for t in (model.scale, model.shift, model.table))
+    assert "shift" in model._non_persistent_buffers_set and model.fc.weight is weight
+    assert torch.equal(model(x), before)
+    assert dense_constants(model) == 0
+
+
+@pytest.mark.parametrize("backends", [("xnnpack",), ("portable",)])
+def test_expanded_buffers_convert_and_run(tmp_path: Path, backends: tuple[str, ...]) -> None:
+    from nnsweep.convert.executorch import ExecuTorchConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    module = _ExpandedBuffers().eval()
+    bundle = load_model(register_live("expanded_buffers", module, torch.randn(1, 8)))
+    config = DeploymentConfig("executorch", backends)
+    result = ExecuTorchConverter().convert(bundle, config, tmp_path)
+    assert 0 in module.scale.stride()  # the bundle's own model is left as it was
+    runner = ExecuTorchRunner(tmp_path / result.filename, result.io, 1, config.backends)
+    runner.load()
+    x = bundle.dataset.evaluation.inputs[:2]
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(run_all(runner, x), expected, rtol=1e-5, atol=1e-5)

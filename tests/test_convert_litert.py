@@ -13,6 +13,7 @@ import litert_torch
 import numpy as np
 import pytest
 import torch
+from ai_edge_litert import schema_py_generated as schema
 from torch import nn
 
 from nnsweep.artifacts import deploy
@@ -139,3 +140,29 @@ def test_static_int8_core_and_full_keep_accuracy(digits, measured, granularity: 
     # XNNPACK takes the int8 graph, the edge QUANTIZE/DEQUANTIZE included.
     report = placement(interpreter(core.artifact.path, ("xnnpack", "cpu"), 1), ("xnnpack", "cpu"))
     assert report.nodes_by_backend.get("xnnpack") == len(core_ops)
+
+
+@pytest.mark.parametrize("granularity", ["per_channel", "per_tensor"])
+def test_dynamic_int8_is_litert_dynamic_range(tmp_path: Path, granularity: str) -> None:
+    from nnsweep.convert.litert import LiteRTConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+    bundle = load_model(register_live("tiny_mlp", module, torch.randn(1, 16)))
+    result = LiteRTConverter().convert(bundle, _config("dynamic_int8", granularity=granularity), tmp_path)
+    assert result.io == IOSpec()  # float32 in and out
+    model = tflite.load(tmp_path / result.filename)
+    assert tflite.operators(model) == ["FULLY_CONNECTED", "FULLY_CONNECTED"]
+    subgraph = model.subgraphs[0]
+    weights = [subgraph.tensors[op.inputs[1]] for op in subgraph.operators]
+    assert all(w.type == schema.TensorType.INT8 for w in weights)
+    assert len(weights[0].quantization.scale) == (32 if granularity == "per_channel" else 1)
+    assert subgraph.tensors[subgraph.inputs[0]].type == schema.TensorType.FLOAT32
+    x = bundle.dataset.evaluation.inputs[:1]
+    np.testing.assert_allclose(_run(tmp_path / result.filename, x), module(torch.from_numpy(x)).detach(), atol=0.05)
+
+
+def test_armnn_refuses_dynamic_int8_naming_its_version_and_the_layer() -> None:
+    with pytest.raises(SpecError, match=r"Arm NN 20\.08 has no hybrid layers: .*FULLY_CONNECTED"):
+        DeploymentConfig("armnn", quant=QuantConfig("dynamic_int8"))

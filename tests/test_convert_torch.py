@@ -263,3 +263,37 @@ def test_torchvision_mobilenet_v2_quantizes_whole_on_x86(tmp_path: Path) -> None
     result = deploy.measure(ModelSnapshot.of(bundle), artifact, SETTINGS)
     assert result.evaluation.accuracy is None  # torchvision nets come with synthetic, unlabelled data
     assert result.timing.latency.count == SETTINGS.iters
+
+
+class _TinyEncoder(nn.Module):
+    """nn.TransformerEncoder as users write it (batch first, eval): its layers take the
+    inference fast path, and its attention keeps its out_proj as a float Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).mean(dim=1))
+
+
+# The attention slow path compares a traced shape with an int (embed_dim): a constant either way.
+@pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean:torch.jit.TracerWarning")
+def test_dynamic_int8_converts_a_transformer_encoder(tmp_path: Path) -> None:
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("tiny_encoder", _TinyEncoder().eval(), torch.randn(1, 8, 16)))
+    result = TorchConverter().convert(bundle, DYNAMIC, tmp_path)
+    assert torch.backends.mha.get_fastpath_enabled()  # switched off for the trace only
+    # linear1 and linear2 of both layers and the head; attention's out_proj stays float
+    assert result.partitions.nodes_by_backend["x86"] == 5
+    deployed = torch.jit.load(str(tmp_path / result.filename))
+    x = torch.from_numpy(bundle.dataset.evaluation.inputs[:4])
+    with torch.no_grad():
+        expected = bundle.module(x)
+        got = torch.cat([deployed(sample[None]) for sample in x])
+    assert torch.allclose(got, expected, atol=0.05)

@@ -16,7 +16,7 @@ from nnsweep.artifacts.key import artifact_key
 from nnsweep.convert._base import Converter
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
-from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError
+from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError, clip, first_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,6 +36,7 @@ __all__ = [
     "convert",
     "measure",
     "run_artifact",
+    "toolchain_failure",
 ]
 
 
@@ -72,13 +73,29 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
         except OSError as exc:  # a full disk, a vanished folder: the machine's fault, not the config's
             raise _storage_error(exc, out_dir) from exc
         except Exception as exc:  # toolchain code: whatever it raises fails this conversion only
-            raise ConversionError(f"{config.runtime} conversion failed: {type(exc).__name__}: {exc}") from exc
+            raise ConversionError(toolchain_failure(config, toolchain, exc)) from exc
 
     try:
         artifact, hit = cache.get_or_build(key, config, toolchain, build)
     except OSError as exc:
         raise _storage_error(exc, cache.root) from exc
     return _for(artifact, config), hit
+
+
+def toolchain_failure(config: DeploymentConfig, toolchain: dict[str, str], exc: BaseException) -> str:
+    """One line for an exception a runtime's toolchain raised while converting: the runtime,
+    its converter's version, the mode, the exception's type and the first line of its message
+    (which names the operator or feature it lacks), clipped. The traceback stays on the
+    exception's ``__cause__`` for ``-v``."""
+    package = runtimes.get(config.runtime).packages[:1]
+    version = f"{package[0]} {toolchain.get(package[0], '?')}" if package else config.runtime
+    return clip(
+        f"{config.runtime} ({version}) cannot convert this model for {config.quant.mode.value}: {first_line(exc)}",
+        _FAILURE_LINE,
+    )
+
+
+_FAILURE_LINE = 300  # characters of a toolchain failure's one line
 
 
 def _named_float_layers(result: ConversionResult, config: DeploymentConfig) -> ConversionResult:

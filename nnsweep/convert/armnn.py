@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
-__all__ = ["ArmNNConverter", "armnn_placement"]
+__all__ = ["ArmNNConverter", "armnn_placement", "armnn_refusal"]
 
 _FILENAME = "model.tflite"
 _TIMEOUT_S = 300
@@ -50,12 +52,43 @@ def armnn_placement(path: Path, backends: tuple[str, ...]) -> PartitionReport:
         raise ConversionError(f"Arm NN's placement did not finish within {_TIMEOUT_S} s") from None
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise ConversionError(f"Arm NN could not place the model (exit {proc.returncode}): {tail}")
+        # PyArmNN's notes about the parsers Debian does not build are not the reason.
+        said = [line for line in proc.stderr.strip().splitlines() if line.strip() and "Skipped I" not in line]
+        how = f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        raise ConversionError(f"{_release()} could not place the model ({how}): {' / '.join(said[-3:])}")
     data = json.loads(lines[-1])
     if "error" in data:
-        raise ConversionError(data["error"])
+        raise ConversionError(armnn_refusal(data["error"], path))
     return PartitionReport.from_dict(data)
+
+
+def _release() -> str:
+    from nnsweep.bench.runners.armnn import debian_release
+
+    return f"Arm NN {debian_release() or '(release unknown)'}"
+
+
+_PARSER_OPERATOR = re.compile(r"Failed to parse operator #(\d+)")
+_NO_BACKEND = re.compile(r"Layer of type (\w+) is not supported on any preferred backend")
+_REASON = re.compile(r"\(reason: ([^\n]*)")
+
+
+def armnn_refusal(message: str, path: Path) -> str:
+    """Arm NN's refusal of ``path`` in one line naming its release and what it lacks: the
+    operator its TFLite parser has no parser for (by name, from the model: the parser prints
+    the opcode as a character, "Operator code ~ is out of range 0-w"), or the layer no
+    backend of the order supports, with the backend's reason."""
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    if match := _PARSER_OPERATOR.search(message):
+        index = int(match.group(1))
+        names = tflite.operators(tflite.load(path))
+        name = names[index] if index < len(names) else f"operator #{index}"
+        return f"{_release()}'s TFLite parser cannot take {name} (operator #{index} of the model): {first}"
+    if match := _NO_BACKEND.search(message):
+        reason = _REASON.search(message)
+        why = f": {reason.group(1).strip()}" if reason else ""
+        return f"{_release()} has no backend of the order for the {match.group(1)} layer{why}"
+    return f"{_release()}: {first}"
 
 
 class ArmNNConverter(Converter):

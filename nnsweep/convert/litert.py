@@ -1,6 +1,10 @@
 """LiteRT: ``litert-torch`` converts the model to ``.tflite`` (no TensorFlow), PT2E for int8.
 
 - ``fp32``: ``litert_torch.convert`` of the float module.
+- ``dynamic_int8``: the same PT2E path with litert-torch's dynamic configuration
+  (``is_dynamic=True``): LiteRT's dynamic-range ("hybrid") model, int8 weights (per
+  channel or per tensor) and float32 activations, quantized on the fly by the kernels
+  (``FULLY_CONNECTED``, ``CONV_2D``...). It takes and returns float32, needs no calibration.
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
   ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
   observer minmax or histogram) -> calibration -> ``convert_pt2e`` -> ``litert_torch.convert``.
@@ -20,6 +24,7 @@ import dataclasses
 import io
 import logging
 import shutil
+from importlib import metadata
 from pathlib import Path
 
 import litert_torch
@@ -35,7 +40,7 @@ from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_set
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
-from nnsweep.core.errors import ConversionError
+from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.models import ModelBundle
 
 __all__ = ["LiteRTConverter", "export_tflite", "litert_quantizer"]
@@ -48,8 +53,11 @@ _OBSERVERS = {Calibration.MINMAX: MinMaxObserver, Calibration.HISTOGRAM: Histogr
 def litert_quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_quantizer.PT2EQuantizer:
     """litert-torch's PT2E quantizer for ``quant``, leaving ``quant.float_layers`` in float."""
     config = pt2e_quantizer.get_symmetric_quantization_config(
-        is_per_channel=quant.granularity is Granularity.PER_CHANNEL
+        is_per_channel=quant.granularity is Granularity.PER_CHANNEL,
+        is_dynamic=quant.mode is QuantMode.DYNAMIC_INT8,
     )
+    if quant.mode is QuantMode.DYNAMIC_INT8:  # activations are quantized at run time: nothing to observe
+        return float_fallback.pt2e_keep_float(pt2e_quantizer.PT2EQuantizer().set_global(config), quant.float_layers)  # type: ignore[no-any-return]
     # litert-torch observes activations with a histogram; minmax swaps the observer only.
     observer = _OBSERVERS[quant.calibration or Calibration.MINMAX]
     activation: dict[str, object] = {"observer_or_fake_quant_ctr": observer}
@@ -70,8 +78,10 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     quantizer = litert_quantizer(quant, symmetric_activations)
     graph = torch.export.export(module, args).module()
     graph = quantize_pt2e.prepare_pt2e(graph, quantizer)
+    # Dynamic int8 observes the weights only, which one forward pass does.
+    samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
     with torch.no_grad():
-        for sample in calibration_samples(bundle, quant):
+        for sample in samples:
             graph(sample)
     graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
     return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
@@ -100,7 +110,7 @@ def export_tflite(
         ConversionError: litert-torch cannot convert the model; the message says why.
     """
     quant = config.quant
-    if quant.mode not in (QuantMode.FP32, QuantMode.STATIC_INT8):
+    if quant.mode not in (QuantMode.FP32, QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8):
         raise ConversionError(f"the .tflite path does not do {quant.mode.value}")
 
     def build(directory: Path) -> None:
@@ -110,15 +120,18 @@ def export_tflite(
             with contextlib.redirect_stdout(captured):
                 _convert(bundle, quant, symmetric_activations).export(str(directory / _FILENAME))
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
-            raise ConversionError(f"litert-torch could not convert the model: {type(exc).__name__}: {exc}") from exc
+            version = metadata.version("litert-torch")
+            raise ConversionError(
+                f"litert-torch {version} cannot convert the model for {quant.mode.value}: {first_line(exc)}"
+            ) from exc
         finally:
             _log.debug("litert-torch: %s", captured.getvalue()[-2000:])
 
     # fp32 has no activation zero points: LiteRT's and Arm NN's float .tflite are the same file.
-    settings = {"quant": quant_settings(quant), "symmetric_activations": symmetric_activations and quant.mode.is_int8}
+    settings = {"quant": quant_settings(quant), "symmetric_activations": symmetric_activations and quant.mode.is_static}
     with (stages or Stages()).stage("litert.tflite", settings, build) as directory:
         shutil.copyfile(directory / _FILENAME, path)
-    if quant.mode is QuantMode.FP32:
+    if not quant.mode.is_static:  # fp32 and dynamic-range models take and return float32
         return IOSpec()
     model = tflite.load(path)
     if quant.interface is Interface.FULL:

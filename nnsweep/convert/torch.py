@@ -35,6 +35,7 @@ not fallbacks.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import warnings
@@ -51,7 +52,7 @@ from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.fx import quantize_fx, quantized_engine, strip_io_quantization
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
-from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantMode
+from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
@@ -221,6 +222,46 @@ def _bundle_input(module: torch.jit.ScriptModule, shape: tuple[int, ...], io: IO
     augment_model_with_bundled_inputs(module, [(InflatableArg(value=stub, fmt=expr),)])
 
 
+def _quantize_dynamic(bundle: ModelBundle, quant: QuantConfig) -> nn.Module:
+    """``quantize_dynamic`` on the Linear layers of a copy of the model, less those kept in
+    float (``quant.float_layers``, by module path) and those PyTorch marks as not dynamically
+    quantizable: ``nn.MultiheadAttention`` hands its ``out_proj.weight`` to
+    ``F.multi_head_attention_forward`` as a tensor, and a dynamic quantized Linear's
+    ``weight`` is a method ("linear(): argument 'weight' must be Tensor, not method")."""
+    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
+
+    per_channel = quant.granularity is Granularity.PER_CHANNEL
+    qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+    float_model = copy.deepcopy(bundle.module).eval()
+    linears = {
+        name: qconfig
+        for name, module in float_model.named_modules()
+        if isinstance(module, nn.Linear)
+        and not isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear)
+        and not float_fallback.in_modules(name, quant.float_layers)
+    }
+    return quantize_dynamic(float_model, linears)
+
+
+@contextlib.contextmanager
+def _without_mha_fastpath(needed: bool) -> Iterator[None]:
+    """When ``needed`` (dynamic int8), trace the slow path of ``nn.TransformerEncoderLayer``
+    and ``nn.MultiheadAttention``.
+
+    Their inference fast path first reads ``.device`` of every projection's ``weight``; once
+    ``quantize_dynamic`` has swapped ``linear1``/``linear2`` that is a method, and the
+    forward fails with "'function' object has no attribute 'device'" (torch 2.14). The
+    switch is process-global, so it is restored on exit (conversions run one at a time,
+    ``nnsweep.artifacts.deploy``); the traced artifact does not read it.
+    """
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(enabled and not needed)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
+
+
 class TorchConverter(Converter):
     """Eager PyTorch models as TorchScript: fp32, fp16, and int8 on a quantized engine.
 
@@ -252,18 +293,7 @@ class TorchConverter(Converter):
             if quant.mode is QuantMode.FP16:
                 model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
             elif quant.mode is QuantMode.DYNAMIC_INT8:
-                from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
-
-                per_channel = quant.granularity is Granularity.PER_CHANNEL
-                qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
-                float_model = copy.deepcopy(bundle.module).eval()
-                # The Linear layers, less those kept in float (quant.float_layers), by module path.
-                linears = {
-                    name: qconfig
-                    for name, module in float_model.named_modules()
-                    if isinstance(module, nn.Linear) and not float_fallback.in_modules(name, quant.float_layers)
-                }
-                model = quantize_dynamic(float_model, linears)
+                model = _quantize_dynamic(bundle, quant)
             elif quant.mode.is_static and engine is not None:
                 graph_module = quantize_fx(bundle, quant, engine)
                 if quant.interface is Interface.FULL:
@@ -271,7 +301,8 @@ class TorchConverter(Converter):
                 model = graph_module
             else:
                 model = copy.deepcopy(bundle.module).eval()
-            with torch.no_grad(), warnings.catch_warnings():
+            dynamic = quant.mode is QuantMode.DYNAMIC_INT8
+            with torch.no_grad(), _without_mha_fastpath(dynamic), warnings.catch_warnings():
                 # torch.jit is deprecated in favour of ExecuTorch; TorchScript is still what Mobile/NNAPI load.
                 warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
                 # strict=False: a model may return a dict of outputs (several heads)

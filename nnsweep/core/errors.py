@@ -27,6 +27,7 @@ __all__ = [
     "TrialError",
     "clip",
     "excerpt",
+    "first_line",
 ]
 
 
@@ -110,3 +111,11 @@ def clip(text: object, limit: int = MAX_EXCERPT) -> str:
     """``str(text)`` clipped to ``limit`` characters: a mapping key as part of a field path, or any text."""
     shown = str(text)
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first non-blank line of the message`` of ``exc``, clipped to ``limit`` characters:
+    a toolchain's exception as one line of a conversion's reason (its traceback stays on the
+    exception for ``-v``)."""
+    line = next((part.strip() for part in str(exc).splitlines() if part.strip()), "")
+    return clip(f"{type(exc).__name__}: {line}", limit)

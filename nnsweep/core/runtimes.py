@@ -201,9 +201,14 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 _TFLITE_UNSUPPORTED = {
     QuantMode.FP16: "litert-torch converts float32 or PT2E-quantized int8 models; "
     "fp16 weights need ai-edge-quantizer, which nnsweep does not drive yet",
-    QuantMode.DYNAMIC_INT8: "litert-torch's dynamic-range path is not wired into nnsweep yet; "
-    "use onnxruntime, executorch or torch for dynamic int8",
     QuantMode.QAT_INT8: "QAT is not wired into nnsweep's .tflite path yet; use executorch or torch",
+}
+_ARMNN_UNSUPPORTED = {
+    **_TFLITE_UNSUPPORTED,
+    # Measured: litert-torch's dynamic-range .tflite parses, then Optimize refuses it.
+    QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
+    "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
+    "(LiteRT's dynamic range) is made of; use litert, onnxruntime, executorch or torch for dynamic int8",
 }
 _TFLITE_PACKAGES = ("litert-torch", "ai-edge-litert", "torch", "torchao")
 
@@ -300,7 +305,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         # The XNNPACK delegate, then LiteRT's builtin CPU kernels for what it does not take.
         backends=("xnnpack", "cpu"),
         fallback="cpu",
-        modes={QuantMode.FP32: _NONE, QuantMode.STATIC_INT8: _I8},
+        modes={QuantMode.FP32: _NONE, QuantMode.DYNAMIC_INT8: _I8, QuantMode.STATIC_INT8: _I8},
         unsupported=_TFLITE_UNSUPPORTED,
         full_interface=frozenset({QuantMode.STATIC_INT8}),
         calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
@@ -322,7 +327,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         # Arm NN 20.08's reference backend aborts the process (an assertion in
         # GetBiasTypeFromWeightsType) on per-channel int8 weights: per-tensor only.
         modes={QuantMode.FP32: _NONE, QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR})},
-        unsupported=_TFLITE_UNSUPPORTED,
+        unsupported=_ARMNN_UNSUPPORTED,
         full_interface=frozenset({QuantMode.STATIC_INT8}),
         calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
         delegates=False,

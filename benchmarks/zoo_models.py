@@ -1,0 +1,82 @@
+"""User-style models for benchmarks/zoo.py, loadable as ``benchmarks/zoo_models.py:NAME``.
+
+Each function returns ``(module, example_input)`` the way a user's model file would: no
+data, so ``nnsweep bench`` evaluates fidelity against the fp32 model on seeded inputs.
+They are the shapes that broke conversions before: attention layers (torch dynamic int8),
+a constant multiplier registered as an expanded buffer (a stride-0 tensor ExecuTorch
+refused), and a model with two outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+SEQ, D_MODEL = 16, 32
+
+
+class _Encoder(nn.Module):
+    """A 2-layer transformer encoder over a ``(1, SEQ, D_MODEL)`` sequence, then a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(D_MODEL, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        self.head = nn.Linear(D_MODEL, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).mean(dim=1))
+
+
+class _BufferMLP(nn.Module):
+    """An MLP whose hidden layer, seen as 4 groups of 32, is scaled and shifted by registered
+    buffers made with ``expand``: one stored row of 32 seen 4 times (stride 0 along the
+    groups); the shift is a non-persistent buffer (not in the state dict)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(64, 128)
+        self.fc2 = nn.Linear(128, 10)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 32).expand(4, 32))
+        self.register_buffer("shift", torch.linspace(-0.1, 0.1, 32).expand(4, 32), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.fc1(x)).view(-1, 4, 32) * self.scale + self.shift
+        return self.fc2(hidden.flatten(1))
+
+
+class _TwoHeads(nn.Module):
+    """A small convolutional trunk with two outputs (class logits and a 4-value box)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.classes = nn.Linear(32, 10)
+        self.box = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.trunk(x)
+        return self.classes(features), self.box(features)
+
+
+def encoder() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return _Encoder().eval(), torch.randn(1, SEQ, D_MODEL)
+
+
+def buffer_mlp() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return _BufferMLP().eval(), torch.randn(1, 64)
+
+
+def two_heads() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return _TwoHeads().eval(), torch.randn(1, 3, 32, 32)
