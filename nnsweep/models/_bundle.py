@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
 from dataclasses import dataclass
@@ -114,7 +113,6 @@ def module_digest(name: str, module: torch.nn.Module, example_input: torch.Tenso
     return h.hexdigest()
 
 
-@functools.cache
 def _class_code(cls: type) -> str:
     """A class's qualified name, and its source unless it is PyTorch's own (or has none to read)."""
     name = f"{cls.__module__}.{cls.__qualname__}"
