@@ -62,3 +62,41 @@ def test_what_cannot_be_measured_again_is_said() -> None:
     assert gone[0].p50_ms == () and "no longer in the cache" in gone[0].error and gone[0].cv is None
     crashed = remeasure([_record(1, 1, 1.0)], _request, measure, processes=2)
     assert crashed[0].p50_ms == () and "SIGSEGV" in crashed[0].error
+
+
+class _Host:
+    def request_if_cached(self, config: DeploymentConfig) -> MeasureRequest:
+        return _request(config)
+
+
+def test_a_point_the_fallen_candidate_hid_is_measured_again_too() -> None:
+    """Re-measured, the front's only point (#1) is slower than #2, whose sweep figure it
+    dominated: #2 comes onto the front and is measured again in a second round, so the
+    front is decided on re-measured figures only."""
+    import optuna
+
+    from nnsweep.spec import parse_spec
+    from nnsweep.sweep import studies
+    from nnsweep.sweep.handlers import _remeasure_front
+
+    spec = parse_spec({"name": "s", "model": "digits", "measure": {"remeasure": 3}})
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for number, threads, p50 in [(0, 1, 2.0), (1, 2, 1.0), (2, 4, 1.05)]:
+        trial = study.ask()
+        record = TrialRecord(
+            "s", "host", number, DeploymentConfig("onnxruntime", ("cpu",), threads=threads), TrialStatus.OK,
+            metrics={"accuracy": 1.0, "latency_p50_ms": p50}, feasible=True,
+        )  # fmt: skip
+        studies.tell_record(study, trial, record, [1.0, p50], None)
+    again = {1: 2.0, 2: 1.3, 4: 1.06}  # threads -> what a fresh process measures
+
+    def measure(request: MeasureRequest) -> Future[MeasureReply]:
+        return _reply(again[request.threads])
+
+    front = studies.study_records(study)[1:2]
+    spread = _remeasure_front(spec, study, [*front, studies.study_records(study)[0]], _Host(), measure, lambda: False)  # type: ignore[arg-type]
+    assert [s.number for s in spread] == [0, 1, 2]  # #2 in a second round
+    decided = studies.study_records(study)
+    best = min(decided, key=lambda r: r.metrics["latency_p50_ms"])
+    assert best.number == 2 and best.metrics["latency_p50_ms"] == pytest.approx(1.06)

@@ -28,6 +28,8 @@ from nnsweep.sweep.lifecycle import Phase, Ticket
 from nnsweep.sweep.remeasure import Spread, remeasure
 
 if TYPE_CHECKING:
+    import optuna
+
     from nnsweep.execution import Executor
     from nnsweep.spec import SweepSpec
     from nnsweep.sweep.host import HostSide
@@ -234,10 +236,7 @@ def finish(
         if spec.remeasure and front and not stopped():
             baseline = scheduler.devices[name].baseline
             candidates = [*front, *([baseline] if baseline is not None and baseline not in front else [])]
-            log.info("%s: re-measuring %d candidates (front and baseline) in fresh processes", name, len(candidates))
-            measure = partial(executor.measure, name)
-            spread = remeasure(candidates, host.request_if_cached, measure, spec.remeasure, stopped=stopped)
-            studies.store_remeasured(dev.study, {s.number: s.metrics() for s in spread})
+            spread = _remeasure_front(spec, dev.study, candidates, host, partial(executor.measure, name), stopped)
             records = studies.study_records(dev.study)
         decided_front = pareto_front(records, spec.objectives)
         choice = best_choice(records, spec.objectives)
@@ -262,3 +261,32 @@ def finish(
             )
         )  # fmt: skip
     return results
+
+
+REMEASURE_ROUNDS = 3
+
+
+def _remeasure_front(
+    spec: SweepSpec,
+    study: optuna.Study,
+    candidates: list[TrialRecord],
+    host: HostSide,
+    measure: Callable[[Any], Any],
+    stopped: Callable[[], bool],
+) -> list[Spread]:
+    """Re-measure ``candidates`` (the front and the baseline), then any trial the pooled
+    figures bring onto the front that was not measured again (a candidate that fell off
+    can expose a point its sweep figure dominated), up to :data:`REMEASURE_ROUNDS` rounds:
+    the front is decided on re-measured figures only. Each round is interleaved within
+    itself; the pooled figures are kept in the study."""
+    spread: list[Spread] = []
+    for _ in range(REMEASURE_ROUNDS):
+        if not candidates or stopped():
+            break
+        log.info("%s: re-measuring %d candidates in fresh processes", study.study_name, len(candidates))
+        spread += remeasure(candidates, host.request_if_cached, measure, spec.remeasure, stopped=stopped)
+        studies.store_remeasured(study, {s.number: s.metrics() for s in spread})
+        done = {s.number for s in spread}
+        front = pareto_front(studies.study_records(study), spec.objectives)
+        candidates = [r for r in front if r.number not in done and not r.estimated and r.reused_from is None]
+    return sorted(spread, key=lambda s: s.number)
