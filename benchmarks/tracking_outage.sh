@@ -5,11 +5,14 @@
 # its trial count, and the trial runs the server holds afterwards by status: every told
 # trial should be FINISHED there, without a second run of the sweep.
 #
-# Usage: bash benchmarks/tracking_outage.sh [WORKDIR]   (about 2 minutes; port 5731)
+# Usage: bash benchmarks/tracking_outage.sh [WORKDIR] [RETRIES]   (about 2 minutes; port 5731)
+#   RETRIES: MLflow's client retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES): 0 (the default
+#   here: off) or "mlflow" (MLflow's own default, 7 with exponential backoff).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin="$repo/.venv/bin"
 work=${1:-$(mktemp -d)}
+retries=${2:-0}
 port=5731
 mkdir -p "$work" && cd "$work"
 cat > spec.yaml <<SPEC
@@ -34,7 +37,9 @@ server() {
 stop_server() { pkill -f -- "--port $port" || true; sleep 1; }
 trap stop_server EXIT
 server
-MLFLOW_HTTP_REQUEST_MAX_RETRIES=0 "$bin/python" -m nnsweep --cache-dir "$work/cache" run spec.yaml --executor local \
+if [ "$retries" = mlflow ]; then unset MLFLOW_HTTP_REQUEST_MAX_RETRIES; else export MLFLOW_HTTP_REQUEST_MAX_RETRIES=$retries; fi
+echo "MLflow client retries: ${MLFLOW_HTTP_REQUEST_MAX_RETRIES:-the MLflow default}"
+"$bin/python" -m nnsweep --cache-dir "$work/cache" run spec.yaml --executor local \
   > run.out 2> run.err &
 sweep=$!
 sleep 12
