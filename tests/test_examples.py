@@ -5,7 +5,8 @@ and reports/ land there, never in the checkout); they share one artifact and mod
 Where the device cannot exist here the example is only validated, and the reason is
 written below: an ssh board, and the emulated Arm board (``make arm-sim`` needs root,
 qemu and ~25 minutes to build; its own tests cover it). The quickstart runs with a budget
-of three trials (``--trials``), as a user's first look would. The phone is the fake ``adb``
+of three trials (``--trials``), as a user's first look would, and all_runtimes.yaml with
+five (one default deployment per runtime). The phone is the fake ``adb``
 in tests/fakes (as in tests/test_bridge.py); the Ray board is a second Ray node on this
 machine (as in tests/test_cluster.py).
 """
@@ -45,8 +46,6 @@ KINDS = {
 VALIDATE_ONLY = {
     "board_ssh.yaml": "no ssh board exists here; phone_adb.yaml runs the same bridge agent",
     "arm_sim.yaml": "make arm-sim needs root, qemu-user and ~25 minutes; the emulation tests run the board",
-    "all_runtimes.yaml": "what it shows is the five runtimes side by side, which needs its budget (16 trials, "
-    "minutes; a CI-sized --trials would stop after the first few defaults); each runtime has its own tests",
     "mixed_precision.yaml": "what it shows is the float_layers search, which needs its budget (20 trials over "
     "three runtimes, about 6 minutes); tests/test_cli.py runs its ranking and --float-layers on the same model, "
     "tests/test_space.py its space",
@@ -58,7 +57,7 @@ def test_every_example_validates_and_every_device_kind_has_one() -> None:
     for name in examples:
         load_spec(SWEEPS / name)  # raises SpecError naming the field
     assert set(KINDS.values()) <= set(examples)
-    ran = {"host.yaml", "ray_board.yaml", "phone_adb.yaml", "ethos_u.yaml", "quickstart.yaml"}
+    ran = {"host.yaml", "ray_board.yaml", "phone_adb.yaml", "ethos_u.yaml", "quickstart.yaml", "all_runtimes.yaml"}
     assert set(examples) == ran | set(VALIDATE_ONLY), "a new example: run it below or say why it cannot run"
 
 
@@ -141,6 +140,22 @@ def test_quickstart_with_a_small_budget(tmp_path: Path, shared_cache: Path) -> N
     ((measured, _, failed),) = _trials(proc.stdout)
     assert measured + failed == 3 and measured >= 1
     assert "Best on host:" in proc.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_all_runtimes_side_by_side(tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The five runtimes in one sweep, with the budget their default deployments take: the
+    fp32 baseline (PyTorch eager) and each other runtime's default, one trial each."""
+    from nnsweep.sweep.studies import open_study, study_records
+
+    proc = _run("all_runtimes.yaml", tmp_path, shared_cache, "--trials", "5", "--executor", "local")
+    ((measured, _, failed),) = _trials(proc.stdout)
+    assert measured == 5 and failed == 0
+    monkeypatch.chdir(tmp_path)  # the sweep's state is beside its spec
+    records = study_records(open_study(load_spec(tmp_path / "all_runtimes.yaml"), "host", create=False))
+    measured_on = {r.config.runtime for r in records if r.status.value == "ok"}
+    assert measured_on == {"executorch", "onnxruntime", "torch", "litert", "armnn"}
 
 
 @pytest.mark.integration
