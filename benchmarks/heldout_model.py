@@ -57,8 +57,8 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from nnsweep.artifacts.cache import default_cache_dir
-from nnsweep.core.atomic import atomic_path
 from nnsweep.models import Dataset, Split
+from nnsweep.models._trained import train_one_cycle, trained_bundle
 from nnsweep.models.digits import digits_dataset
 
 NAME = "heldout_mixer"
@@ -156,32 +156,10 @@ def _train(model: MixerNet, data: Split) -> None:
         with torch.no_grad():  # the outlier channels start with a large shift: near-constant, bias-like
             original: torch.Tensor = fc1.parametrizations["bias"].original  # type: ignore[union-attr,index]
             original[list(OUTLIER_CHANNELS)] = OUTLIER_SHIFT
-        _train_epochs(model, data)
+        train_one_cycle(model, data, epochs=EPOCHS, batch=BATCH, lr=LR, seed=SEED)
         parametrize.remove_parametrizations(fc1, "bias", leave_parametrized=True)
     finally:
         torch.set_num_threads(threads)
-
-
-def _train_epochs(model: nn.Module, data: Split) -> None:
-    torch.manual_seed(SEED)
-    if data.labels is None:
-        raise RuntimeError("the training split has no labels")
-    x = torch.from_numpy(data.inputs)
-    y = torch.from_numpy(data.labels)
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    steps = EPOCHS * ((len(x) + BATCH - 1) // BATCH)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=steps)
-    gen = torch.Generator().manual_seed(SEED)
-    model.train()
-    for _ in range(EPOCHS):
-        order = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(x), BATCH):
-            batch = order[start : start + BATCH]
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
-            opt.step()
-            sched.step()
-    model.eval()
 
 
 def _recipe_digest(data: Dataset) -> str:
@@ -198,14 +176,9 @@ def heldout_mixer() -> tuple[nn.Module, torch.Tensor, Dataset]:
     data = heldout_dataset()
     torch.manual_seed(SEED)
     model = MixerNet()
-    path = default_cache_dir() / "models" / f"{NAME}-{_recipe_digest(data)}.pt"
-    if path.exists():
-        model.load_state_dict(torch.load(path, weights_only=True))
-        model.eval()
-    else:
-        if data.train is None:
-            raise RuntimeError("no training split")
-        _train(model, data.train)
-        with atomic_path(path) as tmp:
-            torch.save(model.state_dict(), tmp)
-    return model, torch.from_numpy(data.evaluation.inputs[:1].copy()), data
+    if data.train is None:
+        raise RuntimeError("no training split")
+    train = data.train
+    cache = default_cache_dir() / "models"
+    bundle = trained_bundle(NAME, model, data, _recipe_digest(data), cache, lambda: _train(model, train))
+    return bundle.module, bundle.example_input, data

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from nnsweep.core.atomic import atomic_path
-from nnsweep.models._bundle import Dataset, ModelBundle, module_digest
+from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
 
-__all__ = ["trained_bundle"]
+__all__ = ["train_one_cycle", "trained_bundle"]
 
 log = logging.getLogger(__name__)
 
@@ -58,3 +58,45 @@ def _read_state(path: Path) -> dict[str, torch.Tensor] | None:
     except Exception as exc:  # a torn or foreign file: retrain and overwrite
         log.warning("ignoring unreadable cached weights %s: %s", path, exc)
         return None
+
+
+def train_one_cycle(
+    model: nn.Module,
+    data: Split,
+    *,
+    epochs: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+    label: str = "",
+) -> None:
+    """Train a classifier in place: Adam with a one-cycle learning rate (stepped per
+    batch), cross-entropy, batches shuffled by a generator seeded with ``seed``; then
+    ``eval()``. ``progress`` hears ``training <label>: epoch E/N, loss L`` every 4 epochs.
+
+    Raises:
+        ValueError: ``data`` has no labels.
+    """
+    torch.manual_seed(seed)
+    if data.labels is None:
+        raise ValueError("the training split has no labels")
+    x = torch.from_numpy(data.inputs)
+    y = torch.from_numpy(data.labels)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    steps = epochs * ((len(x) + batch - 1) // batch)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    for epoch in range(epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for start in range(0, len(x), batch):
+            rows = order[start : start + batch]
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x[rows]), y[rows])
+            loss.backward()
+            opt.step()
+            sched.step()
+        if progress is not None and (epoch + 1) % 4 == 0:
+            progress(f"training {label}: epoch {epoch + 1}/{epochs}, loss {loss.item():.3f}")
+    model.eval()

@@ -54,7 +54,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from nnsweep.models._bundle import Dataset, ModelBundle, Split
-from nnsweep.models._trained import trained_bundle
+from nnsweep.models._trained import train_one_cycle, trained_bundle
 from nnsweep.models.digits import digits_dataset
 
 __all__ = ["NAME", "OUTLIER_BLOCK", "OutlierNet", "load_digits_outlier", "outlier_dataset"]
@@ -160,34 +160,10 @@ def _train(model: OutlierNet, data: Split, progress: Callable[[str], None] | Non
     torch.set_num_threads(1)  # the same weights on every machine
     try:
         bn = _add_outliers(model)
-        _train_epochs(model, data, progress)
+        train_one_cycle(model, data, epochs=EPOCHS, batch=BATCH, lr=LR, seed=SEED, progress=progress, label=NAME)
         _bake_outliers(bn)
     finally:
         torch.set_num_threads(threads)
-
-
-def _train_epochs(model: nn.Module, data: Split, progress: Callable[[str], None] | None) -> None:
-    torch.manual_seed(SEED)
-    assert data.labels is not None
-    x = torch.from_numpy(data.inputs)
-    y = torch.from_numpy(data.labels)
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    steps = EPOCHS * ((len(x) + BATCH - 1) // BATCH)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=steps)
-    gen = torch.Generator().manual_seed(SEED)
-    model.train()
-    for epoch in range(EPOCHS):
-        order = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(x), BATCH):
-            batch = order[start : start + BATCH]
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
-            loss.backward()
-            opt.step()
-            sched.step()
-        if progress is not None and (epoch + 1) % 4 == 0:
-            progress(f"training {NAME}: epoch {epoch + 1}/{EPOCHS}, loss {loss.item():.3f}")
-    model.eval()
 
 
 def _recipe_digest(data: Dataset) -> str:
