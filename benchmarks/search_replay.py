@@ -427,9 +427,10 @@ def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = 
     return run
 
 
-def random_with_starts(table: Table, seed: int) -> Run:
-    """Random search without replacement after the same starts as nnsweep (baselines, mode starts)."""
-    return replay_random(table, seed, first=[*baseline_configs(table.space), *mode_starts(table.space)])
+def random_with_starts(table: Table, seed: int, *, moves: bool = False) -> Run:
+    """Random search without replacement after the same starts as nnsweep (baselines, mode
+    starts); ``moves``: and with the same moves (what the sampler adds beyond them)."""
+    return replay_random(table, seed, first=[*baseline_configs(table.space), *mode_starts(table.space)], moves=moves)
 
 
 SAME_STARTS = "random (no replacement) after nnsweep's starts"
@@ -443,8 +444,8 @@ def strategies() -> dict[str, Strategy]:
         "random (no replacement)": lambda table, seed: replay_random(table, seed),
         "nnsweep: baselines, mode starts, moves, make_sampler, divert after 3": nnsweep_strategy(),
         SAME_STARTS: random_with_starts,
-        "random (no replacement) after nnsweep's starts, with its moves": lambda table, seed: replay_random(
-            table, seed, first=[*baseline_configs(table.space), *mode_starts(table.space)], moves=True
+        "random (no replacement) after nnsweep's starts, with its moves": functools.partial(
+            random_with_starts, moves=True
         ),
         "nnsweep without moves (starts, make_sampler, divert after 3)": nnsweep_strategy(moves=False),
         "Optuna RandomSampler after nnsweep's starts, divert after 3": study_strategy(

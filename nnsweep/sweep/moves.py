@@ -61,7 +61,7 @@ def next_move(
     not dominate; then the best feasible trial's first untried neighbour.
 
     Args:
-        records: the device's told trials.
+        records: the device's told trials (their measured records suffice).
         objectives: the sweep's objectives.
         space: the device's space.
         tried: whether a configuration was tried, or is being tried, on the device.

@@ -150,7 +150,8 @@ class Recorder:
         dev = self.devices[device]
         if studies.waiting(dev.study):
             return
-        move = next_move(studies.study_records(dev.study), self.spec.objectives, dev.space, tried)
+        measured = list(self.scheduler.devices[device].measured.values())  # as told, restored on resume
+        move = next_move(measured, self.spec.objectives, dev.space, tried)
         if move is not None:
             config, role = move
             studies.enqueue(dev.study, params_for(config, dev.space), role)
