@@ -324,16 +324,18 @@ def test_a_sweep_outlives_restarts_of_the_mlflow_server_and_postgresql(
     postgres: Postgres, mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     """Mid-sweep, once a trial is told, the MLflow server and PostgreSQL (the study's storage and
-    the server's backend) are stopped together for 15 s, then started again, with MLflow's client
-    retries off. The same run goes on: it exits 0, every trial it told is FINISHED on the server, and the study has no
-    trial left RUNNING, one record per told trial."""
+    the server's backend) are stopped together until the sweep's next storage call meets the outage,
+    and 15 s more; PostgreSQL is started again, and the MLflow server once the tracker's next write
+    has met it away. MLflow's client retries are off. The same run goes on: it exits 0, every
+    trial it told is FINISHED on the server, and the study has no trial left RUNNING, one record
+    per told trial."""
     from mlflow import MlflowClient
 
     outage_s = 15.0
     home = _laptop(tmp_path, "team-faults", "digits", mlflow_server, postgres)
     spec = yaml.safe_load((home / "spec.yaml").read_text())
     spec["space"] = {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8", "static_int8"], "threads": [1, 2]}
-    spec["budget"] = {"trials": 5}
+    spec["budget"] = {"trials": 8}
     spec["measure"] = {"warmup": 2, "iters": 200, "remeasure": 0}
     (home / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     t0 = time.perf_counter()
@@ -349,8 +351,20 @@ def test_a_sweep_outlives_restarts_of_the_mlflow_server_and_postgresql(
     down = time.perf_counter()
     mlflow_server.stop()
     postgres.stop()
+    # The outage lasts until the sweep has met it (its next storage call waits), then outage_s more:
+    # a fixed window could fall entirely while the sweep converts and touches neither server.
+    met_by = time.monotonic() + 300
+    while "the study's database does not answer" not in log.read_text():
+        assert proc.poll() is None, "the sweep ended without meeting the outage:\n" + log.read_text()[-4000:]
+        assert time.monotonic() < met_by, "the sweep made no storage call in 5 minutes of outage"
+        time.sleep(0.5)
     time.sleep(outage_s)
     postgres.serve()
+    # The study's storage is back; the tracker's next write (the trial just told) meets MLflow still away.
+    while "kept, written when the server answers" not in log.read_text():
+        assert proc.poll() is None, "the sweep ended with no tracking write kept:\n" + log.read_text()[-4000:]
+        assert time.monotonic() < met_by + 300, "no tracking write in 5 minutes after PostgreSQL came back"
+        time.sleep(0.5)
     mlflow_server.start()
     print(f"\nMLflow server and PostgreSQL down {time.perf_counter() - down:.1f} s, after {told_before} told trial(s)")
     proc.communicate(timeout=900)
