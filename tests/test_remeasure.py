@@ -28,9 +28,13 @@ def _request(config: DeploymentConfig) -> MeasureRequest:
     return MeasureRequest("onnxruntime", "m.onnx", b"", IOSpec(), config.threads, ("cpu",), None, MeasureSettings())  # type: ignore[arg-type]
 
 
-def _reply(p50: float) -> Future[MeasureReply]:
+def _reply(p50: float, others_cores: float | None = None) -> Future[MeasureReply]:
+    """A measurement's reply; ``others_cores``: other processes' work on its two cores during its
+    100 ms of timed runs, with one thread (so one core spare)."""
     samples = (p50,) * 5
-    timing = Timing(1.0, 1.0, LatencyStats.from_samples(samples), samples, 10.0, 5.0, 1, 0.5)
+    phases = {} if others_cores is None else {"timed": 100.0, "timed_others_cpu": others_cores * 100.0,
+                                              "timed_spare_cpu": 100.0}  # fmt: skip
+    timing = Timing(1.0, 1.0, LatencyStats.from_samples(samples), samples, 10.0, 5.0, 1, 0.5, phases_ms=phases)
     f: Future[MeasureReply] = Future()
     f.set_result(MeasureReply(timing, None))
     return f
@@ -50,6 +54,35 @@ def test_each_candidate_is_measured_again_in_fresh_processes() -> None:
     assert [s.number for s in spread] == [3, 5]
     assert spread[0].p50_ms == (1.00, 1.02, 0.98) and spread[0].cv == pytest.approx(0.02, rel=1e-6)
     assert spread[1].cv == 0.0 and spread[1].sweep_p50_ms == 2.0 and spread[1].loadavg_1m == (0.5, 0.5, 0.5)
+
+
+def test_a_figure_that_met_other_work_on_its_cores_is_left_out_and_measured_again() -> None:
+    # #3's second process met 1.6 cores of others' work on 2 cores with 1 thread: contended.
+    # #5's figures met 0.9 cores: that fits in the core its thread left spare.
+    figures = iter([(1.00, 0.0), (2.0, 0.9), (1.60, 1.6), (2.0, 0.9), (1.02, 0.05), (2.0, 0.9), (0.99, 0.0)])
+    sent: list[MeasureRequest] = []
+
+    def measure(request: MeasureRequest) -> Future[MeasureReply]:
+        sent.append(request)
+        return _reply(*next(figures))
+
+    spread = remeasure([_record(3, 1, 1.01), _record(5, 1, 2.0)], _request, measure, processes=3)
+    assert len(sent) == 7  # 3 rounds of both, then #3 alone once more
+    assert spread[0].p50_ms == (1.00, 1.02, 0.99) and spread[0].left_out_ms == (1.60,)
+    assert spread[0].metrics()["remeasure_left_out"] == 1.0 and not spread[0].all_contended
+    assert spread[1].p50_ms == (2.0, 2.0, 2.0) and spread[1].left_out_ms == ()
+
+
+def test_figures_that_all_met_other_work_are_pooled_and_said_so() -> None:
+    sent: list[MeasureRequest] = []
+
+    def measure(request: MeasureRequest) -> Future[MeasureReply]:
+        sent.append(request)
+        return _reply(1.5, others_cores=1.5)
+
+    spread = remeasure([_record(3, 1, 1.0)], _request, measure, processes=2)
+    assert len(sent) == 4  # 2, then up to 2 more: it is not measured forever
+    assert spread[0].all_contended and spread[0].p50_ms == (1.5,) * 4 and spread[0].left_out_ms == ()
 
 
 def test_what_cannot_be_measured_again_is_said() -> None:

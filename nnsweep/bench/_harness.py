@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from nnsweep.bench._contention import CoreClock, contended, others_cores
 from nnsweep.bench._runner import Runner
 from nnsweep.bench._stats import LatencyStats, median_ci
 
@@ -115,6 +116,17 @@ class Timing:
     placement: Mapping[str, Any] | None = None
 
     @property
+    def others_cores(self) -> float | None:
+        """Cores' worth of other processes' work on the measuring cores during the timed
+        runs (``None``: not known, see :mod:`nnsweep.bench._contention`)."""
+        return others_cores(self.phases_ms)
+
+    @property
+    def contended(self) -> bool:
+        """Whether that work went beyond the cores the runtime's threads left spare."""
+        return contended(self.phases_ms)
+
+    @property
     def p50_ci95_ms(self) -> tuple[float, float]:
         """The 95 % confidence interval of the p50 (:func:`~nnsweep.bench._stats.median_ci`)."""
         return median_ci(self.samples_ms)
@@ -211,11 +223,23 @@ def time_runner(runner: Runner, x: np.ndarray, settings: MeasureSettings) -> Tim
     for _ in range(settings.warmup):
         runner.run(prepared)
     samples: list[float] = []
+    cores = CoreClock()
+    busy_start = cores.busy_ms()
     cpu_start = time.process_time_ns()
     start = time.perf_counter_ns()
     reason = _time_runs(runner, prepared, settings, samples, start)
     end = time.perf_counter_ns()
     cpu_end = time.process_time_ns()
+    busy_end = cores.busy_ms()
+    contention = {}
+    if busy_start is not None and busy_end is not None:
+        # Others' CPU time on this process's cores during the timed runs, and what its
+        # runtime's threads left spare there (nnsweep.bench._contention).
+        contention = {
+            "timed_others_cpu": busy_end - busy_start - (cpu_end - cpu_start) / 1e6,
+            "timed_spare_cpu": max(len(cores.cpus) - runner.threads, 0) * (end - start) / 1e6,
+            "timed_others_cpu_uncertainty": cores.uncertainty_ms,
+        }
     return Timing(
         load_ms=(t1 - t0) / 1e6,
         first_inference_ms=(t3 - t2) / 1e6,
@@ -234,6 +258,7 @@ def time_runner(runner: Runner, x: np.ndarray, settings: MeasureSettings) -> Tim
             # CPU time of this process during the timed runs: well below "timed" (with one
             # thread) means it was descheduled, i.e. something else ran on its core.
             "timed_cpu": (cpu_end - cpu_start) / 1e6,
+            **contention,
         },
     )
 

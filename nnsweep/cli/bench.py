@@ -364,7 +364,9 @@ def _bench_summary(result: Any) -> str:
         f"Artifact: {a.path} ({a.size_bytes:,} bytes; "
         + ("cache hit" if result.cache_hit else f"converted in {a.convert_s:.1f} s")
         + ")",
-        f"Num threads: [{t.threads}]  Loadavg (1 min): " + ("n/a" if t.loadavg_1m is None else f"{t.loadavg_1m:.2f}"),
+        f"Num threads: [{t.threads}]  Loadavg (1 min): "
+        + ("n/a" if t.loadavg_1m is None else f"{t.loadavg_1m:.2f}")
+        + _others_text(t),
         f"Init: {t.load_ms * 1000:.0f} us, First inference: {t.first_inference_ms * 1000:.0f} us, "
         f"Timed runs: {lat.count}",
         f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
@@ -391,3 +393,13 @@ def _bench_summary(result: Any) -> str:
         )
     lines.append(a.partitions.render())
     return "\n".join(lines)
+
+
+def _others_text(t: Any) -> str:
+    """Other processes' work on the measuring cores during the timed runs, where known."""
+    others = t.others_cores
+    if others is None:
+        return ""
+    return f"  Others on its cores: {others:.2f} cores" + (
+        " (beyond what its threads left spare: this figure met contention)" if t.contended else ""
+    )

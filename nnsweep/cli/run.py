@@ -233,6 +233,10 @@ def _spread_text(spread: Any, baseline: int | None, fell_off: tuple[int, ...]) -
         cv = "n/a" if x.cv is None else f"{x.cv:.2%}"
         gap = x.gap or 0.0
         flag = "  <- the sweep's figure is off by more than 10 %" if abs(gap) > 0.10 else ""
+        if x.left_out_ms:
+            flag += f"; {len(x.left_out_ms)} process(es) met other work on their cores: left out, measured again"
+        if x.all_contended:
+            flag += "; every process met other work on its cores (pooled anyway: measure on a quieter machine)"
         lines.append(
             f"  {name}: p50 {x.median_ms:.4g} ms [{low:.4g}, {high:.4g}] ({coverage:.0%} interval of the median); "
             f"sweep {x.sweep_p50_ms:.4g} ms ({gap:+.0%}); CV between processes {cv}; "

@@ -8,10 +8,12 @@ from, and the baseline every speed-up divides by, deserve to be measured more th
 once. At the end of a sweep each candidate is measured ``processes`` more times, each
 in a fresh process (never one forked from a warm worker), with the sweep's own
 settings, *interleaved* (A B C A B C ...: a drift of the machine's speed hits every
-candidate alike). Its figure is then the median of the pooled p50s (the sweep's and
-the fresh ones) with a distribution-free interval for that median (order statistics:
-no assumption about the shape of the p50s' distribution). Estimated latencies (an NPU
-compiler's) are not measurements and are skipped.
+candidate alike). A fresh process whose timed runs met other processes' work on its
+cores is left out and measured again (:attr:`nnsweep.bench.Timing.contended`). Its
+figure is then the median of the pooled p50s (the sweep's and the fresh ones) with a
+distribution-free interval for that median (order statistics: no assumption about the
+shape of the p50s' distribution). Estimated latencies (an NPU compiler's) are not
+measurements and are skipped.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class Spread:
         p50_ms: each fresh process's p50.
         loadavg_1m: the machine's 1-minute load average at each of them.
         error: why it could not be measured again (then ``p50_ms`` is empty).
+        left_out_ms: the p50s of fresh processes whose timed runs met other processes'
+            work on their cores (not pooled; each was measured again).
+        all_contended: every fresh process met such work; their p50s are pooled anyway.
     """
 
     number: int
@@ -52,6 +57,8 @@ class Spread:
     p50_ms: tuple[float, ...] = ()
     loadavg_1m: tuple[float, ...] = ()
     error: str = ""
+    left_out_ms: tuple[float, ...] = ()
+    all_contended: bool = False
 
     @property
     def cv(self) -> float | None:
@@ -94,6 +101,7 @@ class Spread:
             "latency_p50_ms_interval_coverage": coverage,
             "latency_p50_ms_sweep": self.sweep_p50_ms,
             "remeasure_processes": float(len(self.p50_ms)),
+            "remeasure_left_out": float(len(self.left_out_ms)),
         }
 
     def to_dict(self) -> dict[str, object]:
@@ -104,6 +112,8 @@ class Spread:
             "p50_ms": list(self.p50_ms),
             "cv": self.cv,
             "loadavg_1m": list(self.loadavg_1m),
+            "left_out_ms": list(self.left_out_ms),
+            "all_contended": self.all_contended,
             "error": self.error,
         }
 
@@ -146,39 +156,83 @@ def remeasure(
     """Measure each candidate of ``front`` ``processes`` times, each in a fresh process,
     interleaved: every candidate once, then every candidate again, and so on.
 
+    A figure whose timed runs met other processes' work on its cores beyond what its
+    threads left spare (:attr:`nnsweep.bench.Timing.contended`) is left out of the
+    pool and measured again, interleaved likewise, up to ``processes`` more times per
+    candidate. Where every figure met such work, they are pooled and the spread says so.
+
     Args:
         request_for: the measure request of a configuration (``None``: its artifact is gone).
         measure: sends a request to the device's agent (one measurement at a time there).
         stopped: polled while waiting; once true, what is not measured yet is left out.
     """
-    candidates = [r for r in front if not r.estimated and r.reused_from is None]
-    pending: list[tuple[TrialRecord, float, list[Future[MeasureReply]]]] = []
     spreads: list[Spread] = []
-    requests = []
-    for record in candidates:
+    pending: list[_Candidate] = []
+    for record in front:
+        if record.estimated or record.reused_from is not None:
+            continue
         request = request_for(record.config)
         p50 = record.metrics.get("latency_p50_ms_sweep", record.metrics.get("latency_p50_ms", 0.0))
         if request is None:
             spreads.append(Spread(record.number, record.config, p50, error="its artifact is no longer in the cache"))
             continue
-        pending.append((record, p50, []))
-        requests.append(dataclasses.replace(request, fresh=True))
-    for _ in range(processes):  # A B C A B C ...: the agent measures them in this order
-        for (_, _, futures), request in zip(pending, requests, strict=True):
-            futures.append(measure(request))
-    for record, p50, futures in pending:
-        p50s, loads, errors = [], [], []
-        for future in futures:
+        pending.append(_Candidate(record, p50, dataclasses.replace(request, fresh=True)))
+    rounds = [pending] * processes
+    for extra in range(processes + 1):
+        for batch in rounds:  # A B C A B C ...: the agent measures them in this order
+            for candidate in batch:
+                candidate.futures.append(measure(candidate.request))
+        for candidate in pending:
+            if not candidate.collect(stopped):
+                return sorted(spreads, key=lambda s: s.number)  # interrupted: the rest is not waited for
+        again = [c for c in pending if c.left_out and len(c.p50s) < processes]
+        if not again or extra == processes:
+            break
+        rounds = [again]
+    spreads += [candidate.spread() for candidate in pending]
+    return sorted(spreads, key=lambda s: s.number)
+
+
+@dataclass
+class _Candidate:
+    """One candidate's fresh figures as they come in: pooled, or left out as contended."""
+
+    record: TrialRecord
+    sweep_p50_ms: float
+    request: MeasureRequest
+    futures: list[Future[MeasureReply]] = dataclasses.field(default_factory=list)
+    p50s: list[float] = dataclasses.field(default_factory=list)
+    loads: list[float] = dataclasses.field(default_factory=list)
+    left_out: list[float] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    def collect(self, stopped: Callable[[], bool]) -> bool:
+        """Take every sent measurement's figure (``False``: stopped before they all came)."""
+        while self.futures:
+            future = self.futures[0]
             while not future.done() and not stopped():
                 wait([future], timeout=0.5)
             if not future.done():
-                return sorted(spreads, key=lambda s: s.number)  # interrupted: the rest is not waited for
+                return False
+            self.futures.pop(0)
             try:
                 timing = future.result().timing
             except NnsweepError as exc:  # a measurement that failed now: said, not averaged in
-                errors.append(str(exc))
+                self.errors.append(str(exc))
                 continue
-            p50s.append(timing.latency.p50)
-            loads.append(timing.loadavg_1m if timing.loadavg_1m is not None else float("nan"))
-        spreads.append(Spread(record.number, record.config, p50, tuple(p50s), tuple(loads), "; ".join(errors)[:400]))
-    return sorted(spreads, key=lambda s: s.number)
+            if timing.contended:
+                self.left_out.append(timing.latency.p50)
+                continue
+            self.p50s.append(timing.latency.p50)
+            self.loads.append(timing.loadavg_1m if timing.loadavg_1m is not None else float("nan"))
+        return True
+
+    def spread(self) -> Spread:
+        record, error = self.record, "; ".join(self.errors)[:400]
+        if not self.p50s and self.left_out:  # only contended figures: better than none, and said
+            return Spread(record.number, record.config, self.sweep_p50_ms, tuple(self.left_out), error=error,
+                          all_contended=True)  # fmt: skip
+        return Spread(
+            record.number, record.config, self.sweep_p50_ms, tuple(self.p50s), tuple(self.loads), error,
+            left_out_ms=tuple(self.left_out),
+        )  # fmt: skip
