@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
@@ -319,3 +320,41 @@ def test_a_local_cluster_converts_on_every_core_memory_allows() -> None:
     assert local_conversion_slots(cpus=2, available=24 * 2**30) == 2  # this machine: both cores
     assert local_conversion_slots(cpus=8, available=3 * CONVERSION_MEMORY) == 3  # memory bounds it
     assert local_conversion_slots(cpus=4, available=CONVERSION_MEMORY // 2) == 1  # always one
+
+
+def test_a_measurement_that_met_other_work_on_its_cores_is_measured_again_once() -> None:
+    from concurrent.futures import Future
+
+    from nnsweep.agents import MeasureReply
+    from nnsweep.bench import Timing
+    from nnsweep.bench._stats import LatencyStats
+    from nnsweep.sweep.handlers import Results, SweepStats
+
+    s, ex = scheduler(("laptop", HOST))
+    ticket = ex.propose("laptop", config(), 0.0)
+    ex.step(1.0)
+    ex.convert_done(ticket, 2.0)
+    assert kinds(ex.step(3.0)) == [("measure", "laptop", 0)]
+    completed: list[float] = []
+
+    class _Results(Results):
+        def _complete(self, ticket: Ticket, reply: MeasureReply, *, on_host: bool) -> None:
+            completed.append(reply.timing.latency.p50)
+
+    results = _Results(None, None, None, s, None, SweepStats(), 60.0, clock=lambda: 4.0)  # type: ignore[arg-type]
+
+    def reply(p50: float, others: float) -> Future[MeasureReply]:
+        # 1 thread on 2 cores for 500 ms of timed runs; ``others`` cores' worth of others' work.
+        phases = {"timed": 500.0, "timed_others_cpu": others * 500.0, "timed_spare_cpu": 500.0,
+                  "timed_others_cpu_uncertainty": 40.0}  # fmt: skip
+        samples = (p50,) * 3
+        timing = Timing(1.0, 1.0, LatencyStats.from_samples(samples), samples, 10.0, 5.0, 1, 0.5, phases_ms=phases)
+        f: Future[MeasureReply] = Future()
+        f.set_result(MeasureReply(timing, [np.zeros(1)]))
+        return f
+
+    results.measured(ticket, reply(2.0, others=1.8))  # others filled the spare core and took from its own
+    assert ticket.phase is Phase.READY and completed == []
+    assert kinds(ex.step(5.0)) == [("measure", "laptop", 0)]  # measured again
+    results.measured(ticket, reply(2.1, others=1.8))  # contended again: this figure stands
+    assert completed == [2.1]

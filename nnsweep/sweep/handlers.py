@@ -109,6 +109,7 @@ class Results:
         self.hang_limit_s, self.clock = hang_limit_s, clock
         self._retries: dict[str, int] = {}
         self._transient: dict[tuple[str, str], int] = {}  # (device, config digest) -> transient failures
+        self._contended: set[tuple[str, int]] = set()  # (device, trial) measured again after contention
 
     def prepared(self, device: str, since: float, future: Future[None]) -> None:
         """The device's agent is ready (or failed to get ready: its measurements then start
@@ -187,6 +188,13 @@ class Results:
             return
         except Exception as exc:  # raised on a worker: an unforeseen failure fails this trial only
             self._measurement_failed(ticket, f"{type(exc).__name__}: {exc}", FailureKind.TRANSIENT)
+            return
+        if reply.timing.contended and (ticket.device, ticket.number) not in self._contended:
+            # Its timed runs shared their cores with other work: that figure says little.
+            self._contended.add((ticket.device, ticket.number))
+            log.info("%s trial %d met other work on its cores while timed (%.2f cores); measuring again",
+                     ticket.device, ticket.number, reply.timing.others_cores or 0.0)  # fmt: skip
+            ticket.move(Phase.READY, self.clock())
             return
         if reply.outputs is None:
             self.host.timed[ticket] = reply  # timed on the device; outputs from this host

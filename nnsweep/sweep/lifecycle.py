@@ -7,12 +7,16 @@ through these phases (the only moves :func:`Ticket.move` accepts)::
                       │                                                                    ▼
     PROPOSED ──▶ CONVERTING ──▶ READY ──▶ MEASURING ──▶ EVALUATING ──▶ HELD ──▶ TOLD
        │  ▲           │            │           │              │          │
-       │  └─ retry ───┘            └── reuse (byte-identical artifact) ──┼──▶ TOLD / HELD
+       │  └─ retry ───┘            ▲└── reuse (byte-identical artifact) ─┼──▶ TOLD / HELD
+       │                           └───────────┘ contended: measure again (once)
        ├──▶ TWIN (an identical configuration is in flight) ──▶ HELD / TOLD, or back to PROPOSED
        └── any live phase ──▶ FAILED (this trial's conversion or benchmark failed)
                           └──▶ REQUEUED (interrupted or device lost: never a measurement;
                                          its parameters go back to the study's queue)
 
+MEASURING back to READY: the timed runs met other processes' work on their cores beyond
+what the runtime's threads left spare (:attr:`nnsweep.bench.Timing.contended`); the trial
+is measured again once, and that figure stands.
 ``EVALUATING``: a device whose tool only times (a phone over adb) gave latencies;
 the host runs the artifact for its outputs. ``HELD``: the result is known but the
 device's fp32 baseline, which the accuracy constraint needs, is not yet.
@@ -79,7 +83,7 @@ _MOVES: dict[Phase, frozenset[Phase]] = {
     Phase.PROPOSED: frozenset({Phase.CONVERTING, Phase.READY, Phase.TWIN, Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.CONVERTING: frozenset({Phase.READY, Phase.PROPOSED}) | _ENDINGS,
     Phase.READY: frozenset({Phase.MEASURING, Phase.HELD, Phase.TOLD}) | _ENDINGS,
-    Phase.MEASURING: frozenset({Phase.EVALUATING, Phase.HELD, Phase.TOLD}) | _ENDINGS,
+    Phase.MEASURING: frozenset({Phase.READY, Phase.EVALUATING, Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.EVALUATING: frozenset({Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.TWIN: frozenset({Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
     Phase.HELD: frozenset({Phase.TOLD, Phase.FAILED}),
