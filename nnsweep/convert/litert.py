@@ -7,7 +7,8 @@
   (``FULLY_CONNECTED``, ``CONV_2D``...). It takes and returns float32, needs no calibration.
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
   ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
-  observer minmax or histogram) -> calibration -> ``convert_pt2e`` -> ``litert_torch.convert``.
+  observer minmax or histogram) -> calibration (:func:`nnsweep.convert.pt2e.calibrated`, 16
+  samples a call) -> ``convert_pt2e`` -> ``litert_torch.convert``.
   litert-torch's int8 models take and return int8 (interface ``full``; the
   :class:`~nnsweep.convert.IOSpec` carries the scales); interface ``core`` adds a
   ``QUANTIZE`` and a ``DEQUANTIZE`` at the edges (:func:`nnsweep.convert.tflite.float_interface`).
@@ -37,7 +38,7 @@ from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 from nnsweep.bench.runners.litert import interpreter, placement
 from nnsweep.convert import float_fallback, tflite
 from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
-from nnsweep.convert.quantize import calibration_samples
+from nnsweep.convert.pt2e import calibrated
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError, first_line
@@ -76,13 +77,7 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     if quant.mode is QuantMode.FP32:
         return litert_torch.convert(module, args)
     quantizer = litert_quantizer(quant, symmetric_activations)
-    graph = torch.export.export(module, args).module()
-    graph = quantize_pt2e.prepare_pt2e(graph, quantizer)
-    # Dynamic int8 observes the weights only, which one forward pass does.
-    samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
-    with torch.no_grad():
-        for sample in samples:
-            graph(sample)
+    graph = calibrated(module, bundle, quant, lambda g: quantize_pt2e.prepare_pt2e(g, quantizer))
     graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
     return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
 
