@@ -157,8 +157,8 @@ class EtLiteProgram:
         count = int(np.prod(shape, dtype=np.int64))
         if count == 0 or not data.value:
             return np.zeros(shape, dtype)
-        buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(data.value)
-        return np.frombuffer(buffer, dtype=dtype).reshape(shape).copy()
+        raw = ctypes.string_at(data.value, count * dtype.itemsize)  # a copy: the runtime reuses its buffer
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
     def close(self) -> None:
         if self._handle:
