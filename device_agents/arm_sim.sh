@@ -17,7 +17,7 @@
 # `root` folder), NNSWEEP_ARM_SIM_DEVICE (default arm64-sim), NNSWEEP_ARM_SIM_CPUS (this host's cores),
 # NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT (52366), NNSWEEP_TOKEN_FILE (default ~/.ray/auth_token),
 # NNSWEEP_ARM_SIM_AGENT: full (every runtime, as install.sh) or lite (install.sh --lite: no
-# PyTorch or ExecuTorch; minutes to build instead of up to ~50). Unset, the root keeps the
+# PyTorch, ExecuTorch through the torch-free runner; minutes to build instead of up to ~50). Unset, the root keeps the
 # agent it has (full on a new root). A full agent serves a lite request: never downgraded.
 # NNSWEEP_ARM_SIM_CPU: the core the board emulates, cortex-a72 (default; Raspberry Pi 4),
 # cortex-a76 (Raspberry Pi 5) or neoverse-n1 (AWS Graviton2). Changing it rewrites the /sys
@@ -36,6 +36,8 @@ suite=bookworm
 cpu="${NNSWEEP_ARM_SIM_CPU:-cortex-a72}"
 # What the board runs besides the agent's venv: Arm NN from Debian, in the system python3.
 armnn_packages="python3-pyarmnn libarmnn-cpuacc-backend22 libarmnn-cpuref-backend22 libarmnntfliteparser22"
+# What install.sh --lite compiles the torch-free ExecuTorch runner with (device_agents/etlite).
+build_packages="g++"
 # Inside the root the agent lives where install.sh puts it for root: $HOME/nnsweep-agent.
 agent_bin=/root/nnsweep-agent/venv/bin
 
@@ -185,7 +187,7 @@ install_agent() {
     mkdir -p "$src"
     (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 -r tar -cf - 2>/dev/null) | tar -xf - -C "$src"
     # What pip installs: the package, its data, and how it is built (not docs or tests).
-    digest=$(cd "$src" && find pyproject.toml nnsweep dashboards device_agents/install.sh -type f \
+    digest=$(cd "$src" && find pyproject.toml nnsweep dashboards device_agents/install.sh device_agents/etlite -type f \
         ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64)
     # The stamp holds "DIGEST PROFILE" (a stamp without a profile is from a full install).
     local installed=() want
@@ -200,11 +202,18 @@ install_agent() {
     if [ "${installed[0]:-}" = "$digest" ] && [ "${installed[1]:-full}" = "$want" ] \
         && [ -x "$root$agent_bin/nnsweep" ]; then
         log "agent up to date ($want, $digest)"
-        [ "$want" = full ] || log "lite agent: no PyTorch or ExecuTorch (NNSWEEP_ARM_SIM_AGENT=full adds them)"
+        [ "$want" = full ] || log "lite agent: no PyTorch, ExecuTorch torch-free (NNSWEEP_ARM_SIM_AGENT=full adds PyTorch)"
         return 0
     fi
     local flag=""
     [ "$want" = lite ] && flag=--lite
+    mount_root
+    if [ "$want" = lite ] && ! in_root dpkg-query -W -f='${Status}' $build_packages 2>/dev/null | grep -q "ok installed"; then
+        log "installing $build_packages from Debian (for the torch-free ExecuTorch runner)"
+        in_root apt-get update -qq
+        in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $build_packages >/dev/null
+        in_root apt-get clean
+    fi
     log "installing the agent ($want) with device_agents/install.sh $flag (pip under emulation: minutes)"
     local t0=$SECONDS
     mount_root

@@ -7,10 +7,12 @@
 #
 #   ./install.sh [--lite] [SOURCE]   SOURCE: a path or URL pip understands (default: this checkout)
 #
-# --lite installs the agent-lite extra: Ray, ONNX Runtime and LiteRT, without PyTorch and
-# ExecuTorch, for a board that cannot hold them (their measuring process needs ~0.9 GB,
-# and on aarch64 PyPI's torch wheel pulls ~5 GB of CUDA libraries). The board then
-# offers onnxruntime, litert and armnn only.
+# --lite installs the agent-lite extra: Ray, ONNX Runtime and LiteRT, without PyTorch, for
+# a board that cannot hold it (a measuring process that imports torch needs ~0.9 GB, and
+# on aarch64 PyPI's torch wheel pulls ~5 GB of CUDA libraries). ExecuTorch then runs
+# torch-free: device_agents/etlite/build.sh links a small runner against the executorch
+# wheel's own shared libraries (the version pyproject.toml pins; needs g++). Without a
+# C++ compiler the board offers onnxruntime, litert and armnn only.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 extra=agent
@@ -28,5 +30,12 @@ case "$(uname -m)" in
 esac
 python3 -m venv "$prefix/venv"
 "$prefix/venv/bin/python" -m pip install --disable-pip-version-check "${source}[${extra}]"
+if [ "$extra" = agent-lite ]; then
+    if command -v "${CXX:-g++}" >/dev/null; then
+        "$here/device_agents/etlite/build.sh" "$prefix/venv/bin/python"
+    else
+        echo "no C++ compiler (apt-get install g++): the lite agent offers no ExecuTorch" >&2
+    fi
+fi
 echo "installed ($extra): $prefix/venv/bin/nnsweep"
 echo "join a head: $prefix/venv/bin/nnsweep agent join --address HEAD:6379 --device \$(hostname) --token-file ~/.ray/auth_token"

@@ -391,11 +391,14 @@ def test_devices_lists_the_host_and_the_emulated_board(board: Board) -> None:
     # Arm NN's Neon kernels (CpuAcc) load on (emulated) Arm; x86 has CpuRef only
     assert rts["armnn"][:2] == ["CpuAcc", "CpuRef"]
     assert "CpuAcc" not in host["runtimes"].get("armnn", [])
-    # the board offers what its agent installed: ExecuTorch with the full agent only
+    # the board offers what its agent installed: ExecuTorch on both (the lite agent's runs
+    # torch-free, on the executorch wheel's own libraries of the host's release), torch on full
+    assert rts["executorch"] == ["xnnpack", "portable"]
+    assert arm["versions"]["executorch"] == host["versions"]["executorch"]
     if board.profile == "full":
-        assert rts["executorch"][0] == "xnnpack" and "torch" in rts
+        assert "torch" in rts
     else:
-        assert "executorch" not in rts and "torch" not in rts
+        assert "torch" not in rts and "executorch-runner" in arm["versions"]
 
 
 @pytest.mark.emulation
@@ -527,3 +530,65 @@ def test_litert_xnnpack_int8_on_the_board_agrees_with_the_host(  # type: ignore[
             f"top-1 agreement {fidelity.top1_agreement:.4f}, SQNR {sqnr}\n"
         )
     assert fidelity.top1_agreement >= 0.99, fidelity
+
+
+@pytest.mark.emulation
+@pytest.mark.integration
+@pytest.mark.ray
+@pytest.mark.slow
+def test_executorch_on_the_board_agrees_with_the_host(
+    board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    """The same .pte files (fp32 XNNPACK, static int8 XNNPACK, portable only) measured on the
+    host and on the board (the lite agent: ExecuTorch without PyTorch) give the same top-1
+    on the same fixed evaluation inputs, in a measuring process far smaller than torch's."""
+    from nnsweep.core.results import TrialStatus
+    from nnsweep.execution.ray_cluster import RayExecutor
+    from nnsweep.spec import parse_spec
+    from nnsweep.sweep.loop import Sweep
+    from nnsweep.tracking import MlflowTracker
+
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
+        monkeypatch.setenv(key, board.env[key])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)
+    spec = parse_spec(
+        {
+            "name": "armsim-et",
+            "model": "digits",
+            "devices": ["host", "arm64-sim"],
+            "space": {
+                "runtime": ["executorch"],
+                "quant": ["fp32", "static_int8"],
+                "backends": {"executorch": ["xnnpack", "portable"]},
+                "threads": [1],
+            },
+            "budget": {"trials": 3},
+            "measure": {"warmup": 2, "iters": 20, "timeout_s": 900},
+        }
+    )
+    executor = RayExecutor(address=board.address)
+    try:
+        results = Sweep(
+            spec, executor, MlflowTracker("sqlite:///mlflow.db", "armsim-et", "armsim-et"), tmp_path / "cache"
+        ).run()
+    finally:
+        executor.shutdown()
+    measured = {
+        (r.device, r.config.quant.mode.value, r.config.backends): r
+        for d in results
+        for r in d.records
+        if r.status is TrialStatus.OK
+    }
+    board_keys = [k for k in measured if k[0] == "arm64-sim"]
+    assert board_keys, [(r.device, r.status, r.reason) for d in results for r in d.records]
+    for key in board_keys:
+        on_board, on_host = measured[key], measured.get(("host", *key[1:]))
+        assert on_board.emulated
+        if on_host is not None:  # the same artifact: the same predictions on the same inputs
+            assert on_board.metrics["accuracy"] == pytest.approx(on_host.metrics["accuracy"], abs=2 / 540)
+            assert on_board.metrics["top1_agreement"] == pytest.approx(on_host.metrics["top1_agreement"], abs=2 / 540)
+        assert on_board.metrics["top1_agreement"] > 0.98
+        if board.profile == "lite":  # torch-free: no torch in the measuring process
+            assert on_board.metrics["peak_rss_mb"] < 300, on_board.metrics["peak_rss_mb"]

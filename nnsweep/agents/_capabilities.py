@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Capabilities"]
+__all__ = ["Capabilities", "converter_versions", "refuse_version_skew"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Capabilities:
             another architecture: its timings are labelled, never taken for a real board's.
         left_out: runtimes that load here but whose measuring process would not fit in
             ``memory_mb``, with the memory (MB) it needs; they are not in ``runtimes``.
+        refused: runtimes that load here but that the host will not send artifacts to,
+            with why (:func:`refuse_version_skew`); they are not in ``runtimes``.
     """
 
     device: str
@@ -41,12 +44,14 @@ class Capabilities:
     transport: str = "local"
     emulated: bool = False
     left_out: Mapping[str, int] = field(default_factory=dict)
+    refused: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["runtimes"] = {k: list(v) for k, v in self.runtimes.items()}
         d["versions"] = dict(self.versions)
         d["left_out"] = dict(self.left_out)
+        d["refused"] = dict(self.refused)
         return d
 
     @classmethod
@@ -63,6 +68,7 @@ class Capabilities:
             transport=d.get("transport", "local"),
             emulated=bool(d.get("emulated", False)),
             left_out={k: int(v) for k, v in d.get("left_out", {}).items()},
+            refused={k: str(v) for k, v in d.get("refused", {}).items()},
         )
 
     def summary(self) -> str:
@@ -93,8 +99,12 @@ class Capabilities:
 # Measured 2026-11-23 (benchmarks/arm_sim.py, fp32 and int8 digits; the larger, rounded up):
 # ExecuTorch 917 (908 before loading: the measuring process imports torch), torch 713,
 # ONNX Runtime 168, Arm NN 139 (system python3), LiteRT 103.
+# ExecuTorch without PyTorch (a lite agent's torch-free runner, nnsweep.bench.runners._etlite):
+# 83 MB (2026-11-24, ExecuTorchRunner on digits fp32 and static int8 XNNPACK, 200 runs),
+# under its own key.
 MEASURE_PEAK_MB: Mapping[str, int] = {
     "executorch": 920,
+    "executorch-torch-free": 90,
     "torch": 720,
     "onnxruntime": 170,
     "armnn": 140,
@@ -104,9 +114,12 @@ MEASURE_HEADROOM_MB = 256
 
 
 def runtimes_that_fit(
-    runtimes: Mapping[str, tuple[str, ...]], memory_mb: int
+    runtimes: Mapping[str, tuple[str, ...]], memory_mb: int, measured_as: Mapping[str, str] | None = None
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
     """Split ``runtimes`` into those a device with ``memory_mb`` can measure and those it cannot.
+
+    ``measured_as`` names the :data:`MEASURE_PEAK_MB` entry of a runtime that measures
+    another way here (``{"executorch": "executorch-torch-free"}`` on a lite agent).
 
     Returns:
         ``(kept, dropped)``: ``dropped`` maps each runtime left out to the memory (MB) its
@@ -120,9 +133,52 @@ def runtimes_that_fit(
     kept: dict[str, tuple[str, ...]] = {}
     dropped: dict[str, int] = {}
     for runtime, backends in runtimes.items():
-        need = MEASURE_PEAK_MB.get(runtime, 0) + MEASURE_HEADROOM_MB
+        need = MEASURE_PEAK_MB.get((measured_as or {}).get(runtime, runtime), 0) + MEASURE_HEADROOM_MB
         if memory_mb > 0 and need > memory_mb:
             dropped[runtime] = need
         else:
             kept[runtime] = backends
     return kept, dropped
+
+
+# Runtimes whose artifacts only the same release reads: the package whose version the
+# device must share with the host that converts. A .pte's flatbuffer schema and its
+# delegates' payloads change between ExecuTorch releases, and an older runtime reports
+# a newer program as an unreadable file (or runs it wrongly), never as "too new".
+_SAME_RELEASE = {"executorch": "executorch"}
+
+
+def converter_versions() -> dict[str, str]:
+    """This machine's versions of the packages a device must share with it (those installed)."""
+    from importlib import metadata
+
+    found = {}
+    for package in set(_SAME_RELEASE.values()):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def refuse_version_skew(caps: Capabilities, host_versions: Mapping[str, str]) -> Capabilities:
+    """``caps`` without the runtimes whose version differs from the host's converter.
+
+    A lite agent's torch-free ExecuTorch reports the version of the libraries it links;
+    a board installed from another checkout can hold another release than the host.
+
+    Example:
+        >>> caps = Capabilities("b", "b", "aarch64", "A72", 4, 1024, {"executorch": ("portable",)},
+        ...                     versions={"executorch": "1.3.1"})
+        >>> refuse_version_skew(caps, {"executorch": "1.5.1"}).refused["executorch"]
+        'the host converts with executorch 1.5.1, the device runs 1.3.1'
+    """
+    refused = dict(caps.refused)
+    for runtime, package in _SAME_RELEASE.items():
+        host, device = host_versions.get(package), caps.versions.get(package)
+        if runtime in caps.runtimes and host and device and host != device:
+            refused[runtime] = f"the host converts with {package} {host}, the device runs {device}"
+    if refused == dict(caps.refused):
+        return caps
+    runtimes = {k: v for k, v in caps.runtimes.items() if k not in refused}
+    return dataclasses.replace(caps, runtimes=runtimes, refused=refused)

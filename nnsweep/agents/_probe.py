@@ -63,12 +63,26 @@ def _memory_mb() -> int:
 
 
 def executorch_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
+    from nnsweep.bench.runners.executorch import torch_free
+
+    names = {"XnnpackBackend": "xnnpack"}
+    if torch_free():
+        from nnsweep.bench.runners import _etlite
+
+        try:
+            library = _etlite.find()
+            registered = set(_etlite.backends(library.load()))
+        except _etlite.EtLiteUnavailable:
+            return None
+        # The executorch wheel's own libraries, without its Python package.
+        versions["executorch"] = library.version
+        versions["executorch-runner"] = f"nnsweep etlite (torch-free; ExecuTorch {library.version} libraries)"
+        return (*(name for rid, name in names.items() if rid in registered), "portable")
     try:
         from executorch.runtime import Runtime
     except ImportError:
         return None
     registered = set(Runtime.get().backend_registry.registered_backend_names)
-    names = {"XnnpackBackend": "xnnpack"}
     return (*(name for rid, name in names.items() if rid in registered), "portable")
 
 
@@ -146,7 +160,8 @@ def probe(device: str, machine: str | None = None) -> Capabilities:
     versions["python"] = platform.python_version()
     memory_mb = _memory_mb()
     # A runtime whose measuring process would not fit in this board's memory is not offered.
-    found, left_out = runtimes_that_fit(found, memory_mb)
+    measured_as = {"executorch": "executorch-torch-free"} if "executorch-runner" in versions else {}
+    found, left_out = runtimes_that_fit(found, memory_mb, measured_as)
     emulated = detect_emulation() is not None
     return Capabilities(
         device=device,

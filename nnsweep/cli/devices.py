@@ -54,6 +54,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         sys.stdout.write(_space_lines(accepted_values(c.runtimes, c.cores)))
         for runtime, need in c.left_out.items():
             sys.stdout.write(f"    {runtime}: left out, its measuring process needs {need} MB with headroom\n")
+        for runtime, why in c.refused.items():
+            sys.stdout.write(f"    {runtime}: refused, {why}\n")
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
+from nnsweep.agents._capabilities import converter_versions, refuse_version_skew
 from nnsweep.agents._node import local_token
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError
@@ -310,7 +311,7 @@ class RayExecutor(Executor):
             raise AgentLost(f"agent of {device} died while probing: {exc}") from exc
         except ray.exceptions.RayTaskError as exc:
             raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
-        return caps
+        return refuse_version_skew(caps, converter_versions())
 
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
         if machine is None or machine not in self._converters:

@@ -1,13 +1,21 @@
-"""Run a ``.pte`` with ExecuTorch's Python runtime (the same C++ runtime an app links)."""
+"""Run a ``.pte`` with ExecuTorch's Python runtime (the same C++ runtime an app links).
+
+Where PyTorch is not installed (a lite agent), the same C++ runtime runs through
+nnsweep's torch-free runner instead (:mod:`nnsweep.bench.runners._etlite`): the
+executorch wheel's own shared libraries, of the version the host converts with.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib.util
 from typing import Any
 
 import numpy as np
-import torch
 
 from nnsweep.bench._runner import Runner
+from nnsweep.bench.runners import _etlite
 from nnsweep.bench.runners._outputs import concat_float
 from nnsweep.core.errors import BenchmarkError
 
@@ -17,18 +25,39 @@ __all__ = ["ExecuTorchRunner"]
 _RUNTIME_IDS = {"xnnpack": "XnnpackBackend"}
 
 
+def torch_free() -> bool:
+    """Whether ExecuTorch runs torch-free here: no PyTorch, so no Python bindings."""
+    return importlib.util.find_spec("torch") is None
+
+
+@functools.cache
+def _lite_library() -> ctypes.CDLL:
+    try:
+        return _etlite.find().load()
+    except _etlite.EtLiteUnavailable as exc:
+        raise BenchmarkError(f"no PyTorch here and no torch-free ExecuTorch runner: {exc}") from exc
+
+
 class ExecuTorchRunner(Runner):
     """Loads the program once and executes its ``forward`` method."""
+
+    _lite: _etlite.EtLiteProgram | None = None
 
     @classmethod
     def set_threads(cls, threads: int) -> None:
         # The threadpool can only be sized before any program is loaded: changing it
         # afterwards crashes (docs/architecture.md §5), hence one process per measurement.
+        if torch_free():
+            _etlite.set_threads(_lite_library(), threads)
+            return
         from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
         _unsafe_reset_threadpool(threads)
 
     def load(self) -> None:
+        if torch_free():
+            self._load_lite()
+            return
         # The portable quantized kernels (int8 ops no delegate took) are a separate library.
         import executorch.kernels.quantized  # noqa: F401
         from executorch.runtime import Runtime
@@ -47,11 +76,27 @@ class ExecuTorchRunner(Runner):
             raise BenchmarkError(f"{self.path.name} has no forward method")
         self._method = method
 
+    def _load_lite(self) -> None:
+        lib = _lite_library()
+        registered = set(_etlite.backends(lib))
+        missing = [b for b in self.backends if b in _RUNTIME_IDS and _RUNTIME_IDS[b] not in registered]
+        if missing:
+            raise BenchmarkError(f"ExecuTorch runtime here lacks backend(s) {', '.join(missing)}")
+        self._lite = _etlite.EtLiteProgram(lib, self.path)
+
     def prepare(self, x: np.ndarray) -> Any:
+        if self._lite is not None:
+            return self.io.prepare_input(x)
+        import torch
+
         return torch.from_numpy(self.io.prepare_input(x))
 
     def run(self, prepared: Any) -> Any:
+        if self._lite is not None:
+            return self._lite([prepared])
         return self._method.execute([prepared])  # every output (several for tuple/dict models)
 
     def to_float(self, raw: Any) -> np.ndarray:
+        if self._lite is not None:
+            return concat_float(self.io, raw)
         return concat_float(self.io, [t.numpy() for t in raw])
