@@ -11,7 +11,7 @@ STAMP := $(VENV)/.nnsweep-installed
 # the MLflow UI; Arm NN (CpuRef backend, TFLite parser, PyArmNN in /usr/bin/python3)
 # for the armnn runtime; PostgreSQL for the team-mode test (a database the test starts).
 # Only missing ones are installed (needs root or sudo).
-APT_PACKAGES ?= chromium python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22 postgresql
+APT_PACKAGES ?= chromium g++ python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22 postgresql
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 
 .PHONY: install system-deps quickstart test test-fast lint clean arm-sim arm-sim-build arm-sim-stop

@@ -64,9 +64,9 @@ def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Under CI=true the real parts these tests stand on must be there: the emulated board
-# (root, qemu), Chromium, PostgreSQL. A skip of theirs would let CI pass without them, so
-# there it fails, with the skip's reason.
-_MUST_RUN_UNDER_CI = ("test_arm_sim.py", "test_browser.py", "test_team.py")
+# (root, qemu), Chromium, g++ (the torch-free ExecuTorch runner), PostgreSQL. A skip of
+# theirs would let CI pass without them, so there it fails, with the skip's reason.
+_MUST_RUN_UNDER_CI = ("test_arm_sim.py", "test_browser.py", "test_etlite.py", "test_team.py")
 
 
 @pytest.hookimpl(wrapper=True)
