@@ -3,7 +3,9 @@
 A device's space is the sweep's space narrowed to what the device has (its
 agent's capabilities). It is define-by-run with conditional dimensions:
 granularity only for int8 modes, calibration and interface only for static
-modes, partition limits only where the runtime delegates. Each runtime's
+modes, partition limits only where the runtime delegates, a runtime's own
+quantizer options (``onnxruntime.quant_format``) only for the modes they apply to
+and only in the combinations its toolchain takes. Each runtime's
 dimensions carry the runtime in their name (``executorch.quant``), so no
 categorical ever changes its choices within a study (Optuna raises on that).
 
@@ -18,7 +20,7 @@ import contextlib
 import itertools
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core import runtimes
@@ -32,6 +34,7 @@ from nnsweep.core.config import (
     QuantMode,
 )
 from nnsweep.core.errors import SpecError
+from nnsweep.core.quant import OptionValue
 from nnsweep.spec import IntRange, SweepSpec
 
 if TYPE_CHECKING:
@@ -45,6 +48,7 @@ __all__ = [
     "device_space",
     "mode_starts",
     "params_for",
+    "runtime_space_size",
     "space_size",
     "suggest",
     "untried",
@@ -66,6 +70,9 @@ class RuntimeChoices:
     min_nodes: IntRange
     delegates: bool
     float_layers: tuple[int, ...] = (0,)
+    options: Mapping[str, tuple[OptionValue, ...]] = field(default_factory=dict)
+    """The runtime's own quantizer options to search, each with its values (the spec's
+    ``space.quant_options``); an option not here stays at its default."""
 
 
 LayersFor = Callable[[str, Granularity | None, int], tuple[str, ...]]
@@ -152,6 +159,7 @@ def device_space(
             min_nodes=s.min_nodes_per_partition,
             delegates=info.delegates,
             float_layers=s.float_layers if info.mixed_precision is None and not npu_only else (0,),
+            options=dict(s.quant_options.get(name, {})),
         )
     if not choices:
         raise SpecError("space.runtime", _unservable(spec, device, available))
@@ -204,6 +212,7 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     interface = _pick(trial, f"{runtime}.interface", c.interfaces) if mode.is_static else None
     if interface is Interface.FULL and mode not in runtimes.get(runtime).full_interface:
         interface = Interface.CORE
+    options = _options(runtime, mode, c, lambda name, values: _pick(trial, name, values))
     threads = _pick(trial, "threads", space.threads)  # before the limits: they refine a known combination
     limits = PartitionLimits()
     fallback = runtimes.get(runtime).fallback
@@ -219,9 +228,42 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
         k = _pick(trial, f"{runtime}.float_layers", c.float_layers)
         float_layers = space.layers_for(runtime, granularity, k) if k else ()
     quant = QuantConfig(
-        mode=mode, granularity=granularity, calibration=calibration, interface=interface, float_layers=float_layers
+        mode=mode,
+        granularity=granularity,
+        calibration=calibration,
+        interface=interface,
+        float_layers=float_layers,
+        options=options,
     )
     return DeploymentConfig(runtime, backends, quant, limits, threads)
+
+
+def _options(
+    runtime: str, mode: QuantMode, c: RuntimeChoices, choose: Callable[[str, tuple[OptionValue, ...]], OptionValue]
+) -> tuple[tuple[str, OptionValue], ...]:
+    """The runtime's quantizer options for ``mode``, each chosen by ``choose(parameter, values)``
+    in the order the runtime declares them, from the values that some combination its
+    toolchain takes still has after the earlier choices. An option whose values that
+    narrows gets a parameter named by them (``onnxruntime.weight_type[int8]``), so no
+    parameter ever changes its choices within a study; one value left is no parameter."""
+    info = runtimes.get(runtime)
+    declared = info.options_for(mode)
+    if not declared:
+        return ()
+    names = tuple(o.name for o in declared)
+    listed = [c.options.get(o.name, (o.default,)) for o in declared]
+    valid = [
+        combo for combo in itertools.product(*listed) if info.refusal(dict(zip(names, combo, strict=True))) is None
+    ]
+    chosen: list[OptionValue] = []
+    for i, name in enumerate(names):
+        values = tuple(dict.fromkeys(combo[i] for combo in valid if list(combo[:i]) == chosen))
+        if not values:
+            raise SpecError(f"space.quant_options.{runtime}", f"no combination of {', '.join(names)} is taken")
+        shown = ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+        parameter = f"{runtime}.{name}" if values == listed[i] else f"{runtime}.{name}[{shown}]"
+        chosen.append(choose(parameter, values))
+    return tuple(zip(names, chosen, strict=True))
 
 
 def _mode_choices(
@@ -264,6 +306,15 @@ def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
         put(f"{rt}.calibration", c.calibrations, q.calibration)
     if q.interface is not None:
         put(f"{rt}.interface", c.interfaces, q.interface)
+    given = runtimes.get(rt).option_values(q)
+
+    def option(name: str, values: tuple[OptionValue, ...]) -> OptionValue:
+        value = given[name.split(".", 1)[1].split("[", 1)[0]]
+        put(name, values, value)
+        return value
+
+    with contextlib.suppress(SpecError):  # options the space cannot hold: the sampler picks
+        _options(rt, q.mode, c, option)
     order = next((o for o in c.orders if _order_matches(o, config)), c.orders[0])
     put(f"{rt}.backends", c.orders, order)
     if c.delegates and order.split(ORDER_SEP)[0] != runtimes.get(rt).fallback:
@@ -457,9 +508,13 @@ def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dic
 
     Returns:
         ``{"runtime": {name: {"backends", "quant", "calibration", "partition_limits",
-        "float_layers", "whole_model"}}, "threads": [1, cores]}``; ``quant`` maps each mode
-        to the granularities it allows (empty for fp32); ``float_layers`` is ``True`` or the
-        reason the runtime cannot keep layers float.
+        "float_layers", "whole_model", "quant_options", "refused_options", "size"}},
+        "threads": [1, cores]}``; ``quant`` maps each mode to the granularities it allows
+        (empty for fp32); ``float_layers`` is ``True`` or the reason the runtime cannot keep
+        layers float; ``quant_options`` maps each of the runtime's own quantizer options to
+        its ``values`` (the default first), ``modes`` and ``doc``; ``refused_options`` says
+        which combinations its toolchain refuses; ``size`` counts the configurations
+        (:func:`runtime_space_size`).
     """
 
     def modes(table: Mapping[QuantMode, frozenset[Granularity]]) -> dict[str, list[str]]:
@@ -480,5 +535,37 @@ def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dic
             "float_layers": True if info.mixed_precision is None else info.mixed_precision,
             # a backend that takes the whole model allows its own modes when it comes first
             "whole_model": {b: modes(t) for b, t in info.whole_model.items() if b in backends},
+            # its own quantizer options (space.quant_options), the default value first
+            "quant_options": {
+                o.name: {"values": list(o.values), "modes": [m.value for m in QuantMode if m in o.modes], "doc": o.doc}
+                for o in info.quant_options
+            },
+            "refused_options": [r.reason for r in info.refused_options],
+            "size": runtime_space_size(name, tuple(backends)),
         }
     return {"runtime": out, "threads": [1, max(1, cores)]}
+
+
+def runtime_space_size(name: str, backends: tuple[str, ...]) -> int | None:
+    """How many configurations runtime ``name`` can be deployed in on a device that has
+    ``backends``: every mode, granularity, calibration, interface and quantizer option
+    value it takes, with its default backend order, one thread count, default partition
+    limits and no layer kept float (``None``: more than :func:`space_size` counts)."""
+    info = runtimes.get(name)
+    orders = _orders(name, None, backends)
+    if not orders:
+        return 0
+    int8 = [grans for mode, grans in info.modes.items() if mode.is_int8]
+    granularities = tuple(g for g in Granularity if all(g in allowed for allowed in int8))
+    choices = RuntimeChoices(
+        modes=tuple(info.modes),
+        granularities=granularities or tuple(sorted(set().union(*int8), key=str)) or (Granularity.PER_CHANNEL,),
+        calibrations=tuple(sorted(info.calibrations)) or (Calibration.MINMAX,),
+        interfaces=(Interface.CORE, Interface.FULL) if info.full_interface else (Interface.CORE,),
+        orders=orders,
+        max_partitions=(0,),
+        min_nodes=IntRange(1, 1),
+        delegates=info.delegates,
+        options={o.name: o.values for o in info.quant_options},
+    )
+    return space_size(DeviceSpace(device="", runtimes=(name,), choices={name: choices}, threads=(1,)))
