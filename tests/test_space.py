@@ -268,7 +268,7 @@ def test_a_space_without_quant_options_draws_none_and_keeps_its_parameters() -> 
 
 
 def test_each_runtime_space_size_counts_its_quantizer_options() -> None:
-    from nnsweep.sweep.space import accepted_values, runtime_space_size
+    from nnsweep.sweep.accepted import accepted_values, runtime_space_size
 
     # 16 before the options: fp32, fp16, dynamic x 2 granularities, static x 2 x 3 calibrations x 2 interfaces
     assert runtime_space_size("onnxruntime", ("cpu",)) == 1 + 1 + 2 * 4 + 2 * 3 * 2 * 12

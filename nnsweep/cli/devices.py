@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         from nnsweep.agents import LocalTransport
 
         caps = [LocalTransport().probe("host")]
-    from nnsweep.sweep.space import accepted_values
+    from nnsweep.sweep.accepted import accepted_values
 
     if args.json:
         out = [{**c.to_dict(), "space": accepted_values(c.runtimes, c.cores)} for c in caps]

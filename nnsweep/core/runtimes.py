@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from nnsweep.core.errors import SpecError
+from nnsweep.core.options import ONNXRUNTIME_OPTIONS, ONNXRUNTIME_REFUSED, RefusedOptions, normalized
 from nnsweep.core.quant import (
     Calibration,
     Granularity,
@@ -57,18 +58,6 @@ class Deployment(Protocol):
 
     @property
     def partitions(self) -> PartitionLimits: ...
-
-
-@dataclass(frozen=True)
-class RefusedOptions:
-    """A combination of a runtime's quantizer options (:class:`~nnsweep.core.quant.QuantOption`)
-    that its toolchain refuses, and why: no configuration holds it, no space draws it."""
-
-    values: tuple[tuple[str, OptionValue], ...]
-    reason: str
-
-    def matches(self, chosen: Mapping[str, OptionValue]) -> bool:
-        return all(chosen.get(name) == value for name, value in self.values)
 
 
 @dataclass(frozen=True)
@@ -144,40 +133,16 @@ class RuntimeInfo:
 
     def normalize_options(self, quant: QuantConfig) -> tuple[tuple[str, OptionValue], ...]:
         """``quant.options`` checked against this runtime, less the values equal to their
-        defaults (so a configuration at every default keeps the digest it had before the
-        option existed).
+        defaults (:func:`nnsweep.core.options.normalized`).
 
         Raises:
-            SpecError: naming ``quant.options.<name>``: an option this runtime lacks, one
-                that does not apply to the mode, a value it does not take, or a refused
-                combination.
+            SpecError: naming ``quant.options.<name>`` and what is allowed.
         """
-        if not quant.options:
-            return ()
-        declared = {o.name: o for o in self.quant_options}
-        for name, value in quant.options:
-            field_name = f"quant.options.{name}"
-            option = declared.get(name)
-            if option is None:
-                has = f"it has {', '.join(declared)}" if declared else "it has none"
-                others = [i.name for i in _load().values() if name in {o.name for o in i.quant_options}]
-                where = f"; {', '.join(others)} {'has' if len(others) == 1 else 'have'} it" if others else ""
-                raise SpecError(field_name, f"{self.name} has no quantizer option {name!r} ({has}{where})")
-            if quant.mode not in option.modes:
-                modes = ", ".join(m.value for m in QuantMode if m in option.modes)
-                raise SpecError(field_name, f"{self.name} {quant.mode.value} has no {name}: it applies to {modes}")
-            if isinstance(option.default, bool) and not isinstance(value, bool):
-                raise SpecError(field_name, f"must be true or false, got {value!r}")
-            if value not in option.values or type(value) is not type(option.default):
-                allowed = ", ".join(_shown(v) for v in option.values)
-                raise SpecError(field_name, f"unknown value {_shown(value)}; allowed: {allowed}")
-        chosen = self.option_values(quant)
-        refused = next((r for r in self.refused_options if r.matches(chosen)), None)
-        if refused is not None:
-            given = dict(quant.options)
-            named = next((n for n, _ in refused.values if n in given), refused.values[0][0])
-            raise SpecError(f"quant.options.{named}", refused.reason)
-        return tuple((n, v) for n, v in quant.options if v != declared[n].default)
+
+        def elsewhere(name: str) -> list[str]:
+            return [i.name for i in _load().values() if name in {o.name for o in i.quant_options}]
+
+        return normalized(self.name, self.quant_options, self.refused_options, quant, elsewhere)
 
     def modes_for(self, backends: tuple[str, ...]) -> Mapping[QuantMode, frozenset[Granularity]]:
         """The modes this runtime can do with ``backends`` first in its order."""
@@ -251,11 +216,6 @@ class RuntimeInfo:
         return tuple(order)
 
 
-def _shown(value: OptionValue) -> str:
-    """An option's value as the spec writes it (``true``, ``qdq``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 _I8 = frozenset({Granularity.PER_CHANNEL, Granularity.PER_TENSOR})
 _NONE: frozenset[Granularity] = frozenset()
 
@@ -296,41 +256,6 @@ _TFLITE_PACKAGES = ("litert-torch", "ai-edge-litert", "torch", "torchao")
 
 # An Ethos-U NPU runs integer graphs only: fp32, fp16 and dynamic int8 are not in its space.
 _ETHOS_MODES = {QuantMode.STATIC_INT8: _I8, QuantMode.QAT_INT8: _I8}
-
-# onnxruntime.quantization's own knobs (1.32). quantize_static takes all four; quantize_dynamic
-# writes QOperator (ConvInteger, MatMulInteger) with uint8 activations quantized at run time
-# (DynamicQuantizeLinear), so only the weights' type and reduce_range are choices there.
-# Every combination below converts and runs on digits (docs/spec.md has the figures).
-_INT8_MODES = frozenset({QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8})
-ONNXRUNTIME_OPTIONS = (
-    QuantOption(
-        "quant_format",
-        ("qdq", "qoperator"),
-        frozenset({QuantMode.STATIC_INT8}),
-        "qdq: QuantizeLinear/DequantizeLinear pairs around float ops, which ORT fuses into int8 kernels; "
-        "qoperator: the quantized operators themselves (QLinearConv, QGemm)",
-    ),
-    QuantOption(
-        "activation_type",
-        ("uint8", "int8"),
-        frozenset({QuantMode.STATIC_INT8}),
-        "activations asymmetric uint8 or int8 (dynamic int8 quantizes them to uint8 at run time)",
-    ),
-    QuantOption("weight_type", ("int8", "uint8"), _INT8_MODES, "weights int8 or uint8"),
-    QuantOption(
-        "reduce_range",
-        (False, True),
-        _INT8_MODES,
-        "weights quantized to 7 bits, against int16 overflow in the u8s8 kernels of x86 CPUs without VNNI",
-    ),
-)
-_ONNXRUNTIME_REFUSED = (
-    RefusedOptions(
-        (("activation_type", "int8"), ("weight_type", "uint8")),
-        "ONNX Runtime's quantizer refuses int8 activations with uint8 weights "
-        "(check_static_quant_arguments); take uint8 activations or int8 weights",
-    ),
-)
 
 _BUILTIN: dict[str, RuntimeInfo] = {
     "executorch": RuntimeInfo(
@@ -382,7 +307,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         artifact_suffix=".onnx",
         default_backends=("cpu",),
         quant_options=ONNXRUNTIME_OPTIONS,
-        refused_options=_ONNXRUNTIME_REFUSED,
+        refused_options=ONNXRUNTIME_REFUSED,
     ),
     "torch": RuntimeInfo(
         name="torch",
