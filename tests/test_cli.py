@@ -44,6 +44,40 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
             "--float-layers",
             "int8 only",
         ),
+        # ONNX Runtime's own quantizer options: a bad value, a refused pair, the wrong mode or runtime
+        (
+            ["--runtime", "onnxruntime", "--quant", "static_int8", "--quant-format", "qop"],
+            "--quant-format",
+            "qoperator",
+        ),
+        (["--runtime", "onnxruntime", "--quant", "static_int8", "--weight-type", "int4"], "--weight-type", "uint8"),
+        (["--runtime", "onnxruntime", "--quant", "static_int8", "--reduce-range", "yes"], "--reduce-range", "true"),
+        (
+            [
+                "--runtime",
+                "onnxruntime",
+                "--quant",
+                "static_int8",
+                "--activation-type",
+                "int8",
+                "--weight-type",
+                "uint8",
+            ],
+            "--activation-type",
+            "refuses int8 activations with uint8 weights",
+        ),
+        (
+            ["--runtime", "onnxruntime", "--quant", "dynamic_int8", "--activation-type", "int8"],
+            "--activation-type",
+            "applies to static_int8",
+        ),
+        (["--runtime", "onnxruntime", "--quant", "fp32", "--reduce-range"], "--reduce-range", "dynamic_int8"),
+        (
+            ["--runtime", "executorch", "--quant", "static_int8", "--quant-format", "qdq"],
+            "--quant-format",
+            "onnxruntime",
+        ),
+        (["--runtime", "torch", "--quant", "dynamic_int8", "--weight-type", "uint8"], "--weight-type", "onnxruntime"),
     ],
 )
 def test_bad_bench_input_exits_2_with_one_line_and_writes_nothing(

@@ -148,3 +148,94 @@ def test_a_runtime_that_cannot_keep_layers_float_is_refused_naming_the_field(mon
             (runtimes.ETHOS_U_TARGETS[0],),
             QuantConfig(mode=QuantMode.STATIC_INT8, granularity="per_channel", float_layers=("fc",)),
         )
+
+
+# What these configurations hashed to before quant.options existed (computed on main, 2026-11-24):
+# a configuration at the default quantizer options must keep its digest, artifact key and stage key.
+_BEFORE_OPTIONS = {
+    "dynamic_int8": (
+        "82d07fe0f6badf3a0efa7d2879af1641b620b65895dde45e257f8984af2d3aef",
+        "fc2c09bd6019c646d51881601c48cc57022793df474febdd3e665dcb6e912660",
+        "dbb8b95d39a601b5e696fb74acfbb6ca7f29f063c70a165b2f6da1d45f00939a",
+    ),
+    "static_int8": (
+        "6d2ed40f53fc5228e101271d279e523e683d40e4f7bb9bdca21dbd9cb35bc461",
+        "d205a8cd45de78756cfeb672446580c61c5712d716e867a488574ab0dc38e9fe",
+        "c880facb6fc5e643ae14bead92f23809e7ad65f0bd6809cbb8906fd21b67bce4",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(_BEFORE_OPTIONS))
+def test_default_quantizer_options_keep_the_keys_from_before_they_existed(mode: str) -> None:
+    from nnsweep.artifacts.key import cache_key, stage_key
+    from nnsweep.convert._base import quant_settings
+
+    toolchain = {"python": "3.11.7", "onnxruntime": "1.32.0"}
+    every_default = {"weight_type": "int8", "reduce_range": False}
+    if mode == "static_int8":
+        every_default |= {"quant_format": "qdq", "activation_type": "uint8"}
+    for quant in (QuantConfig(mode), QuantConfig(mode, options=every_default)):
+        config = DeploymentConfig("onnxruntime", ("cpu",), quant)
+        assert config.quant.options == ()
+        assert "options" not in config.to_dict()["quant"] and "options" not in quant_settings(config.quant)
+        digest, key, stage = _BEFORE_OPTIONS[mode]
+        assert config.digest() == digest
+        assert cache_key("m" * 64, config, toolchain) == key
+        assert stage_key("m" * 64, "onnxruntime.model", {"quant": quant_settings(config.quant)}, toolchain) == stage
+
+
+def test_quantizer_options_off_their_defaults_enter_digest_dict_label_and_params() -> None:
+    a = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", options={"quant_format": "qoperator"}))
+    b = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", options=[("reduce_range", True)]))
+    plain = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8"))
+    assert len({a.digest(), b.digest(), plain.digest()}) == 3
+    assert a.to_dict()["quant"]["options"] == {"quant_format": "qoperator"}
+    assert DeploymentConfig.from_dict(a.to_dict()) == a
+    assert a.flat()["quant.options.quant_format"] == "qoperator"
+    assert "{reduce_range=true}" in b.label()
+    # the same options in another order, or with a default spelt out, are the same configuration
+    both = {"reduce_range": True, "weight_type": "int8", "quant_format": "qoperator"}
+    again = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", options=both))
+    assert again.quant.options == (("quant_format", "qoperator"), ("reduce_range", True))
+
+
+@pytest.mark.parametrize(
+    ("runtime", "mode", "options", "field", "text"),
+    [
+        (
+            "onnxruntime",
+            "static_int8",
+            {"quant_format": "qop"},
+            "quant.options.quant_format",
+            "allowed: qdq, qoperator",
+        ),
+        ("onnxruntime", "static_int8", {"reduce_range": "yes"}, "quant.options.reduce_range", "true or false"),
+        ("onnxruntime", "static_int8", {"weight_type": "int4"}, "quant.options.weight_type", "allowed: int8, uint8"),
+        (
+            "onnxruntime",
+            "static_int8",
+            {"activation_type": "int8", "weight_type": "uint8"},
+            "quant.options.activation_type",
+            "refuses int8 activations with uint8 weights",
+        ),
+        (
+            "onnxruntime",
+            "dynamic_int8",
+            {"activation_type": "int8"},
+            "quant.options.activation_type",
+            "applies to static_int8",
+        ),
+        ("onnxruntime", "dynamic_int8", {"quant_format": "qdq"}, "quant.options.quant_format", "applies to static"),
+        ("onnxruntime", "fp32", {"weight_type": "uint8"}, "quant.options.weight_type", "dynamic_int8, static_int8"),
+        ("onnxruntime", "static_int8", {"colour": "red"}, "quant.options.colour", "it has quant_format"),
+        ("executorch", "static_int8", {"quant_format": "qdq"}, "quant.options.quant_format", "onnxruntime has it"),
+        ("onnxruntime", "static_int8", {"weight_type": 8}, "quant.options.weight_type", "a name or true/false"),
+        ("onnxruntime", "static_int8", "qdq", "quant.options", "mapping"),
+    ],
+)
+def test_bad_quantizer_options_name_their_field(runtime: str, mode: str, options, field: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SpecError) as info:
+        DeploymentConfig(runtime, quant=QuantConfig(mode, options=options))
+    assert info.value.field == field
+    assert text in info.value.message

@@ -19,8 +19,9 @@ from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.onnxruntime import OnnxRuntimeRunner, providers_for
+from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
-from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.models import ModelSnapshot
 
@@ -226,3 +227,90 @@ def test_runner_module_does_not_import_torch() -> None:
     """Boards run this module with onnxruntime and numpy only."""
     code = "import sys, nnsweep.bench.runners.onnxruntime; sys.exit(int('torch' in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ONNX Runtime's own quantizer options (quant.options): every combination its quantizer takes.
+_STATIC_OPTIONS = [
+    {"quant_format": fmt, "activation_type": act, "weight_type": weight, "reduce_range": reduce}
+    for fmt in ("qdq", "qoperator")
+    for act, weight in (("uint8", "int8"), ("uint8", "uint8"), ("int8", "int8"))
+    for reduce in (False, True)
+]
+_DYNAMIC_OPTIONS = [{"weight_type": w, "reduce_range": r} for w in ("int8", "uint8") for r in (False, True)]
+
+
+def _weights(artifact: Artifact) -> dict[str, np.ndarray]:
+    """The quantized Conv and Gemm weights (integer initializers of rank 2 and more), by name."""
+    arrays = {i.name: numpy_helper.to_array(i) for i in _graph(artifact).initializer if len(i.dims) >= 2}
+    return {name: a for name, a in arrays.items() if a.dtype.kind in "iu"}
+
+
+def _check_options(result: DeploymentResult, fp32: DeploymentResult, options: dict[str, object]) -> None:
+    """The artifact is what ``options`` asks for, runs, and keeps accuracy within a point of fp32."""
+    artifact, ev = result.artifact, result.evaluation
+    weights = _weights(artifact)
+    dtypes = {name: str(w.dtype) for name, w in weights.items()}
+    if options.get("quant_format") == "qoperator" and artifact.config.quant.granularity is Granularity.PER_CHANNEL:
+        # ORT 1.32's QOperator QLinearConv quantizes per-channel weights to int8 whatever
+        # weight_type says (operators/conv.py); the linear layer follows it.
+        assert {t for n, t in dtypes.items() if n.startswith("features")} == {"int8"}
+        assert dtypes["classifier.weight_quantized"] == options["weight_type"]
+    else:
+        assert dtypes and set(dtypes.values()) == {options["weight_type"]}
+    # reduce_range: 7-bit weights (ORT 1.32 writes -64..64 and 0..128 in static, 0..127 in dynamic)
+    spans = [int(w.max()) - int(w.min()) for w in weights.values()]
+    assert max(spans) <= 128 if options["reduce_range"] else max(spans) > 128
+    ops = _ops(artifact)
+    if options.get("quant_format") == "qoperator":
+        assert {"QLinearConv", "QGemm"} <= ops and "Conv" not in ops
+    elif "quant_format" in options:
+        assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops and "QLinearConv" not in ops
+    else:
+        assert {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"} <= ops
+    assert ev.accuracy is not None and ev.accuracy >= fp32.evaluation.accuracy - 0.01  # type: ignore[operator]
+    assert ev.fidelity.top1_agreement >= 0.98
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "interface"),
+    [
+        ("static_int8", {"quant_format": "qoperator", "activation_type": "int8", "weight_type": "int8"}, "full"),
+        ("static_int8", {"weight_type": "uint8", "reduce_range": True}, "core"),
+        ("dynamic_int8", {"weight_type": "uint8", "reduce_range": True}, None),
+    ],
+)
+def test_quantizer_options_reach_the_model(measured, mode: str, options: dict[str, object], interface) -> None:  # type: ignore[no-untyped-def]
+    full = {o.name: o.default for o in runtimes.get("onnxruntime").options_for(QuantMode(mode))} | options
+    result = measured(_config(mode, interface=interface, options=options))
+    _check_options(result, measured(_config()), full)
+    if interface == "full":  # the model's ends take the activations' type: int8 here
+        io = result.artifact.io
+        assert (io.input_dtype, io.output_dtype) == (full["activation_type"],) * 2
+        graph = _graph(result.artifact)
+        assert graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT8
+        core = measured(_config(mode, options=options))
+        assert result.evaluation.accuracy == core.evaluation.accuracy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interface", ["core", "full"])
+@pytest.mark.parametrize("options", _STATIC_OPTIONS, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_every_static_option_combination_converts_and_keeps_accuracy(measured, options, interface) -> None:  # type: ignore[no-untyped-def]
+    result = measured(_config("static_int8", interface=interface, options=options))
+    _check_options(result, measured(_config()), options)
+    if interface == "full":
+        assert result.artifact.io.input_dtype == options["activation_type"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", _DYNAMIC_OPTIONS, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_every_dynamic_option_combination_converts_and_keeps_accuracy(measured, options) -> None:  # type: ignore[no-untyped-def]
+    _check_options(measured(_config("dynamic_int8", options=options)), measured(_config()), options)
+
+
+def test_float_layers_stay_float_in_qoperator_format(digits, ort_cache) -> None:  # type: ignore[no-untyped-def]
+    options = {"quant_format": "qoperator"}
+    config = _config("static_int8", granularity=Granularity.PER_TENSOR, options=options, float_layers=("classifier",))
+    artifact, _ = deploy.convert(digits, config, ort_cache)
+    ops = _ops(artifact)
+    assert "QLinearConv" in ops and "QGemm" not in ops and "Gemm" in ops

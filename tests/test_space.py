@@ -3,7 +3,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantMode
+from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.core.errors import SpecError
 from nnsweep.spec import parse_spec
 from nnsweep.sweep.space import DeviceSpace, baseline_configs, device_space, mode_starts, params_for, suggest
@@ -191,3 +191,89 @@ def test_float_layers_need_an_int8_mode_and_a_count_within_bounds() -> None:
         with pytest.raises(SpecError, match=message) as caught:
             parse_spec({"name": "x", "model": "digits", "space": {"runtime": ["onnxruntime"], **space}})
         assert caught.value.field.startswith("space.float_layers")
+
+
+ORT_OPTIONS = parse_spec(
+    {
+        "name": "ortq",
+        "model": "digits",
+        "space": {
+            "runtime": ["onnxruntime", "torch"],
+            "quant": ["fp32", "dynamic_int8", "static_int8"],
+            "quant_options": {
+                "onnxruntime": {
+                    "quant_format": ["qdq", "qoperator"],
+                    "activation_type": ["uint8", "int8"],
+                    "weight_type": ["int8", "uint8"],
+                    "reduce_range": [False, True],
+                }
+            },
+        },
+    }
+)
+
+
+def test_quant_options_are_drawn_for_their_modes_only_and_never_in_a_refused_pair() -> None:
+    from nnsweep.sweep.space import space_size
+
+    space = device_space(ORT_OPTIONS, "host", HOST, 2)
+    # onnxruntime: fp32, dynamic 2 weight types x 2 reduce_range, static 2 formats x 3 type pairs x 2;
+    # torch: fp32, dynamic, static (no options of its own)
+    assert space_size(space) == (1 + 4 + 12) + 3
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(300):
+        trial = study.ask()
+        config = suggest(trial, space)
+        names = {n.split(".", 1)[1] for n in trial.params if n.startswith("onnxruntime.") and n != "onnxruntime.quant"}
+        mode = config.quant.mode
+        if config.runtime == "torch" or mode is QuantMode.FP32:
+            assert not names and config.quant.options == ()
+        elif mode is QuantMode.DYNAMIC_INT8:
+            assert names == {"weight_type", "reduce_range"}
+        else:
+            options = dict(config.quant.options)
+            assert not (options.get("activation_type") == "int8" and options.get("weight_type") == "uint8")
+            # int8 activations leave one weight type: no parameter for it
+            expected = {"quant_format", "activation_type", "reduce_range"}
+            assert names == (expected if options.get("activation_type") == "int8" else expected | {"weight_type"})
+        assert params_for(config, space) == {k: v for k, v in trial.params.items()}
+        seen.add(config.digest())
+        study.tell(trial, 0.0)
+    assert len(seen) == space_size(space)  # every configuration is reachable
+
+
+def test_quant_options_enqueue_back_and_neighbours_change_one_of_them() -> None:
+    from nnsweep.sweep.moves import neighbours
+
+    space = device_space(ORT_OPTIONS, "host", HOST, 2)
+    quant = QuantConfig("static_int8", options={"quant_format": "qoperator", "activation_type": "int8"})
+    config = DeploymentConfig("onnxruntime", ("cpu",), quant)
+    assert _asked_back([config], space) == [config]
+    changed = [dict(n.quant.options) for n in neighbours(config, space) if n.quant.mode is QuantMode.STATIC_INT8]
+    assert {"activation_type": "int8"} in changed  # back to qdq
+    assert {"quant_format": "qoperator"} in changed  # uint8 activations (weight_type stays int8)
+    assert {"quant_format": "qoperator", "activation_type": "int8", "reduce_range": True} in changed
+
+
+def test_a_space_without_quant_options_draws_none_and_keeps_its_parameters() -> None:
+    space = device_space(SPEC, "host", HOST, cores=2)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(60):
+        trial = study.ask()
+        config = suggest(trial, space)
+        assert config.quant.options == ()
+        assert not any(n.rsplit(".", 1)[-1] in ("quant_format", "weight_type") for n in trial.params)
+        study.tell(trial, 0.0)
+
+
+def test_each_runtime_space_size_counts_its_quantizer_options() -> None:
+    from nnsweep.sweep.accepted import accepted_values, runtime_space_size
+
+    # 16 before the options: fp32, fp16, dynamic x 2 granularities, static x 2 x 3 calibrations x 2 interfaces
+    assert runtime_space_size("onnxruntime", ("cpu",)) == 1 + 1 + 2 * 4 + 2 * 3 * 2 * 12
+    assert runtime_space_size("torch", ("x86", "qnnpack")) == 16  # no options of its own
+    values = accepted_values({"onnxruntime": ("cpu",)}, 2)["runtime"]["onnxruntime"]
+    assert values["quant_options"]["quant_format"]["values"] == ["qdq", "qoperator"]
+    assert values["quant_options"]["weight_type"]["modes"] == ["dynamic_int8", "static_int8"]
+    assert values["size"] == 154 and "int8 activations with uint8 weights" in values["refused_options"][0]

@@ -126,6 +126,46 @@ def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
             "bridges.host.tools.torch",
             "option",
         ),
+        # a runtime's own quantizer options (the example's quant has dynamic and static int8)
+        (["space", "quant_options"], {"onnxrt": {}}, "space.quant_options.onnxrt", "unknown runtime"),
+        (["space", "quant_options"], {"torch": {"weight_type": ["uint8"]}}, "space.quant_options.torch", "onnxruntime"),
+        (["space", "quant_options"], {"onnxruntime": {}}, "space.quant_options.onnxruntime", "quant_format"),
+        (
+            ["space", "quant_options"],
+            {"onnxruntime": {"colour": ["red"]}},
+            "space.quant_options.onnxruntime.colour",
+            "allowed: quant_format, activation_type, weight_type, reduce_range",
+        ),
+        (
+            ["space", "quant_options"],
+            {"onnxruntime": {"quant_format": ["qdq", "qop"]}},
+            "space.quant_options.onnxruntime.quant_format[1]",
+            "allowed: qdq, qoperator",
+        ),
+        (
+            ["space", "quant_options"],
+            {"onnxruntime": {"reduce_range": ["true"]}},
+            "space.quant_options.onnxruntime.reduce_range[0]",
+            "true or false",
+        ),
+        (
+            ["space", "quant_options"],
+            {"onnxruntime": {"weight_type": ["int8", "int8"]}},
+            "space.quant_options.onnxruntime.weight_type",
+            "twice",
+        ),
+        (
+            ["space", "quant_options"],
+            {"onnxruntime": {"weight_type": []}},
+            "space.quant_options.onnxruntime.weight_type",
+            "empty",
+        ),
+        (
+            ["space", "quant_options"],
+            {"onnxruntime": {"activation_type": ["int8"], "weight_type": ["uint8"]}},
+            "space.quant_options.onnxruntime",
+            "refuses int8 activations with uint8 weights",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(path: list, value: object, field: str, text: str) -> None:  # type: ignore[type-arg]
@@ -199,3 +239,21 @@ def test_state_dir_lives_beside_the_spec_file(tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     assert load_spec(spec_file).state_dir == spec_file.parent / ".nnsweep" / "s"
     assert parse_spec({"name": "m", "model": "digits"}).state_dir == tmp_path / ".nnsweep" / "m"
+
+
+def test_quant_options_for_a_mode_the_space_lacks_are_refused() -> None:
+    spec = _mutated(["space", "quant"], ["fp32", "dynamic_int8"])
+    spec["space"]["quant_options"] = {"onnxruntime": {"quant_format": ["qdq", "qoperator"]}}
+    with pytest.raises(SpecError) as info:
+        parse_spec(spec)
+    assert info.value.field == "space.quant_options.onnxruntime.quant_format"
+    assert "applies to static_int8" in info.value.message
+
+
+def test_quant_options_parse_and_leave_the_space_fingerprint_alone_when_absent() -> None:
+    from nnsweep.sweep.state import _space
+
+    spec = _mutated(["space", "quant_options"], {"onnxruntime": {"reduce_range": [False, True]}})
+    assert parse_spec(spec).space.quant_options == {"onnxruntime": {"reduce_range": (False, True)}}
+    assert "quant_options" in _space(parse_spec(spec))
+    assert "quant_options" not in _space(parse_spec(ISSUE_EXAMPLE))  # a sweep begun before still resumes

@@ -46,7 +46,14 @@ _BENCH_OPTIONS = {
     "weights": "--weights",
     "input_shape": "--input-shape",
     "quant.float_layers": "--float-layers",
+    "quant.options": "--config: quant.options",
+    "quant.options.quant_format": "--quant-format",
+    "quant.options.activation_type": "--activation-type",
+    "quant.options.weight_type": "--weight-type",
+    "quant.options.reduce_range": "--reduce-range",
 }
+# The runtimes' own quantizer options bench sets (RuntimeInfo.quant_options): argparse dest -> option.
+_QUANT_OPTIONS = ("quant_format", "activation_type", "weight_type", "reduce_range")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,6 +94,18 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--min-nodes", type=_int_in(1, 1_000_000), help="smaller delegated partitions fall back")
     parser.add_argument("--threads", type=_int_in(1, _MAX_THREADS), help="CPU threads (default 1)")
+    parser.add_argument(
+        "--quant-format", help="ONNX Runtime static int8: qdq (default) or qoperator (QLinearConv, QGemm)"
+    )
+    parser.add_argument("--activation-type", help="ONNX Runtime static int8: uint8 (default) or int8 activations")
+    parser.add_argument("--weight-type", help="ONNX Runtime int8 modes: int8 (default) or uint8 weights")
+    parser.add_argument(
+        "--reduce-range",
+        nargs="?",
+        const="true",
+        metavar="true|false",
+        help="ONNX Runtime int8 modes: 7-bit weights (against overflow on x86 CPUs without VNNI); default false",
+    )
     parser.add_argument(
         "--float-layers",
         type=_int_in(0, 10_000),
@@ -173,6 +192,7 @@ def _bench_config(args: argparse.Namespace) -> Any:
     ):
         if getattr(args, option) is not None:
             quant[key] = getattr(args, option)
+    _quant_options(args, quant)
     if args.max_partitions is not None:
         parts["max_delegated_partitions"] = args.max_partitions
     if args.min_nodes is not None:
@@ -199,6 +219,23 @@ def _bench_config(args: argparse.Namespace) -> Any:
         from nnsweep.spec import excerpt
 
         raise SpecError(source or "config", f"invalid configuration: {excerpt(str(exc), 120)}") from None
+
+
+def _quant_options(args: argparse.Namespace, quant: dict[str, Any]) -> None:
+    """``--quant-format`` and the like into ``quant["options"]`` (over a --config file's);
+    the runtime checks them with the rest of the configuration."""
+    given = {name: getattr(args, name) for name in _QUANT_OPTIONS if getattr(args, name) is not None}
+    if not given:
+        return
+    if "reduce_range" in given:
+        flag = str(given["reduce_range"]).lower()
+        if flag not in ("true", "false"):
+            raise SpecError("quant.options.reduce_range", f"give true or false, or no value for true; got {flag!r}")
+        given["reduce_range"] = flag == "true"
+    options = quant.get("options") or {}
+    if not isinstance(options, dict):
+        raise SpecError("quant.options", "must be a mapping of option names to values")
+    quant["options"] = {**options, **given}
 
 
 def _default_granularity(runtime: str, quant: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         from nnsweep.agents import LocalTransport
 
         caps = [LocalTransport().probe("host")]
-    from nnsweep.sweep.space import accepted_values
+    from nnsweep.sweep.accepted import accepted_values
 
     if args.json:
         out = [{**c.to_dict(), "space": accepted_values(c.runtimes, c.cores)} for c in caps]
@@ -77,6 +77,17 @@ def _space_lines(values: dict[str, Any]) -> str:
         lines.append(f"        partition limits: {limits}")
         floats = v.get("float_layers")
         lines.append(f"        float_layers: {'yes (int8 modes)' if floats is True else f'no: {floats}'}")
+        for name, option in v.get("quant_options", {}).items():
+            shown_values = [str(x).lower() if isinstance(x, bool) else str(x) for x in option["values"]]
+            shown = " | ".join([f"{shown_values[0]} (default)", *shown_values[1:]])
+            lines.append(f"        quant_options.{name}: {shown}; {', '.join(option['modes'])}")
+        for reason in v.get("refused_options", []):
+            lines.append(f"        refused: {reason}")
+        if v.get("size") is not None:
+            lines.append(
+                f"        space: {v['size']} configurations (all of the above in its default backend order, "
+                "one thread count, no layer float)"
+            )
     low, high = values["threads"]
     lines.append(f"    threads: {low} to {high}")
     return "".join(line + "\n" for line in lines)

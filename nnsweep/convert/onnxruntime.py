@@ -40,6 +40,7 @@ from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_
 from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
 from nnsweep.convert.quantize import calibration_samples
+from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
@@ -100,8 +101,16 @@ class _Reader(CalibrationDataReader):  # type: ignore[misc]
         return next(self._items, None)
 
 
+_TYPES = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+_FORMATS = {"qdq": QuantFormat.QDQ, "qoperator": QuantFormat.QOperator}
+
+
 def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfig) -> None:
     per_channel = quant.granularity is Granularity.PER_CHANNEL
+    # quant.options at their defaults unless the configuration says otherwise (RuntimeInfo.quant_options).
+    knobs = runtimes.get("onnxruntime").option_values(quant)
+    weight_type = _TYPES[str(knobs["weight_type"])]
+    reduce_range = bool(knobs["reduce_range"])
     with tempfile.TemporaryDirectory() as tmp:
         # Shape inference and ORT's basic graph optimisations first, as ORT recommends:
         # the quantizer only quantizes tensors whose shapes it knows. Symbolic shape
@@ -110,11 +119,12 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         excluded = _float_nodes(prepared, quant.float_layers)
         if quant.mode is QuantMode.DYNAMIC_INT8:
-            # Weights int8 (per channel or per tensor); activations quantized to uint8 at
-            # run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger.
+            # Weights int8 or uint8 (per channel or per tensor); activations quantized to
+            # uint8 at run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger:
+            # always QOperator, always uint8 activations.
             quantize_dynamic(
-                str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8,
-                nodes_to_exclude=_dynamic_names(prepared, excluded),
+                str(prepared), str(target), per_channel=per_channel, weight_type=weight_type,
+                reduce_range=reduce_range, nodes_to_exclude=_dynamic_names(prepared, excluded),
             )  # fmt: skip
             return
         method, options = _CALIBRATORS[quant.calibration or Calibration.MINMAX]
@@ -131,20 +141,23 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             )
             calibrator.collect_data(_Reader(_input_name(prepared), calibration_samples(bundle, quant)))
             save_tensors_data(calibrator.compute_data(), ranges)
-        # uint8 activations (asymmetric) and int8 weights, full range: ORT's documented choice
-        # for x86 with VNNI (this machine has avx512_vnni), and its Arm CPU kernels run it too.
-        # Symmetric int8 activations gave the same outputs and latency on digits here (ORT's
-        # x86 kernels run u8s8). On x86 without VNNI ORT advises reduce_range=True against
-        # int16 saturation; the config does not name the target's ISA, so the fidelity gate
-        # has to catch that case.
+        # The defaults: QDQ, uint8 activations (asymmetric) and int8 weights, full range:
+        # ORT's documented choice for x86 with VNNI (this machine has avx512_vnni), and its
+        # Arm CPU kernels run it too. On x86 without VNNI ORT advises reduce_range=True
+        # against int16 saturation, on Arm int8 activations: quant.options chooses, and the
+        # sweep measures. ORT's quantizer refuses int8 activations with uint8 weights (the
+        # runtime's refused_options keep that out of every configuration), and logs a
+        # warning for QOperator with int8 activations and weights (slow on x64: 40 against
+        # 18 us on digits here, the same accuracy).
         quantize_static(
             str(prepared),
             str(target),
             None,  # the ranges come from the calibration above
-            quant_format=QuantFormat.QDQ,
+            quant_format=_FORMATS[str(knobs["quant_format"])],
             per_channel=per_channel,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,
+            activation_type=_TYPES[str(knobs["activation_type"])],
+            weight_type=weight_type,
             calibrate_method=method,
             calibration_cache_path=ranges,
             op_types_to_quantize=_STATIC_OPS,
@@ -206,10 +219,14 @@ def _qparams(node: onnx.NodeProto, inits: dict[str, np.ndarray]) -> tuple[float,
 
 
 def _strip_io_quantization(path: Path) -> IOSpec:
-    """Make a QDQ model take and return its quantized tensors (the ``full`` interface).
+    """Make a statically quantized model take and return its quantized tensors (the ``full``
+    interface).
 
     Removes the QuantizeLinear that reads the graph input and the DequantizeLinear that
     writes the graph output; the caller quantizes and dequantizes with their parameters.
+    Both formats have them (QDQ around every quantized op, QOperator where the graph goes
+    from float to its QLinear ops and back), and the model's ends take the type of their
+    zero points: uint8 or int8, as ``quant.options.activation_type`` says.
     """
     model = onnx.load(str(path))
     graph = model.graph
@@ -364,7 +381,13 @@ class OnnxRuntimeConverter(Converter):
     - ``static_int8``: QDQ format with uint8 activations calibrated on the calibration
       split (minmax, entropy or percentile) and int8 weights (``quantize_static``).
       Interface ``full`` removes the input QuantizeLinear and output DequantizeLinear:
-      the model takes and returns uint8, and :class:`IOSpec` carries their scales.
+      the model takes and returns uint8 (int8 with int8 activations), and :class:`IOSpec`
+      carries their scales.
+
+    ``quant.options`` changes those defaults (ONNX Runtime's own knobs,
+    :data:`~nnsweep.core.runtimes.ONNXRUNTIME_OPTIONS`): ``quant_format`` (qdq or
+    qoperator) and ``activation_type`` (uint8 or int8) for static int8, ``weight_type``
+    (int8 or uint8) and ``reduce_range`` (7-bit weights) for both int8 modes.
 
     The backend order becomes the session's providers list; the partition report
     comes from profiling one run with the providers this machine has. Neither file

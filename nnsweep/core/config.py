@@ -77,17 +77,25 @@ class DeploymentConfig:
         backends, partitions = info.normalize(self)
         object.__setattr__(self, "backends", backends)
         object.__setattr__(self, "partitions", partitions)
+        options = info.normalize_options(self.quant)
+        if options != self.quant.options:  # the defaults dropped: equal deployments, equal digests
+            object.__setattr__(self, "quant", dataclasses.replace(self.quant, options=options))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_dict` inverts it.
 
-        ``quant.float_layers`` appears only when some layer is kept in float, so every
-        whole-model configuration keeps the digest, artifact key and study parameters it
-        had before mixed precision existed.
+        ``quant.float_layers`` appears only when some layer is kept in float, and
+        ``quant.options`` (a mapping) only when some option differs from its default, so
+        every whole-model configuration at the runtime's default quantizer options keeps
+        the digest, artifact key and study parameters it had before either existed.
         """
         data: dict[str, Any] = _plain(dataclasses.asdict(self))
         if not self.quant.float_layers:
             del data["quant"]["float_layers"]
+        if self.quant.options:
+            data["quant"]["options"] = dict(self.quant.options)
+        else:
+            del data["quant"]["options"]
         return data
 
     @classmethod
@@ -153,6 +161,8 @@ class DeploymentConfig:
             quant += "[full]"
         if q.float_layers:  # mixed precision: how many layers stay float (the params name them)
             quant += f"+{len(q.float_layers)}float"
+        if q.options:  # the runtime's quantizer options that differ from its defaults
+            quant += "{" + ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in q.options) + "}"
         text = f"{self.runtime}/{'>'.join(self.backends) or '-'}/{quant}"
         if not self.partitions.is_default:
             p = self.partitions

@@ -7,12 +7,22 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nnsweep.core.errors import SpecError
 
-__all__ = ["Calibration", "Granularity", "Interface", "PartitionLimits", "QuantConfig", "QuantMode"]
+__all__ = [
+    "Calibration",
+    "Granularity",
+    "Interface",
+    "OptionValue",
+    "PartitionLimits",
+    "QuantConfig",
+    "QuantMode",
+    "QuantOption",
+]
 
 
 class QuantMode(enum.StrEnum):
@@ -71,6 +81,35 @@ def _enum_value(enum_type: type[enum.Enum], value: Any, field_name: str) -> Any:
         raise SpecError(field_name, f"unknown value {value!r}; allowed: {allowed}") from None
 
 
+OptionValue = str | bool
+"""The value of a runtime's own quantizer option (:class:`QuantOption`): a name or a flag."""
+
+
+@dataclass(frozen=True)
+class QuantOption:
+    """One of a runtime's own quantizer settings that changes accuracy or speed, declared by
+    the runtime (:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options`), e.g. ONNX
+    Runtime's ``quant_format``.
+
+    Args:
+        name: the key in ``quant.options``, the spec's ``space.quant_options.<runtime>`` and
+            the trial parameter ``<runtime>.<name>``.
+        values: every value the runtime takes, the default first.
+        modes: the quantization modes it applies to.
+        doc: what it does, one line (``nnsweep devices`` and the docs show it).
+    """
+
+    name: str
+    values: tuple[OptionValue, ...]
+    modes: frozenset[QuantMode]
+    doc: str
+
+    @property
+    def default(self) -> OptionValue:
+        """Today's behaviour: a configuration that leaves the option out gets it."""
+        return self.values[0]
+
+
 @dataclass(frozen=True)
 class QuantConfig:
     """Quantization settings.
@@ -87,6 +126,11 @@ class QuantConfig:
             named by the user's module path (``encoder.layers.0.linear1``); int8 modes
             of runtimes that can (:attr:`RuntimeInfo.mixed_precision`). Sorted, so the
             same set is the same configuration.
+        options: the runtime's own quantizer options (:class:`QuantOption`) that differ
+            from their defaults, as sorted ``(name, value)`` pairs (a mapping is taken
+            too); the runtime checks them and drops the defaults
+            (:meth:`~nnsweep.core.runtimes.RuntimeInfo.normalize_options`), so a
+            configuration at every default has none and keeps its digest.
     """
 
     mode: QuantMode = QuantMode.FP32
@@ -96,6 +140,7 @@ class QuantConfig:
     interface: Interface | None = Interface.CORE
     qat_epochs: int | None = 3
     float_layers: tuple[str, ...] = ()
+    options: tuple[tuple[str, OptionValue], ...] = ()
 
     CALIBRATION_BATCH_SIZE = 16
 
@@ -114,6 +159,7 @@ class QuantConfig:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"quant.{name}", f"must be an integer >= 1, got {value!r}")
         set_(self, "float_layers", _layer_names(self.float_layers) if mode.is_int8 else ())
+        set_(self, "options", _option_pairs(self.options))
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         relevant = {
             "granularity": mode.is_int8,
@@ -140,6 +186,28 @@ def _layer_names(value: Any) -> tuple[str, ...]:
         if not isinstance(name, str) or len(name) > 300 or not _LAYER.fullmatch(name):
             raise SpecError("quant.float_layers", f"{name!r} is not a module path such as blocks.2.pw")
     return tuple(sorted(set(value)))
+
+
+_OPTION = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def _option_pairs(value: Any) -> tuple[tuple[str, OptionValue], ...]:
+    """``quant.options`` as sorted ``(name, value)`` pairs, each name once."""
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2 for p in value):
+        pairs = [tuple(p) for p in value]
+    else:
+        raise SpecError("quant.options", f"must be a mapping of option names to values, got {value!r}")
+    for name, item in pairs:
+        if not isinstance(name, str) or not _OPTION.fullmatch(name):
+            raise SpecError("quant.options", f"{name!r} is not an option name such as quant_format")
+        if not isinstance(item, str | bool):
+            raise SpecError(f"quant.options.{name}", f"must be a name or true/false, got {item!r}")
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise SpecError("quant.options", f"names an option twice: {', '.join(names)}")
+    return tuple(sorted((str(n), v) for n, v in pairs))
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,25 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from nnsweep.core.errors import SpecError
-from nnsweep.core.quant import Calibration, Granularity, Interface, PartitionLimits, QuantConfig, QuantMode
+from nnsweep.core.options import ONNXRUNTIME_OPTIONS, ONNXRUNTIME_REFUSED, RefusedOptions, normalized
+from nnsweep.core.quant import (
+    Calibration,
+    Granularity,
+    Interface,
+    OptionValue,
+    PartitionLimits,
+    QuantConfig,
+    QuantMode,
+    QuantOption,
+)
 
 __all__ = [
     "ARMNN_BACKENDS",
     "ETHOS_U_TARGETS",
+    "ONNXRUNTIME_OPTIONS",
     "SYSTEM_PYTHON",
     "Deployment",
+    "RefusedOptions",
     "RuntimeInfo",
     "get",
     "listed_names",
@@ -101,6 +113,36 @@ class RuntimeInfo:
     """Fields of :class:`~nnsweep.core.config.DeploymentConfig` that change how the artifact
     runs, not its bytes: left out of the artifact key (one conversion serves them all),
     kept in everything that tells measurements apart."""
+    quant_options: tuple[QuantOption, ...] = ()
+    """The runtime's own quantizer options (``quant.options``), in the order a sweep draws them."""
+    refused_options: tuple[RefusedOptions, ...] = ()
+    """Combinations of :attr:`quant_options` its toolchain refuses."""
+
+    def options_for(self, mode: QuantMode) -> tuple[QuantOption, ...]:
+        """The quantizer options that apply to ``mode``."""
+        return tuple(o for o in self.quant_options if mode in o.modes)
+
+    def option_values(self, quant: QuantConfig) -> dict[str, OptionValue]:
+        """Every option that applies to ``quant.mode``: its value in ``quant``, else its default."""
+        given = dict(quant.options)
+        return {o.name: given.get(o.name, o.default) for o in self.options_for(quant.mode)}
+
+    def refusal(self, chosen: Mapping[str, OptionValue]) -> str | None:
+        """Why the toolchain refuses the options ``chosen`` (``None``: it does not)."""
+        return next((r.reason for r in self.refused_options if r.matches(chosen)), None)
+
+    def normalize_options(self, quant: QuantConfig) -> tuple[tuple[str, OptionValue], ...]:
+        """``quant.options`` checked against this runtime, less the values equal to their
+        defaults (:func:`nnsweep.core.options.normalized`).
+
+        Raises:
+            SpecError: naming ``quant.options.<name>`` and what is allowed.
+        """
+
+        def elsewhere(name: str) -> list[str]:
+            return [i.name for i in _load().values() if name in {o.name for o in i.quant_options}]
+
+        return normalized(self.name, self.quant_options, self.refused_options, quant, elsewhere)
 
     def modes_for(self, backends: tuple[str, ...]) -> Mapping[QuantMode, frozenset[Granularity]]:
         """The modes this runtime can do with ``backends`` first in its order."""
@@ -264,6 +306,8 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         packages=("onnxruntime", "onnx", "onnxscript", "torch"),
         artifact_suffix=".onnx",
         default_backends=("cpu",),
+        quant_options=ONNXRUNTIME_OPTIONS,
+        refused_options=ONNXRUNTIME_REFUSED,
     ),
     "torch": RuntimeInfo(
         name="torch",

@@ -12,13 +12,14 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, clip, excerpt
-from nnsweep.core.quant import QuantMode
+from nnsweep.core.quant import OptionValue, QuantMode
 from nnsweep.spec.schema import schema, translate
 from nnsweep.spec.settings import _NAME, METRICS, Bridge, Budget, IntRange, Objective, SearchSpace, SweepSpec, Tracking
 
@@ -159,6 +160,7 @@ def _space(s: Any) -> SearchSpace:
 
     return SearchSpace(
         float_layers=_float_layers(s),
+        quant_options=_quant_options(s),
         runtimes=tuple(s.runtime),
         quant=tuple(s.quant),
         granularity=tuple(s.granularity),
@@ -189,6 +191,57 @@ def _float_layers(s: Any) -> tuple[int, ...]:
     if not any(name in able for name in s.runtime):
         raise SpecError(path, f"none of space.runtime keeps layers in float; these can: {', '.join(able) or 'none'}")
     return counts
+
+
+def _quant_options(s: Any) -> dict[str, dict[str, tuple[OptionValue, ...]]]:
+    """``space.quant_options``: each runtime's own quantizer options to search, checked against
+    what the runtime declares, its modes in ``space.quant`` and the combinations it refuses."""
+    known = runtimes.names()
+    out: dict[str, dict[str, tuple[OptionValue, ...]]] = {}
+    for rt, listed in s.quant_options.items():
+        path = f"space.quant_options.{clip(rt)}"
+        if rt not in known:
+            raise SpecError(path, f"unknown runtime; allowed: {', '.join(known)}")
+        info = runtimes.get(rt)
+        declared = {o.name: o for o in info.quant_options}
+        if not declared:
+            have = [n for n in known if runtimes.get(n).quant_options]
+            raise SpecError(path, f"{rt} has no quantizer options of its own; these have: {', '.join(have) or 'none'}")
+        if not listed:
+            raise SpecError(path, f"is empty; list values of {', '.join(declared)}")
+        modes = [QuantMode(m) for m in s.quant]
+        for name, values in listed.items():
+            option = declared.get(name)
+            if option is None:
+                raise SpecError(
+                    f"{path}.{clip(name)}", f"unknown {rt} quantizer option; allowed: {', '.join(declared)}"
+                )
+            if not values:
+                raise SpecError(f"{path}.{name}", f"is empty; list at least one of {_values(option.values)}")
+            for i, value in enumerate(values):
+                if isinstance(option.default, bool) and not isinstance(value, bool):
+                    raise SpecError(f"{path}.{name}[{i}]", f"must be true or false (unquoted), got {excerpt(value)}")
+                if value not in option.values or type(value) is not type(option.default):
+                    raise SpecError(
+                        f"{path}.{name}[{i}]", f"unknown value {excerpt(value)}; allowed: {_values(option.values)}"
+                    )
+            _check_unique(list(values), f"{path}.{name}")
+            if not any(m in option.modes for m in modes):
+                applies = ", ".join(m.value for m in QuantMode if m in option.modes)
+                raise SpecError(f"{path}.{name}", f"applies to {applies}, which space.quant does not list")
+        out[rt] = {name: tuple(values) for name, values in listed.items()}
+        for mode in modes:  # some combination of what is listed must be one the toolchain takes
+            options = info.options_for(mode)
+            combos = itertools.product(*(out[rt].get(o.name, (o.default,)) for o in options))
+            chosen = [dict(zip((o.name for o in options), combo, strict=True)) for combo in combos]
+            refusals = [info.refusal(c) for c in chosen]
+            if options and all(refusals):
+                raise SpecError(path, f"every {mode.value} combination listed is refused: {refusals[0]}")
+    return out
+
+
+def _values(values: tuple[OptionValue, ...]) -> str:
+    return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
 
 
 def _check_objectives_and_devices(raw: Any) -> None:

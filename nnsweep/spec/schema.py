@@ -59,6 +59,8 @@ def schema() -> Any:
         min_nodes_per_partition: RangeIn | list[Int] = Field(default_factory=lambda: [1])
         threads: list[Int] = Field(default_factory=lambda: [1], min_length=1)
         float_layers: CountRangeIn | list[Int] = Field(default_factory=lambda: [0])
+        # runtime -> its quantizer option -> the values to search (names, or true/false)
+        quant_options: dict[Text, dict[Text, list[Text | Annotated[bool, Strict()]]]] = Field(default_factory=dict)
 
         @field_validator("float_layers")
         @classmethod
@@ -146,7 +148,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif part in ("RangeIn", "list[int]"):
+        elif part in ("RangeIn", "list[int]", "str", "bool"):
             continue  # pydantic's union branch names mean nothing to the user
         else:
             text += f".{part}" if text else str(part)

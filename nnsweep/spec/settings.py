@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
+from nnsweep.core.quant import OptionValue
 
 __all__ = [
     "MAX_FLOAT_LAYERS",
@@ -85,6 +86,9 @@ class SearchSpace:
         threads: thread counts.
         float_layers: how many of the most sensitive layers an int8 configuration keeps
             in float (0: the whole model int8), for runtimes that can.
+        quant_options: per runtime, the values of its own quantizer options to search
+            (:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options`, e.g. ONNX Runtime's
+            ``quant_format``); an option not listed stays at its default.
     """
 
     runtimes: tuple[str, ...]
@@ -97,6 +101,7 @@ class SearchSpace:
     min_nodes_per_partition: IntRange
     threads: tuple[int, ...]
     float_layers: tuple[int, ...] = (0,)
+    quant_options: Mapping[str, Mapping[str, tuple[OptionValue, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

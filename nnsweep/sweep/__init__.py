@@ -14,6 +14,7 @@ Each module owns one part, from the loop down to the rules it calls:
 * :mod:`~nnsweep.sweep.outcomes`: a trial's record and judgement against the baseline, pure;
 * :mod:`~nnsweep.sweep.front`: the Pareto front and the best configuration, pure;
 * :mod:`~nnsweep.sweep.space`: a device's search space (spec + capabilities + an Optuna trial -> a configuration);
+* :mod:`~nnsweep.sweep.accepted`: what a device's space can hold per runtime, and its size (``nnsweep devices``);
 * :mod:`~nnsweep.sweep.sampler`: the Optuna sampler a new study gets;
 * :mod:`~nnsweep.sweep.studies`: the one owner of what an Optuna study stores;
 * :mod:`~nnsweep.sweep.rdb`: Optuna's database storage, waiting out a database restart;

@@ -18,7 +18,7 @@ than the best already is no candidate); the chain stops at the first feasible co
 at the space's highest count, or at a count already tried.
 
 **Refine**: when a trial becomes the device's fastest feasible configuration, its
-untried neighbours (one parameter changed, the others kept: a float-layer count, a
+untried neighbours (one parameter changed, the others kept: a float-layer count, a quantizer option, a
 partition limit, a granularity, a backend order, a mode, a thread count) are queued
 (role ``refine``), while it stays the best. It is the local search around the incumbent of SMAC and similar
 tuners: the best configuration of a deployment space is often one knob away from the

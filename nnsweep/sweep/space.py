@@ -3,7 +3,9 @@
 A device's space is the sweep's space narrowed to what the device has (its
 agent's capabilities). It is define-by-run with conditional dimensions:
 granularity only for int8 modes, calibration and interface only for static
-modes, partition limits only where the runtime delegates. Each runtime's
+modes, partition limits only where the runtime delegates, a runtime's own
+quantizer options (``onnxruntime.quant_format``) only for the modes they apply to
+and only in the combinations its toolchain takes. Each runtime's
 dimensions carry the runtime in their name (``executorch.quant``), so no
 categorical ever changes its choices within a study (Optuna raises on that).
 
@@ -18,7 +20,7 @@ import contextlib
 import itertools
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core import runtimes
@@ -32,6 +34,8 @@ from nnsweep.core.config import (
     QuantMode,
 )
 from nnsweep.core.errors import SpecError
+from nnsweep.core.options import draw
+from nnsweep.core.quant import OptionValue
 from nnsweep.spec import IntRange, SweepSpec
 
 if TYPE_CHECKING:
@@ -40,8 +44,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DeviceSpace",
     "RuntimeChoices",
-    "accepted_values",
     "baseline_configs",
+    "default_orders",
     "device_space",
     "mode_starts",
     "params_for",
@@ -66,6 +70,9 @@ class RuntimeChoices:
     min_nodes: IntRange
     delegates: bool
     float_layers: tuple[int, ...] = (0,)
+    options: Mapping[str, tuple[OptionValue, ...]] = field(default_factory=dict)
+    """The runtime's own quantizer options to search, each with its values (the spec's
+    ``space.quant_options``); an option not here stays at its default."""
 
 
 LayersFor = Callable[[str, Granularity | None, int], tuple[str, ...]]
@@ -91,6 +98,11 @@ class DeviceSpace:
     choices: Mapping[str, RuntimeChoices]
     threads: tuple[int, ...]
     layers_for: LayersFor = placeholder_layers
+
+
+def default_orders(runtime: str, available: tuple[str, ...]) -> tuple[str, ...]:
+    """The runtime's default backend order as a device that has ``available`` runs it (none: empty)."""
+    return _orders(runtime, None, available)
 
 
 def _orders(runtime: str, wanted: tuple[str, ...] | None, available: tuple[str, ...]) -> tuple[str, ...]:
@@ -152,6 +164,7 @@ def device_space(
             min_nodes=s.min_nodes_per_partition,
             delegates=info.delegates,
             float_layers=s.float_layers if info.mixed_precision is None and not npu_only else (0,),
+            options=dict(s.quant_options.get(name, {})),
         )
     if not choices:
         raise SpecError("space.runtime", _unservable(spec, device, available))
@@ -204,6 +217,7 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     interface = _pick(trial, f"{runtime}.interface", c.interfaces) if mode.is_static else None
     if interface is Interface.FULL and mode not in runtimes.get(runtime).full_interface:
         interface = Interface.CORE
+    options = _options(runtime, mode, c, lambda name, values: _pick(trial, name, values))
     threads = _pick(trial, "threads", space.threads)  # before the limits: they refine a known combination
     limits = PartitionLimits()
     fallback = runtimes.get(runtime).fallback
@@ -219,9 +233,24 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
         k = _pick(trial, f"{runtime}.float_layers", c.float_layers)
         float_layers = space.layers_for(runtime, granularity, k) if k else ()
     quant = QuantConfig(
-        mode=mode, granularity=granularity, calibration=calibration, interface=interface, float_layers=float_layers
+        mode=mode,
+        granularity=granularity,
+        calibration=calibration,
+        interface=interface,
+        float_layers=float_layers,
+        options=options,
     )
     return DeploymentConfig(runtime, backends, quant, limits, threads)
+
+
+def _options(
+    runtime: str, mode: QuantMode, c: RuntimeChoices, choose: Callable[[str, tuple[OptionValue, ...]], OptionValue]
+) -> tuple[tuple[str, OptionValue], ...]:
+    """The runtime's quantizer options for ``mode``, each chosen by ``choose(parameter, values)``
+    among the combinations its toolchain takes (:func:`nnsweep.core.options.draw`)."""
+    info = runtimes.get(runtime)
+    declared = info.options_for(mode)
+    return draw(runtime, declared, info.refused_options, c.options, choose) if declared else ()
 
 
 def _mode_choices(
@@ -264,6 +293,15 @@ def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
         put(f"{rt}.calibration", c.calibrations, q.calibration)
     if q.interface is not None:
         put(f"{rt}.interface", c.interfaces, q.interface)
+    given = runtimes.get(rt).option_values(q)
+
+    def option(name: str, values: tuple[OptionValue, ...]) -> OptionValue:
+        value = given[name.split(".", 1)[1].split("[", 1)[0]]
+        put(name, values, value)
+        return value
+
+    with contextlib.suppress(SpecError):  # options the space cannot hold: the sampler picks
+        _options(rt, q.mode, c, option)
     order = next((o for o in c.orders if _order_matches(o, config)), c.orders[0])
     put(f"{rt}.backends", c.orders, order)
     if c.delegates and order.split(ORDER_SEP)[0] != runtimes.get(rt).fallback:
@@ -446,39 +484,3 @@ def untried(
         if not path:
             return None
         path[-1] += 1
-
-
-def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dict[str, Any]:
-    """What a device's space can hold, runtime by runtime: ``nnsweep devices`` prints it.
-
-    Args:
-        available: runtime -> the backends that load on the device (its capabilities).
-        cores: the device's cores (``threads`` goes up to them).
-
-    Returns:
-        ``{"runtime": {name: {"backends", "quant", "calibration", "partition_limits",
-        "float_layers", "whole_model"}}, "threads": [1, cores]}``; ``quant`` maps each mode
-        to the granularities it allows (empty for fp32); ``float_layers`` is ``True`` or the
-        reason the runtime cannot keep layers float.
-    """
-
-    def modes(table: Mapping[QuantMode, frozenset[Granularity]]) -> dict[str, list[str]]:
-        return {m.value: sorted(g.value for g in grans) for m, grans in table.items()}
-
-    out: dict[str, Any] = {}
-    for name, backends in available.items():
-        try:
-            info = runtimes.get(name)
-        except SpecError:
-            continue  # a runtime this nnsweep does not know (a newer agent): nothing to say
-        out[name] = {
-            "backends": list(backends),
-            "quant": modes(info.modes),
-            "calibration": sorted(c.value for c in info.calibrations),
-            "partition_limits": info.delegates,
-            # True: int8 configurations may keep layers float (space.float_layers); else why not
-            "float_layers": True if info.mixed_precision is None else info.mixed_precision,
-            # a backend that takes the whole model allows its own modes when it comes first
-            "whole_model": {b: modes(t) for b, t in info.whole_model.items() if b in backends},
-        }
-    return {"runtime": out, "threads": [1, max(1, cores)]}

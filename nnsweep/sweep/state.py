@@ -123,8 +123,17 @@ def fingerprint(spec: SweepSpec, bundle: ModelBundle) -> dict[str, str]:
         + (f" until_stable ci_rel={spec.ci_rel:g} max_duration_s={spec.max_duration_s:g}" if spec.until_stable else ""),
         "objectives": ",".join(f"{o.metric}:{o.direction}" for o in spec.objectives),
         "constraints": f"max_accuracy_drop={spec.max_accuracy_drop}",
-        "space": hashlib.sha256(_canonical(asdict(spec.space)).encode()).hexdigest(),
+        "space": hashlib.sha256(_canonical(_space(spec)).encode()).hexdigest(),
     }
+
+
+def _space(spec: SweepSpec) -> dict[str, Any]:
+    """The space as fingerprinted: without ``quant_options`` when it is empty, so a sweep
+    begun before the field existed still resumes."""
+    space = asdict(spec.space)
+    if not space["quant_options"]:
+        del space["quant_options"]
+    return space
 
 
 _WHAT = {

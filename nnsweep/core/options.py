@@ -1,0 +1,149 @@
+"""A runtime's own quantizer options (``quant.options``): checking a configuration's against
+what the runtime declares, drawing them for a sweep, and ONNX Runtime's declarations.
+
+:class:`~nnsweep.core.quant.QuantOption` declares one option; a runtime lists its own in
+:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options` and the combinations its toolchain
+refuses in :attr:`~nnsweep.core.runtimes.RuntimeInfo.refused_options`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from nnsweep.core.errors import SpecError
+from nnsweep.core.quant import OptionValue, QuantConfig, QuantMode, QuantOption
+
+__all__ = ["ONNXRUNTIME_OPTIONS", "ONNXRUNTIME_REFUSED", "RefusedOptions", "draw", "normalized", "shown"]
+
+
+@dataclass(frozen=True)
+class RefusedOptions:
+    """A combination of a runtime's quantizer options that its toolchain refuses, and why:
+    no configuration holds it, no space draws it."""
+
+    values: tuple[tuple[str, OptionValue], ...]
+    reason: str
+
+    def matches(self, chosen: Mapping[str, OptionValue]) -> bool:
+        return all(chosen.get(name) == value for name, value in self.values)
+
+
+def shown(value: OptionValue) -> str:
+    """An option's value as a spec writes it (``true``, ``qdq``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def normalized(
+    runtime: str,
+    declared: Sequence[QuantOption],
+    refused: Sequence[RefusedOptions],
+    quant: QuantConfig,
+    elsewhere: Callable[[str], list[str]],
+) -> tuple[tuple[str, OptionValue], ...]:
+    """``quant.options`` checked against ``runtime``'s ``declared`` options, less the values
+    equal to their defaults (so a configuration at every default keeps the digest it had
+    before the options existed). ``elsewhere(name)``: the runtimes that have option ``name``.
+
+    Raises:
+        SpecError: naming ``quant.options.<name>``: an option the runtime lacks, one that
+            does not apply to the mode, a value it does not take, or a refused combination.
+    """
+    if not quant.options:
+        return ()
+    by_name = {o.name: o for o in declared}
+    for name, value in quant.options:
+        field_name = f"quant.options.{name}"
+        option = by_name.get(name)
+        if option is None:
+            has = f"it has {', '.join(by_name)}" if by_name else "it has none"
+            others = elsewhere(name)
+            where = f"; {', '.join(others)} {'has' if len(others) == 1 else 'have'} it" if others else ""
+            raise SpecError(field_name, f"{runtime} has no quantizer option {name!r} ({has}{where})")
+        if quant.mode not in option.modes:
+            modes = ", ".join(m.value for m in QuantMode if m in option.modes)
+            raise SpecError(field_name, f"{runtime} {quant.mode.value} has no {name}: it applies to {modes}")
+        if isinstance(option.default, bool) and not isinstance(value, bool):
+            raise SpecError(field_name, f"must be true or false, got {value!r}")
+        if value not in option.values or type(value) is not type(option.default):
+            raise SpecError(
+                field_name, f"unknown value {shown(value)}; allowed: {', '.join(map(shown, option.values))}"
+            )
+    given = dict(quant.options)
+    chosen = {o.name: given.get(o.name, o.default) for o in declared if quant.mode in o.modes}
+    refusal = next((r for r in refused if r.matches(chosen)), None)
+    if refusal is not None:
+        named = next((n for n, _ in refusal.values if n in given), refusal.values[0][0])
+        raise SpecError(f"quant.options.{named}", refusal.reason)
+    return tuple((n, v) for n, v in quant.options if v != by_name[n].default)
+
+
+def draw(
+    runtime: str,
+    options: Sequence[QuantOption],
+    refused: Sequence[RefusedOptions],
+    listed: Mapping[str, tuple[OptionValue, ...]],
+    choose: Callable[[str, tuple[OptionValue, ...]], OptionValue],
+) -> tuple[tuple[str, OptionValue], ...]:
+    """One value of each of ``options`` (those of one mode, in the runtime's order), each
+    chosen by ``choose(parameter, values)`` from the values in ``listed`` (an option not
+    there: its default) that some combination the toolchain takes still has after the
+    earlier choices. An option whose values that narrows gets a parameter named by them
+    (``onnxruntime.weight_type[int8]``), so no parameter ever changes its choices within a
+    study; ``choose`` is called for every option, one value or more.
+
+    Raises:
+        SpecError: no combination of the listed values is taken.
+    """
+    names = tuple(o.name for o in options)
+    lists = [listed.get(o.name, (o.default,)) for o in options]
+    valid = [
+        combo
+        for combo in itertools.product(*lists)
+        if not any(r.matches(dict(zip(names, combo, strict=True))) for r in refused)
+    ]
+    chosen: list[OptionValue] = []
+    for i, name in enumerate(names):
+        values = tuple(dict.fromkeys(combo[i] for combo in valid if list(combo[:i]) == chosen))
+        if not values:
+            raise SpecError(f"space.quant_options.{runtime}", f"no combination of {', '.join(names)} is taken")
+        parameter = f"{runtime}.{name}" if values == lists[i] else f"{runtime}.{name}[{','.join(map(shown, values))}]"
+        chosen.append(choose(parameter, values))
+    return tuple(zip(names, chosen, strict=True))
+
+
+# onnxruntime.quantization's own knobs (1.32). quantize_static takes all four; quantize_dynamic
+# writes QOperator (ConvInteger, MatMulInteger) with uint8 activations quantized at run time
+# (DynamicQuantizeLinear), so only the weights' type and reduce_range are choices there.
+# Every combination below converts and runs on digits (docs/spec.md has the figures).
+_INT8_MODES = frozenset({QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8})
+ONNXRUNTIME_OPTIONS = (
+    QuantOption(
+        "quant_format",
+        ("qdq", "qoperator"),
+        frozenset({QuantMode.STATIC_INT8}),
+        "qdq: QuantizeLinear/DequantizeLinear pairs around float ops, which ORT fuses into int8 kernels; "
+        "qoperator: the quantized operators themselves (QLinearConv, QGemm)",
+    ),
+    QuantOption(
+        "activation_type",
+        ("uint8", "int8"),
+        frozenset({QuantMode.STATIC_INT8}),
+        "activations asymmetric uint8 or int8 (dynamic int8 quantizes them to uint8 at run time)",
+    ),
+    QuantOption("weight_type", ("int8", "uint8"), _INT8_MODES, "weights int8 or uint8"),
+    QuantOption(
+        "reduce_range",
+        (False, True),
+        _INT8_MODES,
+        "weights quantized to 7 bits, against int16 overflow in the u8s8 kernels of x86 CPUs without VNNI",
+    ),
+)
+ONNXRUNTIME_REFUSED = (
+    RefusedOptions(
+        (("activation_type", "int8"), ("weight_type", "uint8")),
+        "ONNX Runtime's quantizer refuses int8 activations with uint8 weights "
+        "(check_static_quant_arguments); take uint8 activations or int8 weights",
+    ),
+)
