@@ -70,6 +70,6 @@ def test_torch_free_runner_matches_executorch_bit_for_bit(library, digits, tmp_p
         for x in inputs:
             want = pybindings.to_float(pybindings.run(pybindings.prepare(x[None])))
             got = program([artifact.io.prepare_input(x[None])])
-            np.testing.assert_array_equal(pybindings.to_float([torch.from_numpy(g) for g in got]), want)
+            np.testing.assert_array_equal(pybindings.to_float([torch.from_numpy(np.array(g)) for g in got]), want)
     finally:
         program.close()
