@@ -1,17 +1,21 @@
-"""Host vs emulated board, per emulated CPU: LiteRT XNNPACK static int8 (per-channel) digits.
+"""Host vs emulated board, per emulated CPU: LiteRT and ExecuTorch XNNPACK static int8
+(per-channel) digits.
 
 XNNPACK picks its int8 kernels from the CPU's features; under qemu-user's default
 ``max`` CPU it picks kernels that compute wrong results (docs/arm-sim.md). For each CPU
 the board can emulate (``NNSWEEP_ARM_SIM_CPU``), and for ``max`` (the board's /sys tree
 says Cortex-A72, but the measuring process starts with ``QEMU_CPU=max``: how the board
-ran before it named its CPU), this runs the same .tflite on the evaluation split on the
+ran before it named its CPU), this runs the same .tflite / .pte on the evaluation split on the
 host and on the board (``device_agents/arm_sim.sh run``, the agent's Python, a measuring
 process of its own) and prints top-1 agreement and SQNR of the board's outputs against
 the host's. It also prints what the board's process sees: MIDR_EL1 read with ``mrs``,
 the /sys tree's MIDR, and the feature bits of its HWCAP that matter to XNNPACK's int8.
 
 Needs root and a built board that is not running (``arm_sim.sh build``; ``stop`` first).
-Usage: sudo .venv/bin/python benchmarks/arm_sim_cpu.py [--cpu cortex-a76 ...] [--json FILE]
+ExecuTorch runs on the lite board through its torch-free runner (device_agents/etlite).
+
+Usage: sudo .venv/bin/python benchmarks/arm_sim_cpu.py [--cpu cortex-a76 ...] [--runtime executorch ...]
+       [--json FILE]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ ROOT = Path(os.environ.get("NNSWEEP_ARM_SIM_DIR", "/var/cache/nnsweep-arm-sim"))
 WORK_IN_ROOT = "/tmp/nnsweep-arm-sim-cpu"
 AGENT_PYTHON = "/root/nnsweep-agent/venv/bin/python"
 CPUS = ("cortex-a72", "cortex-a76", "neoverse-n1", "max")
+RUNTIMES = ("litert", "executorch")
 
 # Runs on the board with the agent's Python: what the process sees, then the measurement.
 BOARD_SCRIPT = r"""
@@ -57,18 +62,18 @@ def hwcaps():
     return [name for name, bits in named.items() if bits & 1]
 
 work = Path(sys.argv[1])
-job = json.loads((work / "job.json").read_text())
+job = json.loads((work / (sys.argv[3] + ".job.json")).read_text())
 seen = {"qemu_cpu": os.environ.get("QEMU_CPU", "(unset)"), "mrs_midr": hex(mrs_midr()), "hwcaps": hwcaps(),
         "sysfs_midr": Path("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1").read_text().strip()}
 timing, outputs = measure_in_subprocess(
     runtime=job["runtime"], artifact=work / job["artifact"], io=IOSpec.from_dict(job["io"]), threads=1,
     backends=tuple(job["backends"]), inputs=np.load(work / "inputs.npy"), settings=MeasureSettings(warmup=1, iters=3))
 np.save(work / (sys.argv[2] + ".npy"), outputs)
-(work / (sys.argv[2] + ".json")).write_text(json.dumps(seen))
+(work / (sys.argv[2] + ".json")).write_text(json.dumps(seen | {"measured_by": sys.argv[3]}))
 """
 
 
-def _artifact(cache_dir: Path):  # type: ignore[no-untyped-def]
+def _artifact(cache_dir: Path, runtime: str):  # type: ignore[no-untyped-def]
     from nnsweep.artifacts import deploy
     from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.core.config import DeploymentConfig
@@ -77,7 +82,7 @@ def _artifact(cache_dir: Path):  # type: ignore[no-untyped-def]
     bundle = load_model("digits", cache_dir=cache_dir / "models")
     config = DeploymentConfig.from_dict(
         {
-            "runtime": "litert",
+            "runtime": runtime,
             "backends": ["xnnpack"],
             "quant": {"mode": "static_int8", "granularity": "per_channel"},
             "threads": 1,
@@ -87,20 +92,22 @@ def _artifact(cache_dir: Path):  # type: ignore[no-untyped-def]
     return bundle, artifact
 
 
-def _on_board(cpu: str, work: Path) -> tuple[np.ndarray, dict[str, object]]:
+def _on_board(cpu: str, runtime: str, work: Path) -> tuple[np.ndarray, dict[str, object]]:
     """The board's outputs with ``cpu`` emulated (``max``: Cortex-A72's /sys, qemu's max CPU)."""
     board_cpu = "cortex-a72" if cpu == "max" else cpu
     env = dict(os.environ, NNSWEEP_ARM_SIM_CPU=board_cpu)
-    argv = [AGENT_PYTHON, f"{WORK_IN_ROOT}/board.py", WORK_IN_ROOT, cpu]
+    name = f"{runtime}-{cpu}"
+    argv = [AGENT_PYTHON, f"{WORK_IN_ROOT}/board.py", WORK_IN_ROOT, name, runtime]
     if cpu == "max":
         argv = ["/usr/bin/env", "QEMU_CPU=max", *argv]  # qemu reads it at this exec
     subprocess.run(["bash", str(ARM_SIM), "run", *argv], env=env, check=True)
-    return np.load(work / f"{cpu}.npy"), json.loads((work / f"{cpu}.json").read_text())
+    return np.load(work / f"{name}.npy"), json.loads((work / f"{name}.json").read_text())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cpu", action="append", choices=CPUS, help="only these (default: all)")
+    ap.add_argument("--runtime", action="append", choices=RUNTIMES, help="only these (default: both)")
     ap.add_argument("--cache-dir", type=Path, default=Path(".nnsweep"))
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
@@ -110,44 +117,48 @@ def main() -> int:
     from nnsweep.artifacts import deploy
     from nnsweep.bench import MeasureSettings, evaluate
 
-    bundle, artifact = _artifact(args.cache_dir)
-    inputs = np.ascontiguousarray(bundle.dataset.evaluation.inputs, dtype=np.float32)
-    labels = bundle.dataset.evaluation.labels
-    _, host = deploy.run_artifact(artifact, inputs, MeasureSettings(warmup=1, iters=3))
     work = ROOT / WORK_IN_ROOT.lstrip("/")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    np.save(work / "inputs.npy", inputs)
-    shutil.copy(artifact.path, work / artifact.path.name)
-    job = {"runtime": "litert", "artifact": artifact.path.name, "io": artifact.io.to_dict(), "backends": ["xnnpack"]}
-    (work / "job.json").write_text(json.dumps(job))
     (work / "board.py").write_text(BOARD_SCRIPT)
-
-    host_acc = evaluate(host, host, labels).accuracy
     rows = []
-    for cpu in args.cpu or CPUS:
-        board, seen = _on_board(cpu, work)
-        fid = evaluate(board, host, labels)
-        rows.append(
-            {
-                "cpu": cpu,
-                "samples": fid.samples,
-                "host_accuracy": host_acc,
-                "board_accuracy": fid.accuracy,
-                **fid.fidelity.to_dict(),
-                **seen,
-            }
-        )
-    print(f"# {artifact.config.label()} on the digits evaluation split ({len(inputs)} inputs), board vs host\n")
+    labels_of: dict[str, str] = {}
+    for runtime in args.runtime or RUNTIMES:
+        bundle, artifact = _artifact(args.cache_dir, runtime)
+        labels_of[runtime] = artifact.config.label()
+        inputs = np.ascontiguousarray(bundle.dataset.evaluation.inputs, dtype=np.float32)
+        labels = bundle.dataset.evaluation.labels
+        _, host = deploy.run_artifact(artifact, inputs, MeasureSettings(warmup=1, iters=3))
+        np.save(work / "inputs.npy", inputs)
+        shutil.copy(artifact.path, work / artifact.path.name)
+        job = {"runtime": runtime, "artifact": artifact.path.name, "io": artifact.io.to_dict(), "backends": ["xnnpack"]}
+        (work / f"{runtime}.job.json").write_text(json.dumps(job))
+        host_acc = evaluate(host, host, labels).accuracy
+        for cpu in args.cpu or CPUS:
+            board, seen = _on_board(cpu, runtime, work)
+            fid = evaluate(board, host, labels)
+            rows.append(
+                {
+                    "runtime": runtime,
+                    "cpu": cpu,
+                    "samples": fid.samples,
+                    "host_accuracy": host_acc,
+                    "board_accuracy": fid.accuracy,
+                    **fid.fidelity.to_dict(),
+                    **seen,
+                }
+            )
+    print(f"# {', '.join(labels_of.values())} on the digits evaluation split, board vs host\n")
     print(
-        "| emulated CPU | QEMU_CPU seen | MIDR (mrs) | MIDR (/sys) | int8-relevant HWCAPs | top-1 agreement "
+        "| runtime | emulated CPU | QEMU_CPU seen | MIDR (mrs) | MIDR (/sys) | int8-relevant HWCAPs | top-1 agreement "
         "| SQNR dB | max abs diff | board acc | host acc |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         sqnr = "inf (bit-exact)" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f}"
         print(
-            f"| {r['cpu']} | {r['qemu_cpu']} | {r['mrs_midr']} | {r['sysfs_midr']} | {' '.join(r['hwcaps']) or '-'} "
+            f"| {r['runtime']} | {r['cpu']} | {r['qemu_cpu']} | {r['mrs_midr']} | {r['sysfs_midr']} "
+            f"| {' '.join(r['hwcaps']) or '-'} "
             f"| {r['top1_agreement']:.4f} | {sqnr} | {r['max_abs_err']:.3g} | {r['board_accuracy']:.4f} "
             f"| {r['host_accuracy']:.4f} |"
         )
