@@ -237,3 +237,15 @@ def test_the_worker_reports_a_failed_import_instead_of_ready() -> None:
     )
     reply = json.loads(proc.stdout.splitlines()[0])
     assert proc.returncode == 1 and reply["ready"] is False and "no-such-runtime" in reply["error"]
+
+
+def test_a_warm_worker_preloads_executorchs_python_runtime_only_where_torch_is(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    from nnsweep.bench import _zygote
+
+    assert _zygote._preload("executorch") == ("executorch.runtime", "executorch.kernels.quantized")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert _zygote._preload("executorch") == ()  # a lite board: the torch-free runner, nothing to preload
+    assert _zygote._preload("onnxruntime") == ()

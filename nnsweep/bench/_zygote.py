@@ -25,6 +25,7 @@ child and ends the worker.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import select
@@ -34,10 +35,17 @@ import time
 from pathlib import Path
 
 # Modules a runtime's runner imports only when it loads its first artifact; importing
-# them here (never loading a program) saves that in every child.
-_PRELOAD: dict[str, tuple[str, ...]] = {
-    "executorch": ("executorch.runtime", "executorch.kernels.quantized"),
+# them here (never loading a program) saves that in every child. Each entry names what
+# they need: ExecuTorch's Python runtime imports torch, and where torch is absent (a lite
+# board) the runner is the torch-free one, with nothing to preload.
+_PRELOAD: dict[str, tuple[str, tuple[str, ...]]] = {
+    "executorch": ("torch", ("executorch.runtime", "executorch.kernels.quantized")),
 }
+
+
+def _preload(runtime: str) -> tuple[str, ...]:
+    needs, modules = _PRELOAD.get(runtime, ("", ()))
+    return modules if needs and importlib.util.find_spec(needs) is not None else ()
 
 
 def _threads() -> int:
@@ -171,7 +179,7 @@ def main(argv: list[str]) -> int:
         info = runtimes.get(runtime)
         importlib.import_module("nnsweep.bench._child")
         runtimes.load_object(info.runner)
-        for module in _PRELOAD.get(runtime, ()):
+        for module in _preload(runtime):
             importlib.import_module(module)
     except Exception as exc:  # the process boundary: the client falls back to a fresh process
         _send({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
