@@ -402,6 +402,16 @@ def test_devices_lists_the_host_and_the_emulated_board(board: Board) -> None:
 
 
 @pytest.mark.emulation
+def _sweep_here(board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) -> None:
+    """Make this test process a client of the board's cluster, sweeping in ``tmp_path`` with
+    the session's trained models."""
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
+        monkeypatch.setenv(key, board.env[key])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)
+
+
 @pytest.mark.integration
 @pytest.mark.ray
 @pytest.mark.slow
@@ -414,11 +424,7 @@ def test_sweep_over_host_and_the_emulated_board(
     from nnsweep.sweep.loop import Sweep, open_study
     from nnsweep.tracking import MlflowTracker
 
-    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
-        monkeypatch.setenv(key, board.env[key])
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "models").symlink_to(models_dir)
+    _sweep_here(board, tmp_path, monkeypatch, models_dir)
     spec = parse_spec(
         {
             "name": "armsim",
@@ -548,11 +554,7 @@ def test_executorch_on_the_board_agrees_with_the_host(
     from nnsweep.sweep.loop import Sweep
     from nnsweep.tracking import MlflowTracker
 
-    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
-        monkeypatch.setenv(key, board.env[key])
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "models").symlink_to(models_dir)
+    _sweep_here(board, tmp_path, monkeypatch, models_dir)
     spec = parse_spec(
         {
             "name": "armsim-et",
