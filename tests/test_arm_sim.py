@@ -401,7 +401,6 @@ def test_devices_lists_the_host_and_the_emulated_board(board: Board) -> None:
         assert "torch" not in rts and "executorch-runner" in arm["versions"]
 
 
-@pytest.mark.emulation
 def _sweep_here(board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) -> None:
     """Make this test process a client of the board's cluster, sweeping in ``tmp_path`` with
     the session's trained models."""
@@ -412,6 +411,7 @@ def _sweep_here(board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, m
     (tmp_path / "cache" / "models").symlink_to(models_dir)
 
 
+@pytest.mark.emulation
 @pytest.mark.integration
 @pytest.mark.ray
 @pytest.mark.slow
