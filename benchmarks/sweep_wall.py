@@ -91,22 +91,35 @@ class _PeakMemory:
 
 
 def _floor(spec_path: Path) -> tuple[float, float, dict[str, float]]:
-    """(conversion seconds spent, timed-run seconds, conversion seconds per configuration)."""
+    """(conversion seconds spent, timed-run seconds, conversion seconds per configuration).
+
+    Trials that differ only in threads share one conversion: the one that joined it under
+    way spent its wait, not conversion work, so each conversion counts once, at the longest
+    time a trial spent in it."""
     from nnsweep.spec import load_spec
+    from nnsweep.sweep.scheduler import conversion_digest
     from nnsweep.sweep.studies import open_study, study_records
 
     spec = load_spec(spec_path)
     records = study_records(open_study(spec, "host"))
-    converting = 0.0
     timed = 0.0
-    per_config: dict[str, float] = {}
+    conversions: dict[str, tuple[float, str]] = {}  # conversion digest -> (seconds, the label of who spent them)
     for r in records:
         seconds = float(r.metrics.get("time_converting_s", 0.0))
-        if seconds > 0:
-            converting += seconds
-            per_config[r.config.label()] = per_config.get(r.config.label(), 0.0) + seconds
+        digest = conversion_digest(r.config)
+        if seconds > conversions.get(digest, (0.0, ""))[0]:
+            conversions[digest] = (seconds, r.config.label())
         timed += sum(r.samples_ms) / 1000.0
-    return converting, timed, per_config
+    per_config = {label: seconds for seconds, label in conversions.values()}
+    return sum(per_config.values()), timed, per_config
+
+
+def _configurations(spec_path: Path) -> set[str]:
+    """The distinct configurations the sweep measured (thread counts apart)."""
+    from nnsweep.spec import load_spec
+    from nnsweep.sweep.studies import open_study, study_records
+
+    return {r.config.digest() for r in study_records(open_study(load_spec(spec_path), "host")) if r.samples_ms}
 
 
 def main() -> int:
@@ -143,8 +156,11 @@ def main() -> int:
     print(f"floor {floor:.1f} s = conversion seconds spent {converting:.1f} s + timed runs {timed:.2f} s")
     print(f"wall / floor {wall / floor:.2f}" if floor > 0 else "wall / floor: n/a")
     if per_config:
-        mean = sum(per_config.values()) / len(per_config)
-        print(f"conversion seconds per distinct configuration: {mean:.1f} s mean over {len(per_config)}")
+        distinct = len(_configurations(spec_path))
+        print(
+            f"conversion seconds per distinct configuration: {converting / distinct:.1f} s "
+            f"({converting:.1f} s over the {distinct} configurations measured; {len(per_config)} conversions)"
+        )
         for label, seconds in sorted(per_config.items(), key=lambda kv: -kv[1]):
             print(f"  {seconds:7.1f} s  {label}")
     if args.keep is None:

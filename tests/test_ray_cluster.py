@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import signal
 import sys
+from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
+from nnsweep.core.config import DeploymentConfig
+from nnsweep.execution._base import ConvertRequest, ModelSource
 from nnsweep.execution.ray_cluster import RayExecutor, _keeping_stop_signals
 
 
@@ -37,3 +41,38 @@ def test_a_sigterm_during_ray_init_is_an_interrupt() -> None:
         sys.exit(signal.SIGTERM)
     with pytest.raises(SystemExit), _keeping_stop_signals():
         sys.exit(3)
+
+
+class _FakeActor:
+    """A conversion actor whose calls stay unanswered until the test answers them."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: list[Future[object]] = []
+        self.convert = self  # actor.convert.remote(...)
+
+    def remote(self, request: object) -> _FakeActor:
+        self.calls.append(Future())
+        return self
+
+    def future(self) -> Future[object]:
+        return self.calls[-1]
+
+
+def test_a_conversion_goes_to_an_idle_worker_not_to_the_next_in_turn() -> None:
+    # An actor works through its calls one by one: sent in turn to a busy one, a conversion
+    # waited behind a long one while the other worker idled.
+    executor = RayExecutor()
+    a, b = _FakeActor("a"), _FakeActor("b")
+    executor._converters = {"vm": [a, b]}
+    executor._machine = "vm"
+    request = ConvertRequest(ModelSource("digits", Path("/nonexistent")), DeploymentConfig(runtime="onnxruntime"))
+    executor.convert(request, "vm")  # a: long
+    executor.convert(request, "vm")  # b: short
+    b.calls[0].set_result(("artifact", False))
+    executor.convert(request, "vm")  # in turn it would be a's
+    assert (len(a.calls), len(b.calls)) == (1, 2)
+    a.calls[0].set_result(("artifact", False))
+    b.calls[1].set_result(("artifact", False))
+    executor.convert(request, "vm")
+    assert (len(a.calls), len(b.calls)) == (2, 2)

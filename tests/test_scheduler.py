@@ -8,17 +8,28 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
+from nnsweep.core.config import DeploymentConfig, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep import outcomes
 from nnsweep.sweep.lifecycle import IllegalTransition, Phase, Role, Ticket
-from nnsweep.sweep.scheduler import Action, Admission, DeviceState, Scheduler, reuse_key
+from nnsweep.sweep.scheduler import (
+    Action,
+    Admission,
+    DeviceState,
+    Scheduler,
+    conversion_digest,
+    default_depth,
+    reuse_key,
+)
 
 HOST = "laptop"
 
 
-def config(threads: int = 1, mode: QuantMode = QuantMode.FP32) -> DeploymentConfig:
-    return DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(mode), threads=threads)
+def config(threads: int = 1, mode: QuantMode = QuantMode.FP32, *, artifact: int | None = None) -> DeploymentConfig:
+    """A configuration; each thread count is its own artifact too (a partition limit), unless
+    ``artifact`` says which (equal ``artifact``: the same conversion at another thread count)."""
+    limits = PartitionLimits(min_nodes_per_partition=threads if artifact is None else artifact)
+    return DeploymentConfig("executorch", ("xnnpack", "portable"), QuantConfig(mode), limits, threads=threads)
 
 
 def record(ticket: Ticket, status: TrialStatus = TrialStatus.OK, **metrics: float) -> TrialRecord:
@@ -44,7 +55,7 @@ class FakeExecutor:
         return ticket
 
     def convert_done(self, ticket: Ticket, now: float, sha: str = "") -> None:
-        for t in self.scheduler.converting(ticket.config.digest()):
+        for t in self.scheduler.converting(conversion_digest(ticket.config)):
             self.scheduler.converted(t, sha or ticket.config.digest(), now)
 
     def told(self, ticket: Ticket, rec: TrialRecord, now: float) -> None:
@@ -358,3 +369,29 @@ def test_a_measurement_that_met_other_work_on_its_cores_is_measured_again_once()
     assert kinds(ex.step(5.0)) == [("measure", "laptop", 0)]  # measured again
     results.measured(ticket, reply(2.1, others=1.8))  # contended again: this figure stands
     assert completed == [2.1]
+
+
+def test_enough_trials_are_in_flight_to_keep_every_conversion_slot_fed() -> None:
+    # Two slots, the default depth: while two conversions run and the first two results wait,
+    # ready, for a quiet machine, two more are asked, converted as soon as a slot frees.
+    depth = default_depth({HOST: 2})
+    s = Scheduler(HOST, 2, lost_timeout_s=60.0)
+    s.add(DeviceState("host", HOST, budget=20, depth=depth))
+    ex = FakeExecutor(s)
+    tickets = [ex.propose("host", config(threads=n + 1), 0.0) for n in range(depth)]
+    assert [a.kind for a in ex.step(0.0)] == ["convert", "convert"]
+    ex.convert_done(tickets[0], 1.0)
+    ex.convert_done(tickets[1], 1.0)  # both ready; no measurement while a conversion could start
+    assert s.wanted("host", 1.0) == 0  # the depth is full
+    started = ex.step(1.0)
+    assert [a.kind for a in started] == ["measure"]  # nothing converts now: the machine measures
+    assert default_depth({HOST: 1}) == 3 and depth == 6
+
+
+def test_a_thread_count_joins_the_conversion_of_the_same_configuration_under_way() -> None:
+    # threads is runtime-only: not in the artifact key, so 1 and 2 threads are one conversion.
+    s, ex = scheduler(("host", HOST), slots=2)
+    one, two = ex.propose("host", config(1, artifact=1), 0.0), ex.propose("host", config(2, artifact=1), 0.0)
+    assert kinds(ex.step(0.0)) == [("convert", "host", one.number)]
+    assert two.phase is Phase.CONVERTING
+    assert s.converting(conversion_digest(one.config)) == [one, two]

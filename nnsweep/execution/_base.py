@@ -81,6 +81,10 @@ class Executor(ABC):
         machine overlaps a conversion there)."""
         return {self.converter_machine: 1}
 
+    def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> None:  # noqa: B027 (optional)
+        """Let the conversion workers load the model and import these runtimes' converters
+        now, without waiting for them (the first conversion on a worker queues behind it)."""
+
     def prepare(self, device: str, runtimes: Sequence[str]) -> Future[None] | None:
         """Let the device's agent get ready for these runtimes (start their warm workers).
 

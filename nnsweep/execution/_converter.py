@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nnsweep.artifacts.cache import Artifact, ArtifactCache, PackedArtifact, default_cache_dir
+from nnsweep.core.errors import NnsweepError
 from nnsweep.execution._base import ConvertRequest, ModelSource
 
 if TYPE_CHECKING:
@@ -28,6 +29,22 @@ class ConverterWorker:
                 source.ref, cache_dir=cache.models_dir, weights=source.weights, input_shape=source.input_shape
             )
         return self._bundles[source]
+
+    def warm(self, source: ModelSource, runtimes: list[str], ship: bool) -> None:
+        """Load the model and import the converters of ``runtimes`` now, while the coordinator
+        probes its devices (a few seconds per process that the first conversion would
+        otherwise wait for). A converter that cannot load is left for its conversion to report."""
+        from nnsweep.core import runtimes as registry
+
+        try:
+            self.bundle(source, ArtifactCache(default_cache_dir() if ship else source.cache_root))
+        except NnsweepError:
+            return  # the first conversion loads it again and fails its trial with this reason
+        for name in runtimes:
+            try:
+                registry.load_object(registry.get(name).converter)
+            except (ImportError, NnsweepError):
+                continue
 
     def convert(self, request: ConvertRequest) -> tuple[Artifact | PackedArtifact, bool]:
         """The artifact, and whether it came from the cache.

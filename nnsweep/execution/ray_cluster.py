@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -27,7 +28,7 @@ from nnsweep.agents._capabilities import converter_versions, refuse_version_skew
 from nnsweep.agents._node import local_token
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError
-from nnsweep.execution._base import ConvertRequest, Executor
+from nnsweep.execution._base import ConvertRequest, Executor, ModelSource
 from nnsweep.execution._converter import ConverterWorker, node_machine
 
 __all__ = ["CONVERSION_MEMORY", "CONVERTER_RESOURCE", "RayExecutor", "device_resource", "local_conversion_slots"]
@@ -163,7 +164,8 @@ class RayExecutor(Executor):
         self._transports = dict(transports or {})
         self._agents: dict[str, Any] = {}
         self._converters: dict[str, list[Any]] = {}  # machine -> its conversion actors
-        self._next = 0
+        self._outstanding: dict[int, int] = {}  # id of a conversion actor -> its conversions not yet answered
+        self._outstanding_lock = threading.Lock()  # answers arrive on Ray's threads
         self._started_ray = False
         self._machine = ""  # the coordinator's
 
@@ -316,12 +318,29 @@ class RayExecutor(Executor):
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
         if machine is None or machine not in self._converters:
             machine = next(iter(self._converters))
-        actors = self._converters[machine]
-        worker = actors[self._next % len(actors)]
-        self._next += 1
+        worker = self._least_busy(self._converters[machine])
         ship = machine != self._machine
-        reply = _relay(worker.convert.remote(dataclasses.replace(request, ship=ship)).future())
+        sent = worker.convert.remote(dataclasses.replace(request, ship=ship)).future()
+        sent.add_done_callback(lambda _: self._answered(worker))
+        reply = _relay(sent)
         return _unpacked(reply, ArtifactCache(request.model.cache_root)) if ship else reply
+
+    def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> None:
+        for machine, actors in self._converters.items():
+            for actor in actors:  # answered or not, its next call waits behind it on the actor
+                actor.warm.remote(source, list(runtimes), machine != self._machine)
+
+    def _least_busy(self, actors: list[Any]) -> Any:
+        """The actor with the fewest conversions under way: an actor works through its calls
+        one by one, so a call sent in turn to a busy one would wait while another is idle."""
+        with self._outstanding_lock:
+            worker = min(actors, key=lambda a: self._outstanding.get(id(a), 0))
+            self._outstanding[id(worker)] = self._outstanding.get(id(worker), 0) + 1
+        return worker
+
+    def _answered(self, worker: Any) -> None:
+        with self._outstanding_lock:
+            self._outstanding[id(worker)] -= 1
 
     def prepare(self, device: str, runtimes: Sequence[str]) -> Future[None]:
         return _relay(self._agents[device].prepare.remote(list(runtimes)).future())

@@ -142,9 +142,9 @@ class Results:
             reason = f"conversion failed: {type(exc).__name__}: {exc}"
             self._conversion_failed(waiting, reason, FailureKind.TRANSIENT, now)
             return
-        self.host.remember(artifact)
         self.stats.cache_hits += int(hit)
-        for ticket in waiting:
+        for ticket in waiting:  # one artifact for every thread count that waited for it
+            self.host.remember(dataclasses.replace(artifact, config=ticket.config))
             self.scheduler.converted(ticket, artifact.sha256, now)
 
     def _again(self, ticket: Ticket, kind: FailureKind) -> bool:

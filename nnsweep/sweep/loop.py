@@ -41,7 +41,7 @@ from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
 from nnsweep.sweep.host import HostSide
 from nnsweep.sweep.lifecycle import Phase, Ticket
 from nnsweep.sweep.recorder import Recorder
-from nnsweep.sweep.scheduler import Action, Admission, Scheduler, reuse_key
+from nnsweep.sweep.scheduler import Action, Admission, Scheduler, conversion_digest, default_depth, reuse_key
 from nnsweep.sweep.space import suggest
 from nnsweep.sweep.state import SweepLock, fingerprint
 from nnsweep.sweep.studies import open_study, role_of, study_records
@@ -78,7 +78,8 @@ class Sweep:
         tracker: where trials are logged (MLflow, or nothing).
         cache_root: the artifact cache shared by the coordinator and the conversion workers.
         progress: called with a snapshot of every device whenever something changes.
-        depth: trials in flight per device (converting ahead while it measures).
+        depth: trials in flight per device (converting ahead while it measures); ``None``:
+            :func:`default_depth` of the executor's conversion slots.
         lost_timeout_s: how long to wait for a lost device once every other device is done.
         hang_grace_s: a measurement with no result this long after its own timeout is hung.
         fresh: delete the sweep's studies first and start over.
@@ -94,7 +95,7 @@ class Sweep:
         cache_root: Path,
         *,
         progress: Callable[[list[DeviceProgress]], None] | None = None,
-        depth: int = 3,
+        depth: int | None = None,
         lost_timeout_s: float = 300.0,
         hang_grace_s: float = 60.0,
         fresh: bool = False,
@@ -177,7 +178,14 @@ class Sweep:
                 self.host.check_float_layers(self.spec.space.float_layers)
                 fp = fingerprint(self.spec, self.host.bundle)
                 log.info("phase: recovery (settling what an earlier run left)")
-                plan = resume.check(self.spec, self.executor, fp, fresh=self.fresh, layers_for=self.host.float_layers)
+                plan = resume.check(
+                    self.spec,
+                    self.executor,
+                    fp,
+                    fresh=self.fresh,
+                    layers_for=self.host.float_layers,
+                    source=self.source,
+                )
             except SpecError:
                 lock.release()
                 if new_state is not None:  # refused before anything was measured: leave nothing behind
@@ -187,7 +195,8 @@ class Sweep:
                 self.executor.converter_machine, self.executor.converters, lost_timeout_s=self.lost_timeout_s
             )
             devices = resume.open_devices(
-                self.spec, plan, fp, self._scheduler, self.tracker, self.host.bundle.digest, self.depth, self.clock(),
+                self.spec, plan, fp, self._scheduler, self.tracker, self.host.bundle.digest,
+                self.depth or default_depth(self.executor.converters), self.clock(),
                 self.retry,
             )  # fmt: skip
             self._recorder = Recorder(
@@ -289,7 +298,7 @@ class Sweep:
             self.stats.conversions += 1
             self.stats.converted_on[action.machine or ""] = self.stats.converted_on.get(action.machine or "", 0) + 1
             future: Future[Any] = self.executor.convert(ConvertRequest(self.source, t.config), action.machine)
-            self._futures[future] = partial(self.results.converted, t.config.digest())
+            self._futures[future] = partial(self.results.converted, conversion_digest(t.config))
         elif action.kind == "measure":
             request = self.host.measure_request(t.config)
             self.stats.first_measure_at.setdefault(t.device, self.clock())

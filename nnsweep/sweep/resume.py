@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from nnsweep.agents import Capabilities
     from nnsweep.core.config import DeploymentConfig
-    from nnsweep.execution import Executor
+    from nnsweep.execution import Executor, ModelSource
     from nnsweep.spec import SweepSpec
     from nnsweep.tracking import Tracker
 
@@ -63,8 +63,12 @@ def check(
     *,
     fresh: bool,
     layers_for: LayersFor = placeholder_layers,
+    source: ModelSource | None = None,
 ) -> Plan:
     """Refuse the sweep now, or say how to open it.
+
+    Args:
+        source: the model the conversion workers load while the devices are probed.
 
     Raises:
         SweepChanged: the studies were made for another model or spec (exit 2).
@@ -79,6 +83,8 @@ def check(
         check_fingerprint(spec.name, studies.fingerprint_of(study), fingerprint)
         sweep_id = sweep_id or studies.sweep_id_of(study)
     executor.start(spec.devices)
+    if source is not None:
+        executor.warm_converters(source, spec.space.runtimes)
     devices = {}
     for name in spec.devices:
         caps = executor.capabilities(name)

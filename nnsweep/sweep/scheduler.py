@@ -35,16 +35,47 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from nnsweep.core.config import DeploymentConfig
+from nnsweep.artifacts.key import conversion_fields
+from nnsweep.core.config import DeploymentConfig, canonical_json
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.lifecycle import Phase, Role, Ticket
 
-__all__ = ["Action", "Admission", "DeviceState", "Scheduler", "Settlement", "execution_key", "reuse_key"]
+__all__ = [
+    "Action",
+    "Admission",
+    "DeviceState",
+    "Scheduler",
+    "Settlement",
+    "conversion_digest",
+    "default_depth",
+    "execution_key",
+    "reuse_key",
+]
+
+
+def default_depth(converters: Mapping[str, int]) -> int:
+    """Trials in flight per device: three per conversion slot (3 with one slot).
+
+    A device measures only while nothing converts on its machine, so what is converted
+    waits, ready, until the slots are all free at once, and a ready trial still counts as
+    in flight. Too few in flight and the slots idle: with 3 on two slots a sweep ran in
+    waves (two conversions, the third alone on one core, then the measurements). Three per
+    slot keeps them fed between batches of measurements, while the sampler's proposals
+    lag its results by at most that many trials (the study's constant liar covers them).
+    """
+    return 3 * max(1, sum(converters.values()))
 
 
 def reuse_key(model_digest: str, config: DeploymentConfig) -> str:
     """What makes two trials the same measurement on one device: the model and the configuration."""
     return hashlib.sha256(f"{model_digest}\0{config.digest()}".encode()).hexdigest()
+
+
+def conversion_digest(config: DeploymentConfig) -> str:
+    """What makes two trials one conversion: the configuration less its runtime-only knobs
+    (threads), as in the artifact key. A trial at 2 threads joins the conversion of the
+    same configuration at 1 thread under way instead of converting the same bytes again."""
+    return hashlib.sha256(canonical_json(conversion_fields(config)).encode()).hexdigest()
 
 
 def execution_key(artifact_sha: str, ticket: Ticket) -> tuple[str, str, tuple[str, ...], int]:
@@ -234,10 +265,10 @@ class Scheduler:
         ticket.artifact_sha = artifact_sha
         ticket.move(Phase.READY, now)
 
-    def converting(self, config_digest: str) -> list[Ticket]:
-        """Tickets waiting for the conversion of this configuration (any device)."""
+    def converting(self, digest: str) -> list[Ticket]:
+        """Tickets waiting for the conversion with this :func:`conversion_digest` (any device)."""
         return [
-            t for d in self.devices.values() for t in d.live(Phase.CONVERTING) if t.config.digest() == config_digest
+            t for d in self.devices.values() for t in d.live(Phase.CONVERTING) if conversion_digest(t.config) == digest
         ]
 
     def quiet(self) -> bool:
@@ -253,8 +284,8 @@ class Scheduler:
     def plan(self, now: float) -> list[Action]:
         """What to start now, measurements first (a device waiting on a ready artifact is wasted time)."""
         actions: list[Action] = []
-        converting = {  # configuration digest -> the machine converting it
-            t.config.digest(): t.converted_on
+        converting = {  # conversion digest -> the machine converting it
+            conversion_digest(t.config): t.converted_on
             for d in self.devices.values()
             for t in d.live(Phase.CONVERTING)
             if t.converted_on is not None
@@ -292,7 +323,7 @@ class Scheduler:
         actions: list[Action] = []
         for d in self.devices.values():
             for ticket in list(d.live(Phase.PROPOSED)):
-                digest = ticket.config.digest()
+                digest = conversion_digest(ticket.config)
                 if digest in converting:  # joins the conversion already under way
                     ticket.converted_on = converting[digest]
                     ticket.move(Phase.CONVERTING, now)
