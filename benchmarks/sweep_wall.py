@@ -90,36 +90,28 @@ class _PeakMemory:
         return self.peak_mb
 
 
-def _floor(spec_path: Path) -> tuple[float, float, dict[str, float]]:
-    """(conversion seconds spent, timed-run seconds, conversion seconds per configuration).
+def _floor(spec_path: Path) -> tuple[float, float, dict[str, float], int]:
+    """(conversion seconds spent, timed-run seconds, conversion seconds per conversion by the
+    label of the trial that spent them, the distinct configurations measured).
 
     Trials that differ only in threads share one conversion: the one that joined it under
     way spent its wait, not conversion work, so each conversion counts once, at the longest
     time a trial spent in it."""
+    from nnsweep.artifacts.key import conversion_digest
     from nnsweep.spec import load_spec
-    from nnsweep.sweep.scheduler import conversion_digest
     from nnsweep.sweep.studies import open_study, study_records
 
-    spec = load_spec(spec_path)
-    records = study_records(open_study(spec, "host"))
-    timed = 0.0
-    conversions: dict[str, tuple[float, str]] = {}  # conversion digest -> (seconds, the label of who spent them)
+    records = study_records(open_study(load_spec(spec_path), "host"))
+    timed = sum(sum(r.samples_ms) for r in records) / 1000.0
+    conversions: dict[str, tuple[float, str]] = {}  # conversion digest -> (seconds, who spent them)
     for r in records:
         seconds = float(r.metrics.get("time_converting_s", 0.0))
         digest = conversion_digest(r.config)
         if seconds > conversions.get(digest, (0.0, ""))[0]:
             conversions[digest] = (seconds, r.config.label())
-        timed += sum(r.samples_ms) / 1000.0
     per_config = {label: seconds for seconds, label in conversions.values()}
-    return sum(per_config.values()), timed, per_config
-
-
-def _configurations(spec_path: Path) -> set[str]:
-    """The distinct configurations the sweep measured (thread counts apart)."""
-    from nnsweep.spec import load_spec
-    from nnsweep.sweep.studies import open_study, study_records
-
-    return {r.config.digest() for r in study_records(open_study(load_spec(spec_path), "host")) if r.samples_ms}
+    distinct = len({r.config.digest() for r in records if r.samples_ms})
+    return sum(per_config.values()), timed, per_config, distinct
 
 
 def main() -> int:
@@ -149,14 +141,13 @@ def main() -> int:
         print(f"nnsweep run exited {proc.returncode}")
         return 1
     time_line = next((line for line in output.splitlines() if line.startswith("Time: ")), "Time: (not printed)")
-    converting, timed, per_config = _floor(spec_path)
+    converting, timed, per_config, distinct = _floor(spec_path)
     floor = converting + timed
     print(f"wall {wall:.1f} s; peak memory of the process tree {peak:.0f} MB")
     print(f"sweep's {time_line}")
     print(f"floor {floor:.1f} s = conversion seconds spent {converting:.1f} s + timed runs {timed:.2f} s")
     print(f"wall / floor {wall / floor:.2f}" if floor > 0 else "wall / floor: n/a")
     if per_config:
-        distinct = len(_configurations(spec_path))
         print(
             f"conversion seconds per distinct configuration: {converting / distinct:.1f} s "
             f"({converting:.1f} s over the {distinct} configurations measured; {len(per_config)} conversions)"

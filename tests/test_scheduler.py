@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from nnsweep.artifacts.key import conversion_digest
 from nnsweep.core.config import DeploymentConfig, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep import outcomes
@@ -17,7 +18,6 @@ from nnsweep.sweep.scheduler import (
     Admission,
     DeviceState,
     Scheduler,
-    conversion_digest,
     default_depth,
     reuse_key,
 )

@@ -34,6 +34,7 @@ __all__ = [
     "assemble",
     "cached",
     "convert",
+    "for_config",
     "measure",
     "run_artifact",
     "toolchain_failure",
@@ -79,7 +80,7 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
         artifact, hit = cache.get_or_build(key, config, toolchain, build)
     except OSError as exc:
         raise _storage_error(exc, cache.root) from exc
-    return _for(artifact, config), hit
+    return for_config(artifact, config), hit
 
 
 def toolchain_failure(config: DeploymentConfig, toolchain: dict[str, str], exc: BaseException) -> str:
@@ -120,10 +121,10 @@ _CONVERT_LOCK = threading.Lock()
 def cached(model_digest: str, config: DeploymentConfig, cache: ArtifactCache) -> Artifact | None:
     """The artifact for ``config`` if this machine's cache already holds it (no conversion)."""
     found = cache.get(artifact_key(model_digest, config)[0])
-    return _for(found, config) if found is not None else None
+    return for_config(found, config) if found is not None else None
 
 
-def _for(artifact: Artifact, config: DeploymentConfig) -> Artifact:
+def for_config(artifact: Artifact, config: DeploymentConfig) -> Artifact:
     """The cached artifact as ``config``'s: an entry built for another thread count (a
     runtime-only knob, not in the key) holds the same bytes; it runs with ``config``'s."""
     return artifact if artifact.config == config else dataclasses.replace(artifact, config=config)

@@ -33,7 +33,15 @@ from pathlib import Path
 from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig, canonical_json
 
-__all__ = ["artifact_key", "cache_key", "conversion_fields", "runtime_toolchain", "stage_key", "toolchain_versions"]
+__all__ = [
+    "artifact_key",
+    "cache_key",
+    "conversion_digest",
+    "conversion_fields",
+    "runtime_toolchain",
+    "stage_key",
+    "toolchain_versions",
+]
 
 _CONVERTERS = Path(__file__).resolve().parent.parent / "convert"
 
@@ -63,6 +71,13 @@ def conversion_fields(config: DeploymentConfig) -> dict[str, object]:
             raise KeyError(f"{config.runtime}: runtime-only knob {knob!r} is not a DeploymentConfig field")
         del fields[knob]
     return fields
+
+
+def conversion_digest(config: DeploymentConfig) -> str:
+    """What makes two configurations of one model one conversion: :func:`conversion_fields`
+    hashed, without the model and the toolchain (equal within a sweep). A trial at 2 threads
+    joins the conversion of the same configuration at 1 thread under way."""
+    return hashlib.sha256(canonical_json(conversion_fields(config)).encode()).hexdigest()
 
 
 def artifact_key(model_digest: str, config: DeploymentConfig) -> tuple[str, dict[str, str]]:

@@ -37,7 +37,7 @@ class ConverterWorker:
         from nnsweep.core import runtimes as registry
 
         try:
-            self.bundle(source, ArtifactCache(default_cache_dir() if ship else source.cache_root))
+            self.bundle(source, _cache(source, ship))
         except NnsweepError:
             return  # the first conversion loads it again and fails its trial with this reason
         for name in runtimes:
@@ -57,7 +57,7 @@ class ConverterWorker:
 
         if not request.ship:
             return self.convert_here(request)
-        cache = ArtifactCache(default_cache_dir())
+        cache = _cache(request.model, ship=True)
         artifact, hit = deploy.convert(self.bundle(request.model, cache), request.config, cache)
         return cache.pack(artifact), hit
 
@@ -65,12 +65,18 @@ class ConverterWorker:
         """Convert into the coordinator's cache (this worker shares its machine)."""
         from nnsweep.artifacts import deploy
 
-        cache = ArtifactCache(request.model.cache_root)
+        cache = _cache(request.model, ship=False)
         return deploy.convert(self.bundle(request.model, cache), request.config, cache)
 
     def machine(self) -> str:
         """The machine this worker runs on (:func:`node_machine`)."""
         return node_machine()
+
+
+def _cache(source: ModelSource, ship: bool) -> ArtifactCache:
+    """The cache a worker converts into: the coordinator's, or this machine's own when the
+    artifact is shipped back (the worker is on another machine)."""
+    return ArtifactCache(default_cache_dir() if ship else source.cache_root)
 
 
 def node_machine() -> str:

@@ -143,8 +143,10 @@ class Results:
             self._conversion_failed(waiting, reason, FailureKind.TRANSIENT, now)
             return
         self.stats.cache_hits += int(hit)
+        from nnsweep.artifacts.deploy import for_config
+
         for ticket in waiting:  # one artifact for every thread count that waited for it
-            self.host.remember(dataclasses.replace(artifact, config=ticket.config))
+            self.host.remember(for_config(artifact, ticket.config))
             self.scheduler.converted(ticket, artifact.sha256, now)
 
     def _again(self, ticket: Ticket, kind: FailureKind) -> bool:

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nnsweep.artifacts.key import conversion_digest
 from nnsweep.bench import MeasureSettings
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import InfrastructureError, SpecError
@@ -41,7 +42,7 @@ from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
 from nnsweep.sweep.host import HostSide
 from nnsweep.sweep.lifecycle import Phase, Ticket
 from nnsweep.sweep.recorder import Recorder
-from nnsweep.sweep.scheduler import Action, Admission, Scheduler, conversion_digest, default_depth, reuse_key
+from nnsweep.sweep.scheduler import Action, Admission, Scheduler, default_depth, reuse_key
 from nnsweep.sweep.space import suggest
 from nnsweep.sweep.state import SweepLock, fingerprint
 from nnsweep.sweep.studies import open_study, role_of, study_records

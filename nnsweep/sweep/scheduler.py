@@ -35,8 +35,8 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from nnsweep.artifacts.key import conversion_fields
-from nnsweep.core.config import DeploymentConfig, canonical_json
+from nnsweep.artifacts.key import conversion_digest
+from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.lifecycle import Phase, Role, Ticket
 
@@ -46,7 +46,6 @@ __all__ = [
     "DeviceState",
     "Scheduler",
     "Settlement",
-    "conversion_digest",
     "default_depth",
     "execution_key",
     "reuse_key",
@@ -69,13 +68,6 @@ def default_depth(converters: Mapping[str, int]) -> int:
 def reuse_key(model_digest: str, config: DeploymentConfig) -> str:
     """What makes two trials the same measurement on one device: the model and the configuration."""
     return hashlib.sha256(f"{model_digest}\0{config.digest()}".encode()).hexdigest()
-
-
-def conversion_digest(config: DeploymentConfig) -> str:
-    """What makes two trials one conversion: the configuration less its runtime-only knobs
-    (threads), as in the artifact key. A trial at 2 threads joins the conversion of the
-    same configuration at 1 thread under way instead of converting the same bytes again."""
-    return hashlib.sha256(canonical_json(conversion_fields(config)).encode()).hexdigest()
 
 
 def execution_key(artifact_sha: str, ticket: Ticket) -> tuple[str, str, tuple[str, ...], int]:
