@@ -101,3 +101,21 @@ def test_no_move_once_every_repair_and_neighbour_is_tried() -> None:
     best = record(0, int8(1), 0.99, 0.05)
     assert next_move([best], OBJECTIVES, SPACE, lambda c: True) is None
     assert next_move([], OBJECTIVES, SPACE, lambda c: False) is None  # nothing measured: the sampler's turn
+
+
+def test_a_repair_goes_at_once_to_the_float_count_an_earlier_repair_needed() -> None:
+    baseline = record(0, dataclasses.replace(int8(), quant=QuantConfig(QuantMode.FP32)), 0.99, 0.10)
+    repaired_before = record(1, int8(3), 0.99, 0.06)  # executorch met the constraint with 3 layers float
+    broken = record(2, int8(0, runtime="onnxruntime"), 0.77, 0.04)  # faster than that: worth repairing
+    move = next_move([baseline, repaired_before, broken], OBJECTIVES, SPACE, lambda c: False)
+    assert move == (int8(3, runtime="onnxruntime"), Role.REPAIR)  # not the next count, 1
+    assert repaired(int8(0), SPACE, at_least=2) == int8(3)  # the space's first count from there on
+    assert repaired(int8(1), SPACE, at_least=1) == int8(3)  # never fewer than the configuration keeps
+
+
+def test_neighbours_change_the_backend_order_or_the_mode_last() -> None:
+    found = neighbours(int8(1), SPACE)
+    coarse = [
+        i for i, c in enumerate(found) if c.backends != int8(1).backends or c.quant.mode is not QuantMode.STATIC_INT8
+    ]
+    assert coarse and coarse == list(range(len(found) - len(coarse), len(found)))

@@ -15,12 +15,19 @@ The coordinator queues a repair (role ``repair``) for a measured int8 trial that
 infeasible on accuracy and that the device's best feasible trial does not dominate
 (a repair keeps more layers float: it does not get faster, so one that is slower
 than the best already is no candidate); the chain stops at the first feasible count,
-at the space's highest count, or at a count already tried.
+at the space's highest count, or at a count already tried. What one chain learned is
+used by the next: a repair goes at once to the fewest float layers with which any int8
+trial on the device met the constraint (when that is above the next count), since the
+layers that break int8 are a property of the model, not of one runtime's configuration;
+it costs one trial more float than needed at worst, and refine tries one fewer.
 
 **Refine**: when a trial becomes the device's fastest feasible configuration, its
 untried neighbours (one parameter changed, the others kept: a float-layer count, a quantizer option, a
 partition limit, a granularity, a backend order, a mode, a thread count) are queued
-(role ``refine``), while it stays the best. It is the local search around the incumbent of SMAC and similar
+(role ``refine``), while it stays the best: the fine steps first, a change of backend
+order or quantization mode last, since the mode starts already measured each mode at
+its defaults and a different order changes which backend runs every operator: those
+are jumps to another region, not steps within the incumbent's. It is the local search around the incumbent of SMAC and similar
 tuners: the best configuration of a deployment space is often one knob away from the
 best one measured (a partition limit that splits the graph differently, one layer more
 or less in float), and TPE, which models each region as a whole, does not try those
@@ -67,12 +74,13 @@ def next_move(
         tried: whether a configuration was tried, or is being tried, on the device.
     """
     best = best_trial(records, objectives)
+    learned = _fewest_float_that_met(records)
     for r in sorted(records, key=lambda r: r.number, reverse=True):
         if r.status is not TrialStatus.OK or r.feasible is not False:
             continue
         if best is not None and dominates(best, r, objectives):
             continue
-        fix = repaired(r.config, space)
+        fix = repaired(r.config, space, at_least=learned)
         if fix is not None and not tried(fix):
             return fix, Role.REPAIR
     if best is not None:
@@ -82,8 +90,20 @@ def next_move(
     return None
 
 
-def repaired(config: DeploymentConfig, space: DeviceSpace) -> DeploymentConfig | None:
-    """``config`` with the next float-layer count of ``space`` (None: no repair).
+def _fewest_float_that_met(records: Sequence[TrialRecord]) -> int:
+    """The fewest float layers of an int8 trial that met the constraint (0: none did)."""
+    counts = [
+        len(r.config.quant.float_layers)
+        for r in records
+        if r.status is TrialStatus.OK and r.feasible and r.config.quant.float_layers
+    ]
+    return min(counts, default=0)
+
+
+def repaired(config: DeploymentConfig, space: DeviceSpace, *, at_least: int = 0) -> DeploymentConfig | None:
+    """``config`` with the next float-layer count of ``space`` (None: no repair); with
+    ``at_least``, the space's first count from there on if it holds one above the
+    configuration's (what an earlier repair on the device needed).
 
     None when the configuration is not int8, its runtime keeps no layers float on this
     device, or it already keeps the space's highest count.
@@ -94,7 +114,8 @@ def repaired(config: DeploymentConfig, space: DeviceSpace) -> DeploymentConfig |
     counts = sorted(k for k in space.choices[config.runtime].float_layers if k > len(quant.float_layers))
     if not counts:
         return None
-    layers = space.layers_for(config.runtime, quant.granularity, counts[0])
+    count = next((k for k in counts if k >= at_least), counts[0])
+    layers = space.layers_for(config.runtime, quant.granularity, count)
     if len(layers) <= len(quant.float_layers):  # the model has no more layers to keep float
         return None
     return dataclasses.replace(config, quant=dataclasses.replace(quant, float_layers=layers))
@@ -119,16 +140,21 @@ class _Answers:
         return int(value)
 
 
+def _coarse(name: str) -> bool:
+    """Whether a parameter is a backend order or a quantization mode (refined last)."""
+    return name.endswith((".backends", ".quant"))
+
+
 def neighbours(config: DeploymentConfig, space: DeviceSpace) -> list[DeploymentConfig]:
     """The configurations of ``space`` one parameter away from ``config``, the runtime
-    kept (a parameter a change brings in takes its first choice), in the order
-    :func:`suggest` asks the parameters, without repeats."""
+    kept (a parameter a change brings in takes its first choice), without repeats: in
+    the order :func:`suggest` asks the parameters, a change of backend order or mode last."""
     params = params_for(config, space)
     probe = _Answers(params)
     suggest(probe, space)  # type: ignore[arg-type]
     seen = {config.digest()}
     found = []
-    for name, choices in probe.asked.items():
+    for name, choices in sorted(probe.asked.items(), key=lambda item: _coarse(item[0])):
         if name == "runtime":
             continue
         for value in choices:
