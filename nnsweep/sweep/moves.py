@@ -22,16 +22,17 @@ layers that break int8 are a property of the model, not of one runtime's configu
 it costs one trial more float than needed at worst, and refine tries one fewer.
 
 **Refine**: when a trial becomes the device's fastest feasible configuration, its
-untried neighbours (one parameter changed, the others kept: a float-layer count, a quantizer option, a
-partition limit, a granularity, a backend order, a mode, a thread count) are queued
-(role ``refine``), while it stays the best: the fine steps first, a change of backend
-order or quantization mode last, since the mode starts already measured each mode at
-its defaults and a different order changes which backend runs every operator: those
-are jumps to another region, not steps within the incumbent's. It is the local search around the incumbent of SMAC and similar
-tuners: the best configuration of a deployment space is often one knob away from the
-best one measured (a partition limit that splits the graph differently, one layer more
-or less in float), and TPE, which models each region as a whole, does not try those
-single steps on purpose.
+untried neighbours (one parameter changed, the others kept: a float-layer count, a
+quantizer option, a partition limit, a granularity, a backend order, a mode, a thread
+count) are queued (role ``refine``), while it stays the best: the fine steps first, a
+change of backend order or quantization mode last, since the mode starts already
+measured each mode at its defaults and a different order changes which backend runs
+every operator: those are jumps to another region, not steps within the incumbent's.
+It is the local search around the incumbent of SMAC and similar tuners: the best
+configuration of a deployment space is often one knob away from the best one measured
+(a partition limit that splits the graph differently, one layer more or less in
+float), and TPE, which models each region as a whole, does not try those single steps
+on purpose.
 
 :func:`next_move` is computed from the device's records alone, whenever the study has
 no queued trial left, so it needs no state of its own and a resumed sweep goes on
