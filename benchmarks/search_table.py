@@ -99,7 +99,15 @@ HELDOUT_SPEC: dict[str, Any] = {
 """The ``--space heldout`` table's spec: :data:`OUTLIER_SPEC`'s space on the held-out model
 (``benchmarks/heldout_model.py``), which the sampler was not designed on."""
 
-SPACES: dict[str, dict[str, Any]] = {"outlier": OUTLIER_SPEC, "heldout": HELDOUT_SPEC}
+HYBRID_SPEC: dict[str, Any] = {
+    **OUTLIER_SPEC,
+    "name": "search_table_hybrid",
+    "model": "heldout_hybrid.py:heldout_hybrid",
+}
+"""The ``--space hybrid`` table's spec: the same space on the second held-out model
+(``benchmarks/heldout_hybrid.py``), written after the moves were changed on the first."""
+
+SPACES: dict[str, dict[str, Any]] = {"outlier": OUTLIER_SPEC, "heldout": HELDOUT_SPEC, "hybrid": HYBRID_SPEC}
 """The named spaces (``--space``), each an inline spec; ``quickstart`` reads ``--spec`` instead."""
 
 SPEC_SOURCE = Path(__file__).resolve()
@@ -258,7 +266,7 @@ def main() -> None:
         choices=("quickstart", *SPACES),
         default="quickstart",
         help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision); "
-        "heldout: HELDOUT_SPEC (the same space on the held-out model)",
+        "heldout: HELDOUT_SPEC (the same space on the held-out model); hybrid: HYBRID_SPEC (on the second)",
     )
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     parser.add_argument(
