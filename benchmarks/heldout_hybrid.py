@@ -4,7 +4,12 @@
 (``benchmarks/data/search_table_hybrid_threads1.json``). The coordinator's moves were
 changed after the first held-out table (``heldout_model.py``) was replayed, so that
 table no longer checks them; this one does. The model was written, and its table
-measured, after that change was committed and frozen.
+measured, after that change was committed and frozen. Its first version (32 features,
+a feed-forward width of 64) was measured and replayed once: int8 was no faster than
+fp32 there (ExecuTorch 36.6-40.3 us against 39.3-41.0 us in three fresh processes
+each), so its "best" was a tie decided by noise. The features and the feed-forward
+width were raised, so that the layers int8 can take carry most of the work; the moves
+were not changed.
 
 It differs from both earlier models in structure and in what int8 breaks:
 
@@ -19,28 +24,28 @@ It differs from both earlier models in structure and in what int8 breaks:
   so three layers (``block.expand``, ``block.dw``, ``block.project``) must stay float.
 
 Data: scikit-learn's bundled 8x8 digits upsampled to 16x16
-(``heldout_model.heldout_dataset``; nothing downloaded). Trained in about 9 s on one
+(``heldout_model.heldout_dataset``; nothing downloaded). Trained in about 15 s on one
 CPU thread with a fixed seed; the weights are cached under nnsweep's cache directory by
 the digest of this file, the toolchain and the data. ::
 
     stem             conv 3x3, 1 -> 16, BatchNorm, hardswish                 16 x 16 x 16
     block.expand     conv 1x1, 16 -> 64, hardswish (outlier channels)        64 x 16 x 16
     block.dw         depthwise conv 3x3, stride 2, hardswish                 64 x 8 x 8
-    block.project    conv 1x1, 64 -> 32, BatchNorm (block.norm)              32 x 8 x 8
-    tokens           64 tokens of 32 features (batch * tokens, 32)
-    attn.q/k/v       linear 32 -> 32; softmax(q k^T / sqrt(32)) v per image
-    attn.proj        linear 32 -> 32, + tokens
-    ffn.fc1, fc2     linear 32 -> 64, ReLU, linear 64 -> 32, + input
-    head             mean over tokens, linear 32 -> 10
+    block.project    conv 1x1, 64 -> 64, BatchNorm (block.norm)              64 x 8 x 8
+    tokens           64 tokens of 64 features (batch * tokens, 64)
+    attn.q/k/v       linear 64 -> 64; softmax(q k^T / sqrt(64)) v per image
+    attn.proj        linear 64 -> 64, + tokens
+    ffn.fc1, fc2     linear 64 -> 256, ReLU, linear 256 -> 64, + input
+    head             mean over tokens, linear 64 -> 10
 
 Every linear layer sees a 2-D input (tokens folded into the batch), as in
 ``heldout_model.py``: ExecuTorch's XNNPACK lowering refused 3-D inputs there.
 
 Why int8 hurts it: four of ``block.expand``'s output channels have their bias trained
 through a fixed gain of 256 (``torch.nn.utils.parametrize``, removed after training),
-so they sit near 4000 for every input while the other 60 reach about 15; the
+so they sit near 4000 for every input while the other 60 reach about 9; the
 projection's BatchNorm takes their near-constant contribution out again, so the float
-model trains (95.9 % top-1 on the 540 evaluation images, 30 epochs). Activations
+model trains (95.7 % top-1 on the 540 evaluation images, 30 epochs). Activations
 are quantized per tensor on every runtime, so the tensor after ``block.expand`` and,
 since a depthwise convolution keeps channels apart, the tensor after ``block.dw``
 leave the informative channels one or two levels.
@@ -68,12 +73,12 @@ NAME = "heldout_hybrid"
 SEED = 0
 EPOCHS = 30
 BATCH = 32
-LR = 1e-2
+LR = 3e-3
 STEM = 16
 EXPANDED = 64
-DIM = 32
+DIM = 64
 TOKENS = 64  # 8 x 8 after the depthwise stride
-FFN = 64
+FFN = 256
 OUTLIER_CHANNELS = (3, 21, 40, 58)
 OUTLIER_GAIN = 256.0
 OUTLIER_SHIFT = 16.0  # initial shift of the outlier channels, before the gain
