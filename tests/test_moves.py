@@ -119,3 +119,22 @@ def test_neighbours_change_the_backend_order_or_the_mode_last() -> None:
         i for i, c in enumerate(found) if c.backends != int8(1).backends or c.quant.mode is not QuantMode.STATIC_INT8
     ]
     assert coarse and coarse == list(range(len(found) - len(coarse), len(found)))
+
+
+def test_a_slower_trial_is_repaired_once_the_best_is_refined_if_a_repair_could_reach_the_front() -> None:
+    baseline = record(0, dataclasses.replace(int8(), quant=QuantConfig(QuantMode.FP32)), 0.99, 0.10)
+    best = record(1, int8(1), 0.985, 0.05)  # feasible, fastest, less accurate than fp32
+    slower = record(2, int8(0, runtime="onnxruntime"), 0.50, 0.07)  # the best dominates it as it is
+    beaten = record(3, int8(0, max_delegated_partitions=1), 0.50, 0.12)  # fp32 beats it
+    records = [baseline, best, slower, beaten]
+    # first the best's neighbours: a repair of ``slower`` cannot beat the best
+    tried = {r.config.digest() for r in records}
+    move = next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried)
+    assert move is not None and move[1] is Role.REFINE
+    # then ``slower``: with fp32's accuracy it would be a front point (more accurate than the best)
+    tried |= {c.digest() for c in neighbours(best.config, SPACE)}
+    move = next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried)
+    assert move == (int8(1, runtime="onnxruntime"), Role.REPAIR)
+    # never ``beaten``: even at fp32's accuracy, fp32 itself is faster
+    tried.add(int8(1, runtime="onnxruntime").digest())
+    assert next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried) is None

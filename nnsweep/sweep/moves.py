@@ -21,6 +21,14 @@ trial on the device met the constraint (when that is above the next count), sinc
 layers that break int8 are a property of the model, not of one runtime's configuration;
 it costs one trial more float than needed at worst, and refine tries one fewer.
 
+Once the best's neighbours are all tried, the front gets its repairs: a trial the best
+dominates is repaired after all if it could still reach the front, that is, if no
+feasible trial is at least as good as it would be with the accuracy of the most
+accurate feasible trial (a repair gains at most about that, and nothing on the other
+objectives). A slower int8 mode that a repair brings to fp32's accuracy is such a front
+point. Int8 noise can lift a repaired trial an image or two above that accuracy; those
+points are left to the sampler.
+
 **Refine**: when a trial becomes the device's fastest feasible configuration, its
 untried neighbours (one parameter changed, the others kept: a float-layer count, a
 quantizer option, a partition limit, a granularity, a backend order, a mode, a thread
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,6 +62,8 @@ from nnsweep.spec import Objective
 from nnsweep.sweep.front import best_trial, dominates
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.space import DeviceSpace, params_for, suggest
+
+ACCURACY = "accuracy"  # the metric the accuracy constraint is on (nnsweep.sweep.outcomes)
 
 __all__ = ["neighbours", "next_move", "repaired"]
 
@@ -66,7 +77,8 @@ def next_move(
     """The device's next trial if the coordinator makes one (None: the sampler proposes).
 
     First a repair, of the most recent infeasible int8 trial the best feasible trial does
-    not dominate; then the best feasible trial's first untried neighbour.
+    not dominate; then the best feasible trial's first untried neighbour; then a repair
+    of the most recent infeasible int8 trial that could still reach the front.
 
     Args:
         records: the device's told trials (their measured records suffice).
@@ -76,9 +88,12 @@ def next_move(
     """
     best = best_trial(records, objectives)
     learned = _fewest_float_that_met(records)
-    for r in sorted(records, key=lambda r: r.number, reverse=True):
-        if r.status is not TrialStatus.OK or r.feasible is not False:
-            continue
+    broken = [
+        r
+        for r in sorted(records, key=lambda r: r.number, reverse=True)
+        if r.status is TrialStatus.OK and r.feasible is False
+    ]
+    for r in broken:
         if best is not None and dominates(best, r, objectives):
             continue
         fix = repaired(r.config, space, at_least=learned)
@@ -88,7 +103,31 @@ def next_move(
         for near in neighbours(best.config, space):
             if not tried(near):
                 return near, Role.REFINE
+    feasible = [r for r in records if r.status is TrialStatus.OK and r.feasible]
+    for r in broken:
+        if _beaten_even_if_repaired(r, feasible, objectives):
+            continue
+        fix = repaired(r.config, space, at_least=learned)
+        if fix is not None and not tried(fix):
+            return fix, Role.REPAIR
     return None
+
+
+def _beaten_even_if_repaired(
+    record: TrialRecord, feasible: Sequence[TrialRecord], objectives: Sequence[Objective]
+) -> bool:
+    """Whether a feasible trial is at least as good as ``record`` would be with the
+    accuracy of the most accurate feasible trial: a repair keeps more layers float, so
+    it gains at most that accuracy and nothing on the other objectives."""
+    ceiling = max((r.metrics.get(ACCURACY, -math.inf) for r in feasible), default=-math.inf)
+    if not math.isfinite(ceiling):
+        return False
+    hoped = dataclasses.replace(record, metrics={**record.metrics, ACCURACY: ceiling})
+    return any(dominates(r, hoped, objectives) or _same_point(r, hoped, objectives) for r in feasible)
+
+
+def _same_point(a: TrialRecord, b: TrialRecord, objectives: Sequence[Objective]) -> bool:
+    return all(a.metrics.get(o.metric) == b.metrics.get(o.metric) for o in objectives)
 
 
 def _fewest_float_that_met(records: Sequence[TrialRecord]) -> int:
