@@ -107,7 +107,20 @@ HYBRID_SPEC: dict[str, Any] = {
 """The ``--space hybrid`` table's spec: the same space on the second held-out model
 (``benchmarks/heldout_hybrid.py``), written after the moves were changed on the first."""
 
-SPACES: dict[str, dict[str, Any]] = {"outlier": OUTLIER_SPEC, "heldout": HELDOUT_SPEC, "hybrid": HYBRID_SPEC}
+RESNET_SPEC: dict[str, Any] = {
+    **OUTLIER_SPEC,
+    "name": "search_table_resnet",
+    "model": "heldout_resnet.py:heldout_resnet",
+}
+"""The ``--space resnet`` table's spec: the same space on the third held-out model
+(``benchmarks/heldout_resnet.py``), written after the repair rule was changed on the second."""
+
+SPACES: dict[str, dict[str, Any]] = {
+    "outlier": OUTLIER_SPEC,
+    "heldout": HELDOUT_SPEC,
+    "hybrid": HYBRID_SPEC,
+    "resnet": RESNET_SPEC,
+}
 """The named spaces (``--space``), each an inline spec; ``quickstart`` reads ``--spec`` instead."""
 
 SPEC_SOURCE = Path(__file__).resolve()
@@ -266,7 +279,7 @@ def main() -> None:
         choices=("quickstart", *SPACES),
         default="quickstart",
         help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision); "
-        "heldout: HELDOUT_SPEC (the same space on the held-out model); hybrid: HYBRID_SPEC (on the second)",
+        "heldout: HELDOUT_SPEC (the same space on the held-out model); hybrid: HYBRID_SPEC (on the second); resnet: RESNET_SPEC (on the third)",
     )
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     parser.add_argument(
