@@ -279,7 +279,8 @@ def main() -> None:
         choices=("quickstart", *SPACES),
         default="quickstart",
         help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision); "
-        "heldout: HELDOUT_SPEC (the same space on the held-out model); hybrid: HYBRID_SPEC (on the second); resnet: RESNET_SPEC (on the third)",
+        "heldout: HELDOUT_SPEC (the same space on the held-out model); hybrid: HYBRID_SPEC (on the second); "
+        "resnet: RESNET_SPEC (on the third)",
     )
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     parser.add_argument(
