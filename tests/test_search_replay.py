@@ -232,3 +232,16 @@ def test_the_summary_says_whether_the_best_is_a_default_deployment() -> None:
     table.__post_init__()
     assert replay.best_described(table) == [(replay.best_described(table)[0][0], "a baseline")]
     assert "a baseline" in replay.summarise(table, [])
+
+
+def test_a_configuration_within_3_percent_of_the_best_counts_as_near_it() -> None:
+    table = _table()
+    best = next(d for d, o in table.outcomes.items() if o.values == table.best)
+    close = next(d for d, o in table.outcomes.items() if d != best and o.values is not None)
+    # a feasible configuration 2 % slower than the best, measured first: near at trial 1, best later
+    table.outcomes[close] = replay.Outcome((table.best[0], table.best[1] * 1.02), "close")
+    run = replay.replay_random(table, 0, first=[table.configs[close], table.configs[best]])
+    assert (run.near_at, run.best_at) == (1, 2)
+    table.outcomes[close] = replay.Outcome((table.best[0], table.best[1] * 1.05), "close")  # 5 %: not near
+    run = replay.replay_random(table, 0, first=[table.configs[close], table.configs[best]])
+    assert (run.near_at, run.best_at) == (2, 2)
