@@ -63,7 +63,7 @@ from nnsweep.sweep.front import best_trial, dominates
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.space import DeviceSpace, params_for, suggest
 
-ACCURACY = "accuracy"  # the metric the accuracy constraint is on (nnsweep.sweep.outcomes)
+_ACCURACY = "accuracy"  # the metric the accuracy constraint is on (nnsweep.sweep.outcomes)
 
 __all__ = ["neighbours", "next_move", "repaired"]
 
@@ -93,23 +93,28 @@ def next_move(
         for r in sorted(records, key=lambda r: r.number, reverse=True)
         if r.status is TrialStatus.OK and r.feasible is False
     ]
-    for r in broken:
-        if best is not None and dominates(best, r, objectives):
-            continue
-        fix = repaired(r.config, space, at_least=learned)
-        if fix is not None and not tried(fix):
-            return fix, Role.REPAIR
+    could_win = [r for r in broken if best is None or not dominates(best, r, objectives)]
+    if (fix := _first_repair(could_win, space, learned, tried)) is not None:
+        return fix, Role.REPAIR
     if best is not None:
         for near in neighbours(best.config, space):
             if not tried(near):
                 return near, Role.REFINE
     feasible = [r for r in records if r.status is TrialStatus.OK and r.feasible]
-    for r in broken:
-        if _beaten_even_if_repaired(r, feasible, objectives):
-            continue
+    could_reach_front = [r for r in broken if not _beaten_even_if_repaired(r, feasible, objectives)]
+    if (fix := _first_repair(could_reach_front, space, learned, tried)) is not None:
+        return fix, Role.REPAIR
+    return None
+
+
+def _first_repair(
+    candidates: Sequence[TrialRecord], space: DeviceSpace, learned: int, tried: Callable[[DeploymentConfig], bool]
+) -> DeploymentConfig | None:
+    """The first candidate's untried repair (None: none has one)."""
+    for r in candidates:
         fix = repaired(r.config, space, at_least=learned)
         if fix is not None and not tried(fix):
-            return fix, Role.REPAIR
+            return fix
     return None
 
 
@@ -119,10 +124,10 @@ def _beaten_even_if_repaired(
     """Whether a feasible trial is at least as good as ``record`` would be with the
     accuracy of the most accurate feasible trial: a repair keeps more layers float, so
     it gains at most that accuracy and nothing on the other objectives."""
-    ceiling = max((r.metrics.get(ACCURACY, -math.inf) for r in feasible), default=-math.inf)
+    ceiling = max((r.metrics.get(_ACCURACY, -math.inf) for r in feasible), default=-math.inf)
     if not math.isfinite(ceiling):
         return False
-    hoped = dataclasses.replace(record, metrics={**record.metrics, ACCURACY: ceiling})
+    hoped = dataclasses.replace(record, metrics={**record.metrics, _ACCURACY: ceiling})
     return any(dominates(r, hoped, objectives) or _same_point(r, hoped, objectives) for r in feasible)
 
 
