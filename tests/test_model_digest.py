@@ -43,3 +43,19 @@ def test_an_edited_forward_with_the_same_weights_changes_the_digest(tmp_path: Pa
 
 def test_a_layer_argument_no_weight_shows_changes_the_digest(tmp_path: Path) -> None:
     assert _digest(tmp_path, "a", stride=2) != _digest(tmp_path, "a", stride=1)
+
+
+def test_a_model_file_imports_the_modules_beside_it(tmp_path: Path) -> None:
+    folder = tmp_path / "models_beside"
+    folder.mkdir()
+    (folder / "nnsweep_test_blocks.py").write_text(
+        "import torch\n\n\nclass Block(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.conv = torch.nn.Conv2d(1, 4, 3)\n\n"
+        "    def forward(self, x):\n        return self.conv(x).relu()\n"
+    )
+    (folder / "net.py").write_text(
+        "import torch\nfrom nnsweep_test_blocks import Block\n\n\n"
+        "def build():\n    torch.manual_seed(0)\n    return Block().eval(), torch.randn(1, 1, 8, 8)\n"
+    )
+    bundle = load_model(f"{folder / 'net.py'}:build")
+    assert type(bundle.module).__name__ == "Block"

@@ -210,6 +210,10 @@ def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBund
     try:
         if kind == "file":
             path = Path(head).resolve()
+            if str(path.parent) not in sys.path:
+                # as for a script, the modules beside the file import; appended, so they
+                # never shadow an installed package
+                sys.path.append(str(path.parent))
             spec = importlib.util.spec_from_file_location(f"nnsweep_user_{path.stem}", path)
             if spec is None or spec.loader is None:
                 raise ImportError(f"cannot load {path}")
