@@ -24,7 +24,7 @@ It differs from both earlier models in structure and in what int8 breaks:
   so three layers (``block.expand``, ``block.dw``, ``block.project``) must stay float.
 
 Data: scikit-learn's bundled 8x8 digits upsampled to 16x16
-(``heldout_model.heldout_dataset``; nothing downloaded). Trained in about 15 s on one
+(``heldout_common.heldout_dataset``; nothing downloaded). Trained in about 15 s on one
 CPU thread with a fixed seed; the weights are cached under nnsweep's cache directory by
 the digest of this file, the toolchain and the data. ::
 
@@ -55,24 +55,17 @@ Use it as a model reference: ``benchmarks/heldout_hybrid.py:heldout_hybrid``.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import importlib.util
 import math
 from pathlib import Path
 
 import torch
+from heldout_common import train_with_outliers, trained
 from torch import nn
-from torch.nn.utils import parametrize
 
-from nnsweep.artifacts.cache import default_cache_dir
 from nnsweep.models import Dataset, Split
-from nnsweep.models._trained import train_one_cycle, trained_bundle
 
 NAME = "heldout_hybrid"
-SEED = 0
 EPOCHS = 30
-BATCH = 32
 LR = 3e-3
 STEM = 16
 EXPANDED = 64
@@ -82,32 +75,6 @@ FFN = 256
 OUTLIER_CHANNELS = (3, 21, 40, 58)
 OUTLIER_GAIN = 256.0
 OUTLIER_SHIFT = 16.0  # initial shift of the outlier channels, before the gain
-
-
-def heldout_dataset() -> Dataset:
-    """The first held-out model's data (``heldout_model.heldout_dataset``), loaded from
-    beside this file: nnsweep loads a model file by its path, not as a package."""
-    path = Path(__file__).with_name("heldout_model.py")
-    spec = importlib.util.spec_from_file_location("_nnsweep_heldout_model", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    data: Dataset = module.heldout_dataset()
-    return data
-
-
-class _Gain(nn.Module):
-    """Multiplies a parameter by a fixed per-channel gain (a reparameterisation)."""
-
-    gain: torch.Tensor
-
-    def __init__(self, gain: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("gain", gain)
-
-    def forward(self, value: torch.Tensor) -> torch.Tensor:
-        return value * self.gain
 
 
 class InvertedResidual(nn.Module):
@@ -175,40 +142,15 @@ class HybridNet(nn.Module):
         return self.head(x.reshape(-1, TOKENS, DIM).mean(dim=1))
 
 
-def _train(model: HybridNet, data: Split) -> None:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the same weights on every machine
-    try:
-        expand = model.block.expand
-        gain = torch.ones(EXPANDED)
-        gain[list(OUTLIER_CHANNELS)] = OUTLIER_GAIN
-        parametrize.register_parametrization(expand, "bias", _Gain(gain))
-        with torch.no_grad():  # the outlier channels start with a large shift: near-constant, bias-like
-            original: torch.Tensor = expand.parametrizations["bias"].original  # type: ignore[union-attr,index]
-            original[list(OUTLIER_CHANNELS)] = OUTLIER_SHIFT
-        train_one_cycle(model, data, epochs=EPOCHS, batch=BATCH, lr=LR, seed=SEED)
-        parametrize.remove_parametrizations(expand, "bias", leave_parametrized=True)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _recipe_digest(data: Dataset) -> str:
-    versions = [importlib.metadata.version(p) for p in ("torch", "scikit-learn")]
-    h = hashlib.sha256(Path(__file__).read_bytes())  # the recipe is this file: any edit retrains
-    h.update(repr((versions, data.train.digest() if data.train else "")).encode())
-    return h.hexdigest()
+def _train(model: nn.Module, data: Split) -> None:
+    if not isinstance(model, HybridNet):
+        raise TypeError(f"a HybridNet, not {type(model).__name__}")
+    train_with_outliers(
+        model, data, model.block.expand, OUTLIER_CHANNELS, gain=OUTLIER_GAIN, shift=OUTLIER_SHIFT, epochs=EPOCHS, lr=LR
+    )
 
 
 def heldout_hybrid() -> tuple[nn.Module, torch.Tensor, Dataset]:
     """The trained model, an example input (batch 1) and its data: a model function for
     nnsweep (``benchmarks/heldout_hybrid.py:heldout_hybrid``)."""
-    data = heldout_dataset()
-    torch.manual_seed(SEED)
-    model = HybridNet()
-    if data.train is None:
-        raise RuntimeError("no training split")
-    train = data.train
-    bundle = trained_bundle(
-        NAME, model, data, _recipe_digest(data), default_cache_dir() / "models", lambda: _train(model, train)
-    )
-    return bundle.module, bundle.example_input, data
+    return trained(NAME, HybridNet, Path(__file__), _train)

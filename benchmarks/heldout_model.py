@@ -47,26 +47,19 @@ Use it as a model reference: ``benchmarks/heldout_model.py:heldout_mixer``.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 from pathlib import Path
 
-import numpy as np
 import torch
+from heldout_common import SIZE, heldout_dataset, train_with_outliers, trained
 from torch import nn
-from torch.nn.utils import parametrize
 
-from nnsweep.artifacts.cache import default_cache_dir
 from nnsweep.models import Dataset, Split
-from nnsweep.models._trained import train_one_cycle, trained_bundle
-from nnsweep.models.digits import digits_dataset
+
+__all__ = ["heldout_dataset", "heldout_mixer"]
 
 NAME = "heldout_mixer"
-SEED = 0
 EPOCHS = 15
-BATCH = 32
 LR = 3e-3
-SIZE = 16  # tokens x pixels per token, after upsampling
 DIM = 128
 TOKEN_HIDDEN = 64
 HIDDEN = 512
@@ -75,19 +68,6 @@ OUTLIER_BLOCK = 0  # the block whose fc1 bias carries the outlier channels
 OUTLIER_CHANNELS = (5, 77, 200, 431)
 OUTLIER_GAIN = 256.0
 OUTLIER_SHIFT = 16.0  # initial shift of the outlier channels, before the gain
-
-
-class _Gain(nn.Module):
-    """Multiplies a parameter by a fixed per-channel gain (a reparameterisation)."""
-
-    gain: torch.Tensor
-
-    def __init__(self, gain: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("gain", gain)
-
-    def forward(self, value: torch.Tensor) -> torch.Tensor:
-        return value * self.gain
 
 
 class Mixer(nn.Module):
@@ -123,21 +103,6 @@ class MixerNet(nn.Module):
         return self.head(x.reshape(-1, SIZE, DIM).mean(dim=1))
 
 
-def heldout_dataset() -> Dataset:
-    """The ``digits`` splits, upsampled to 16x16 (bilinear)."""
-    base = digits_dataset()
-
-    def up(split: Split) -> Split:
-        x = nn.functional.interpolate(
-            torch.from_numpy(split.inputs), size=(SIZE, SIZE), mode="bilinear", align_corners=False
-        )
-        return Split(np.ascontiguousarray(x.numpy()), split.labels)
-
-    if base.train is None:
-        raise RuntimeError("digits_dataset() has no training split")
-    return Dataset(train=up(base.train), calibration=up(base.calibration), evaluation=up(base.evaluation))
-
-
 def _outlier_linear(model: MixerNet) -> nn.Linear:
     block = model.mixers[OUTLIER_BLOCK]
     if not isinstance(block, Mixer):
@@ -145,40 +110,16 @@ def _outlier_linear(model: MixerNet) -> nn.Linear:
     return block.fc1
 
 
-def _train(model: MixerNet, data: Split) -> None:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the same weights on every machine
-    try:
-        fc1 = _outlier_linear(model)
-        gain = torch.ones(HIDDEN)
-        gain[list(OUTLIER_CHANNELS)] = OUTLIER_GAIN
-        parametrize.register_parametrization(fc1, "bias", _Gain(gain))
-        with torch.no_grad():  # the outlier channels start with a large shift: near-constant, bias-like
-            original: torch.Tensor = fc1.parametrizations["bias"].original  # type: ignore[union-attr,index]
-            original[list(OUTLIER_CHANNELS)] = OUTLIER_SHIFT
-        train_one_cycle(model, data, epochs=EPOCHS, batch=BATCH, lr=LR, seed=SEED)
-        parametrize.remove_parametrizations(fc1, "bias", leave_parametrized=True)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _recipe_digest(data: Dataset) -> str:
-    versions = [importlib.metadata.version(p) for p in ("torch", "scikit-learn")]
-    source = Path(__file__).read_bytes()  # the recipe is this file: any edit retrains
-    h = hashlib.sha256(source)
-    h.update(repr((versions, data.train.digest() if data.train else "")).encode())
-    return h.hexdigest()
+def _train(model: nn.Module, data: Split) -> None:
+    if not isinstance(model, MixerNet):
+        raise TypeError(f"a MixerNet, not {type(model).__name__}")
+    fc1 = _outlier_linear(model)
+    train_with_outliers(
+        model, data, fc1, OUTLIER_CHANNELS, gain=OUTLIER_GAIN, shift=OUTLIER_SHIFT, epochs=EPOCHS, lr=LR
+    )
 
 
 def heldout_mixer() -> tuple[nn.Module, torch.Tensor, Dataset]:
     """The trained model, an example input (batch 1) and its data: a model function for
     nnsweep (``benchmarks/heldout_model.py:heldout_mixer``)."""
-    data = heldout_dataset()
-    torch.manual_seed(SEED)
-    model = MixerNet()
-    if data.train is None:
-        raise RuntimeError("no training split")
-    train = data.train
-    cache = default_cache_dir() / "models"
-    bundle = trained_bundle(NAME, model, data, _recipe_digest(data), cache, lambda: _train(model, train))
-    return bundle.module, bundle.example_input, data
+    return trained(NAME, MixerNet, Path(__file__), _train)

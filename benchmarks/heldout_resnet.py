@@ -20,7 +20,7 @@ A first version put a gain on four weight columns of a linear layer instead; its
 float model routed most of its information through those columns, so int8 cost it 0.4
 points only (fake-quantized weights, per channel), and it was dropped before any table.
 
-Data: scikit-learn's bundled 8x8 digits upsampled to 16x16 (``heldout_model.heldout_dataset``;
+Data: scikit-learn's bundled 8x8 digits upsampled to 16x16 (``heldout_common.heldout_dataset``;
 nothing downloaded). Trained in seconds on one CPU thread with a fixed seed; the
 weights are cached under nnsweep's cache directory by the digest of this file, the
 toolchain and the data. ::
@@ -37,55 +37,22 @@ Use it as a model reference: ``benchmarks/heldout_resnet.py:heldout_resnet``.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import importlib.util
 from pathlib import Path
 
 import torch
+from heldout_common import train_with_outliers, trained
 from torch import nn
-from torch.nn.utils import parametrize
 
-from nnsweep.artifacts.cache import default_cache_dir
 from nnsweep.models import Dataset, Split
-from nnsweep.models._trained import train_one_cycle, trained_bundle
 
 NAME = "heldout_resnet"
-SEED = 0
 EPOCHS = 20
-BATCH = 32
 LR = 3e-3
 WIDTH = 32
 HIDDEN = 128
 OUTLIER_CHANNELS = (2, 11, 19, 27)
 OUTLIER_GAIN = 256.0
 OUTLIER_SHIFT = 16.0  # initial shift of the outlier channels, before the gain
-
-
-def heldout_dataset() -> Dataset:
-    """The first held-out model's data (``heldout_model.heldout_dataset``), loaded from
-    beside this file: nnsweep loads a model file by its path, not as a package."""
-    path = Path(__file__).with_name("heldout_model.py")
-    spec = importlib.util.spec_from_file_location("_nnsweep_heldout_model", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    data: Dataset = module.heldout_dataset()
-    return data
-
-
-class _Gain(nn.Module):
-    """Multiplies a parameter by a fixed per-channel gain (a reparameterisation)."""
-
-    gain: torch.Tensor
-
-    def __init__(self, gain: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("gain", gain)
-
-    def forward(self, value: torch.Tensor) -> torch.Tensor:
-        return value * self.gain
 
 
 class BasicBlock(nn.Module):
@@ -122,40 +89,15 @@ class ResNet(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-def _train(model: ResNet, data: Split) -> None:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the same weights on every machine
-    try:
-        bn = model.layer1.bn1
-        gain = torch.ones(WIDTH)
-        gain[list(OUTLIER_CHANNELS)] = OUTLIER_GAIN
-        parametrize.register_parametrization(bn, "bias", _Gain(gain))
-        with torch.no_grad():  # the outlier channels start with a large shift: near-constant, bias-like
-            original: torch.Tensor = bn.parametrizations["bias"].original  # type: ignore[union-attr,index]
-            original[list(OUTLIER_CHANNELS)] = OUTLIER_SHIFT
-        train_one_cycle(model, data, epochs=EPOCHS, batch=BATCH, lr=LR, seed=SEED)
-        parametrize.remove_parametrizations(bn, "bias", leave_parametrized=True)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _recipe_digest(data: Dataset) -> str:
-    versions = [importlib.metadata.version(p) for p in ("torch", "scikit-learn")]
-    h = hashlib.sha256(Path(__file__).read_bytes())  # the recipe is this file: any edit retrains
-    h.update(repr((versions, data.train.digest() if data.train else "")).encode())
-    return h.hexdigest()
+def _train(model: nn.Module, data: Split) -> None:
+    if not isinstance(model, ResNet):
+        raise TypeError(f"a ResNet, not {type(model).__name__}")
+    train_with_outliers(
+        model, data, model.layer1.bn1, OUTLIER_CHANNELS, gain=OUTLIER_GAIN, shift=OUTLIER_SHIFT, epochs=EPOCHS, lr=LR
+    )
 
 
 def heldout_resnet() -> tuple[nn.Module, torch.Tensor, Dataset]:
     """The trained model, an example input (batch 1) and its data: a model function for
     nnsweep (``benchmarks/heldout_resnet.py:heldout_resnet``)."""
-    data = heldout_dataset()
-    torch.manual_seed(SEED)
-    model = ResNet()
-    if data.train is None:
-        raise RuntimeError("no training split")
-    train = data.train
-    bundle = trained_bundle(
-        NAME, model, data, _recipe_digest(data), default_cache_dir() / "models", lambda: _train(model, train)
-    )
-    return bundle.module, bundle.example_input, data
+    return trained(NAME, ResNet, Path(__file__), _train)
