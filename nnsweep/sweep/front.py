@@ -22,6 +22,7 @@ __all__ = [
     "decide",
     "dominates",
     "pareto_front",
+    "weakly_dominates",
 ]
 
 _P50 = "latency_p50_ms"
@@ -47,6 +48,13 @@ def dominates(a: TrialRecord, b: TrialRecord, objectives: Sequence[Objective]) -
     (False when either lacks an objective)."""
     va, vb = _vector(a, objectives), _vector(b, objectives)
     return va is not None and vb is not None and _dominates(va, vb)
+
+
+def weakly_dominates(a: TrialRecord, b: TrialRecord, objectives: Sequence[Objective]) -> bool:
+    """Whether ``a`` is at least as good as ``b`` on every objective (equal counts; False
+    when either lacks an objective)."""
+    va, vb = _vector(a, objectives), _vector(b, objectives)
+    return va is not None and vb is not None and all(x >= y for x, y in zip(va, vb, strict=True))
 
 
 def pareto_front(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:

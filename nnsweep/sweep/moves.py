@@ -59,7 +59,7 @@ from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import SpecError
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
-from nnsweep.sweep.front import best_trial, dominates
+from nnsweep.sweep.front import best_trial, dominates, weakly_dominates
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.space import DeviceSpace, params_for, suggest
 
@@ -128,11 +128,7 @@ def _beaten_even_if_repaired(
     if not math.isfinite(ceiling):
         return False
     hoped = dataclasses.replace(record, metrics={**record.metrics, _ACCURACY: ceiling})
-    return any(dominates(r, hoped, objectives) or _same_point(r, hoped, objectives) for r in feasible)
-
-
-def _same_point(a: TrialRecord, b: TrialRecord, objectives: Sequence[Objective]) -> bool:
-    return all(a.metrics.get(o.metric) == b.metrics.get(o.metric) for o in objectives)
+    return any(weakly_dominates(r, hoped, objectives) for r in feasible)
 
 
 def _fewest_float_that_met(records: Sequence[TrialRecord]) -> int:
