@@ -244,8 +244,25 @@ def test_a_warm_worker_preloads_executorchs_python_runtime_only_where_torch_is(m
 
     from nnsweep.bench import _zygote
 
-    assert _zygote._preload("executorch") == ("executorch.runtime", "executorch.kernels.quantized")
+    assert _zygote._preload("executorch") == (
+        "torch",
+        "executorch.kernels.quantized",
+        "executorch.extension.pybindings._C",
+    )
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     assert _zygote._preload("executorch") == ()  # a lite board: the torch-free runner, nothing to preload
     assert _zygote._preload("onnxruntime") == ()
+
+
+def test_executorchs_runner_loads_the_runtime_without_its_compiler() -> None:
+    """A fresh measuring process imports ExecuTorch's C++ bindings, not ``executorch.exir``
+    (which ``executorch.runtime`` drags in: seconds of every re-measurement)."""
+    code = (
+        "import sys; from nnsweep.bench.runners.executorch import ExecuTorchRunner, bindings\n"
+        "ExecuTorchRunner.set_threads(1)\n"
+        "print(sorted(bindings()._get_registered_backend_names()), 'executorch.exir' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    backends, compiler = proc.stdout.rsplit(" ", 1)
+    assert "XnnpackBackend" in backends and compiler.strip() == "False"

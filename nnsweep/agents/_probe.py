@@ -78,11 +78,12 @@ def executorch_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
         versions["executorch"] = library.version
         versions["executorch-runner"] = f"nnsweep etlite (torch-free; ExecuTorch {library.version} libraries)"
         return (*(name for rid, name in names.items() if rid in registered), "portable")
+    from nnsweep.bench.runners.executorch import bindings
+
     try:
-        from executorch.runtime import Runtime
+        registered = set(bindings()._get_registered_backend_names())
     except ImportError:
         return None
-    registered = set(Runtime.get().backend_registry.registered_backend_names)
     return (*(name for rid, name in names.items() if rid in registered), "portable")
 
 

@@ -36,10 +36,10 @@ from pathlib import Path
 
 # Modules a runtime's runner imports only when it loads its first artifact; importing
 # them here (never loading a program) saves that in every child. Each entry names what
-# they need: ExecuTorch's Python runtime imports torch, and where torch is absent (a lite
+# they need: ExecuTorch's bindings import torch, and where torch is absent (a lite
 # board) the runner is the torch-free one, with nothing to preload.
 _PRELOAD: dict[str, tuple[str, tuple[str, ...]]] = {
-    "executorch": ("torch", ("executorch.runtime", "executorch.kernels.quantized")),
+    "executorch": ("torch", ("torch", "executorch.kernels.quantized", "executorch.extension.pybindings._C")),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,23 @@ _RUNTIME_IDS = {"xnnpack": "XnnpackBackend"}
 def torch_free() -> bool:
     """Whether ExecuTorch runs torch-free here: no PyTorch, so no Python bindings."""
     return importlib.util.find_spec("torch") is None
+
+
+@functools.cache
+def bindings() -> ModuleType:
+    """ExecuTorch's Python bindings of its C++ runtime (``executorch.extension.pybindings._C``).
+
+    ``executorch.runtime`` reaches the same module through ``pybindings.portable_lib``,
+    which imports ``executorch.exir``, the whole compiler, only to name a warning class:
+    2.7 s of every fresh measuring process here (docs/measurement.md). The bindings alone
+    take torch's import and the module's own 0.3 s. The portable quantized kernels (int8
+    ops no delegate took) are a separate library, loaded here too.
+    """
+    import executorch.kernels.quantized  # noqa: F401
+    import torch  # noqa: F401  (the bindings' inputs and outputs are torch tensors)
+    from executorch.extension.pybindings import _C
+
+    return _C
 
 
 @functools.cache
@@ -50,31 +68,28 @@ class ExecuTorchRunner(Runner):
         if torch_free():
             _etlite.set_threads(_lite_library(), threads)
             return
-        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-
-        _unsafe_reset_threadpool(threads)
+        bindings()._unsafe_reset_threadpool(threads)
 
     def load(self) -> None:
         if torch_free():
             self._load_lite()
             return
-        # The portable quantized kernels (int8 ops no delegate took) are a separate library.
-        import executorch.kernels.quantized  # noqa: F401
-        from executorch.runtime import Runtime
-
-        runtime = Runtime.get()
-        registered = set(runtime.backend_registry.registered_backend_names)
+        runtime = bindings()
+        registered = set(runtime._get_registered_backend_names())
         missing = [b for b in self.backends if b in _RUNTIME_IDS and _RUNTIME_IDS[b] not in registered]
         if missing:
             raise BenchmarkError(f"ExecuTorch runtime here lacks backend(s) {', '.join(missing)}")
         try:
-            program = runtime.load_program(self.path)
-            method = program.load_method("forward")
+            # The checks executorch.runtime.Runtime.load_program asks for by default.
+            program = runtime._load_program(
+                str(self.path), program_verification=runtime.Verification.InternalConsistency
+            )
+            if "forward" not in {program.get_method_name(i) for i in range(program.num_methods())}:
+                raise BenchmarkError(f"{self.path.name} has no forward method")
+            self._program = program  # the method runs in the program's memory: kept alive with it
+            self._method = program.load_method("forward")
         except RuntimeError as exc:
             raise BenchmarkError(f"cannot load {self.path.name}: {exc}") from exc
-        if method is None:
-            raise BenchmarkError(f"{self.path.name} has no forward method")
-        self._method = method
 
     def _load_lite(self) -> None:
         lib = _lite_library()
@@ -94,7 +109,7 @@ class ExecuTorchRunner(Runner):
     def run(self, prepared: Any) -> Any:
         if self._lite is not None:
             return self._lite([prepared])
-        return self._method.execute([prepared])  # every output (several for tuple/dict models)
+        return self._method([prepared])  # every output (several for tuple/dict models)
 
     def to_float(self, raw: Any) -> np.ndarray:
         if self._lite is not None:
