@@ -388,6 +388,19 @@ def test_enough_trials_are_in_flight_to_keep_every_conversion_slot_fed() -> None
     assert default_depth({HOST: 1}) == 3 and depth == 6
 
 
+def test_queued_starts_are_all_asked_at_once_beyond_the_depth() -> None:
+    # The starts wait for no result: asking them all keeps the slots converting through
+    # them, instead of idling while the first batch waits to be measured.
+    s = Scheduler(HOST, 2, lost_timeout_s=60.0)
+    s.add(DeviceState("host", HOST, budget=20, depth=6))
+    ex = FakeExecutor(s)
+    for n in range(6):
+        ex.propose("host", config(threads=n + 1), 0.0)
+    assert s.wanted("host", 1.0) == 0  # the depth is full: no proposal of the sampler's
+    assert s.wanted("host", 1.0, queued=3) == 3  # but the three starts still queued are asked
+    assert s.wanted("host", 1.0, queued=30) == 20 - 6  # never past the budget
+
+
 def test_a_thread_count_joins_the_conversion_of_the_same_configuration_under_way() -> None:
     # threads is runtime-only: not in the artifact key, so 1 and 2 threads are one conversion.
     s, ex = scheduler(("host", HOST), slots=2)

@@ -36,7 +36,7 @@ from nnsweep.core.errors import InfrastructureError, SpecError
 from nnsweep.core.results import FailureKind
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.spec import Objective, SweepSpec
-from nnsweep.sweep import outcomes, resume
+from nnsweep.sweep import outcomes, resume, studies
 from nnsweep.sweep.front import best_trial
 from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
 from nnsweep.sweep.host import HostSide
@@ -262,7 +262,7 @@ class Sweep:
         def tried(config: DeploymentConfig) -> bool:
             return state.tried(reuse_key(digest, config))
 
-        for _ in range(self.scheduler.wanted(device, now)):
+        for _ in range(self.scheduler.wanted(device, now, queued=studies.queued(dev.study))):
             started = _clocks()
             if self.scheduler.diverts(device):  # the sampler repeats itself: queue an untried configuration
                 self.recorder.divert(device, tried, self._rng)

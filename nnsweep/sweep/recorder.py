@@ -148,7 +148,7 @@ class Recorder:
         """Queue the coordinator's move (a repair, or a neighbour of the best: see
         :mod:`nnsweep.sweep.moves`) as the device's next trial, once nothing is queued."""
         dev = self.devices[device]
-        if studies.waiting(dev.study):
+        if studies.queued(dev.study):
             return
         measured = list(self.scheduler.devices[device].measured.values())  # as told, restored on resume
         move = next_move(measured, self.spec.objectives, dev.space, tried)

@@ -61,6 +61,7 @@ def default_depth(converters: Mapping[str, int]) -> int:
     waves (two conversions, the third alone on one core, then the measurements). Three per
     slot keeps them fed between batches of measurements, while the sampler's proposals
     lag its results by at most that many trials (the study's constant liar covers them).
+    Queued starts are asked beyond it (:meth:`Scheduler.wanted`).
     """
     return 3 * max(1, sum(converters.values()))
 
@@ -213,8 +214,16 @@ class Scheduler:
         self.devices[device].account(record, key, role)
 
     # ----------------------------------------------------------- proposals
-    def wanted(self, device: str, now: float) -> int:
-        """How many new trials to ask the device's study for now."""
+    def wanted(self, device: str, now: float, queued: int = 0) -> int:
+        """How many new trials to ask the device's study for now.
+
+        Args:
+            queued: trials queued in the study (the starts, requeued trials): they wait
+                for no result, so all of them are asked at once, beyond the depth. The
+                conversion slots then work through every start without idling between
+                batches of measurements; the depth bounds only how far the sampler's
+                proposals lag its results.
+        """
         d = self.devices[device]
         if d.lost or d.exhausted or (d.deadline is not None and now > d.deadline):
             return 0
@@ -222,7 +231,7 @@ class Scheduler:
             d.exhausted = True
             return 0
         in_flight = sum(1 for t in d.tickets if t.phase is not Phase.HELD)
-        wanted = min(d.depth - in_flight, d.budget - d.counted - len(d.tickets))
+        wanted = min(max(d.depth - in_flight, queued), d.budget - d.counted - len(d.tickets))
         if d.space_size is not None:  # never ask for more than the space has left untried
             untried = d.space_size - len(d.measured) - len(d.failures) - len({t.key for t in d.tickets})
             wanted = min(wanted, untried)

@@ -41,6 +41,7 @@ __all__ = [
     "enqueue",
     "fingerprint_of",
     "open_study",
+    "queued",
     "record_of",
     "remeasured",
     "role_of",
@@ -50,7 +51,6 @@ __all__ = [
     "sweep_id_of",
     "tell_failure",
     "tell_record",
-    "waiting",
 ]
 
 log = logging.getLogger(__name__)
@@ -205,11 +205,11 @@ def enqueue(
     study.enqueue_trial(dict(params), user_attrs=attrs)
 
 
-def waiting(study: optuna.Study) -> bool:
-    """Whether the study has a queued trial not yet asked for."""
+def queued(study: optuna.Study) -> int:
+    """How many queued trials the study holds, not yet asked for."""
     from optuna.trial import TrialState
 
-    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def requeued(study: optuna.Study) -> set[int]:
