@@ -51,7 +51,9 @@ class Executor(ABC):
 
     @abstractmethod
     def start(self, devices: Sequence[str]) -> None:
-        """Connect and start one agent per device.
+        """Connect, start one agent per device and set each probing its device, without
+        waiting for the answers (:meth:`capabilities` waits): the coordinator loads the
+        model meanwhile.
 
         Raises:
             InfrastructureError: a device has no place to run (no node offers it).
@@ -59,7 +61,7 @@ class Executor(ABC):
 
     @abstractmethod
     def capabilities(self, device: str) -> Capabilities:
-        """What the device reports."""
+        """What the device reports (the probe :meth:`start` began, once it answers)."""
 
     @abstractmethod
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:

@@ -25,6 +25,7 @@ class LocalExecutor(Executor):
         self._transports = dict(transports or {})
         self._agents: dict[str, DeviceAgent] = {}
         self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._probes: dict[str, Future[Capabilities]] = {}  # device -> the probe start() began
         self._converter = ConverterWorker()
         self._convert_pool = ThreadPoolExecutor(1, thread_name_prefix="nnsweep-convert")
 
@@ -32,9 +33,11 @@ class LocalExecutor(Executor):
         for device in devices:
             self._agents[device] = DeviceAgent(device, self._transports.get(device, LocalTransport()))
             self._pools[device] = ThreadPoolExecutor(1, thread_name_prefix=f"nnsweep-{device}")
+            self._probes[device] = self._pools[device].submit(self._agents[device].capabilities)
 
     def capabilities(self, device: str) -> Capabilities:
-        return self._agents[device].capabilities()
+        probe = self._probes.pop(device, None)
+        return probe.result() if probe is not None else self._agents[device].capabilities()
 
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
         return self._convert_pool.submit(self._converter.convert_here, request)

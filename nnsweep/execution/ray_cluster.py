@@ -163,6 +163,7 @@ class RayExecutor(Executor):
         self._wanted_converters = converters
         self._transports = dict(transports or {})
         self._agents: dict[str, Any] = {}
+        self._probes: dict[str, Any] = {}  # device -> the answer to the probe start() began
         self._converters: dict[str, list[Any]] = {}  # machine -> its conversion actors
         self._outstanding: dict[int, int] = {}  # id of a conversion actor -> its conversions not yet answered
         self._outstanding_lock = threading.Lock()  # answers arrive on Ray's threads
@@ -251,6 +252,7 @@ class RayExecutor(Executor):
         log.info("conversion slots per machine: %s", {m: len(a) for m, a in self._converters.items()})
         for device in devices:
             self._spawn(device)
+            self._probes[device] = self._agents[device].capabilities.remote()
 
     def _spawn(self, device: str) -> None:
         import ray
@@ -308,7 +310,8 @@ class RayExecutor(Executor):
         import ray
 
         try:
-            caps: Capabilities = ray.get(self._agents[device].capabilities.remote(), timeout=600)
+            probe = self._probes.pop(device, None) or self._agents[device].capabilities.remote()
+            caps: Capabilities = ray.get(probe, timeout=600)
         except ray.exceptions.RayActorError as exc:
             raise AgentLost(f"agent of {device} died while probing: {exc}") from exc
         except ray.exceptions.RayTaskError as exc:

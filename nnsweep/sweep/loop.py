@@ -174,7 +174,8 @@ class Sweep:
         lock.acquire()
         try:
             try:
-                log.info("phase: start-up (loading the model)")
+                log.info("phase: start-up (starting the executor, loading the model)")
+                self.executor.start(self.spec.devices)  # its agents probe their devices while the model loads
                 self.host.load()
                 self.host.check_float_layers(self.spec.space.float_layers)
                 fp = fingerprint(self.spec, self.host.bundle)

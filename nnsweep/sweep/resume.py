@@ -65,7 +65,7 @@ def check(
     layers_for: LayersFor = placeholder_layers,
     source: ModelSource | None = None,
 ) -> Plan:
-    """Refuse the sweep now, or say how to open it.
+    """Refuse the sweep now, or say how to open it (``executor`` started: its agents probe).
 
     Args:
         source: the model the conversion workers load while the devices are probed.
@@ -82,7 +82,6 @@ def check(
         study = studies.open_study(spec, name.split("/", 1)[1], create=False)
         check_fingerprint(spec.name, studies.fingerprint_of(study), fingerprint)
         sweep_id = sweep_id or studies.sweep_id_of(study)
-    executor.start(spec.devices)
     if source is not None:
         executor.warm_converters(source, spec.space.runtimes)
     devices = {}
