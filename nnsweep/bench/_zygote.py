@@ -34,12 +34,14 @@ import sys
 import time
 from pathlib import Path
 
+from nnsweep.bench.runners.executorch import BINDING_MODULES
+
 # Modules a runtime's runner imports only when it loads its first artifact; importing
 # them here (never loading a program) saves that in every child. Each entry names what
 # they need: ExecuTorch's bindings import torch, and where torch is absent (a lite
 # board) the runner is the torch-free one, with nothing to preload.
 _PRELOAD: dict[str, tuple[str, tuple[str, ...]]] = {
-    "executorch": ("torch", ("torch", "executorch.kernels.quantized", "executorch.extension.pybindings._C")),
+    "executorch": ("torch", BINDING_MODULES),
 }
 
 

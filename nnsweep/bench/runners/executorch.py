@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import importlib.util
 from types import ModuleType
 from typing import Any
@@ -20,7 +21,10 @@ from nnsweep.bench.runners import _etlite
 from nnsweep.bench.runners._outputs import concat_float
 from nnsweep.core.errors import BenchmarkError
 
-__all__ = ["ExecuTorchRunner"]
+__all__ = ["BINDING_MODULES", "ExecuTorchRunner", "bindings"]
+
+# What :func:`bindings` imports, in order (a warm worker preloads the same: bench/_zygote.py).
+BINDING_MODULES = ("torch", "executorch.kernels.quantized", "executorch.extension.pybindings._C")
 
 # nnsweep backend name -> the id the runtime registers (kept in step with nnsweep.convert.executorch).
 _RUNTIME_IDS = {"xnnpack": "XnnpackBackend"}
@@ -39,13 +43,10 @@ def bindings() -> ModuleType:
     which imports ``executorch.exir``, the whole compiler, only to name a warning class.
     A fresh measuring process spent 4.0 s importing the runtime here, 1.0 s with the
     bindings alone (docs/measurement.md). The portable quantized kernels (int8 ops no
-    delegate took) are a separate library, loaded here too.
+    delegate took) are a separate library, loaded here too; the bindings' inputs and
+    outputs are torch tensors.
     """
-    import executorch.kernels.quantized  # noqa: F401
-    import torch  # noqa: F401  (the bindings' inputs and outputs are torch tensors)
-    from executorch.extension.pybindings import _C
-
-    return _C
+    return [importlib.import_module(name) for name in BINDING_MODULES][-1]
 
 
 @functools.cache
