@@ -281,7 +281,7 @@ def inc_tune(bundle: Any) -> dict:
     base = {"act_sym": combos[best][0], "act_algo": combos[best][1]}
     found: list[str] = []
     met = (baseline - max(results)) / baseline <= TOLERANCE
-    layers = quantizable_layers(bundle.module)
+    layers = quantizable_layers(bundle.module, bundle.example_input)
     if not met:  # Stage 2: fall back one layer at a time
         configs = []
         for layer in layers:

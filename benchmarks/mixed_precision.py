@@ -212,7 +212,7 @@ BUILDERS: dict[str, Callable[..., Callable]] = {
 
 
 def _sensitivities(bundle: ModelBundle) -> dict[str, Any]:
-    layers = sensitivity.quantizable_layers(bundle.module)
+    layers = sensitivity.quantizable_layers(bundle.module, bundle.example_input)
     split = bundle.dataset.calibration
     out: dict[str, Any] = {}
     for name, evaluator in (

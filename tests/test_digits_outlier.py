@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from nnsweep.convert import float_fallback
+from nnsweep.core.errors import ConversionError
 from nnsweep.models import BUILTIN, check_reference
 from nnsweep.sensitivity import rank as sensitivity
 
@@ -117,5 +118,37 @@ def test_onnx_node_names_carry_module_paths_through_preprocessing(outlier, tmp_p
     assert sorted(name.partition("/")[0] for name in excluded) == sorted(OUTLIER_PAIR)
     convs = {n.name: n for n in onnx.load(str(target)).graph.node if n.op_type == "Conv"}
     assert set(excluded) <= set(convs)  # the excluded convolutions stay float Conv nodes
-    with pytest.raises(ValueError, match="no ONNX node"):
+    with pytest.raises(ConversionError, match="no ONNX node"):
         float_fallback.ort_quantize_static(source, target, iter([]), ["blocks.9"])
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.attn = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        self.unused = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x + self.embed.weight[:4])
+        return self.head(self.attn(h, h, h, need_weights=False)[0].mean(1))
+
+
+def test_quantizable_layers_are_the_weighted_modules_the_forward_calls() -> None:
+    """MultiheadAttention uses out_proj's weight directly, so out_proj has no op of its
+    own: the attention block is the layer. A layer never called is no candidate."""
+    model = _Attention().eval()
+    assert sensitivity.quantizable_layers(model, torch.randn(1, 4, 16)) == ["attn", "head"]
+    assert sensitivity.quantizable_layers(model) == ["attn", "attn.out_proj", "unused", "head"]
+
+
+@pytest.mark.slow
+def test_an_attention_block_kept_float_names_its_onnx_nodes(tmp_path: Path) -> None:
+    model = _Attention().eval()
+    float_fallback.export_onnx_scoped(model, torch.randn(1, 4, 16), tmp_path / "m.onnx")
+    import onnx
+
+    nodes = float_fallback.onnx_nodes_in(onnx.load(str(tmp_path / "m.onnx")), ["attn"])
+    assert any("MatMul" in n or "Gemm" in n for n in nodes)

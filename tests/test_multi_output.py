@@ -174,3 +174,26 @@ def test_quantized_two_output_model_reports_each_head(tmp_path: Path) -> None:
         "full",
     )
     assert full.returncode == 1 and "single-output models" in full.stderr
+
+
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime", "executorch"])
+@pytest.mark.parametrize("scored", [0, 1])
+def test_the_sensitivity_evaluators_score_the_accuracy_output(tmp_path: Path, runtime: str, scored: int) -> None:
+    """Each runtime's quantize-and-evaluate scores the output the dataset names (the box
+    head has 4 values: agreement on it is agreement among 4 classes), never the tuple."""
+    import dataclasses
+
+    from nnsweep.core.quant import Granularity
+    from nnsweep.models import load_model
+    from nnsweep.sensitivity.rank import quantizable_layers
+    from nnsweep.sensitivity.ranking import evaluator
+
+    (tmp_path / "heads.py").write_text(TWO_HEADS)
+    bundle = load_model(f"{tmp_path}/heads.py:build")
+    bundle = dataclasses.replace(bundle, dataset=dataclasses.replace(bundle.dataset, accuracy_output=scored))
+    evaluate = evaluator(bundle, runtime, Granularity.PER_TENSOR)
+    layers = frozenset(quantizable_layers(bundle.module, bundle.example_input))
+    assert layers == {"body.0", "classes", "boxes"}
+    whole_int8, all_float = evaluate(frozenset()), evaluate(layers)
+    assert 0.0 <= whole_int8 <= 1.0
+    assert all_float >= 0.9  # the layers float: top-1 agreement with the fp32 model's own top-1

@@ -340,7 +340,7 @@ def _name_float_layers(args: argparse.Namespace, config: Any, cache_dir: Path, s
     model by the runtime's own ranking (measured once, then read from the cache).
 
     Raises:
-        SpecError: K above the model's convolution and linear layers.
+        SpecError: K above the model's quantizable layers.
     """
     import dataclasses
 
@@ -369,9 +369,9 @@ def _name_float_layers(args: argparse.Namespace, config: Any, cache_dir: Path, s
 def _check_float_layer_count(bundle: Any, k: int) -> None:
     from nnsweep.sensitivity.rank import quantizable_layers
 
-    n = len(quantizable_layers(bundle.module))
+    n = len(quantizable_layers(bundle.module, bundle.example_input))
     if k > n:
-        raise SpecError("quant.float_layers", f"{k} is above the model's {n} convolution and linear layers")
+        raise SpecError("quant.float_layers", f"{k} is above the model's {n} quantizable layers")
 
 
 _STOPPED = {

@@ -29,7 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser(
         "sensitivity",
         help="rank a model's layers by how much int8 costs each, through a runtime's quantizer",
-        description="Quantize each convolution and linear layer of the model alone (the others float) with "
+        description="Quantize each layer of the model alone (the others float: convolutions, linear layers and "
+        "other modules with a weight of their own, such as attention, that the forward calls) with "
         "the runtime's own int8 quantizer and rank the layers by the top-1 accuracy each costs on the "
         "calibration split: the most sensitive are the ones to keep in float (space.float_layers, "
         "bench --float-layers). Kept in the cache per model, runtime and granularity.",

@@ -134,7 +134,7 @@ def ort_quantize_static(
         The excluded node names (empty when ``keep_float`` is).
 
     Raises:
-        ValueError: a name in ``keep_float`` selects no node of the pre-processed model.
+        ConversionError: a name in ``keep_float`` selects no node of the pre-processed model.
     """
     import tempfile
 
@@ -162,7 +162,9 @@ def ort_quantize_static(
         excluded = onnx_nodes_in(model, keep_float)
         missing = [name for name in keep_float if not onnx_nodes_in(model, [name])]
         if missing:
-            raise ValueError(f"no ONNX node comes from module(s) {', '.join(missing)}")
+            from nnsweep.core.errors import ConversionError
+
+            raise ConversionError(f"no ONNX node comes from the module(s) {', '.join(missing)} kept in float")
         quantize_static(
             str(prepared),
             str(target),

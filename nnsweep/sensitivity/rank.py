@@ -96,12 +96,46 @@ class SensitivityReport:
         return [e.layer for e in order]
 
 
-def quantizable_layers(module: torch.nn.Module) -> list[str]:
-    """Module paths of the convolutions and linear layers of ``module``, in definition order."""
+def quantizable_layers(module: torch.nn.Module, example: torch.Tensor | None = None) -> list[str]:
+    """Module paths of the layers of ``module`` that int8 quantizes, in definition order.
+
+    A layer is a convolution, a linear layer, or a module that computes with a weight
+    of its own (a parameter of two or more dimensions it holds directly, not through a
+    child): ``nn.MultiheadAttention``'s input projection, a custom attention's
+    ``F.linear``. Embeddings are not layers here: no int8 mode of nnsweep quantizes
+    their lookups.
+
+    With ``example`` (a batch-1 input), only the layers that one forward pass calls:
+    a layer that is defined but never called, such as ``nn.MultiheadAttention``'s
+    ``out_proj`` (the attention uses its weight directly), has no op of its own in any
+    exported graph, so keeping it float would change nothing, and ONNX Runtime could
+    not even name its nodes. Its parent, which is called, is a layer instead.
+    """
     from torch import nn
 
     kinds = (nn.modules.conv._ConvNd, nn.Linear)
-    return [name for name, sub in module.named_modules() if name and isinstance(sub, kinds)]
+    lookups = (nn.Embedding, nn.EmbeddingBag)
+
+    def weighted(sub: nn.Module) -> bool:
+        return not isinstance(sub, lookups) and any(p.dim() >= 2 for p in sub.parameters(recurse=False))
+
+    named = [(name, sub) for name, sub in module.named_modules() if name and (isinstance(sub, kinds) or weighted(sub))]
+    if example is None:
+        return [name for name, _ in named]
+    import torch
+
+    called: set[str] = set()
+    hooks = [
+        sub.register_forward_hook(lambda _m, _i, _o, name=name: called.add(name))  # type: ignore[misc]
+        for name, sub in named
+    ]
+    try:
+        with torch.no_grad():
+            module(example)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [name for name, _ in named if name in called]
 
 
 def measure(
@@ -166,7 +200,8 @@ def onnxruntime_evaluator(bundle: ModelBundle, split: Split, per_channel: bool =
         options.intra_op_num_threads = 1
         session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
-        preds = [int(session.run(None, {name: split.inputs[i : i + 1]})[0].argmax()) for i in range(len(split))]
+        scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
+        preds = [int(session.run(None, {name: split.inputs[i : i + 1]})[scored].argmax()) for i in range(len(split))]
         return _accuracy(preds, split)
 
     return evaluate
@@ -182,6 +217,7 @@ def torch_fx_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = Fa
     from nnsweep.convert import float_fallback
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
+    from nnsweep.models._bundle import flatten_outputs
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
@@ -200,7 +236,7 @@ def torch_fx_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = Fa
             with torch.no_grad():
                 prepared(calibration)  # one batch: min/max observers see the same extremes as one by one
                 model = convert_fx(prepared)
-                preds = model(inputs).argmax(1).tolist()
+                preds = flatten_outputs(model(inputs))[bundle.dataset.accuracy_output].argmax(1).tolist()
         finally:
             torch.backends.quantized.engine = previous
         return _accuracy(preds, split)

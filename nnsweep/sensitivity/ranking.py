@@ -96,7 +96,7 @@ def ranking(
     if found is not None:
         return found, True
     path = _entry(bundle.digest, runtime, granularity, cache_root)
-    layers = quantizable_layers(bundle.module)
+    layers = quantizable_layers(bundle.module, bundle.example_input)
     evaluate = evaluator(bundle, runtime, granularity)
     done = [0]
 
@@ -121,6 +121,9 @@ def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path
         "granularity": granularity.value,
         "method": "quantize_one",
         "samples": CALIBRATION_SAMPLES,
+        # which layers are candidates (rank.quantizable_layers): 2, the layers the forward
+        # calls, attention blocks included (1 listed uncalled ones, such as out_proj)
+        "candidates": 2,
     }
     key = stage_key(digest, "sensitivity", settings, runtime_toolchain(runtime))
     return cache_root / "sensitivity" / key[:2] / f"{key}.json"
@@ -147,13 +150,15 @@ def _scored_split(bundle: ModelBundle) -> Split:
 
     import torch
 
+    from nnsweep.models._bundle import flatten_outputs
+
     split = bundle.dataset.calibration
     if split.labels is not None:
         return split
+    scored = bundle.dataset.accuracy_output
     with torch.no_grad():
         outputs = [bundle.module(torch.from_numpy(split.inputs[i : i + 1])) for i in range(len(split))]
-    first = [o[0] if isinstance(o, tuple | list) else o for o in outputs]
-    return dataclasses.replace(split, labels=torch.cat([o.argmax(1) for o in first]).numpy())
+    return dataclasses.replace(split, labels=torch.cat([flatten_outputs(o)[scored].argmax(1) for o in outputs]).numpy())
 
 
 def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
@@ -179,6 +184,7 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
     from nnsweep.convert import float_fallback
     from nnsweep.convert.pt2e import export
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
+    from nnsweep.models._bundle import flatten_outputs
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
@@ -205,7 +211,7 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
         outs = [module(c) for c in chunks]
-        return torch.cat([o[0] if isinstance(o, tuple | list) else o for o in outs])
+        return torch.cat([flatten_outputs(o)[bundle.dataset.accuracy_output] for o in outs])
 
     def evaluate(keep: frozenset[str]) -> float:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))

@@ -81,17 +81,15 @@ class HostSide:
         """Refuse counts of float layers the model does not have.
 
         Raises:
-            SpecError: a count above the model's convolution and linear layers.
+            SpecError: a count above the model's quantizable layers (``quantizable_layers``).
         """
         if max(counts) == 0:
             return
         from nnsweep.sensitivity.rank import quantizable_layers
 
-        n = len(quantizable_layers(self.bundle.module))
+        n = len(quantizable_layers(self.bundle.module, self.bundle.example_input))
         if max(counts) > n:
-            raise SpecError(
-                "space.float_layers", f"{max(counts)} is above the model's {n} convolution and linear layers"
-            )
+            raise SpecError("space.float_layers", f"{max(counts)} is above the model's {n} quantizable layers")
 
     def _cache(self) -> ArtifactCache:
         from nnsweep.artifacts.cache import ArtifactCache
