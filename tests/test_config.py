@@ -120,7 +120,10 @@ def test_float_layers_are_a_sorted_set_of_module_paths_for_int8_only() -> None:
     q = QuantConfig(mode=QuantMode.STATIC_INT8, float_layers=("b.1", "a", "a"))
     assert q.float_layers == ("a", "b.1")
     assert QuantConfig(mode=QuantMode.FP32, float_layers=("a",)).float_layers == ()
-    for bad in ("a", ["a b"], [""], [1], ["-x"]):
+    assert QuantConfig(mode=QuantMode.STATIC_INT8, float_layers=["trunk.block1-0.proj.0"]).float_layers == (
+        "trunk.block1-0.proj.0",  # torchvision's RegNet names its blocks so
+    )
+    for bad in ("a", ["a b"], [""], [1], ["-x"], ["a.-x"], ["a..b"], ["a/b"]):
         with pytest.raises(SpecError, match=r"quant\.float_layers"):
             QuantConfig(mode=QuantMode.STATIC_INT8, float_layers=bad)
 

@@ -152,3 +152,46 @@ def test_an_attention_block_kept_float_names_its_onnx_nodes(tmp_path: Path) -> N
 
     nodes = float_fallback.onnx_nodes_in(onnx.load(str(tmp_path / "m.onnx")), ["attn"])
     assert any("MatMul" in n or "Gemm" in n for n in nodes)
+
+
+class _Hyphenated(torch.nn.Module):
+    """Module names with hyphens, as torchvision's RegNet has (``block1-0``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential()
+        self.body.add_module("block1-0", torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()))
+        self.body.add_module("block1-1", torch.nn.Conv2d(4, 4, 3))
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(x).mean((2, 3)))
+
+
+def test_a_hyphenated_module_path_is_a_layer_each_toolchain_can_keep_float(tmp_path: Path) -> None:
+    import onnx
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    from nnsweep.convert.fx import qconfig_mapping
+    from nnsweep.core.quant import QuantConfig, QuantMode
+
+    model, example = _Hyphenated().eval(), torch.randn(1, 3, 8, 8)
+    layers = sensitivity.quantizable_layers(model, example)
+    assert layers == ["body.block1-0.0", "body.block1-1", "fc"]
+    assert QuantConfig(mode=QuantMode.STATIC_INT8, float_layers=layers[:1]).float_layers == ("body.block1-0.0",)
+    # ONNX Runtime: the scoped export names the convolution's node by its path
+    float_fallback.export_onnx_scoped(model, example, tmp_path / "m.onnx")
+    assert float_fallback.onnx_nodes_in(onnx.load(str(tmp_path / "m.onnx")), ["body.block1-0.0"])
+    # PT2E: torch.export's nn_module_stack spells the path the same way
+    program = torch.export.export(model, (example,))
+    stacks = {p for n in program.graph.nodes for p, _ in (n.meta.get("nn_module_stack") or {}).values()}
+    assert "body.block1-0.0" in stacks
+    # torch.ao FX: the convolution stays float, the next one is quantized
+    int8 = QuantConfig(mode=QuantMode.STATIC_INT8)
+    mapping = float_fallback.fx_keep_float(qconfig_mapping("x86", int8), ["body.block1-0.0"])
+    prepared = prepare_fx(model, mapping, (example,))
+    prepared(example)
+    converted = convert_fx(prepared)
+    kept = dict(converted.named_modules())
+    assert ".quantized." not in type(kept["body.block1-0.0"]).__module__  # float (fused with its ReLU)
+    assert ".quantized." in type(kept["body.block1-1"]).__module__

@@ -176,7 +176,9 @@ class QuantConfig:
                 set_(self, name, defaults[name])
 
 
-_LAYER = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a module path: model.named_modules() names
+# A module path as model.named_modules() names it: components joined by dots, each a word
+# that may hold hyphens after its first character (torchvision's RegNet: ``block1-0``).
+_LAYER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
 
 
 def _layer_names(value: Any) -> tuple[str, ...]:
