@@ -195,3 +195,13 @@ def test_a_hyphenated_module_path_is_a_layer_each_toolchain_can_keep_float(tmp_p
     kept = dict(converted.named_modules())
     assert ".quantized." not in type(kept["body.block1-0.0"]).__module__  # float (fused with its ReLU)
     assert ".quantized." in type(kept["body.block1-1"]).__module__
+
+
+def test_finding_the_called_layers_changes_nothing_in_the_model() -> None:
+    from nnsweep.models.digits_outlier import OutlierNet
+
+    model = OutlierNet().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert sensitivity.quantizable_layers(model, torch.randn(1, 1, 8, 8)) == sensitivity.quantizable_layers(model)
+    assert model.training  # its mode is given back
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BatchNorm statistics untouched

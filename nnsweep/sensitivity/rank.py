@@ -129,10 +129,12 @@ def quantizable_layers(module: torch.nn.Module, example: torch.Tensor | None = N
         sub.register_forward_hook(lambda _m, _i, _o, name=name: called.add(name))  # type: ignore[misc]
         for name, sub in named
     ]
+    training = module.training
     try:
         with torch.no_grad():
-            module(example)
+            module.eval()(example)  # eval: a BatchNorm in training mode would update its statistics
     finally:
+        module.train(training)
         for hook in hooks:
             hook.remove()
     return [name for name, _ in named if name in called]
