@@ -297,3 +297,21 @@ def test_dynamic_int8_converts_a_transformer_encoder(tmp_path: Path) -> None:
         expected = bundle.module(x)
         got = torch.cat([deployed(sample[None]) for sample in x])
     assert torch.allclose(got, expected, atol=0.05)
+
+
+@pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])
+@pytest.mark.parametrize("engine", ["x86", "fbgemm", "qnnpack", "onednn"])
+def test_each_engine_mapping_builds_silently_with_our_global_qconfig(engine: str, mode: QuantMode) -> None:
+    """torch warns about oneDNN's default qconfig on a host without VNNI (AVX2-only EPYC): that host is
+    the converter, not the target, and that default is replaced by ours, so the mapping says nothing."""
+    import warnings
+
+    from nnsweep.convert.fx import qconfig_mapping
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mapping = qconfig_mapping(engine, QuantConfig(mode))
+    assert [str(w.message) for w in caught] == []
+    activation = mapping.global_qconfig.activation()
+    activation = getattr(activation, "activation_post_process", activation)  # QAT: the fake-quant's observer
+    assert activation.quant_max == (127 if engine in ("x86", "fbgemm") else 255)
