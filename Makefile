@@ -64,7 +64,7 @@ arm-sim-build:
 # Every test, including the slow, integration, Ray and emulation ones (this is what CI runs).
 test: install system-deps arm-sim-build
 	$(BIN)/ruff check nnsweep dashboards tests benchmarks
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=30
 
 # The fast unit tests only, for the edit-test loop.
 test-fast: install
