@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -304,8 +305,6 @@ def test_dynamic_int8_converts_a_transformer_encoder(tmp_path: Path) -> None:
 def test_each_engine_mapping_builds_silently_with_our_global_qconfig(engine: str, mode: QuantMode) -> None:
     """torch warns about oneDNN's default qconfig on a host without VNNI (AVX2-only EPYC): that host is
     the converter, not the target, and that default is replaced by ours, so the mapping says nothing."""
-    import warnings
-
     from nnsweep.convert.fx import qconfig_mapping
 
     with warnings.catch_warnings(record=True) as caught:

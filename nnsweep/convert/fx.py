@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -90,7 +90,7 @@ def qconfig_mapping(engine: str, quant: QuantConfig) -> Any:
     return _engine_mapping(get_default_qconfig_mapping, engine).set_global(qconfig)
 
 
-def _engine_mapping(default_mapping: Any, engine: str) -> Any:
+def _engine_mapping(default_mapping: Callable[[str], Any], engine: str) -> Any:
     """The engine's default mapping, without torch's warning about the converting host's CPU.
 
     ``get_default_qconfig("onednn")`` warns when the CPU building the mapping has no
