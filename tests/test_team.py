@@ -227,6 +227,13 @@ def _launch(home: Path, stderr: Path | None = None, **extra_env: str) -> subproc
             err.close()  # type: ignore[union-attr]
 
 
+def _reap(proc: subprocess.Popen[str]) -> None:
+    """Kill the sweep if it still runs (stopped or not) and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
 def test_two_laptops_sweep_into_one_server_and_database_at_once(
     postgres: Postgres, mlflow_server: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,7 +328,7 @@ def _complete_trials(postgres: Postgres, study: str) -> int:
 
 
 def test_a_sweep_outlives_restarts_of_the_mlflow_server_and_postgresql(
-    postgres: Postgres, mlflow_server: MlflowServer, tmp_path: Path
+    postgres: Postgres, mlflow_server: MlflowServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Mid-sweep, once a trial is told, the MLflow server and PostgreSQL (the study's storage and
     the server's backend) are stopped together until the sweep's next storage call meets the outage,
@@ -342,15 +349,20 @@ def test_a_sweep_outlives_restarts_of_the_mlflow_server_and_postgresql(
     log = tmp_path / "sweep.err"
     # MLflow's client retries off: an outage longer than their backoff, met by nnsweep's own tracker.
     proc = _launch(home, log, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")
+    request.addfinalizer(lambda: _reap(proc))  # a failed assertion below leaves no sweep nor open pipe behind
     deadline = time.monotonic() + 600
     while _complete_trials(postgres, "team-faults/host") < 1:
         assert proc.poll() is None, log.read_text()[-4000:]
         assert time.monotonic() < deadline, "no trial told in 10 minutes"
         time.sleep(0.5)
+    # The sweep is held while both servers stop (the MLflow server's graceful stop can take seconds):
+    # a fast machine would otherwise finish every trial against a half-stopped pair and never meet it.
+    proc.send_signal(signal.SIGSTOP)
     told_before = _complete_trials(postgres, "team-faults/host")
     down = time.perf_counter()
     mlflow_server.stop()
     postgres.stop()
+    proc.send_signal(signal.SIGCONT)
     # The outage lasts until the sweep has met it (its next storage call waits), then outage_s more:
     # a fixed window could fall entirely while the sweep converts and touches neither server.
     met_by = time.monotonic() + 300
