@@ -250,6 +250,25 @@ def test_repeats_do_not_spend_the_budget_and_a_finite_space_is_exhausted() -> No
     assert s.wanted("host", 2.0) == 0 and d.exhausted and s.finished(2.0)
 
 
+def test_a_configuration_told_as_another_ones_artifact_counts_as_tried_for_exhaustion() -> None:
+    """A partition limit that drops nothing converts to the default's bytes: its trial is told as a
+    reuse of that measurement under its own key. Once every configuration of a finite space is
+    measured, failed or told so, the device wants nothing more and the sweep can end."""
+    s, ex = scheduler(("host", HOST), budget=6)
+    d = s.devices["host"]
+    d.space_size = 3
+    a = ex.propose("host", config(1), 0.0)
+    ex.told(a, record(a), 1.0)
+    same_bytes = ex.propose("host", config(2), 1.0)  # another key, a's artifact
+    ex.told(same_bytes, outcomes.reused(same_bytes, record(a)), 2.0)
+    assert d.tried(same_bytes.key) and same_bytes.key not in d.measured
+    assert s.wanted("host", 2.0) == 1  # config(3) is all that is left untried
+    c = ex.propose("host", config(3), 2.0)
+    assert s.wanted("host", 2.0) == 0
+    ex.told(c, record(c, TrialStatus.FAILED), 3.0)
+    assert s.wanted("host", 3.0) == 0 and d.exhausted and s.finished(3.0)
+
+
 def test_held_baseline_results_wait_for_the_baseline_then_are_told() -> None:
     s, ex = scheduler(("host", HOST))
     base = ex.propose("host", config(1), 0.0, role=Role.BASELINE)

@@ -144,6 +144,11 @@ class DeviceState:
             return True
         return any(t.key == key for t in self.tickets)
 
+    def told_keys(self) -> set[str]:
+        """The configurations (by reuse key) told: measured, failed, or told as a reuse of
+        another key's measurement (a byte-identical artifact)."""
+        return self.measured.keys() | self.failures.keys() | self.reused_keys
+
     def baseline_pending(self, ticket: Ticket) -> bool:
         """Whether a baseline other than ``ticket`` will still be measured."""
         return self.baseline_waiting or any(t.role is Role.BASELINE and t is not ticket for t in self.tickets)
@@ -227,13 +232,13 @@ class Scheduler:
         d = self.devices[device]
         if d.lost or d.exhausted or (d.deadline is not None and now > d.deadline):
             return 0
-        if d.space_size is not None and len(d.measured) + len(d.failures) >= d.space_size:
+        if d.space_size is not None and len(d.told_keys()) >= d.space_size:
             d.exhausted = True
             return 0
         in_flight = sum(1 for t in d.tickets if t.phase is not Phase.HELD)
         wanted = min(max(d.depth - in_flight, queued), d.budget - d.counted - len(d.tickets))
         if d.space_size is not None:  # never ask for more than the space has left untried
-            untried = d.space_size - len(d.measured) - len(d.failures) - len({t.key for t in d.tickets})
+            untried = d.space_size - len(d.told_keys() | {t.key for t in d.tickets})
             wanted = min(wanted, untried)
         return max(0, wanted)
 
