@@ -87,7 +87,6 @@ def test_partition_limits_change_placement_on_digits_gn(digits_gn, shared_cache)
     )
     assert all_parts.partitions.count > 3  # group norm between the blocks splits the graph
     assert one.partitions.count == 1
-    # (with limits every op is decomposed first, so sizes can differ by the pieces of aten.linear)
     assert one.partitions.nodes_by_backend["portable"] > all_parts.partitions.nodes_by_backend["portable"]
     assert "aten.convolution" in one.partitions.fallback_ops
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from torch import nn
 
 from nnsweep.convert import float_fallback
-from nnsweep.convert._base import ConversionResult, Converter
+from nnsweep.convert._base import ConversionResult, Converter, quant_settings
+from nnsweep.convert.lowering import lower
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
 from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
@@ -109,16 +110,14 @@ class ExecuTorchConverter(Converter):
         program = exported_program(self.stages, quant, "xnnpack", lambda: _program(bundle, quant))
         io = quantize_io(program) if quant.interface is Interface.FULL else IOSpec()
 
-        partitioners: list[Partitioner] = []
+        partitioners: list[LimitedPartitioner] = []
         for name in config.backends:
             if name == "portable":
                 break
             partitioners.append(LimitedPartitioner(_PARTITIONERS[name](quant), config.partitions))
-        edge = to_edge_transform_and_lower(
-            program,
-            partitioner=partitioners,
-            compile_config=EdgeCompileConfig(_check_ir_validity=False),
-        )
+        # The same program and backends give the same edge program, whatever the limits.
+        settings = json.dumps(quant_settings(quant), sort_keys=True)
+        edge = lower(program, partitioners, key=(bundle.digest, settings, quant.interface, config.backends))
         names = {backend_id: name for name, backend_id in BACKEND_IDS.items()}
         report = report_from_program(edge.exported_program(), config.backends, names)
         if quant.mode.is_int8:

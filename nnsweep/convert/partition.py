@@ -46,6 +46,8 @@ class LimitedPartitioner(Partitioner):
         # if a limit then drops that partition, nothing could run the op (the portable
         # kernels need it decomposed). Decomposition happens before partitioning, so
         # with limits in force every op is decomposed (the backend takes the pieces).
+        # nnsweep.convert.lowering first tries the backend's own edge program (ops kept
+        # whole) and comes here only when a dropped partition holds such an op.
         if self.limits.is_default:
             return self.inner.ops_to_not_decompose(ep)
         return ([], None)
