@@ -45,3 +45,20 @@ def test_start_begins_the_probe_and_capabilities_takes_its_answer() -> None:
     finally:
         transport.answer.set()
         executor.shutdown()
+
+
+def test_a_conversion_goes_to_an_idle_actor_that_converted_the_same_program_last() -> None:
+    """Two actors, both idle: the one whose process holds this model and quantization's edge
+    program (nnsweep.convert.lowering) takes the next configuration of them; a busy one never does."""
+    from nnsweep.execution.ray_cluster import RayExecutor
+
+    executor = RayExecutor()
+    first, second = object(), object()
+    actors = [first, second]
+    int8, fp32 = ("m", "executorch", "int8"), ("m", "executorch", "fp32")
+    assert executor._least_busy(actors, int8) is first
+    assert executor._least_busy(actors, fp32) is second  # first is busy
+    executor._answered(first)
+    executor._answered(second)
+    assert executor._least_busy(actors, fp32) is second  # tied: the one that converted fp32 last
+    assert executor._least_busy(actors, fp32) is first  # second is busy: idle beats affinity

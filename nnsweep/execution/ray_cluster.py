@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,7 @@ class RayExecutor(Executor):
         self._converters: dict[str, list[Any]] = {}  # machine -> its conversion actors
         self._outstanding: dict[int, int] = {}  # id of a conversion actor -> its conversions not yet answered
         self._outstanding_lock = threading.Lock()  # answers arrive on Ray's threads
+        self._last_converted: dict[int, Hashable] = {}  # id of a conversion actor -> what it converted last
         self._started_ray = False
         self._machine = ""  # the coordinator's
 
@@ -321,7 +322,9 @@ class RayExecutor(Executor):
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
         if machine is None or machine not in self._converters:
             machine = next(iter(self._converters))
-        worker = self._least_busy(self._converters[machine])
+        # Same model, runtime and quantization: the same exported program and edge program.
+        affinity = (request.model, request.config.runtime, request.config.quant)
+        worker = self._least_busy(self._converters[machine], affinity)
         ship = machine != self._machine
         sent = worker.convert.remote(dataclasses.replace(request, ship=ship)).future()
         sent.add_done_callback(lambda _: self._answered(worker))
@@ -333,12 +336,19 @@ class RayExecutor(Executor):
             for actor in actors:  # answered or not, its next call waits behind it on the actor
                 actor.warm.remote(source, list(runtimes), machine != self._machine)
 
-    def _least_busy(self, actors: list[Any]) -> Any:
+    def _least_busy(self, actors: list[Any], affinity: Hashable) -> Any:
         """The actor with the fewest conversions under way: an actor works through its calls
-        one by one, so a call sent in turn to a busy one would wait while another is idle."""
+        one by one, so a call sent in turn to a busy one would wait while another is idle.
+
+        Of the actors tied, the one whose last conversion had the same ``affinity``: its
+        process keeps that conversion's edge program, which a partition-limit variant
+        starts from (:mod:`nnsweep.convert.lowering`)."""
         with self._outstanding_lock:
-            worker = min(actors, key=lambda a: self._outstanding.get(id(a), 0))
-            self._outstanding[id(worker)] = self._outstanding.get(id(worker), 0) + 1
+            fewest = min(self._outstanding.get(id(a), 0) for a in actors)
+            tied = [a for a in actors if self._outstanding.get(id(a), 0) == fewest]
+            worker = next((a for a in tied if self._last_converted.get(id(a)) == affinity), tied[0])
+            self._outstanding[id(worker)] = fewest + 1
+            self._last_converted[id(worker)] = affinity
         return worker
 
     def _answered(self, worker: Any) -> None:
