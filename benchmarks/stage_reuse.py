@@ -9,7 +9,8 @@ that pay those once. This script times what such a worker spends on
    lowering, as any sweep has one);
 2. the first static int8 conversion (export, quantization, calibration, lowering);
 3. its partition-limit variants (``max_delegated_partitions``, ``min_nodes_per_partition``),
-   which read the quantized program from the stage cache and lower it again;
+   which read the quantized program from the stage cache and start from the edge program
+   the first conversion left in the worker (:mod:`nnsweep.convert.lowering`);
 
 on a fresh cache in a temporary folder per round, the model loaded (a built-in model's
 weights trained into that cache) before any timing, and prints each conversion's seconds and the
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 from nnsweep.artifacts.cache import ArtifactCache
+from nnsweep.convert import lowering
 from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.execution._base import ConvertRequest, ModelSource
 from nnsweep.execution._converter import ConverterWorker
@@ -44,6 +46,7 @@ def _limited(config: DeploymentConfig, limits: PartitionLimits) -> DeploymentCon
 
 
 def _round(model: str, root: Path) -> dict[str, float]:
+    lowering.forget()  # the edge programs an earlier round left in this process: each round starts cold
     source = ModelSource(ref=model, cache_root=root)
     worker = ConverterWorker()
     worker.bundle(source, ArtifactCache(root))  # trains a built-in model's weights, untimed

@@ -35,7 +35,7 @@ from torch.export import ExportedProgram
 
 from nnsweep.convert.partition import LimitedPartitioner
 
-__all__ = ["EDGE_PROGRAMS_KEPT", "lower"]
+__all__ = ["EDGE_PROGRAMS_KEPT", "forget", "lower"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,11 @@ def lower(program: ExportedProgram, partitioners: Sequence[LimitedPartitioner], 
             partitioner.dropped.clear()  # the report of the lowering that counts
         return to_edge_transform_and_lower(program, partitioner=list(partitioners), compile_config=_CONFIG)
     return lowered
+
+
+def forget() -> None:
+    """Let go of the edge programs this process keeps (a benchmark's cold round starts here)."""
+    _kept.clear()
 
 
 def _edge_program(program: ExportedProgram, inner: list[Any], key: Hashable | None) -> EdgeProgramManager:
