@@ -270,7 +270,9 @@ def test_two_processes_converting_variants_of_one_model_at_once_share_one_whole_
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         outs.append(json.loads(out.strip().splitlines()[-1]))
-    assert outs[1]["count"] == 1 and outs[0]["sha"] != outs[1]["sha"]
+    # digits is one XNNPACK partition already: the limit drops nothing, so both lower the same edge
+    # program to the same bytes (nnsweep.convert.lowering), under two artifact keys
+    assert outs[0] == outs[1] == {"sha": outs[0]["sha"], "count": 1}
     entries = [m.parent for m in (root / "stages").rglob("meta.json")]
     assert len(entries) == 1 and not list((root / "staging").iterdir())
     store = StageStore(root)
