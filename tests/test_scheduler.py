@@ -269,6 +269,24 @@ def test_a_configuration_told_as_another_ones_artifact_counts_as_tried_for_exhau
     assert s.wanted("host", 3.0) == 0 and d.exhausted and s.finished(3.0)
 
 
+def test_proposing_again_a_configuration_told_as_a_reuse_is_a_repeat() -> None:
+    """Without a finite size to exhaust, the repeat cap is what ends a sampler that keeps
+    proposing configurations already told; a key told as another's artifact is one of them."""
+    s, ex = scheduler(("host", HOST), budget=6)
+    d = s.devices["host"]
+    a = ex.propose("host", config(1), 0.0)
+    ex.told(a, record(a), 1.0)
+    same_bytes = ex.propose("host", config(2), 1.0)
+    ex.told(same_bytes, outcomes.reused(same_bytes, record(a)), 2.0)
+    for n in range(s.repeat_cap):
+        assert not d.exhausted
+        again = Ticket("host", 100 + n, config(2), same_bytes.key, Role.SEARCH)
+        admission, earlier = s.admit(again, 3.0)
+        assert admission is Admission.REUSE and earlier is not None and earlier.reused_from == a.number
+        ex.told(again, outcomes.reused(again, earlier), 3.0)
+    assert d.exhausted and d.counted == 1 and s.finished(3.0)
+
+
 def test_held_baseline_results_wait_for_the_baseline_then_are_told() -> None:
     s, ex = scheduler(("host", HOST))
     base = ex.propose("host", config(1), 0.0, role=Role.BASELINE)

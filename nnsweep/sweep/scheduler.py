@@ -121,9 +121,9 @@ class DeviceState:
     tickets: list[Ticket] = field(default_factory=list)  # live (not terminal)
     measured: dict[str, TrialRecord] = field(default_factory=dict)  # ticket key -> record
     failures: dict[str, TrialRecord] = field(default_factory=dict)  # ticket key -> its failed record
-    # ticket keys told as a reuse of another key's measurement (e.g. a partition limit
-    # that changed no byte): tried, though not measured under their own key
-    reused_keys: set[str] = field(default_factory=set)
+    # ticket key -> its record, told as a reuse of a measurement (e.g. a partition limit
+    # that changed no byte): tried, though not measured under its own key
+    reuses: dict[str, TrialRecord] = field(default_factory=dict)
     by_artifact: dict[tuple[str, str, tuple[str, ...], int], TrialRecord] = field(default_factory=dict)
     counted: int = 0  # told trials that spend budget: measured or failed
     failed: int = 0
@@ -140,14 +140,14 @@ class DeviceState:
 
     def tried(self, key: str) -> bool:
         """Whether a configuration (by its reuse key) was measured, failed or is in flight here."""
-        if key in self.measured or key in self.failures or key in self.reused_keys:
+        if key in self.measured or key in self.failures or key in self.reuses:
             return True
         return any(t.key == key for t in self.tickets)
 
     def told_keys(self) -> set[str]:
         """The configurations (by reuse key) told: measured, failed, or told as a reuse of
         another key's measurement (a byte-identical artifact)."""
-        return self.measured.keys() | self.failures.keys() | self.reused_keys
+        return self.measured.keys() | self.failures.keys() | self.reuses.keys()
 
     def baseline_pending(self, ticket: Ticket) -> bool:
         """Whether a baseline other than ``ticket`` will still be measured."""
@@ -159,7 +159,7 @@ class DeviceState:
             return
         if record.status is TrialStatus.REUSED or record.reused_from is not None:
             self.reused += 1  # a repeat: told, but free
-            self.reused_keys.add(key)
+            self.reuses.setdefault(key, record)
             return
         self.counted += 1
         if record.status is TrialStatus.FAILED:
@@ -252,7 +252,9 @@ class Scheduler:
         ticket.start(now)
         if ticket.role is Role.BASELINE:
             d.baseline_waiting = False
-        earlier = d.measured.get(ticket.key) or d.failures.get(ticket.key)
+        # a key told as a reuse is a repeat too: else a sampler proposing it again would convert
+        # it to the same bytes and tell it free, over and over, never reaching the repeat cap
+        earlier = d.measured.get(ticket.key) or d.failures.get(ticket.key) or d.reuses.get(ticket.key)
         d.tickets.append(ticket)
         if earlier is not None:
             d.repeats_in_row += 1
