@@ -25,6 +25,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -235,7 +236,11 @@ def _reap(proc: subprocess.Popen[str]) -> None:
 
 
 def test_two_laptops_sweep_into_one_server_and_database_at_once(
-    postgres: Postgres, mlflow_server: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres: Postgres,
+    mlflow_server: MlflowServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     import psutil
     from mlflow import MlflowClient
@@ -249,6 +254,8 @@ def test_two_laptops_sweep_into_one_server_and_database_at_once(
     homes = {name: _laptop(tmp_path, name, model, mlflow_server, postgres) for name, model in models.items()}
     t0 = time.perf_counter()
     procs = {name: _launch(home) for name, home in homes.items()}  # at once
+    for proc in procs.values():
+        request.addfinalizer(partial(_reap, proc))  # a failed assertion below leaves no sweep behind
     outputs = {name: proc.communicate(timeout=1500) for name, proc in procs.items()}
     print(f"two concurrent sweeps: {time.perf_counter() - t0:.0f} s wall (load {os.getloadavg()[0]:.1f})")
     for name, proc in procs.items():
@@ -349,7 +356,7 @@ def test_a_sweep_outlives_restarts_of_the_mlflow_server_and_postgresql(
     log = tmp_path / "sweep.err"
     # MLflow's client retries off: an outage longer than their backoff, met by nnsweep's own tracker.
     proc = _launch(home, log, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")
-    request.addfinalizer(lambda: _reap(proc))  # a failed assertion below leaves no sweep nor open pipe behind
+    request.addfinalizer(partial(_reap, proc))  # a failed assertion below leaves no sweep nor open pipe behind
     deadline = time.monotonic() + 600
     while _complete_trials(postgres, "team-faults/host") < 1:
         assert proc.poll() is None, log.read_text()[-4000:]
