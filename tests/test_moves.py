@@ -138,3 +138,17 @@ def test_a_slower_trial_is_repaired_once_the_best_is_refined_if_a_repair_could_r
     # never ``beaten``: even at fp32's accuracy, fp32 itself is faster
     tried.add(int8(1, runtime="onnxruntime").digest())
     assert next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried) is None
+
+
+def test_the_fronts_int8_points_ascend_one_float_count_most_accurate_first_once_nothing_else_is_left() -> None:
+    baseline = record(0, dataclasses.replace(int8(), quant=QuantConfig(QuantMode.FP32)), 0.99, 0.10)
+    best = record(1, int8(1), 0.982, 0.05)
+    accurate = record(2, int8(1, runtime="onnxruntime"), 0.988, 0.06)  # on the front, above the best
+    dominated = record(3, int8(1, max_delegated_partitions=1), 0.981, 0.07)  # off the front: no ascent
+    records = [baseline, best, accurate, dominated]
+    tried = {r.config.digest() for r in records} | {c.digest() for c in neighbours(best.config, SPACE)}
+    move = next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried)
+    assert move == (int8(3, runtime="onnxruntime"), Role.REFINE)  # the most accurate int8 point, one count up
+    tried.add(int8(3, runtime="onnxruntime").digest())
+    # the best's own ascent is one of its neighbours (tried); fp32 has no count; the dominated trial is off the front
+    assert next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried) is None

@@ -26,8 +26,15 @@ dominates is repaired after all if it could still reach the front, that is, if n
 feasible trial is at least as good as it would be with the accuracy of the most
 accurate feasible trial (a repair gains at most about that, and nothing on the other
 objectives). A slower int8 mode that a repair brings to fp32's accuracy is such a front
-point. Int8 noise can lift a repaired trial an image or two above that accuracy; those
-points are left to the sampler.
+point.
+
+**Ascend**: then each int8 trial on the feasible front, the most accurate first, is tried
+with the next float-layer count (role ``refine``). A repair stops at the first count
+that meets the constraint, but the front goes on above it: each further layer kept float
+costs a little latency and buys back a little accuracy, so the same configuration one
+count up is the likeliest next point of the front, and a chain ascends while its points
+stay on it. On the search benchmark's held-out ResNet table the front's two most
+accurate points are such steps (docs/search.md).
 
 **Refine**: when a trial becomes the device's fastest feasible configuration, its
 untried neighbours (one parameter changed, the others kept: a float-layer count, a
@@ -59,7 +66,7 @@ from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import SpecError
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
-from nnsweep.sweep.front import best_trial, dominates, weakly_dominates
+from nnsweep.sweep.front import best_trial, dominates, pareto_front, weakly_dominates
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.space import DeviceSpace, params_for, suggest
 
@@ -78,7 +85,8 @@ def next_move(
 
     First a repair, of the most recent infeasible int8 trial the best feasible trial does
     not dominate; then the best feasible trial's first untried neighbour; then a repair
-    of the most recent infeasible int8 trial that could still reach the front.
+    of the most recent infeasible int8 trial that could still reach the front; then the
+    ascent of the front's int8 trials, the most accurate first.
 
     Args:
         records: the device's told trials (their measured records suffice).
@@ -104,6 +112,11 @@ def next_move(
     could_reach_front = [r for r in broken if not _beaten_even_if_repaired(r, feasible, objectives)]
     if (fix := _first_repair(could_reach_front, space, learned, tried)) is not None:
         return fix, Role.REPAIR
+    front = sorted(pareto_front(feasible, objectives), key=lambda r: -r.metrics.get(_ACCURACY, -math.inf))
+    for r in front:
+        up = repaired(r.config, space)  # the next count; None for fp32 and at the space's highest count
+        if up is not None and not tried(up):
+            return up, Role.REFINE
     return None
 
 
