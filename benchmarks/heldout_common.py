@@ -1,6 +1,6 @@
 """What the search benchmark's held-out models share: their data, and training with outlier channels.
 
-``heldout_model.py``, ``heldout_hybrid.py`` and ``heldout_resnet.py`` are model files
+``heldout_model.py``, ``heldout_hybrid.py``, ``heldout_resnet.py`` and ``heldout_tcn.py`` are model files
 (``nnsweep bench --model benchmarks/heldout_model.py:heldout_mixer``); nnsweep makes
 the modules beside a model file importable, so each imports this one.
 

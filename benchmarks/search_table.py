@@ -115,11 +115,20 @@ RESNET_SPEC: dict[str, Any] = {
 """The ``--space resnet`` table's spec: the same space on the third held-out model
 (``benchmarks/heldout_resnet.py``), written after the repair rule was changed on the second."""
 
+TCN_SPEC: dict[str, Any] = {
+    **OUTLIER_SPEC,
+    "name": "search_table_tcn",
+    "model": "heldout_tcn.py:heldout_tcn",
+}
+"""The ``--space tcn`` table's spec: the same space on the fourth held-out model
+(``benchmarks/heldout_tcn.py``), written after the front's ascent was added to the moves."""
+
 SPACES: dict[str, dict[str, Any]] = {
     "outlier": OUTLIER_SPEC,
     "heldout": HELDOUT_SPEC,
     "hybrid": HYBRID_SPEC,
     "resnet": RESNET_SPEC,
+    "tcn": TCN_SPEC,
 }
 """The named spaces (``--space``), each an inline spec; ``quickstart`` reads ``--spec`` instead."""
 
@@ -280,7 +289,7 @@ def main() -> None:
         default="quickstart",
         help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision); "
         "heldout: HELDOUT_SPEC (the same space on the held-out model); hybrid: HYBRID_SPEC (on the second); "
-        "resnet: RESNET_SPEC (on the third)",
+        "resnet: RESNET_SPEC (on the third); tcn: TCN_SPEC (on the fourth)",
     )
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     parser.add_argument(
