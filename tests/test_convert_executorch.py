@@ -151,3 +151,57 @@ def test_expanded_buffers_convert_and_run(tmp_path: Path, backends: tuple[str, .
     with torch.no_grad():
         expected = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(run_all(runner, x), expected, rtol=1e-5, atol=1e-5)
+
+
+class _Conv1dNet(torch.nn.Module):
+    """Three Conv1d layers (one dilated) and a linear head: a small sequence model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv1d(8, 16, 3, padding=1)
+        self.b = torch.nn.Conv1d(16, 16, 3, padding=2, dilation=2)
+        self.c = torch.nn.Conv1d(16, 16, 3, padding="same")
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.a(x))
+        x = torch.relu(self.b(x))
+        return self.head(torch.relu(self.c(x)).mean(dim=2))
+
+
+@pytest.mark.parametrize("keep_float", [("a",), ("b",), ("a", "b"), ("c",)])
+def test_float_conv1d_layers_beside_int8_ones_lower_and_run(tmp_path: Path, keep_float: tuple[str, ...]) -> None:
+    """ExecuTorch 1.5.1's XNNPACK backend fails a float Conv1d beside int8 layers (its
+    conv1d pass takes it for quantized: a lowering error, or a .pte that does not load);
+    nnsweep writes such a layer as a Conv2d first, so every split of the model lowers and runs."""
+    from nnsweep.convert.executorch import ExecuTorchConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    module = _Conv1dNet().eval()
+    bundle = load_model(register_live(f"conv1d_{'_'.join(keep_float)}", module, torch.randn(1, 8, 20)))
+    config = DeploymentConfig(
+        "executorch", ("xnnpack",), QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep_float)
+    )
+    result = ExecuTorchConverter().convert(bundle, config, tmp_path)
+    assert all(isinstance(module.get_submodule(n), torch.nn.Conv1d) for n in "abc")  # the bundle's model is unchanged
+    runner = ExecuTorchRunner(tmp_path / result.filename, result.io, 1, config.backends)
+    runner.load()
+    x = bundle.dataset.evaluation.inputs[:8]
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    got = run_all(runner, x)
+    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()  # int8 where not float, and close
+
+
+def test_a_float_conv1d_written_as_a_conv2d_computes_the_same() -> None:
+    from nnsweep.convert.executorch import float_conv1d_as_conv2d
+
+    torch.manual_seed(0)
+    module, swapped = _Conv1dNet().eval(), _Conv1dNet().eval()
+    swapped.load_state_dict(module.state_dict())
+    assert float_conv1d_as_conv2d(swapped, ("a", "c")) == 2  # the paths kept float only
+    assert isinstance(swapped.b, torch.nn.Conv1d) and not isinstance(swapped.a, torch.nn.Conv1d)
+    x = torch.randn(4, 8, 20)
+    with torch.no_grad():
+        torch.testing.assert_close(swapped(x), module(x), rtol=1e-5, atol=1e-5)

@@ -31,7 +31,7 @@ from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Inte
 from nnsweep.core.runtimes import ETHOS_U_TARGETS
 from nnsweep.models import ModelBundle
 
-__all__ = ["BACKEND_IDS", "ExecuTorchConverter", "xnnpack_quantizer"]
+__all__ = ["BACKEND_IDS", "ExecuTorchConverter", "float_conv1d_as_conv2d", "xnnpack_quantizer"]
 
 # nnsweep backend name -> ExecuTorch runtime backend id (what the .pte asks the runtime for).
 BACKEND_IDS = {"xnnpack": "XnnpackBackend"}
@@ -82,11 +82,62 @@ def xnnpack_quantizer(quant: QuantConfig) -> Any:
     return float_fallback.pt2e_keep_float(XNNPACKQuantizer().set_global(config), quant.float_layers)
 
 
+class _Conv1dAs2d(nn.Module):
+    """A ``Conv1d`` computed as a ``Conv2d`` with a (k, 1) kernel on the input with a trailing
+    unit dimension: what XNNPACK runs for a ``Conv1d`` anyway, written before export."""
+
+    def __init__(self, conv: nn.Conv1d) -> None:
+        super().__init__()
+        padding = conv.padding if isinstance(conv.padding, str) else (conv.padding[0], 0)
+        self.conv = nn.Conv2d(
+            conv.in_channels,
+            conv.out_channels,
+            (conv.kernel_size[0], 1),
+            stride=(conv.stride[0], 1),
+            padding=padding,
+            dilation=(conv.dilation[0], 1),
+            groups=conv.groups,
+            bias=conv.bias is not None,
+        )
+        with torch.no_grad():
+            self.conv.weight.copy_(conv.weight.unsqueeze(-1))
+            if conv.bias is not None and self.conv.bias is not None:
+                self.conv.bias.copy_(conv.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x.unsqueeze(-1)).squeeze(-1)
+
+
+def float_conv1d_as_conv2d(model: nn.Module, keep_float: tuple[str, ...]) -> int:
+    """Replace, in place, each ``Conv1d`` kept in float (at or under a path of ``keep_float``)
+    by the same convolution as a ``Conv2d`` (:class:`_Conv1dAs2d`, at the same module path);
+    return how many.
+
+    ExecuTorch 1.5.1's XNNPACK backend turns each ``Conv1d`` into a ``Conv2d`` while lowering,
+    and where a float ``Conv1d`` meets int8 neighbours that pass takes it for quantized: the
+    lowering fails ("Weight and Input should both be quantized") or the ``.pte`` does not
+    load (error 0x1). Written as a ``Conv2d`` before export, the float layer lowers as any
+    float convolution (docs/mixed-precision.md).
+    """
+    swapped = 0
+    for path, module in list(model.named_modules()):
+        conv1d = isinstance(module, nn.Conv1d) and module.padding_mode == "zeros"
+        if path and conv1d and float_fallback.in_modules(path, keep_float):
+            parent_path, _, name = path.rpartition(".")
+            setattr(model.get_submodule(parent_path), name, _Conv1dAs2d(module))  # type: ignore[arg-type]
+            swapped += 1
+    return swapped
+
+
 def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
     model: nn.Module
     if quant.mode is QuantMode.FP16:
         model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
     elif quant.mode.is_int8:
+        if quant.float_layers:
+            source = copy.deepcopy(bundle.module).eval()
+            if float_conv1d_as_conv2d(source, quant.float_layers):
+                bundle = dataclasses.replace(bundle, module=source)
         model = quantize(bundle, quant, xnnpack_quantizer(quant))
     else:
         model = copy.deepcopy(bundle.module).eval()
