@@ -10,10 +10,9 @@ Structure, unlike the other held-out models: the 16x16 image is read as a sequen
 (dilation 1, 2, 4) with BatchNorm and GELU; a max over the sequence; a linear head.
 The first and last blocks are residual, the middle one is not. The convolutions are
 ``Conv2d`` with (3, 1) kernels over (steps, 1), as sequence models for TFLite are often
-written: ExecuTorch 1.5.1's XNNPACK backend cannot lower a float ``Conv1d`` whose input
-is int8 (its conv1d-to-conv2d pass takes the input as quantized: "Weight and Input
-should both be quantized"), so a ``Conv1d`` version would fail every ExecuTorch
-configuration that keeps one in float (docs/mixed-precision.md).
+written. (A ``Conv1d`` version found that ExecuTorch 1.5.1's XNNPACK backend fails a
+float ``Conv1d`` beside int8 layers; the converter now writes such a layer as a
+``Conv2d`` itself: docs/mixed-precision.md.)
 
 What int8 breaks: four channels of ``block2.bn1``'s shift (the BatchNorm bias) are
 trained through a fixed gain of 256 (``torch.nn.utils.parametrize``, removed after
