@@ -122,6 +122,76 @@ def test_onnx_node_names_carry_module_paths_through_preprocessing(outlier, tmp_p
         float_fallback.ort_quantize_static(source, target, iter([]), ["blocks.9"])
 
 
+class _GeluBetween(torch.nn.Module):
+    """conv a -> GELU -> conv b -> ReLU -> conv c: ONNX spells the GELU as five nodes of no module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.act = torch.nn.GELU()
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.c = torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(torch.relu(self.b(self.act(self.a(x)))))
+
+
+def test_the_nodes_between_two_float_layers_stay_float_and_no_others(tmp_path: Path) -> None:
+    """A GELU between two layers kept float is left float too (else ONNX Runtime would put a
+    quantize/dequantize pair on the tensor between them); the ReLU that feeds an int8 layer is not."""
+    import numpy as np
+    import onnx
+
+    torch.manual_seed(0)
+    source, target = tmp_path / "m.onnx", tmp_path / "int8.onnx"
+    float_fallback.export_onnx_scoped(_GeluBetween().eval(), torch.randn(1, 1, 8, 8), source)
+    calibration = [np.random.default_rng(i).standard_normal((1, 1, 8, 8)).astype(np.float32) for i in range(4)]
+    excluded = float_fallback.ort_quantize_static(source, target, iter(calibration), ["a", "b"])
+    nodes = {n.name: n for n in onnx.load(str(target)).graph.node}
+    kinds = sorted(nodes[name].op_type for name in excluded)
+    assert kinds.count("Conv") == 2 and "Erf" in kinds and "Relu" not in kinds
+    quantized = {i for n in nodes.values() if n.op_type == "QuantizeLinear" for i in n.input}
+    between = {o for name in excluded if not name.startswith("b/") for o in nodes[name].output}
+    assert not between & quantized  # from a's output to b's input, nothing is quantized
+    conv_c = next(n for name, n in nodes.items() if name.startswith("c/") and n.op_type == "Conv")
+    dequantized = {o for n in nodes.values() if n.op_type == "DequantizeLinear" for o in n.output}
+    assert conv_c.input[0] in dequantized  # c is int8: its input comes through a quantize/dequantize pair
+
+
+def test_onnx_float_region_keeps_only_what_meets_float_nodes() -> None:
+    """The region is the largest set of nodes whose inputs are constants or float outputs and
+    whose outputs feed float nodes only; unnamed nodes get names first."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(__import__("numpy").ones((1,), dtype="float32"), "w")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t0"], name="a/n0"),  # float layer a
+        helper.make_node("Mul", ["t0", "w"], ["t1"]),  # unnamed, between a and b
+        helper.make_node("Sigmoid", ["t1"], ["t2"], name="s"),  # between
+        helper.make_node("Relu", ["t2"], ["t3"], name="b/n1"),  # float layer b
+        helper.make_node("Abs", ["t3"], ["t4"], name="to_int8"),  # feeds c (int8): not between
+        helper.make_node("Relu", ["t4"], ["y"], name="c/n2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        initializer=[w],
+    )
+    model = helper.make_model(graph)
+    assert float_fallback.name_unnamed_nodes(model) == 1 and model.graph.node[1].name == "Mul_1"
+    assert float_fallback.onnx_float_region(model, ["a", "b"]) == ["a/n0", "Mul_1", "s", "b/n1"]
+    assert float_fallback.onnx_float_region(model, ["a"]) == ["a/n0"]  # nothing between a and an int8 node
+    assert float_fallback.onnx_float_region(model, ["b", "c"]) == ["b/n1", "to_int8", "c/n2"]
+    assert float_fallback.onnx_float_region(model, ["nothing"]) == []
+    # a layer with a weight between float layers is not kept float unless named
+    weight = numpy_helper.from_array(__import__("numpy").ones((2, 2), dtype="float32"), "weight")
+    model.graph.initializer.append(weight)
+    model.graph.node[2].input.append("weight")  # "s" now has a weight: a layer of its own
+    assert float_fallback.onnx_float_region(model, ["a", "b"]) == ["a/n0", "b/n1"]
+
+
 class _Attention(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -35,6 +35,8 @@ __all__ = [
     "export_onnx_scoped",
     "fx_keep_float",
     "in_modules",
+    "name_unnamed_nodes",
+    "onnx_float_region",
     "onnx_nodes_in",
     "ort_quantize_static",
     "pt2e_keep_float",
@@ -111,6 +113,72 @@ def onnx_nodes_in(model: Any, keep_float: Collection[str]) -> list[str]:
     return names
 
 
+def name_unnamed_nodes(model: Any) -> int:
+    """Give each node of ``model`` that has no name one (``<op type>_<index>``, no module
+    path), in place; return how many. ONNX Runtime's quantizer excludes nodes by name, and
+    its pre-processing leaves the nodes it makes (HardSwish's HardSigmoid and Mul) unnamed."""
+    named = 0
+    taken = {n.name for n in model.graph.node}
+    for index, node in enumerate(model.graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
+            named += 1
+    return named
+
+
+def onnx_float_region(model: Any, keep_float: Collection[str]) -> list[str]:
+    """The nodes to leave float for ``keep_float``: those inside it (:func:`onnx_nodes_in`),
+    and every node that lies between them, in the graph's order.
+
+    A node lies between float nodes when each of its inputs is a constant or comes from
+    one of them, and each of its outputs goes only to them (the largest such set: chains
+    of nodes count). ONNX decomposes an activation into several nodes of no module
+    (GELU into Div, Erf, Add and two Muls; ONNX Runtime's pre-processing splits HardSwish
+    into HardSigmoid and Mul); left to the quantizer, they would put a quantize/dequantize
+    pair on the tensor between two float layers, where the int8 damage sits. A node fed
+    by an int8 neighbour or feeding one is left to the quantizer, as before, and so is a
+    node with a weight (an initializer of two or more dimensions: a layer not kept float).
+    Nodes without a name cannot be excluded by name: :func:`name_unnamed_nodes` first.
+    """
+    names = set(onnx_nodes_in(model, keep_float))
+    if not names:
+        return []
+    nodes = list(model.graph.node)
+    inside = {i for i, n in enumerate(nodes) if n.name in names}
+    constants = {t.name for t in model.graph.initializer}
+    constants |= {o for n in nodes if n.op_type == "Constant" for o in n.output}
+    weights = {t.name for t in model.graph.initializer if len(t.dims) >= 2}
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+    consumers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for tensor in n.input:
+            consumers.setdefault(tensor, []).append(i)
+    graph_outputs = {o.name for o in model.graph.output}
+    # never a layer of its own (a node with a weight): what is not kept float stays int8
+    region = {
+        i
+        for i, n in enumerate(nodes)
+        if i not in inside and n.op_type != "Constant" and n.name and not weights.intersection(n.input)
+    }
+    changed = True
+    while changed:  # shrink to the largest set whose members meet float nodes only
+        changed = False
+        floating = inside | region
+        for i in sorted(region):
+            fed = all(t == "" or t in constants or producer.get(t) in floating for t in nodes[i].input)
+            feeds = all(
+                o not in graph_outputs and all(c in floating for c in consumers.get(o, [])) for o in nodes[i].output
+            )
+            if not (fed and feeds):
+                region.discard(i)
+                changed = True
+    return [n.name for i, n in enumerate(nodes) if i in inside or i in region]
+
+
 def ort_quantize_static(
     source: Path,
     target: Path,
@@ -159,7 +227,9 @@ def ort_quantize_static(
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         model = onnx.load(str(prepared))
-        excluded = onnx_nodes_in(model, keep_float)
+        if keep_float and name_unnamed_nodes(model):
+            onnx.save(model, str(prepared))
+        excluded = onnx_float_region(model, keep_float)
         missing = [name for name in keep_float if not onnx_nodes_in(model, [name])]
         if missing:
             from nnsweep.core.errors import ConversionError

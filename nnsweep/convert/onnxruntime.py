@@ -180,7 +180,8 @@ _GEMM_PARTS = ("_MatMul", "_Add", "_Transpose")  # onnxruntime.quantization.onnx
 
 
 def _float_nodes(prepared: Path, layers: tuple[str, ...]) -> list[str]:
-    """The nodes of a pre-processed model that come from ``layers`` (module paths), which
+    """The nodes of a pre-processed model that come from ``layers`` (module paths), and the
+    nodes between them (:func:`~nnsweep.convert.float_fallback.onnx_float_region`), which
     the quantizer leaves float. The model must come from the scoped export
     (:func:`~nnsweep.convert.float_fallback.export_onnx_scoped`: node names carry their
     module path).
@@ -190,11 +191,13 @@ def _float_nodes(prepared: Path, layers: tuple[str, ...]) -> list[str]:
     """
     if not layers:
         return []
-    model = onnx.load(str(prepared), load_external_data=False)
+    model = onnx.load(str(prepared))
+    if float_fallback.name_unnamed_nodes(model):
+        onnx.save(model, str(prepared))
     missing = [name for name in layers if not float_fallback.onnx_nodes_in(model, [name])]
     if missing:
         raise ConversionError(f"no ONNX node comes from the module(s) {', '.join(missing)} kept in float")
-    return float_fallback.onnx_nodes_in(model, layers)
+    return float_fallback.onnx_float_region(model, layers)
 
 
 def _to_fp16(source: Path, target: Path) -> None:
