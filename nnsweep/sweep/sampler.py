@@ -10,8 +10,8 @@ outlier table (digits_outlier with ``float_layers``), whose best is no start, th
 sampler after the starts took a median of 64 trials to the best, random search given
 the same starts 52.5, and on three held-out tables it reached the front later than
 random search given the same starts on two. What reaches such a best is the
-coordinator's moves (:mod:`nnsweep.sweep.moves`: repair, then refine), which come
-before the sampler: 12 to 16 trials on the four mixed-precision tables, against 33 to
+coordinator's moves (:mod:`nnsweep.sweep.moves`: repair, refine, ascend), which come
+before the sampler: 12 to 16 trials on the five mixed-precision tables, against 28.5 to
 64 for random search given the same starts. The sampler proposes once they have
 nothing left; what these settings were chosen for is the repeats below.
 """
