@@ -66,8 +66,8 @@ class Role(enum.StrEnum):
     mode, or another device's Pareto configuration), a move the coordinator made from the
     results so far (``repair``: an int8 configuration that broke the accuracy constraint
     with one more layer float; ``refine``: a neighbour of the best, or a front point with
-    one more layer float; see :mod:`nnsweep.sweep.moves`), or a configuration the sampler proposed (``search``).
-    Every trial's record carries it as its ``role`` tag."""
+    one more layer float; see :mod:`nnsweep.sweep.moves`), or a configuration the sampler
+    proposed (``search``). Every trial's record carries it as its ``role`` tag."""
 
     BASELINE = "baseline"
     DEFAULT = "default"

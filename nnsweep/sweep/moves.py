@@ -33,8 +33,8 @@ with the next float-layer count (role ``refine``). A repair stops at the first c
 that meets the constraint, but the front goes on above it: each further layer kept float
 costs a little latency and buys back a little accuracy, so the same configuration one
 count up is the likeliest next point of the front, and a chain ascends while its points
-stay on it. On the search benchmark's held-out ResNet table the front's two most
-accurate points are such steps (docs/search.md).
+stay on it. On the search benchmark's ResNet table the front's two most accurate
+points are such steps (docs/search.md).
 
 **Refine**: when a trial becomes the device's fastest feasible configuration, its
 untried neighbours (one parameter changed, the others kept: a float-layer count, a
