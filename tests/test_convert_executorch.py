@@ -194,11 +194,15 @@ def test_float_conv1d_layers_beside_int8_ones_lower_and_run(tmp_path: Path, keep
     assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()  # int8 where not float, and close
 
 
-def test_a_float_conv1d_written_as_a_conv2d_computes_the_same() -> None:
+@pytest.mark.parametrize("padding_mode", ["zeros", "reflect", "circular", "replicate"])
+def test_a_float_conv1d_written_as_a_conv2d_computes_the_same(padding_mode: str) -> None:
     from nnsweep.convert.executorch import float_conv1d_as_conv2d
 
     torch.manual_seed(0)
     module, swapped = _Conv1dNet().eval(), _Conv1dNet().eval()
+    for net in (module, swapped):
+        for conv in (net.a, net.b, net.c):
+            conv.padding_mode = padding_mode
     swapped.load_state_dict(module.state_dict())
     assert float_conv1d_as_conv2d(swapped, ("a", "c")) == 2  # the paths kept float only
     assert isinstance(swapped.b, torch.nn.Conv1d) and not isinstance(swapped.a, torch.nn.Conv1d)

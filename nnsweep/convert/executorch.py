@@ -98,6 +98,7 @@ class _Conv1dAs2d(nn.Module):
             dilation=(conv.dilation[0], 1),
             groups=conv.groups,
             bias=conv.bias is not None,
+            padding_mode=conv.padding_mode,
         )
         with torch.no_grad():
             self.conv.weight.copy_(conv.weight.unsqueeze(-1))
@@ -121,8 +122,7 @@ def float_conv1d_as_conv2d(model: nn.Module, keep_float: tuple[str, ...]) -> int
     """
     swapped = 0
     for path, module in list(model.named_modules()):
-        conv1d = isinstance(module, nn.Conv1d) and module.padding_mode == "zeros"
-        if path and conv1d and float_fallback.in_modules(path, keep_float):
+        if path and isinstance(module, nn.Conv1d) and float_fallback.in_modules(path, keep_float):
             parent_path, _, name = path.rpartition(".")
             setattr(model.get_submodule(parent_path), name, _Conv1dAs2d(module))  # type: ignore[arg-type]
             swapped += 1
