@@ -83,3 +83,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, where this test's real parts must run: {reason}"
     return report
+
+
+@pytest.fixture
+def gelu_between():  # type: ignore[no-untyped-def]
+    """A fresh seeded model, conv ``a`` -> GELU -> conv ``b`` -> ReLU -> conv ``c`` on 1x8x8
+    inputs: ONNX spells the GELU as five nodes of no module, between ``a`` and ``b``."""
+    import torch
+
+    class GeluBetween(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Conv2d(1, 8, 3, padding=1)
+            self.act = torch.nn.GELU()
+            self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.c = torch.nn.Conv2d(8, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(torch.relu(self.b(self.act(self.a(x)))))
+
+    torch.manual_seed(0)
+    return GeluBetween().eval()

@@ -335,28 +335,13 @@ def test_float_layers_stay_float_in_qoperator_format(digits, ort_cache) -> None:
     assert "QLinearConv" in ops and "QGemm" not in ops and "Gemm" in ops
 
 
-class _GeluBetween(torch.nn.Module):
-    """conv a -> GELU -> conv b -> ReLU -> linear: ONNX spells the GELU as nodes of no module."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = torch.nn.Conv2d(1, 8, 3, padding=1)
-        self.act = torch.nn.GELU()
-        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
-        self.head = torch.nn.Linear(8 * 8 * 8, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.b(self.act(self.a(x)))).flatten(1))
-
-
-def test_the_converter_keeps_the_activation_between_two_float_layers_float(tmp_path: Path) -> None:
+def test_the_converter_keeps_the_activation_between_two_float_layers_float(gelu_between, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The converter's own path (not only the sensitivity recipe): with ``a`` and ``b`` float, no
-    quantize/dequantize pair sits anywhere from ``a``'s output to ``b``'s input; the head is int8."""
+    quantize/dequantize pair sits anywhere from ``a``'s output to ``b``'s input; ``c`` is int8."""
     from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
     from nnsweep.models import load_model, register_live
 
-    torch.manual_seed(0)
-    bundle = load_model(register_live("gelu_between", _GeluBetween().eval(), torch.randn(1, 1, 8, 8)))
+    bundle = load_model(register_live("gelu_between", gelu_between, torch.randn(1, 1, 8, 8)))
     config = _config("static_int8", granularity=Granularity.PER_TENSOR, float_layers=("a", "b"))
     result = OnnxRuntimeConverter().convert(bundle, config, tmp_path)
     graph = onnx.load(str(tmp_path / result.filename)).graph

@@ -122,29 +122,14 @@ def test_onnx_node_names_carry_module_paths_through_preprocessing(outlier, tmp_p
         float_fallback.ort_quantize_static(source, target, iter([]), ["blocks.9"])
 
 
-class _GeluBetween(torch.nn.Module):
-    """conv a -> GELU -> conv b -> ReLU -> conv c: ONNX spells the GELU as five nodes of no module."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = torch.nn.Conv2d(1, 8, 3, padding=1)
-        self.act = torch.nn.GELU()
-        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
-        self.c = torch.nn.Conv2d(8, 4, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c(torch.relu(self.b(self.act(self.a(x)))))
-
-
-def test_the_nodes_between_two_float_layers_stay_float_and_no_others(tmp_path: Path) -> None:
+def test_the_nodes_between_two_float_layers_stay_float_and_no_others(gelu_between, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A GELU between two layers kept float is left float too (else ONNX Runtime would put a
     quantize/dequantize pair on the tensor between them); the ReLU that feeds an int8 layer is not."""
     import numpy as np
     import onnx
 
-    torch.manual_seed(0)
     source, target = tmp_path / "m.onnx", tmp_path / "int8.onnx"
-    float_fallback.export_onnx_scoped(_GeluBetween().eval(), torch.randn(1, 1, 8, 8), source)
+    float_fallback.export_onnx_scoped(gelu_between, torch.randn(1, 1, 8, 8), source)
     calibration = [np.random.default_rng(i).standard_normal((1, 1, 8, 8)).astype(np.float32) for i in range(4)]
     excluded = float_fallback.ort_quantize_static(source, target, iter(calibration), ["a", "b"])
     nodes = {n.name: n for n in onnx.load(str(target)).graph.node}
@@ -161,9 +146,10 @@ def test_the_nodes_between_two_float_layers_stay_float_and_no_others(tmp_path: P
 def test_onnx_float_region_keeps_only_what_meets_float_nodes() -> None:
     """The region is the largest set of nodes whose inputs are constants or float outputs and
     whose outputs feed float nodes only; unnamed nodes get names first."""
+    import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    w = numpy_helper.from_array(__import__("numpy").ones((1,), dtype="float32"), "w")
+    w = numpy_helper.from_array(np.ones((1,), dtype="float32"), "w")
     nodes = [
         helper.make_node("Relu", ["x"], ["t0"], name="a/n0"),  # float layer a
         helper.make_node("Mul", ["t0", "w"], ["t1"]),  # unnamed, between a and b
@@ -186,7 +172,7 @@ def test_onnx_float_region_keeps_only_what_meets_float_nodes() -> None:
     assert float_fallback.onnx_float_region(model, ["b", "c"]) == ["b/n1", "to_int8", "c/n2"]
     assert float_fallback.onnx_float_region(model, ["nothing"]) == []
     # a layer with a weight between float layers is not kept float unless named
-    weight = numpy_helper.from_array(__import__("numpy").ones((2, 2), dtype="float32"), "weight")
+    weight = numpy_helper.from_array(np.ones((2, 2), dtype="float32"), "weight")
     model.graph.initializer.append(weight)
     model.graph.node[2].input.append("weight")  # "s" now has a weight: a layer of its own
     assert float_fallback.onnx_float_region(model, ["a", "b"]) == ["a/n0", "b/n1"]

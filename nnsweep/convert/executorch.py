@@ -120,13 +120,20 @@ def float_conv1d_as_conv2d(model: nn.Module, keep_float: tuple[str, ...]) -> int
     load (error 0x1). Written as a ``Conv2d`` before export, the float layer lowers as any
     float convolution (docs/mixed-precision.md).
     """
-    swapped = 0
-    for path, module in list(model.named_modules()):
-        if path and isinstance(module, nn.Conv1d) and float_fallback.in_modules(path, keep_float):
-            parent_path, _, name = path.rpartition(".")
-            setattr(model.get_submodule(parent_path), name, _Conv1dAs2d(module))  # type: ignore[arg-type]
-            swapped += 1
-    return swapped
+    paths = _float_conv1d_paths(model, keep_float)
+    for path in paths:
+        parent_path, _, name = path.rpartition(".")
+        setattr(model.get_submodule(parent_path), name, _Conv1dAs2d(model.get_submodule(path)))  # type: ignore[arg-type]
+    return len(paths)
+
+
+def _float_conv1d_paths(model: nn.Module, keep_float: tuple[str, ...]) -> list[str]:
+    """The module paths of the ``Conv1d`` layers of ``model`` at or under a path of ``keep_float``."""
+    return [
+        path
+        for path, module in model.named_modules()
+        if path and isinstance(module, nn.Conv1d) and float_fallback.in_modules(path, keep_float)
+    ]
 
 
 def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
@@ -134,10 +141,10 @@ def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedPr
     if quant.mode is QuantMode.FP16:
         model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
     elif quant.mode.is_int8:
-        if quant.float_layers:
+        if _float_conv1d_paths(bundle.module, quant.float_layers):  # a copy only where one is rewritten
             source = copy.deepcopy(bundle.module).eval()
-            if float_conv1d_as_conv2d(source, quant.float_layers):
-                bundle = dataclasses.replace(bundle, module=source)
+            float_conv1d_as_conv2d(source, quant.float_layers)
+            bundle = dataclasses.replace(bundle, module=source)
         model = quantize(bundle, quant, xnnpack_quantizer(quant))
     else:
         model = copy.deepcopy(bundle.module).eval()

@@ -36,6 +36,7 @@ __all__ = [
     "fx_keep_float",
     "in_modules",
     "name_unnamed_nodes",
+    "onnx_float_nodes",
     "onnx_float_region",
     "onnx_nodes_in",
     "ort_quantize_static",
@@ -179,6 +180,29 @@ def onnx_float_region(model: Any, keep_float: Collection[str]) -> list[str]:
     return [n.name for i, n in enumerate(nodes) if i in inside or i in region]
 
 
+def onnx_float_nodes(prepared: Path, keep_float: Collection[str]) -> list[str]:
+    """The names of the nodes a pre-processed model (:func:`export_onnx_scoped`, then
+    ``quant_pre_process``) leaves float for ``keep_float``: :func:`onnx_float_region`,
+    after :func:`name_unnamed_nodes` (the file is written back when a node got a name).
+
+    Raises:
+        ConversionError: a name in ``keep_float`` selects no node of the model.
+    """
+    if not keep_float:
+        return []
+    import onnx
+
+    model = onnx.load(str(prepared))
+    if name_unnamed_nodes(model):
+        onnx.save(model, str(prepared))
+    missing = [name for name in keep_float if not onnx_nodes_in(model, [name])]
+    if missing:
+        from nnsweep.core.errors import ConversionError
+
+        raise ConversionError(f"no ONNX node comes from the module(s) {', '.join(missing)} kept in float")
+    return onnx_float_region(model, keep_float)
+
+
 def ort_quantize_static(
     source: Path,
     target: Path,
@@ -226,19 +250,12 @@ def ort_quantize_static(
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-        model = onnx.load(str(prepared))
-        if keep_float and name_unnamed_nodes(model):
-            onnx.save(model, str(prepared))
-        excluded = onnx_float_region(model, keep_float)
-        missing = [name for name in keep_float if not onnx_nodes_in(model, [name])]
-        if missing:
-            from nnsweep.core.errors import ConversionError
-
-            raise ConversionError(f"no ONNX node comes from the module(s) {', '.join(missing)} kept in float")
+        excluded = onnx_float_nodes(prepared, keep_float)
+        input_name = onnx.load(str(prepared), load_external_data=False).graph.input[0].name
         quantize_static(
             str(prepared),
             str(target),
-            _Reader(model.graph.input[0].name),
+            _Reader(input_name),
             quant_format=QuantFormat.QDQ,
             per_channel=per_channel,
             activation_type=QuantType.QUInt8,

@@ -117,7 +117,7 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
         # inference is for dynamic (transformer) shapes; ours are all static.
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-        excluded = _float_nodes(prepared, quant.float_layers)
+        excluded = float_fallback.onnx_float_nodes(prepared, quant.float_layers)
         if quant.mode is QuantMode.DYNAMIC_INT8:
             # Weights int8 or uint8 (per channel or per tensor); activations quantized to
             # uint8 at run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger:
@@ -177,27 +177,6 @@ def _dynamic_names(prepared: Path, excluded: list[str]) -> list[str]:
 
 
 _GEMM_PARTS = ("_MatMul", "_Add", "_Transpose")  # onnxruntime.quantization.onnx_model.replace_gemm_with_matmul
-
-
-def _float_nodes(prepared: Path, layers: tuple[str, ...]) -> list[str]:
-    """The nodes of a pre-processed model that come from ``layers`` (module paths), and the
-    nodes between them (:func:`~nnsweep.convert.float_fallback.onnx_float_region`), which
-    the quantizer leaves float. The model must come from the scoped export
-    (:func:`~nnsweep.convert.float_fallback.export_onnx_scoped`: node names carry their
-    module path).
-
-    Raises:
-        ConversionError: a layer that no node comes from.
-    """
-    if not layers:
-        return []
-    model = onnx.load(str(prepared))
-    if float_fallback.name_unnamed_nodes(model):
-        onnx.save(model, str(prepared))
-    missing = [name for name in layers if not float_fallback.onnx_nodes_in(model, [name])]
-    if missing:
-        raise ConversionError(f"no ONNX node comes from the module(s) {', '.join(missing)} kept in float")
-    return float_fallback.onnx_float_region(model, layers)
 
 
 def _to_fp16(source: Path, target: Path) -> None:
