@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nnsweep.convert import float_fallback
+from nnsweep.convert import float_fallback, float_region
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import BUILTIN, check_reference
 from nnsweep.sensitivity import rank as sensitivity
@@ -167,15 +167,15 @@ def test_onnx_float_region_keeps_only_what_meets_float_nodes() -> None:
     )
     model = helper.make_model(graph)
     assert float_fallback.name_unnamed_nodes(model) == 1 and model.graph.node[1].name == "Mul_1"
-    assert float_fallback.onnx_float_region(model, ["a", "b"]) == ["a/n0", "Mul_1", "s", "b/n1"]
-    assert float_fallback.onnx_float_region(model, ["a"]) == ["a/n0"]  # nothing between a and an int8 node
-    assert float_fallback.onnx_float_region(model, ["b", "c"]) == ["b/n1", "to_int8", "c/n2"]
-    assert float_fallback.onnx_float_region(model, ["nothing"]) == []
+    assert float_region.onnx_float_region(model, ["a", "b"]) == ["a/n0", "Mul_1", "s", "b/n1"]
+    assert float_region.onnx_float_region(model, ["a"]) == ["a/n0"]  # nothing between a and an int8 node
+    assert float_region.onnx_float_region(model, ["b", "c"]) == ["b/n1", "to_int8", "c/n2"]
+    assert float_region.onnx_float_region(model, ["nothing"]) == []
     # a layer with a weight between float layers is not kept float unless named
     weight = numpy_helper.from_array(np.ones((2, 2), dtype="float32"), "weight")
     model.graph.initializer.append(weight)
     model.graph.node[2].input.append("weight")  # "s" now has a weight: a layer of its own
-    assert float_fallback.onnx_float_region(model, ["a", "b"]) == ["a/n0", "b/n1"]
+    assert float_region.onnx_float_region(model, ["a", "b"]) == ["a/n0", "b/n1"]
 
 
 class _Attention(torch.nn.Module):

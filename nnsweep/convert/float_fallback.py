@@ -26,6 +26,8 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nnsweep.convert.float_region import SCOPE_SEPARATOR, fx_float_region, in_modules, onnx_float_region, onnx_nodes_in
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -37,25 +39,13 @@ __all__ = [
     "in_modules",
     "name_unnamed_nodes",
     "onnx_float_nodes",
-    "onnx_float_region",
     "onnx_nodes_in",
     "ort_quantize_static",
     "pt2e_keep_float",
 ]
 
-SCOPE_SEPARATOR = "/"  # between the module path and the exporter's node name
 _SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _OPSET = 18
-
-
-def in_modules(path: str, names: Iterable[str]) -> bool:
-    """Whether module ``path`` is one of ``names`` or inside one of them.
-
-    Example:
-        >>> in_modules("blocks.2.pw1", ["blocks.2"]), in_modules("blocks.20", ["blocks.2"])
-        (True, False)
-    """
-    return any(path == name or path.startswith(name + ".") for name in names)
 
 
 def _scope_of(node: Any) -> str:
@@ -103,17 +93,6 @@ def export_onnx_scoped(module: torch.nn.Module, example: torch.Tensor, path: Pat
     onnx.save(ir.to_proto(graph), str(path))
 
 
-def onnx_nodes_in(model: Any, keep_float: Collection[str]) -> list[str]:
-    """Names of the nodes of an ONNX model (from :func:`export_onnx_scoped`) inside ``keep_float``."""
-    names = []
-    for node in model.graph.node:
-        # the first separator: ONNX Runtime's fusions append to a name ("fc1/node_MatMul_6/MatMulAddFusion")
-        scope, sep, _ = node.name.partition(SCOPE_SEPARATOR)
-        if sep and in_modules(scope, keep_float):
-            names.append(node.name)
-    return names
-
-
 def name_unnamed_nodes(model: Any) -> int:
     """Give each node of ``model`` that has no name one (``<op type>_<index>``, no module
     path), in place; return how many. ONNX Runtime's quantizer excludes nodes by name, and
@@ -131,58 +110,10 @@ def name_unnamed_nodes(model: Any) -> int:
     return named
 
 
-def onnx_float_region(model: Any, keep_float: Collection[str]) -> list[str]:
-    """The nodes to leave float for ``keep_float``: those inside it (:func:`onnx_nodes_in`),
-    and every node that lies between them, in the graph's order.
-
-    A node lies between float nodes when each of its inputs is a constant or comes from
-    one of them, and each of its outputs goes only to them (the largest such set: chains
-    of nodes count). ONNX decomposes an activation into several nodes of no module
-    (GELU into Div, Erf, Add and two Muls; ONNX Runtime's pre-processing splits HardSwish
-    into HardSigmoid and Mul); left to the quantizer, they would put a quantize/dequantize
-    pair on the tensor between two float layers, where the int8 damage sits. A node fed
-    by an int8 neighbour or feeding one is left to the quantizer, as before, and so is a
-    node with a weight (an initializer of two or more dimensions: a layer not kept float).
-    Nodes without a name cannot be excluded by name: :func:`name_unnamed_nodes` first.
-    """
-    names = set(onnx_nodes_in(model, keep_float))
-    if not names:
-        return []
-    nodes = list(model.graph.node)
-    inside = {i for i, n in enumerate(nodes) if n.name in names}
-    constants = {t.name for t in model.graph.initializer}
-    constants |= {o for n in nodes if n.op_type == "Constant" for o in n.output}
-    weights = {t.name for t in model.graph.initializer if len(t.dims) >= 2}
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
-    consumers: dict[str, list[int]] = {}
-    for i, n in enumerate(nodes):
-        for tensor in n.input:
-            consumers.setdefault(tensor, []).append(i)
-    graph_outputs = {o.name for o in model.graph.output}
-    # never a layer of its own (a node with a weight): what is not kept float stays int8
-    region = {
-        i
-        for i, n in enumerate(nodes)
-        if i not in inside and n.op_type != "Constant" and n.name and not weights.intersection(n.input)
-    }
-    changed = True
-    while changed:  # shrink to the largest set whose members meet float nodes only
-        changed = False
-        floating = inside | region
-        for i in sorted(region):
-            fed = all(t == "" or t in constants or producer.get(t) in floating for t in nodes[i].input)
-            feeds = all(
-                o not in graph_outputs and all(c in floating for c in consumers.get(o, [])) for o in nodes[i].output
-            )
-            if not (fed and feeds):
-                region.discard(i)
-                changed = True
-    return [n.name for i, n in enumerate(nodes) if i in inside or i in region]
-
-
 def onnx_float_nodes(prepared: Path, keep_float: Collection[str]) -> list[str]:
     """The names of the nodes a pre-processed model (:func:`export_onnx_scoped`, then
-    ``quant_pre_process``) leaves float for ``keep_float``: :func:`onnx_float_region`,
+    ``quant_pre_process``) leaves float for ``keep_float``:
+    :func:`~nnsweep.convert.float_region.onnx_float_region`,
     after :func:`name_unnamed_nodes` (the file is written back when a node got a name).
 
     Raises:
@@ -277,32 +208,39 @@ def fx_keep_float(mapping: Any, keep_float: Iterable[str]) -> Any:
     return mapping
 
 
-def _node_modules(node: Any) -> list[str]:
-    """The module paths a PT2E graph node was traced in (outermost first)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    return [path for path, _ in stack.values()]
-
-
 def _float_filter(keep_float: Collection[str]) -> Callable[[Any], bool]:
+    """Accepts the nodes to quantize: not those of ``keep_float``, nor those between them
+    (:func:`~nnsweep.convert.float_region.fx_float_region`, computed once per graph)."""
+    regions: dict[int, tuple[Any, set[str]]] = {}  # id(graph) -> (graph, its region)
+
     def quantize(node: Any) -> bool:
-        return not any(in_modules(path, keep_float) for path in _node_modules(node))
+        graph = node.graph
+        if id(graph) not in regions:
+            regions[id(graph)] = (graph, fx_float_region(graph.owning_module, keep_float))
+        return node.name not in regions[id(graph)][1]
 
     return quantize
 
 
 def pt2e_keep_float(quantizer: Any, keep_float: Collection[str]) -> Any:
-    """Make a static PT2E quantizer leave the ops of ``keep_float`` unannotated (float).
+    """Make a static PT2E quantizer leave the ops of ``keep_float``, and the ops between
+    them (:func:`~nnsweep.convert.float_region.fx_float_region`), unannotated (float).
 
     ``set_module_name(path, None)`` is refused by both quantizers (an assertion), so:
 
     - ExecuTorch's ``XNNPACKQuantizer``: ``set_filter_function`` with a filter on each
-      node's ``nn_module_stack``; every annotator skips a pattern with a rejected node.
+      node; an annotator skips a pattern with a rejected node.
     - litert-torch 0.10's ``PT2EQuantizer`` has no filter hook, and its own module-name
       filter never matches under torch 2.14: it strips ``len("L__self___")`` (10)
       characters from ``nn_module_stack`` keys that torch 2.14 spells
-      ``L__self__<path>`` (9), and turns every ``_`` into ``.``. Its ``annotate`` is
-      replaced on this instance by the global static annotation with our filter
-      (module-type and module-name configs of the quantizer are then ignored).
+      ``L__self__<path>`` (9), and turns every ``_`` into ``.``. Its global static
+      annotation is run with our filter instead (module-type and module-name configs of
+      the quantizer are then ignored).
+
+    Not every annotator asks the filter (ExecuTorch 1.5.1's ``cat`` does not, and the
+    propagation after it carries its annotation on to the ReLU or mean that follows), so
+    the annotations left on the float ops are removed once the quantizer is done: this
+    instance's ``annotate`` is replaced.
 
     Raises:
         TypeError: the quantizer offers neither hook.
@@ -311,16 +249,27 @@ def pt2e_keep_float(quantizer: Any, keep_float: Collection[str]) -> Any:
     if not keep:
         return quantizer
     accept = _float_filter(keep)
+    inner: Callable[[Any], Any]
     if hasattr(quantizer, "set_filter_function"):
-        return quantizer.set_filter_function(accept)
-    if hasattr(quantizer, "_annotate_all_static_patterns"):
+        quantizer.set_filter_function(accept)
+        inner = quantizer.annotate
+    elif hasattr(quantizer, "_annotate_all_static_patterns"):
         from litert_torch.quantize.pt2e_quantizer_utils import propagate_annotation
 
-        def annotate(model: Any) -> Any:
+        def inner(model: Any) -> Any:
             quantizer._annotate_all_static_patterns(model, quantizer.global_config, accept)
             propagate_annotation(model)
             return model
 
-        quantizer.annotate = annotate
-        return quantizer
-    raise TypeError(f"{type(quantizer).__name__} offers no way to leave modules in float")
+    else:
+        raise TypeError(f"{type(quantizer).__name__} offers no way to leave modules in float")
+
+    def annotate(model: Any) -> Any:
+        inner(model)
+        floating = [n for n in model.graph.nodes if not accept(n)]
+        for node in floating:
+            node.meta.pop("quantization_annotation", None)
+        return model
+
+    quantizer.annotate = annotate
+    return quantizer

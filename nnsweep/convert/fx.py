@@ -106,15 +106,19 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     """Static PTQ or QAT with FX graph mode; call with ``engine`` selected."""
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx, prepare_qat_fx
 
+    from nnsweep.convert.float_region import fx_drop_float_observers
+
     model = copy.deepcopy(bundle.module)
     example = (bundle.example_input,)
     mapping = float_fallback.fx_keep_float(qconfig_mapping(engine, quant), quant.float_layers)
     if quant.mode is QuantMode.QAT_INT8:
         prepared = prepare_qat_fx(model.train(), mapping, example)
+        fx_drop_float_observers(prepared, quant.float_layers)
         qat_finetune(prepared, bundle, quant, batch_size=32)
         prepared.eval()
     else:
         prepared = prepare_fx(model.eval(), mapping, example)
+        fx_drop_float_observers(prepared, quant.float_layers)
         with torch.no_grad():
             for x in calibration_samples(bundle, quant):
                 prepared(x)

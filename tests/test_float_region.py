@@ -1,0 +1,161 @@
+"""The ops between layers kept float stay float (nnsweep.convert.float_region) in PT2E graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nnsweep.convert import float_fallback
+from nnsweep.convert.float_region import between, fx_float_region
+from nnsweep.convert.pt2e import export
+from nnsweep.core.config import Granularity, QuantConfig
+
+
+class _Branches(torch.nn.Module):
+    """Functional ops of no module between the layers: ReLU, a residual add, a concatenation, a mean."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.c = torch.nn.Conv2d(8, 8, 1)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.a(x))
+        z = y + F.relu(self.b(y))
+        w = torch.cat([z, self.c(z)], 1)
+        return self.head(w.mean((2, 3)))
+
+
+ALL = ("a", "b", "c", "head")
+
+
+def _graph() -> torch.fx.GraphModule:
+    torch.manual_seed(0)
+    return export(_Branches().eval(), torch.randn(1, 3, 8, 8), dynamic_batch=False).module(check_guards=False)
+
+
+def _ops(graph: torch.fx.GraphModule) -> set[str]:
+    return {n.name for n in graph.graph.nodes if n.op == "call_function"}
+
+
+def test_between_keeps_the_largest_set_that_meets_float_nodes_only() -> None:
+    # a chain x -> 1 -> 2 -> 3 -> out, and 4 fed by 2 and read by nothing else
+    producers = {1: [None], 2: [1], 3: [2], 4: [2]}
+    consumers = {1: [2], 2: [3, 4], 3: [None], 4: [3]}
+    assert between({1, 3}, [2, 4], producers.__getitem__, consumers.__getitem__) == {2, 4}
+    assert between({1}, [2, 4], producers.__getitem__, consumers.__getitem__) == set()  # 2 feeds 3, not float
+    assert between(set(), [2], producers.__getitem__, consumers.__getitem__) == set()
+
+
+def test_every_op_lies_between_when_every_layer_is_float() -> None:
+    graph = _graph()
+    assert fx_float_region(graph, ALL) == _ops(graph)
+
+
+def test_an_op_that_meets_an_int8_layer_is_left_to_the_quantizer() -> None:
+    graph = _graph()
+    region = fx_float_region(graph, ("a", "b"))
+    # the add feeds c (int8) and the concatenation: not between; nor the ReLUs beside it
+    assert region == {n.name for n in graph.graph.nodes if n.op == "call_function" and _in(n, ("a", "b"))}
+    assert fx_float_region(graph, ()) == set()
+    assert fx_float_region(graph, ("nothing",)) == set()
+
+
+def _in(node: torch.fx.Node, layers: tuple[str, ...]) -> bool:
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(float_fallback.in_modules(path, layers) for path, _ in stack.values())
+
+
+def _quantizer(runtime: str, keep: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep)
+    if runtime == "executorch":
+        from nnsweep.convert.executorch import xnnpack_quantizer
+
+        return xnnpack_quantizer(quant)
+    from nnsweep.convert.litert import litert_quantizer
+
+    return litert_quantizer(quant, symmetric_activations=False)
+
+
+@pytest.mark.parametrize("runtime", ["executorch", "litert"])
+def test_with_every_layer_float_nothing_is_quantized(runtime: str) -> None:
+    """ExecuTorch 1.5.1's concatenation annotator ignores the quantizer's filter, and the
+    propagation after it carried its int8 on to the mean: with every layer float, the
+    concatenation and the mean were still quantized (35-40 dB against fp32 on held-out models)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    graph = _graph()
+    x = torch.randn(4, 3, 8, 8)
+    with torch.no_grad():
+        expected = graph(x[:1])
+    prepared = prepare_pt2e(graph, _quantizer(runtime, ALL))
+    with torch.no_grad():
+        for sample in x:
+            prepared(sample[None])
+    converted = convert_pt2e(prepared)
+    quantize_ops = [n for n in converted.graph.nodes if n.op == "call_function" and "quantize" in str(n.target)]
+    assert quantize_ops == []
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x[:1]), expected)
+
+
+@pytest.mark.parametrize("runtime", ["executorch", "litert"])
+def test_with_some_layers_float_the_rest_is_still_quantized(runtime: str) -> None:
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    graph = _graph()
+    prepared = prepare_pt2e(graph, _quantizer(runtime, ("a", "b")))
+    observed = {n.name for n in prepared.graph.nodes if n.op == "call_module" and "activation_post_process" in n.name}
+    assert observed  # c and head are int8
+
+
+class _CalledTwice(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.mid = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.a(x))
+        z = F.relu(self.mid(F.relu(self.mid(y))))
+        return self.head(torch.cat([y, z], 1).mean((2, 3)))
+
+
+def _fx_quantized(module: torch.nn.Module, name: str, keep: tuple[str, ...]) -> torch.nn.Module:
+    from nnsweep.convert.fx import quantize_fx, quantized_engine
+    from nnsweep.models import load_model, register_live
+
+    bundle = load_model(register_live(name, module, torch.randn(1, 3, 8, 8)))
+    quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep)
+    with quantized_engine("x86"):
+        return quantize_fx(bundle, quant, "x86")
+
+
+def test_fx_with_every_layer_float_nothing_is_quantized() -> None:
+    """torch.ao FX leaves a layer float by module name, but not the ReLU, add, concatenation
+    and mean around it (it gives a per-call qconfig for functions only, never for methods)."""
+    torch.manual_seed(0)
+    module = _Branches().eval()
+    converted = _fx_quantized(module, "fx_branches_all", ALL)
+    assert "quantize_per_tensor" not in converted.code
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), module(x))
+
+
+@pytest.mark.parametrize("keep", [("a",), ("mid",), ("a", "head")])
+def test_fx_int8_ops_keep_their_observers_beside_float_ones(keep: tuple[str, ...]) -> None:
+    """An int8 op's output observer stays when float ops read it: without it ``convert_fx``
+    fed the second call of a shared int8 layer a float tensor (a NotImplementedError)."""
+    torch.manual_seed(0)
+    module = _CalledTwice().eval()
+    converted = _fx_quantized(module, f"fx_called_twice_{'_'.join(keep)}", keep)
+    assert "quantize_per_tensor" in converted.code
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        got, expected = converted(x), module(x)
+    assert (got - expected).abs().max() < 0.1 * expected.abs().max()
