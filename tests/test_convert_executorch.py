@@ -209,3 +209,57 @@ def test_a_float_conv1d_written_as_a_conv2d_computes_the_same(padding_mode: str)
     x = torch.randn(4, 8, 20)
     with torch.no_grad():
         torch.testing.assert_close(swapped(x), module(x), rtol=1e-5, atol=1e-5)
+
+
+class _CalledTwice(torch.nn.Module):
+    """One convolution applied at two points of the forward (weights shared between calls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.mid = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.enc(x))
+        x = torch.relu(self.mid(x))
+        x = torch.relu(self.mid(x))
+        return self.head(x.mean((2, 3)))
+
+
+@pytest.mark.parametrize("mode", ["static_int8", "qat_int8"])
+def test_a_layer_called_twice_converts_and_runs_in_int8(tmp_path: Path, mode: str) -> None:
+    """One int32 bias cannot serve two calls whose inputs have different scales: ExecuTorch
+    1.5.1's XNNPACK backend failed to load such a .pte (error 0x1). Each call gets its own copy."""
+    from nnsweep.convert.executorch import ExecuTorchConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    module = _CalledTwice().eval()
+    bundle = load_model(register_live(f"called_twice_{mode}", module, torch.randn(1, 3, 12, 12)))
+    epochs = 1 if mode == "qat_int8" else None
+    config = DeploymentConfig("executorch", ("xnnpack",), QuantConfig(mode, Granularity.PER_CHANNEL, qat_epochs=epochs))
+    result = ExecuTorchConverter().convert(bundle, config, tmp_path)
+    assert len(list(module.parameters())) == 6  # the bundle's model is unchanged
+    runner = ExecuTorchRunner(tmp_path / result.filename, result.io, 1, config.backends)
+    runner.load()
+    x = bundle.dataset.evaluation.inputs[:8]
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    got = run_all(runner, x)
+    assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
+
+
+def test_untying_gives_each_call_its_own_parameters_and_computes_the_same() -> None:
+    from nnsweep.convert.pt2e import export, untie_shared_parameters
+
+    torch.manual_seed(0)
+    module = _CalledTwice().eval()
+    x = torch.randn(1, 3, 12, 12)
+    graph = export(module, x, dynamic_batch=False).module(check_guards=False)
+    untie_shared_parameters(graph)
+    reads = [n for n in graph.graph.nodes if n.op == "get_attr"]
+    assert all(len(n.users) == 1 for n in reads)
+    assert len({n.target for n in reads}) == 8  # mid's weight and bias once more
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), module(x))

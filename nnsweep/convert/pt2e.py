@@ -22,7 +22,15 @@ from nnsweep.core.errors import ConversionError
 from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.models import ModelBundle
 
-__all__ = ["calibrated", "dense_constants", "export", "exported_program", "quantize", "quantize_io"]
+__all__ = [
+    "calibrated",
+    "dense_constants",
+    "export",
+    "exported_program",
+    "quantize",
+    "quantize_io",
+    "untie_shared_parameters",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +82,8 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
     fine-tune), convert.
 
     The exported module is taken without its guard function (``check_guards=False``):
-    backend quantizers (the Arm one) cannot trace through that call_module.
+    backend quantizers (the Arm one) cannot trace through that call_module. A layer called
+    more than once gets a copy of its parameters per call (:func:`untie_shared_parameters`).
     """
     from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
@@ -88,14 +97,57 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
         except Exception:  # models whose shapes specialise on batch 1
             graph = export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
             batch = 1
-        prepared = prepare_qat_pt2e(graph, quantizer)
+        prepared = prepare_qat_pt2e(untie_shared_parameters(graph), quantizer)
         move_exported_model_to_train(prepared)
         qat_finetune(prepared, bundle, quant, batch_size=batch)
         move_exported_model_to_eval(prepared)
     else:
-        prepared = calibrated(model, bundle, quant, lambda graph: prepare_pt2e(graph, quantizer))
+        prepared = calibrated(
+            model, bundle, quant, lambda graph: prepare_pt2e(untie_shared_parameters(graph), quantizer)
+        )
     converted: nn.Module = convert_pt2e(prepared)
     return converted
+
+
+def untie_shared_parameters(graph: nn.Module) -> torch.fx.GraphModule:
+    """Give each op that reads a parameter or buffer some other op reads too its own copy
+    (in place; returns ``graph``).
+
+    A layer called twice (one ``Conv2d`` applied at two points of ``forward``) reads the
+    same weight and bias from both calls. PT2E quantizes a bias with the scale of the
+    call's input times the weight's, and the two calls' inputs have different scales, so
+    one int32 bias cannot serve both: ExecuTorch 1.5.1's XNNPACK backend then fails to
+    build the second convolution when the ``.pte`` loads (``xnn_status_invalid_parameter``,
+    error 0x1), for whole-model static int8 as for mixed precision. A copy per call is what
+    the int8 program needs anyway (each call's bias is its own int32 tensor); the float
+    values are unchanged (QAT then fine-tunes each call's copy on its own).
+    """
+    assert isinstance(graph, torch.fx.GraphModule), "an exported program's module()"
+    seen: set[str] = set()
+    for node in list(graph.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        first = 0 if node.target in seen else 1  # another get_attr node of this target came first
+        seen.add(node.target)
+        owner_path, _, attr = node.target.rpartition(".")
+        owner = graph.get_submodule(owner_path)
+        value = getattr(owner, attr)
+        if not isinstance(value, torch.Tensor):
+            continue
+        for index, user in enumerate(list(node.users)[first:]):
+            name = f"{node.target.replace('.', '_')}_call{index + 1}"
+            while hasattr(graph, name):
+                name += "_"
+            if attr in owner._parameters:  # QAT fine-tunes each call's copy on its own
+                graph.register_parameter(name, nn.Parameter(value.detach().clone(), value.requires_grad))
+            else:
+                graph.register_buffer(name, value.detach().clone())
+            with graph.graph.inserting_before(user):
+                copy_node = graph.graph.get_attr(name)
+            copy_node.meta = dict(node.meta)
+            user.replace_input_with(node, copy_node)
+    graph.recompile()
+    return graph
 
 
 def calibrated(

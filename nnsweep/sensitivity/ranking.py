@@ -182,7 +182,7 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from nnsweep.convert import float_fallback
-    from nnsweep.convert.pt2e import export
+    from nnsweep.convert.pt2e import export, untie_shared_parameters
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
     from nnsweep.models._bundle import flatten_outputs
 
@@ -215,7 +215,10 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
 
     def evaluate(keep: frozenset[str]) -> float:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
-        prepared = prepare_pt2e(copy.deepcopy(graph).module(check_guards=False), chosen)
+        module = copy.deepcopy(graph).module(check_guards=False)
+        if runtime == "executorch":  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
+            untie_shared_parameters(module)
+        prepared = prepare_pt2e(module, chosen)
         with torch.no_grad():
             run(prepared, calibration)
             preds = run(convert_pt2e(prepared), inputs).argmax(1).numpy()
