@@ -435,6 +435,21 @@ def test_sensitivity_ranks_the_outlier_pair_first_and_is_kept(tmp_path: Path, mo
     assert too_many.returncode == 2 and "above the model's" in too_many.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The tensor attributes self.gru")  # torch.export on nn.GRU
+def test_a_quantizer_that_fails_on_the_model_is_one_line_and_no_ranking_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """litert-torch 0.10's GRU annotator indexes a hidden state the call does not pass."""
+    cache = tmp_path / "cache"
+    model = f"{Path(__file__).resolve().parent.parent / 'benchmarks' / 'fidelity_models.py'}:gru"
+    code = main(["--cache-dir", str(cache), "sensitivity", "--model", model, "--runtime", "litert"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "litert's quantizer cannot rank the layers of this model (IndexError" in err.strip().splitlines()[-1]
+    assert not list(cache.glob("sensitivity/*/*.json"))
+
+
 def test_bench_defaults_to_the_runtimes_own_granularity() -> None:
     from nnsweep.cli.bench import _default_granularity
 

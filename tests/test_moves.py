@@ -65,6 +65,26 @@ def test_no_repair_where_the_runtime_keeps_no_layers_float() -> None:
     assert repaired(int8(0), no_float) is None
 
 
+def test_no_repair_and_no_neighbour_with_float_layers_where_the_runtime_cannot_rank_the_model() -> None:
+    """A runtime whose quantizer fails on the model (the host's ranking raises SpecError):
+    no repair is queued, and the neighbours of the best are those without float layers."""
+    from nnsweep.core.errors import SpecError
+
+    def cannot(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+        if runtime == "executorch" and k:
+            raise SpecError("executorch.float_layers", "its quantizer cannot rank the layers of this model")
+        return RANKING[:k]
+
+    space = dataclasses.replace(SPACE, layers_for=cannot)
+    assert repaired(int8(0), space) is None
+    assert repaired(int8(0, runtime="onnxruntime"), space) == int8(1, runtime="onnxruntime")
+    near = neighbours(int8(0), space)
+    assert near and all(not c.quant.float_layers for c in near if c.runtime == "executorch")
+    broken = [record(0, int8(0), 0.5, 1.0)]
+    move = next_move(broken, OBJECTIVES, space, lambda c: False)
+    assert move is None or move[0].quant.float_layers == ()
+
+
 def test_neighbours_change_one_parameter_and_keep_the_runtime() -> None:
     start = int8(1)
     found = neighbours(start, SPACE)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nnsweep.core.atomic import atomic_path
-from nnsweep.core.errors import SpecError
+from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
 from nnsweep.core.quant import Granularity
 from nnsweep.sensitivity.rank import (
     CALIBRATION_SAMPLES,
@@ -87,6 +87,8 @@ def ranking(
 
     Raises:
         SpecError: no ranking for this runtime.
+        ConversionError: the runtime's quantizer fails on this model (litert-torch 0.10's
+            on an ``nn.GRU`` called without a hidden state, for one).
     """
     if runtime not in RANKED_RUNTIMES:
         known = ", ".join(RANKED_RUNTIMES)
@@ -97,7 +99,6 @@ def ranking(
         return found, True
     path = _entry(bundle.digest, runtime, granularity, cache_root)
     layers = quantizable_layers(bundle.module, bundle.example_input)
-    evaluate = evaluator(bundle, runtime, granularity)
     done = [0]
 
     def counted(keep: frozenset[str]) -> float:
@@ -107,7 +108,16 @@ def ranking(
         return evaluate(keep)
 
     quantize_one: tuple[Method, ...] = ("quantize_one",)
-    report = measure(layers, counted, methods=quantize_one)
+    try:
+        evaluate = evaluator(bundle, runtime, granularity)  # exports the model
+        report = measure(layers, counted, methods=quantize_one)
+    except NnsweepError:
+        raise
+    except Exception as exc:  # toolchain code: its quantizer cannot take this model
+        raise ConversionError(
+            f"{runtime}'s quantizer cannot rank the layers of this model ({first_line(exc, 160)}); "
+            f"rank them through another runtime, or keep {runtime}'s float_layers at 0"
+        ) from exc
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(report_to_dict(report)))
     return report, False

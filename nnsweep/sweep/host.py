@@ -17,7 +17,7 @@ from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.bench import MeasureSettings
 from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig, Granularity
-from nnsweep.core.errors import SpecError
+from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
 from nnsweep.execution import ModelSource
 from nnsweep.sweep.lifecycle import Ticket
@@ -58,7 +58,8 @@ class HostSide:
         self.eager_accuracy = 1.0
         self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
         self._pool: ThreadPoolExecutor | None = None
-        self._rankings: dict[tuple[str, Granularity | None], tuple[str, ...]] = {}
+        # per runtime and granularity: the ranked layers, or why the runtime cannot rank them
+        self._rankings: dict[tuple[str, Granularity | None], tuple[str, ...] | SpecError] = {}
 
     @property
     def bundle(self) -> ModelBundle:
@@ -68,14 +69,28 @@ class HostSide:
     def float_layers(self, runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
         """The ``k`` layers of the model that ``runtime`` keeps in float: its own sensitivity
         ranking (:func:`nnsweep.sensitivity.ranking.ranking`: measured once per model, runtime
-        and granularity, then read from the cache)."""
+        and granularity, then read from the cache).
+
+        Raises:
+            SpecError: the runtime's quantizer cannot rank this model's layers (the
+                ranking's :class:`ConversionError`, kept: asked again, it fails at once).
+                The coordinator records the trial as an invalid combination and goes on.
+        """
         from nnsweep.sensitivity.ranking import ranking
 
-        if (runtime, granularity) not in self._rankings:
+        key = (runtime, granularity)
+        if key not in self._rankings:
             log.info("ranking the layers of %s through %s's quantizer (once per model)", self.source.ref, runtime)
-            report, _ = ranking(self.bundle, runtime, granularity, self.source.cache_root, progress=log.info)
-            self._rankings[(runtime, granularity)] = tuple(report.ranked())
-        return self._rankings[(runtime, granularity)][:k]
+            try:
+                report, _ = ranking(self.bundle, runtime, granularity, self.source.cache_root, progress=log.info)
+                self._rankings[key] = tuple(report.ranked())
+            except ConversionError as exc:  # once: the next count of this runtime fails at once
+                log.warning("%s keeps no layers float for this model: %s", runtime, exc)
+                self._rankings[key] = SpecError(f"{runtime}.float_layers", str(exc))
+        found = self._rankings[key]
+        if isinstance(found, SpecError):
+            raise found
+        return found[:k]
 
     def check_float_layers(self, counts: tuple[int, ...]) -> None:
         """Refuse counts of float layers the model does not have.

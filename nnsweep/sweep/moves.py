@@ -160,7 +160,8 @@ def repaired(config: DeploymentConfig, space: DeviceSpace, *, at_least: int = 0)
     configuration's (what an earlier repair on the device needed).
 
     None when the configuration is not int8, its runtime keeps no layers float on this
-    device, or it already keeps the space's highest count.
+    device (or cannot rank this model's layers), or it already keeps the space's highest
+    count.
     """
     quant = config.quant
     if not quant.mode.is_int8 or config.runtime not in space.choices:
@@ -169,7 +170,10 @@ def repaired(config: DeploymentConfig, space: DeviceSpace, *, at_least: int = 0)
     if not counts:
         return None
     count = next((k for k in counts if k >= at_least), counts[0])
-    layers = space.layers_for(config.runtime, quant.granularity, count)
+    try:
+        layers = space.layers_for(config.runtime, quant.granularity, count)
+    except SpecError:  # the runtime cannot rank this model's layers: nothing to repair with
+        return None
     if len(layers) <= len(quant.float_layers):  # the model has no more layers to keep float
         return None
     return dataclasses.replace(config, quant=dataclasses.replace(quant, float_layers=layers))
