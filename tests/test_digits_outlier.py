@@ -150,26 +150,31 @@ def test_onnx_float_region_keeps_only_what_meets_float_nodes() -> None:
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((1,), dtype="float32"), "w")
+    wa = numpy_helper.from_array(np.ones((1, 1), dtype="float32"), "wa")  # a and c are layers: weights of 2-D
+    wc = numpy_helper.from_array(np.ones((1, 1), dtype="float32"), "wc")
     nodes = [
-        helper.make_node("Relu", ["x"], ["t0"], name="a/n0"),  # float layer a
+        helper.make_node("Mul", ["x", "wa"], ["t0"], name="a/n0"),  # layer a
         helper.make_node("Mul", ["t0", "w"], ["t1"]),  # unnamed, between a and b
         helper.make_node("Sigmoid", ["t1"], ["t2"], name="s"),  # between
-        helper.make_node("Relu", ["t2"], ["t3"], name="b/n1"),  # float layer b
-        helper.make_node("Abs", ["t3"], ["t4"], name="to_int8"),  # feeds c (int8): not between
-        helper.make_node("Relu", ["t4"], ["y"], name="c/n2"),
+        helper.make_node("Relu", ["t2"], ["t3"], name="b/n1"),  # "layer" b (kept by name)
+        helper.make_node("Abs", ["t3"], ["t4"], name="to_int8"),  # feeds c: between only if c is float
+        helper.make_node("Mul", ["t4", "wc"], ["t5"], name="c/n2"),  # layer c
+        helper.make_node("Sigmoid", ["t5"], ["y"], name="tail"),  # between c and the model's output
     ]
     graph = helper.make_graph(
         nodes,
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-        initializer=[w],
+        initializer=[w, wa, wc],
     )
     model = helper.make_model(graph)
     assert float_fallback.name_unnamed_nodes(model) == 1 and model.graph.node[1].name == "Mul_1"
     assert float_region.onnx_float_region(model, ["a", "b"]) == ["a/n0", "Mul_1", "s", "b/n1"]
     assert float_region.onnx_float_region(model, ["a"]) == ["a/n0"]  # nothing between a and an int8 node
-    assert float_region.onnx_float_region(model, ["b", "c"]) == ["b/n1", "to_int8", "c/n2"]
+    assert float_region.onnx_float_region(model, ["b", "c"]) == ["b/n1", "to_int8", "c/n2", "tail"]
+    # the model's output counts as float; so does its input, but a is a layer of its own (int8)
+    assert float_region.onnx_float_region(model, ["c"]) == ["c/n2", "tail"]
     assert float_region.onnx_float_region(model, ["nothing"]) == []
     # a layer with a weight between float layers is not kept float unless named
     weight = numpy_helper.from_array(np.ones((2, 2), dtype="float32"), "weight")

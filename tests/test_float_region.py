@@ -159,3 +159,44 @@ def test_fx_int8_ops_keep_their_observers_beside_float_ones(keep: tuple[str, ...
     with torch.no_grad():
         got, expected = converted(x), module(x)
     assert (got - expected).abs().max() < 0.1 * expected.abs().max()
+
+
+class _Ends(torch.nn.Module):
+    """Ops of no module between the model's input and its first layer, and after its last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.squeeze(1).transpose(1, 2)  # (1, 1, 8, 6) -> (1, 6, 8)
+        return torch.softmax(self.head(F.relu(self.proj(rows))).mean(1), -1)
+
+
+@pytest.mark.parametrize("runtime", ["executorch", "litert", "torch"])
+def test_the_models_own_inputs_and_outputs_count_as_float(runtime: str) -> None:
+    """With every layer float, the squeeze and transpose after the input and the softmax
+    before the output stay float too (torch.ao FX observed the input's squeeze before)."""
+    torch.manual_seed(0)
+    module = _Ends().eval()
+    x = torch.randn(1, 1, 8, 6)
+    if runtime == "torch":
+        from nnsweep.convert.fx import quantize_fx, quantized_engine
+        from nnsweep.models import load_model, register_live
+
+        quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=("head", "proj"))
+        with quantized_engine("x86"):
+            converted = quantize_fx(load_model(register_live("ends", module, x)), quant, "x86")
+        assert "quantize_per_tensor" not in converted.code
+    else:
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        graph = export(module, x, dynamic_batch=False).module(check_guards=False)
+        assert fx_float_region(graph, ("head", "proj")) == _ops(graph)
+        prepared = prepare_pt2e(graph, _quantizer(runtime, ("head", "proj")))
+        prepared(x)
+        converted = convert_pt2e(prepared)
+        assert not [n for n in converted.graph.nodes if "quantize" in str(n.target)]
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), module(x))

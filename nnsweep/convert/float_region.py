@@ -12,9 +12,9 @@ this rule, reach 135 dB (docs/mixed-precision.md).
 
 The rule, one for every graph: an op lies between float ops when each of its inputs is a
 constant or comes from a float op, and each of its outputs goes only to float ops (the
-largest such set: chains of ops count). An op fed by an int8 neighbour, or feeding one,
-or a graph input or output, is left to the quantizer; so is an op with a weight (a layer
-of its own that is not kept float).
+largest such set: chains of ops count; the model's own inputs and outputs count as float).
+An op fed by an int8 neighbour, or feeding one, is left to the quantizer; so is an op
+with a weight (a layer of its own that is not kept float).
 
 - ONNX (:func:`onnx_float_region`): nodes, by name, for ``nodes_to_exclude``.
 - PT2E and torch.fx graphs (:func:`fx_float_region`): the ops of a traced graph whose
@@ -69,25 +69,37 @@ def between(
     producers: Callable[[N], Iterable[N | None]],
     consumers: Callable[[N], Iterable[N | None]],
 ) -> set[N]:
-    """The largest subset of ``candidates`` whose members meet float nodes only.
+    """The largest subset of ``candidates`` whose members meet float nodes only, and are
+    joined to ``inside`` through one another.
+
+    The model's own inputs and outputs count as float (they are float tensors); a chain
+    of ops from an input to an output that touches no node of ``inside`` is not kept.
 
     Args:
         inside: the nodes kept float by name (a layer's own).
         candidates: the nodes that may lie between them (no weight of their own).
         producers: a node's non-constant inputs, by the node that makes each (None: a
-            graph input, never float).
+            graph input).
         consumers: the nodes that read a node's outputs (None: a graph output).
     """
     region = set(candidates) - inside
     changed = True
     while changed:
         changed = False
-        floating = inside | region
+        floating: set[N | None] = {None, *inside, *region}
         for node in list(region):
             if not all(p in floating for p in producers(node)) or not all(c in floating for c in consumers(node)):
                 region.discard(node)
                 changed = True
-    return region
+    joined: set[N] = set()
+    frontier = list(inside)
+    while frontier:  # the region's members that a path through the region joins to inside
+        node = frontier.pop()
+        for other in (*producers(node), *consumers(node)):
+            if other in region and other not in joined:
+                joined.add(other)  # type: ignore[arg-type]
+                frontier.append(other)  # type: ignore[arg-type]
+    return joined
 
 
 def onnx_float_region(model: Any, keep_float: Collection[str]) -> list[str]:
