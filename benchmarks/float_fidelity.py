@@ -1,0 +1,77 @@
+"""Mixed precision on structures nobody tuned it on: does keeping layers float give float outputs?
+
+For each model of ``benchmarks/fidelity_models.py`` (random weights, nnsweep's synthetic
+data) and each runtime with ``float_layers``, runs ``nnsweep bench --quant static_int8``
+with K = 0 (whole-model int8) and K = every quantizable layer, each in its own process
+through the CLI, and prints the SQNR of the deployed outputs against the fp32 model. With
+every layer float nothing should be quantized: fp32's own SQNR (130-145 dB here). A
+figure near the K = 0 one means ops between the layers stayed int8; an error means the
+configuration does not convert or load.
+
+Usage: .venv/bin/python benchmarks/float_fidelity.py [--models attn,shuffle,...]
+       [--runtimes executorch,onnxruntime,torch,litert] [--jobs 2] [--cache-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODELS = HERE / "fidelity_models.py"
+NAMES = ("attn", "shuffle", "dw1d", "unetish", "gru", "shared", "tconv")
+RUNTIMES = ("executorch", "onnxruntime", "torch", "litert")
+
+
+def layer_count(name: str) -> int:
+    sys.path.insert(0, str(HERE))
+    import fidelity_models
+
+    from nnsweep.sensitivity.rank import quantizable_layers
+
+    module, example = getattr(fidelity_models, name)()
+    return len(quantizable_layers(module, example))
+
+
+def bench(name: str, runtime: str, k: int, cache: Path) -> tuple[str, str]:
+    """(SQNR in dB or "-", the error line or "")."""
+    cmd = [sys.executable, "-m", "nnsweep", "bench", "--model", f"{MODELS}:{name}", "--runtime", runtime]
+    cmd += ["--quant", "static_int8", "--float-layers", str(k), "--iters", "20", "--json", "--cache-dir", str(cache)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if "error" in line.lower() or "failed" in line.lower()]
+        return "-", (lines[-1] if lines else f"exit {done.returncode}")[:110]
+    fidelity = json.loads(done.stdout).get("fidelity") or {}
+    return f"{fidelity.get('sqnr_db', float('nan')):.1f}", ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(NAMES))
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    args = parser.parse_args()
+    names, runtimes = args.models.split(","), args.runtimes.split(",")
+    cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="nnsweep-fidelity-"))
+    counts = {name: layer_count(name) for name in names}
+    tasks = [(n, r, k) for n in names for r in runtimes for k in (0, counts[n])]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(lambda t: bench(*t, cache), tasks))
+    print(f"cache: {cache}\n")
+    print("| model | runtime | SQNR, whole-model int8 | SQNR, every layer float | error |")
+    print("|---|---|---|---|---|")
+    by_task = dict(zip(tasks, results, strict=True))
+    for n in names:
+        for r in runtimes:
+            (whole, e0), (every, e1) = by_task[(n, r, 0)], by_task[(n, r, counts[n])]
+            print(f"| {n} ({counts[n]} layers) | {r} | {whole} | {every} | {e0 or e1} |")
+
+
+if __name__ == "__main__":
+    main()
