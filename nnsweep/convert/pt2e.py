@@ -215,8 +215,11 @@ def quantize_io(program: torch.export.ExportedProgram) -> IOSpec:
     try:
         in_scale, in_zp, _, _, in_dtype = quantize_input(program, 0)
         out_scale, out_zp, _, _, out_dtype = quantize_output(program, 0)
-    except ValueError as exc:
-        raise ConversionError(f"cannot give this model a quantized interface: {exc}") from exc
+    except ValueError as exc:  # the first op taking the input, or the last giving the output, is float
+        raise ConversionError(
+            f"cannot give this model a quantized interface: {exc} (the ops at the model's ends must be int8: "
+            "use the core interface, or no float layers there)"
+        ) from exc
     return IOSpec(
         input_dtype=str(in_dtype).removeprefix("torch."),
         output_dtype=str(out_dtype).removeprefix("torch."),
