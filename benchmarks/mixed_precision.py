@@ -98,6 +98,7 @@ def _ort(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp
 def _torch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp: Path) -> Callable:
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
+    from nnsweep.convert.float_region import fx_drop_float_observers
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 
@@ -111,6 +112,7 @@ def _torch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, t
         )
         mapping = float_fallback.fx_keep_float(_qconfig_mapping("x86", quant), keep)
         prepared = prepare_fx(model, mapping, (bundle.example_input,))
+        fx_drop_float_observers(prepared, keep)  # as nnsweep's converter does
         with torch.no_grad():
             prepared(torch.from_numpy(_calibration(bundle)))
         model = convert_fx(prepared)
