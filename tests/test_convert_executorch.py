@@ -174,7 +174,6 @@ def test_float_conv1d_layers_beside_int8_ones_lower_and_run(tmp_path: Path, keep
     """ExecuTorch 1.5.1's XNNPACK backend fails a float Conv1d beside int8 layers (its
     conv1d pass takes it for quantized: a lowering error, or a .pte that does not load);
     nnsweep writes such a layer as a Conv2d first, so every split of the model lowers and runs."""
-    from nnsweep.convert.executorch import ExecuTorchConverter
     from nnsweep.models import load_model, register_live
 
     torch.manual_seed(0)
@@ -183,15 +182,23 @@ def test_float_conv1d_layers_beside_int8_ones_lower_and_run(tmp_path: Path, keep
     config = DeploymentConfig(
         "executorch", ("xnnpack",), QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep_float)
     )
-    result = ExecuTorchConverter().convert(bundle, config, tmp_path)
+    got, expected = _deployed_and_eager(bundle, config, tmp_path)
     assert all(isinstance(module.get_submodule(n), torch.nn.Conv1d) for n in "abc")  # the bundle's model is unchanged
+    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()  # int8 where not float, and close
+
+
+def _deployed_and_eager(bundle, config: DeploymentConfig, tmp_path: Path) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Convert ``bundle`` with nnsweep's ExecuTorch converter, load the ``.pte`` and run it on
+    eight evaluation inputs; also the eager model's outputs on them."""
+    from nnsweep.convert.executorch import ExecuTorchConverter
+
+    result = ExecuTorchConverter().convert(bundle, config, tmp_path)
     runner = ExecuTorchRunner(tmp_path / result.filename, result.io, 1, config.backends)
     runner.load()
     x = bundle.dataset.evaluation.inputs[:8]
     with torch.no_grad():
-        expected = module(torch.from_numpy(x)).numpy()
-    got = run_all(runner, x)
-    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()  # int8 where not float, and close
+        expected = bundle.module(torch.from_numpy(x)).numpy()
+    return run_all(runner, x), expected
 
 
 @pytest.mark.parametrize("padding_mode", ["zeros", "reflect", "circular", "replicate"])
@@ -231,7 +238,6 @@ class _CalledTwice(torch.nn.Module):
 def test_a_layer_called_twice_converts_and_runs_in_int8(tmp_path: Path, mode: str) -> None:
     """One int32 bias cannot serve two calls whose inputs have different scales: ExecuTorch
     1.5.1's XNNPACK backend failed to load such a .pte (error 0x1). Each call gets its own copy."""
-    from nnsweep.convert.executorch import ExecuTorchConverter
     from nnsweep.models import load_model, register_live
 
     torch.manual_seed(0)
@@ -239,14 +245,8 @@ def test_a_layer_called_twice_converts_and_runs_in_int8(tmp_path: Path, mode: st
     bundle = load_model(register_live(f"called_twice_{mode}", module, torch.randn(1, 3, 12, 12)))
     epochs = 1 if mode == "qat_int8" else None
     config = DeploymentConfig("executorch", ("xnnpack",), QuantConfig(mode, Granularity.PER_CHANNEL, qat_epochs=epochs))
-    result = ExecuTorchConverter().convert(bundle, config, tmp_path)
+    got, expected = _deployed_and_eager(bundle, config, tmp_path)
     assert len(list(module.parameters())) == 6  # the bundle's model is unchanged
-    runner = ExecuTorchRunner(tmp_path / result.filename, result.io, 1, config.backends)
-    runner.load()
-    x = bundle.dataset.evaluation.inputs[:8]
-    with torch.no_grad():
-        expected = module(torch.from_numpy(x)).numpy()
-    got = run_all(runner, x)
     assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
 
 
