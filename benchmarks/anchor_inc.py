@@ -30,7 +30,7 @@ rank layers with ``nnsweep.sensitivity.ranking`` (``quantize_one``, N + 2
 quantize-and-evaluate runs on the calibration split, measured afresh in a temporary
 cache), then keep the top K float for K = 0, 1, 2, ... until the evaluation split meets
 the tolerance. torch: torch.ao FX, x86 engine, traced and frozen TorchScript
-(``float_fallback.fx_keep_float``); onnxruntime: QDQ with ``nodes_to_exclude``
+(``float_fallback.fx_prepare``, as nnsweep's converter); onnxruntime: QDQ with ``nodes_to_exclude``
 (``float_fallback.ort_quantize_static``). These mixed artifacts are timed by nnsweep's
 harness (``measure_in_subprocess``: a fresh process, 1 thread, 5 warm-up and 200 timed
 runs), which also returns the outputs the top-1 is computed from. fp32 and whole-model
@@ -120,7 +120,7 @@ def nnsweep_bench(runtime: str, quant: str, *extra: str) -> dict:
 # ---------------------------------------------------------------- nnsweep's mixed precision
 def _fx_mixed(bundle: Any, keep: Sequence[str]) -> Any:
     import torch
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    from torch.ao.quantization.quantize_fx import convert_fx
 
     from nnsweep.convert import float_fallback
     from nnsweep.convert.fx import qconfig_mapping
@@ -128,8 +128,8 @@ def _fx_mixed(bundle: Any, keep: Sequence[str]) -> Any:
 
     torch.backends.quantized.engine = "x86"
     quant = QuantConfig(mode=QuantMode.STATIC_INT8, granularity=Granularity.PER_CHANNEL, calibration=Calibration.MINMAX)
-    mapping = float_fallback.fx_keep_float(qconfig_mapping("x86", quant), keep)
-    prepared = prepare_fx(copy.deepcopy(bundle.module).eval(), mapping, (bundle.example_input,))
+    model = copy.deepcopy(bundle.module).eval()
+    prepared = float_fallback.fx_prepare(model, qconfig_mapping("x86", quant), keep, (bundle.example_input,))
     with torch.no_grad():
         prepared(torch.from_numpy(bundle.dataset.calibration.inputs[:CALIBRATION]))
         return convert_fx(prepared)

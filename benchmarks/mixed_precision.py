@@ -96,9 +96,8 @@ def _ort(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp
 
 # ---------------------------------------------------------------- torch (FX, x86)
 def _torch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp: Path) -> Callable:
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    from torch.ao.quantization.quantize_fx import convert_fx
 
-    from nnsweep.convert.float_region import fx_drop_float_observers
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 
@@ -110,9 +109,7 @@ def _torch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, t
             granularity=Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR,
             calibration=Calibration.MINMAX,
         )
-        mapping = float_fallback.fx_keep_float(_qconfig_mapping("x86", quant), keep)
-        prepared = prepare_fx(model, mapping, (bundle.example_input,))
-        fx_drop_float_observers(prepared, keep)  # as nnsweep's converter does
+        prepared = float_fallback.fx_prepare(model, _qconfig_mapping("x86", quant), keep, (bundle.example_input,))
         with torch.no_grad():
             prepared(torch.from_numpy(_calibration(bundle)))
         model = convert_fx(prepared)

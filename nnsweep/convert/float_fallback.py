@@ -10,7 +10,8 @@ own means of leaving ops unquantized (docs/mixed-precision.md has the measuremen
   scope on the fused node), renames every node ``<module path>/<node name>`` from
   its ``pkg.torch.onnx.name_scopes`` metadata and folds constants; ONNX Runtime's own
   BatchNorm fusion in ``quant_pre_process`` keeps the convolution's name.
-- torch.ao FX: ``QConfigMapping.set_module_name(path, None)``.
+- torch.ao FX: ``QConfigMapping.set_module_name(path, None)``, then the observers around
+  the ops between float layers taken out (:func:`fx_prepare`).
 - PT2E (ExecuTorch's XNNPACKQuantizer, litert-torch's PT2EQuantizer): both refuse
   ``set_module_name(path, None)`` (an assertion); their annotators skip nodes that a
   filter rejects, so :func:`pt2e_keep_float` filters on each node's
@@ -26,7 +27,14 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.convert.float_region import SCOPE_SEPARATOR, fx_float_region, in_modules, onnx_float_region, onnx_nodes_in
+from nnsweep.convert.float_region import (
+    SCOPE_SEPARATOR,
+    fx_drop_float_observers,
+    fx_float_region,
+    in_modules,
+    onnx_float_region,
+    onnx_nodes_in,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,6 +44,7 @@ __all__ = [
     "SCOPE_SEPARATOR",
     "export_onnx_scoped",
     "fx_keep_float",
+    "fx_prepare",
     "in_modules",
     "name_unnamed_nodes",
     "onnx_float_nodes",
@@ -206,6 +215,21 @@ def fx_keep_float(mapping: Any, keep_float: Iterable[str]) -> Any:
     for name in keep_float:
         mapping.set_module_name(name, None)
     return mapping
+
+
+def fx_prepare(
+    model: Any, mapping: Any, keep_float: Collection[str], example: tuple[Any, ...], *, qat: bool = False
+) -> Any:
+    """torch.ao FX ``prepare_fx`` (``prepare_qat_fx`` with ``qat``) of ``model`` under the
+    engine's ``mapping``, with ``keep_float`` and the ops between them left float:
+    :func:`fx_keep_float` on the mapping, then
+    :func:`~nnsweep.convert.float_region.fx_drop_float_observers` on the prepared model."""
+    from torch.ao.quantization.quantize_fx import prepare_fx, prepare_qat_fx
+
+    prepare = prepare_qat_fx if qat else prepare_fx
+    prepared = prepare(model, fx_keep_float(mapping, keep_float), example)
+    fx_drop_float_observers(prepared, keep_float)
+    return prepared
 
 
 def _float_filter(keep_float: Collection[str]) -> Callable[[Any], bool]:

@@ -154,21 +154,42 @@ def fx_float_region(graph_module: Any, keep_float: Collection[str]) -> set[str]:
     trace (a layer is a ``call_module`` node). A weight is a ``get_attr`` of two or more
     dimensions; other ``get_attr`` nodes are constants.
     """
+    return {n.name for n in _fx_floating(graph_module, keep_float, observers=frozenset())}
+
+
+def _fx_floating(graph_module: Any, keep_float: Collection[str], observers: Collection[Any]) -> set[Any]:
+    """The float ops of a traced graph for ``keep_float`` (:func:`fx_float_region`), seeing
+    through ``observers`` (the observer nodes of an FX-prepared graph; none for PT2E)."""
     if not keep_float:
         return set()
-    ops = [n for n in graph_module.graph.nodes if n.op in _OPS]
+    ops = [n for n in graph_module.graph.nodes if n.op in _OPS and n not in observers]
     inside = _inside(ops, keep_float)
     if not inside:
         return set()
 
     def producers(node: Any) -> Iterable[Any]:
-        return [None if a.op == "placeholder" else a for a in node.all_input_nodes if a.op != "get_attr"]
+        found = [_source(a, observers) for a in node.all_input_nodes]
+        return [None if a.op == "placeholder" else a for a in found if a.op != "get_attr"]
 
     def consumers(node: Any) -> Iterable[Any]:
-        return [None if u.op == "output" else u for u in node.users]
+        return [None if u.op == "output" else u for u in _readers(node, observers)]
 
-    region = between(inside, (n for n in ops if not _weighted(graph_module, n)), producers, consumers)
-    return {n.name for n in inside | region}
+    return inside | between(inside, (n for n in ops if not _weighted(graph_module, n)), producers, consumers)
+
+
+def _source(node: Any, observers: Collection[Any]) -> Any:
+    """The op that makes the tensor ``node`` gives (``node`` itself unless an observer)."""
+    while node in observers:
+        node = node.args[0]
+    return node
+
+
+def _readers(node: Any, observers: Collection[Any]) -> list[Any]:
+    """The ops that read ``node``'s tensor, through any observers between."""
+    out: list[Any] = []
+    for user in node.users:
+        out.extend(_readers(user, observers) if user in observers else [user])
+    return out
 
 
 _OPS = ("call_function", "call_method", "call_module")
@@ -212,8 +233,8 @@ def fx_drop_float_observers(prepared: Any, keep_float: Collection[str]) -> int:
     global qconfig, and FX gives their per-call qconfig for functions only, never for
     methods. So the float region (the module docstring) is found on the prepared graph,
     observers seen through, and an observer on a tensor that a float op (or the graph's
-    input) makes and float ops (or the graph's output) alone read is taken out: ``convert_fx`` then leaves those
-    ops and the tensors between them float. An int8 op's output observer stays, whoever
+    input) makes and float ops (or the graph's output) alone read is taken out:
+    ``convert_fx`` then leaves those ops and the tensors between them float. An int8 op's output observer stays, whoever
     reads it: ``convert_fx`` swaps the op for its quantized version only with it.
     """
     if not keep_float:
@@ -227,32 +248,11 @@ def fx_drop_float_observers(prepared: Any, keep_float: Collection[str]) -> int:
         if n.op == "call_module" and _is_activation_post_process(prepared.get_submodule(n.target))
     }
 
-    def source(node: Any) -> Any:
-        while node in observers:
-            node = node.args[0]
-        return node
-
-    def readers(node: Any) -> list[Any]:
-        out: list[Any] = []
-        for user in node.users:
-            out.extend(readers(user) if user in observers else [user])
-        return out
-
-    ops = [n for n in graph.nodes if n.op in _OPS and n not in observers]
-    inside = _inside(ops, keep_float)
-
-    def producers(node: Any) -> Iterable[Any]:
-        found = [source(a) for a in node.all_input_nodes]
-        return [None if a.op == "placeholder" else a for a in found if a.op != "get_attr"]
-
-    def consumers(node: Any) -> Iterable[Any]:
-        return [None if u.op == "output" else u for u in readers(node)]
-
-    floating = inside | between(inside, (n for n in ops if not _weighted(prepared, n)), producers, consumers)
+    floating = _fx_floating(prepared, keep_float, observers)
     dropped = 0
     for observer in list(observers):
-        made_by = source(observer)  # an int8 op's output observer stays: FX quantizes the op by it
-        read_float = all(r.op == "output" or r in floating for r in readers(observer))
+        made_by = _source(observer, observers)  # an int8 op's output observer stays: FX quantizes the op by it
+        read_float = all(r.op == "output" or r in floating for r in _readers(observer, observers))
         if (made_by.op == "placeholder" or made_by in floating) and read_float:
             observer.replace_all_uses_with(observer.args[0])
             graph.erase_node(observer)

@@ -104,21 +104,17 @@ def _engine_mapping(default_mapping: Callable[[str], Any], engine: str) -> Any:
 
 def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.fx.GraphModule:
     """Static PTQ or QAT with FX graph mode; call with ``engine`` selected."""
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx, prepare_qat_fx
-
-    from nnsweep.convert.float_region import fx_drop_float_observers
+    from torch.ao.quantization.quantize_fx import convert_fx
 
     model = copy.deepcopy(bundle.module)
     example = (bundle.example_input,)
-    mapping = float_fallback.fx_keep_float(qconfig_mapping(engine, quant), quant.float_layers)
+    mapping = qconfig_mapping(engine, quant)
     if quant.mode is QuantMode.QAT_INT8:
-        prepared = prepare_qat_fx(model.train(), mapping, example)
-        fx_drop_float_observers(prepared, quant.float_layers)
+        prepared = float_fallback.fx_prepare(model.train(), mapping, quant.float_layers, example, qat=True)
         qat_finetune(prepared, bundle, quant, batch_size=32)
         prepared.eval()
     else:
-        prepared = prepare_fx(model.eval(), mapping, example)
-        fx_drop_float_observers(prepared, quant.float_layers)
+        prepared = float_fallback.fx_prepare(model.eval(), mapping, quant.float_layers, example)
         with torch.no_grad():
             for x in calibration_samples(bundle, quant):
                 prepared(x)

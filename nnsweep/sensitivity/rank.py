@@ -214,10 +214,9 @@ def torch_fx_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = Fa
     import copy
 
     import torch
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    from torch.ao.quantization.quantize_fx import convert_fx
 
     from nnsweep.convert import float_fallback
-    from nnsweep.convert.float_region import fx_drop_float_observers
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
     from nnsweep.models._bundle import flatten_outputs
@@ -234,9 +233,9 @@ def torch_fx_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = Fa
         previous = torch.backends.quantized.engine
         torch.backends.quantized.engine = engine
         try:
-            mapping = float_fallback.fx_keep_float(_qconfig_mapping(engine, quant), sorted(keep))
-            prepared = prepare_fx(copy.deepcopy(bundle.module).eval(), mapping, (bundle.example_input,))
-            fx_drop_float_observers(prepared, keep)
+            model = copy.deepcopy(bundle.module).eval()
+            mapping = _qconfig_mapping(engine, quant)
+            prepared = float_fallback.fx_prepare(model, mapping, sorted(keep), (bundle.example_input,))
             with torch.no_grad():
                 prepared(calibration)  # one batch: min/max observers see the same extremes as one by one
                 model = convert_fx(prepared)
