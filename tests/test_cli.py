@@ -462,3 +462,45 @@ def test_bench_defaults_to_the_runtimes_own_granularity() -> None:
     quant = {"mode": "static_int8", "granularity": "per_channel"}
     _default_granularity("armnn", quant)
     assert quant["granularity"] == "per_channel"  # given: kept (and refused by the config's check)
+
+
+def test_stdout_holds_the_result_alone_whatever_else_writes_there() -> None:
+    # Python prints, writes to descriptor 1 (native code) and child processes all go to stderr
+    # while a command works; its result alone reaches stdout.
+    script = (
+        "import os, subprocess, sys\n"
+        "from nnsweep.cli._output import results, results_apart\n"
+        "with results_apart():\n"
+        "    print('printed by a library')\n"
+        "    sys.stdout.flush()\n"
+        "    os.write(1, b'written by native code\\n')\n"
+        "    subprocess.run([sys.executable, '-c', 'print(\"a child process\")'], check=True)\n"
+        "    results().write('{\"result\": 1}\\n')\n"
+        "print('after the command')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert proc.stdout == '{"result": 1}\nafter the command\n'
+    for noise in ("printed by a library", "written by native code", "a child process"):
+        assert noise in proc.stderr
+
+
+@pytest.mark.integration
+def test_bench_json_stays_json_when_the_model_prints(tmp_path: Path) -> None:
+    # litert-torch's quantizer prints to stdout ("Relu partition has more than one output node"),
+    # which made `bench --json` unreadable; a user's model that prints stands in for it here.
+    model = tmp_path / "noisy.py"
+    model.write_text(
+        "import os, torch\n"
+        "def noisy():\n"
+        "    print('a model that prints')\n"
+        "    os.write(1, b'and writes to descriptor 1\\n')\n"
+        "    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(8, 4)).eval(), torch.randn(1, 8)\n"
+    )
+    proc = _run(
+        ["--cache-dir", str(tmp_path / "cache"), "bench", "--model", f"{model}:noisy", "--iters", "5", "--json"],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["latency_ms"]["p50"] > 0
+    assert "a model that prints" in proc.stderr and "and writes to descriptor 1" in proc.stderr

@@ -1,13 +1,60 @@
-"""What every command's outcome looks like: its exit code and, on failure, one line on stderr."""
+"""What every command's outcome looks like: its exit code, its result on stdout (and
+nothing else there), and on failure one line on stderr."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 from nnsweep.core.errors import SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+_RESULTS: list[TextIO] = []  # the stream of the command running now (see results_apart)
+
+
+def results() -> TextIO:
+    """Where a command writes its result: standard output, kept apart from what libraries print."""
+    return _RESULTS[-1] if _RESULTS else sys.stdout
+
+
+@contextlib.contextmanager
+def results_apart() -> Iterator[None]:
+    """While a command works, everything else written to stdout goes to stderr.
+
+    Standard output holds the command's result alone (``--json`` is read by programs), but
+    the toolchains print there: litert-torch's quantizer prints a line per ReLU it cannot
+    fuse, ONNX Runtime's calibrators print progress. So ``sys.stdout`` points at stderr,
+    and when it is the process's file descriptor 1, that descriptor does too (native code
+    and child processes write there); :func:`results` is the original stdout.
+    """
+    original = sys.stdout
+    try:
+        is_fd1 = original.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # a stream without a descriptor (e.g. under pytest's capsys)
+        is_fd1 = False
+    saved = None
+    stream: TextIO = original
+    if is_fd1:
+        original.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+        stream = open(saved, "w", encoding=original.encoding, errors=original.errors, closefd=False)  # noqa: SIM115
+    _RESULTS.append(stream)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = original
+        _RESULTS.pop()
+        stream.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _one_line(text: str, limit: int = 400) -> str:

@@ -18,7 +18,7 @@ from nnsweep.cli._args import (
     _positive_shape,
     _seconds,
 )
-from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error
+from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
 
@@ -329,9 +329,9 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
         return EXIT_FAILED
     status.clear()
     if args.json:
-        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+        results().write(json.dumps(result.to_dict()) + "\n")
     else:
-        sys.stdout.write(_bench_summary(result) + "\n")
+        results().write(_bench_summary(result) + "\n")
     return EXIT_OK
 
 

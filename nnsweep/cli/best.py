@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, _usage_error
+from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, _usage_error, results
 from nnsweep.cli._spec_args import _SPEC_OPTIONS
 from nnsweep.core.errors import SpecError
 
@@ -88,9 +88,9 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         # One device: the config alone, so the output feeds `nnsweep bench --config` directly.
         payload = chosen[devices[0]] if len(devices) == 1 else chosen
     if args.format == "json":
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        results().write(json.dumps(payload, indent=2) + "\n")
     else:
         import yaml
 
-        sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
+        results().write(yaml.safe_dump(payload, sort_keys=False))
     return EXIT_OK

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from nnsweep.cli._output import EXIT_OK, _usage_error
+from nnsweep.cli._output import EXIT_OK, _usage_error, results
 from nnsweep.cli._ray import _ray_client_env
 from nnsweep.core.errors import SpecError
 
@@ -47,15 +46,15 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
     if args.json:
         out = [{**c.to_dict(), "space": accepted_values(c.runtimes, c.cores)} for c in caps]
-        sys.stdout.write(json.dumps(out) + "\n")
+        results().write(json.dumps(out) + "\n")
         return EXIT_OK
     for c in caps:
-        sys.stdout.write(f"{c.device}: {c.summary()}, {c.memory_mb} MB, machine {c.machine}, transport {c.transport}\n")
-        sys.stdout.write(_space_lines(accepted_values(c.runtimes, c.cores)))
+        results().write(f"{c.device}: {c.summary()}, {c.memory_mb} MB, machine {c.machine}, transport {c.transport}\n")
+        results().write(_space_lines(accepted_values(c.runtimes, c.cores)))
         for runtime, need in c.left_out.items():
-            sys.stdout.write(f"    {runtime}: left out, its measuring process needs {need} MB with headroom\n")
+            results().write(f"    {runtime}: left out, its measuring process needs {need} MB with headroom\n")
         for runtime, why in c.refused.items():
-            sys.stdout.write(f"    {runtime}: refused, {why}\n")
+            results().write(f"    {runtime}: refused, {why}\n")
     return EXIT_OK
 
 

@@ -22,7 +22,7 @@ from types import ModuleType
 
 from nnsweep.cli import agent, bench, best, devices, report, run, sensitivity, ui
 from nnsweep.cli._args import _global_options, _Parser, _SubParser
-from nnsweep.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _one_line, _usage_error
+from nnsweep.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _one_line, _usage_error, results_apart
 from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import NnsweepError, SpecError
 
@@ -84,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cache_dir = args.cache_dir or default_cache_dir()
     try:
-        code: int = args.handler(args, cache_dir)
+        with results_apart():
+            code: int = args.handler(args, cache_dir)
     except SpecError as exc:
         return _usage_error(exc, _BENCH_OPTIONS)  # fields named as bench's options name them
     except NnsweepError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nnsweep.cli import _report_file
 from nnsweep.cli._args import _http_url
-from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, _usage_error
+from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, _usage_error, results
 from nnsweep.cli._spec_args import _SPEC_OPTIONS, _load_checked_spec
 from nnsweep.core.errors import SpecError
 
@@ -54,5 +54,5 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     )
     attached = [d.device for d in devices if tracker.trial_links(d.device)]
     where = f"; attached to the MLflow runs of {', '.join(attached)}" if attached else ""
-    sys.stdout.write(f"{path} ({path.stat().st_size:,} bytes){where}\n")
+    results().write(f"{path} ({path.stat().st_size:,} bytes){where}\n")
     return EXIT_OK

@@ -12,6 +12,7 @@ from typing import Any
 
 from nnsweep.cli import _report_file
 from nnsweep.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _usage_error
+from nnsweep.cli._output import results as stdout_results
 from nnsweep.cli._ray import _ray_client_env
 from nnsweep.cli._spec_args import _SPEC_OPTIONS, _load_checked_spec
 from nnsweep.core.errors import SpecError
@@ -120,10 +121,10 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
             }
             for r in results
         ]
-        sys.stdout.write(json.dumps(out) + "\n")
+        stdout_results().write(json.dumps(out) + "\n")
     else:
-        sys.stdout.write(_results_text(spec, results) + "\n")
-        sys.stdout.write(f"Report: {report}\n")
+        stdout_results().write(_results_text(spec, results) + "\n")
+        stdout_results().write(f"Report: {report}\n")
     if unlogged:
         sys.stderr.write(
             f"nnsweep run: {unlogged} finished trial(s) are not logged to MLflow ({spec.tracking.uri} did not "

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 from nnsweep.cli._args import _positive_shape
-from nnsweep.cli._output import EXIT_OK, Status, _usage_error
+from nnsweep.cli._output import EXIT_OK, Status, _usage_error, results
 from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import SpecError
 from nnsweep.core.quant import Granularity
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
             "wall_s": wall,
             "cache_hit": hit,
         }
-        sys.stdout.write(json.dumps(out) + "\n")
+        results().write(json.dumps(out) + "\n")
         return EXIT_OK
     g = f" {granularity.value}" if granularity else ""
     lines = [
@@ -107,7 +106,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     lines += [f"  {i:3d}. {layer:<40} {cost[layer] * 100:+6.2f} points" for i, layer in enumerate(ranked, 1)]
     source = "from the cache" if hit else f"measured in {report.seconds:.1f} s ({report.evaluations} runs)"
     lines.append(f"  ({source}; {wall:.1f} s now)")
-    sys.stdout.write("\n".join(lines) + "\n")
+    results().write("\n".join(lines) + "\n")
     return EXIT_OK
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from nnsweep.cli._args import _int_in
-from nnsweep.cli._output import EXIT_OK, _usage_error
+from nnsweep.cli._output import EXIT_OK, _usage_error, results
 from nnsweep.cli._spec_args import _SPEC_OPTIONS
 from nnsweep.core.errors import SpecError
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         return _usage_error(exc, _SPEC_OPTIONS)
     if spec.tracking.uri.startswith(("http://", "https://")):
         # A tracking server is its own UI: there is nothing to start.
-        sys.stdout.write(f"{spec.name} is tracked by the MLflow server at {spec.tracking.uri}: open it in a browser\n")
+        results().write(f"{spec.name} is tracked by the MLflow server at {spec.tracking.uri}: open it in a browser\n")
         return EXIT_OK
     cmd = [
         sys.executable, "-m", "mlflow", "ui",
