@@ -11,6 +11,15 @@ is a model reference, e.g. ``nnsweep bench --model benchmarks/fidelity_models.py
     gru       a linear projection, nn.GRU over the rows, head
     shared    three convolutions of which one is applied twice
     tconv     a strided convolution, then a transposed one
+    twoheads  a trunk and two outputs: class logits and a sigmoid map
+
+and four torchvision classifiers (random weights, BatchNorm statistics of random inputs,
+10 classes, 96x96 inputs):
+
+    mnv3      mobilenet_v3_small: hardswish, squeeze-excitation (hardsigmoid, a multiply)
+    effb0     efficientnet_b0: SiLU, squeeze-excitation (sigmoid), stochastic depth (off in eval)
+    shufflev2 shufflenet_v2_x0_5: chunk, channel shuffle, concatenation
+    resnet18  residual adds, max pool
 """
 
 from __future__ import annotations
@@ -178,3 +187,53 @@ class Shared(nn.Module):
 def shared() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return Shared().eval(), torch.randn(1, 3, 32, 32)
+
+
+class TwoHeads(nn.Module):
+    def __init__(self, c=16):
+        super().__init__()
+        self.trunk = nn.Conv2d(3, c, 3, stride=2, padding=1)
+        self.cls = nn.Linear(c, 10)
+        self.box = nn.Conv2d(c, 4, 1)
+
+    def forward(self, x):
+        x = F.relu(self.trunk(x))
+        return self.cls(x.mean((2, 3))), torch.sigmoid(self.box(x))
+
+
+def twoheads() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return TwoHeads().eval(), torch.randn(1, 3, 32, 32)
+
+def _torchvision(name: str, size: int) -> tuple[nn.Module, torch.Tensor]:
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None, num_classes=10)
+    # BatchNorm statistics of random inputs, as training would leave them: at initialisation
+    # MobileNetV3's and EfficientNet's logits are about 1e-10, which no int8 output can hold.
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average
+    model.train()
+    with torch.no_grad():
+        for _ in range(4):
+            model(torch.randn(8, 3, size, size))
+    return model.eval(), torch.randn(1, 3, size, size)
+
+
+def mnv3() -> tuple[nn.Module, torch.Tensor]:
+    return _torchvision("mobilenet_v3_small", 96)
+
+
+def effb0() -> tuple[nn.Module, torch.Tensor]:
+    return _torchvision("efficientnet_b0", 96)
+
+
+def shufflev2() -> tuple[nn.Module, torch.Tensor]:
+    return _torchvision("shufflenet_v2_x0_5", 96)
+
+
+def resnet18() -> tuple[nn.Module, torch.Tensor]:
+    return _torchvision("resnet18", 96)
