@@ -450,6 +450,30 @@ def test_a_quantizer_that_fails_on_the_model_is_one_line_and_no_ranking_is_kept(
     assert not list(cache.glob("sensitivity/*/*.json"))
 
 
+@pytest.mark.slow
+def test_a_model_without_layers_ranks_none_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "pool.py"
+    model.write_text(
+        "import torch\n"
+        "def pool():\n"
+        "    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1))\n"
+        "    return model.eval(), torch.randn(1, 3, 8, 8)\n"
+    )
+    args = [
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "sensitivity",
+        "--model",
+        f"{model}:pool",
+        "--runtime",
+        "onnxruntime",
+    ]
+    assert main(args) == 0
+    assert "none: the model has no convolution, linear layer" in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranked"] == []
+
+
 def test_bench_defaults_to_the_runtimes_own_granularity() -> None:
     from nnsweep.cli.bench import _default_granularity
 

@@ -104,6 +104,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         "  layers by what quantizing each alone costs (keep the first K in float: --float-layers K):",
     ]
     lines += [f"  {i:3d}. {layer:<40} {cost[layer] * 100:+6.2f} points" for i, layer in enumerate(ranked, 1)]
+    if not ranked:
+        lines.append("  none: the model has no convolution, linear layer or other layer with a weight to keep float")
     source = "from the cache" if hit else f"measured in {report.seconds:.1f} s ({report.evaluations} runs)"
     lines.append(f"  ({source}; {wall:.1f} s now)")
     results().write("\n".join(lines) + "\n")
