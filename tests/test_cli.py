@@ -528,3 +528,34 @@ def test_bench_json_stays_json_when_the_model_prints(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["latency_ms"]["p50"] > 0
     assert "a model that prints" in proc.stderr and "and writes to descriptor 1" in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_litert_ranking_keeps_what_its_quantizer_prints_off_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # litert-torch 0.10 prints "Relu partition has more than one output node" where one
+    # nn.ReLU module follows an add and is called twice (torchvision's ResNet blocks).
+    from nnsweep.core.quant import Granularity
+    from nnsweep.models import load_model
+    from nnsweep.sensitivity.ranking import evaluator
+
+    (tmp_path / "res.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Res(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)\n"
+        "        self.relu, self.head = nn.ReLU(), nn.Linear(8, 10)\n"
+        "    def forward(self, x):\n"
+        "        y = self.relu(self.a(x))\n"
+        "        return self.head(self.relu(self.b(y) + y).mean((2, 3)))\n"
+        "def res():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Res().eval(), torch.randn(1, 3, 8, 8)\n"
+    )
+    evaluate = evaluator(load_model(f"{tmp_path}/res.py:res"), "litert", Granularity.PER_CHANNEL)
+    capsys.readouterr()
+    assert 0.0 <= evaluate(frozenset({"b"})) <= 1.0
+    assert capsys.readouterr().out == ""

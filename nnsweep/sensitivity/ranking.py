@@ -185,7 +185,9 @@ def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Ev
 
 
 def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel: bool) -> Evaluator:
+    import contextlib
     import copy
+    import io
 
     import numpy as np
     import torch
@@ -228,7 +230,11 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
         module = copy.deepcopy(graph).module(check_guards=False)
         if runtime == "executorch":  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
             untie_shared_parameters(module)
-        prepared = prepare_pt2e(module, chosen)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):  # litert-torch's annotators print to stdout, as its converter does
+            prepared = prepare_pt2e(module, chosen)
+        if printed.getvalue():
+            log.debug("%s quantizer: %s", runtime, printed.getvalue()[-2000:])
         with torch.no_grad():
             run(prepared, calibration)
             preds = run(convert_pt2e(prepared), inputs).argmax(1).numpy()
