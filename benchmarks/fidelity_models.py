@@ -205,6 +205,7 @@ def twoheads() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return TwoHeads().eval(), torch.randn(1, 3, 32, 32)
 
+
 def _torchvision(name: str, size: int) -> tuple[nn.Module, torch.Tensor]:
     import torchvision
 
