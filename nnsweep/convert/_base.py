@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
+import logging
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -18,7 +20,31 @@ if TYPE_CHECKING:
 
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 
-__all__ = ["ConversionResult", "Converter", "IOSpec", "PartitionReport", "Placement", "Stages", "quant_settings"]
+__all__ = [
+    "ConversionResult",
+    "Converter",
+    "IOSpec",
+    "PartitionReport",
+    "Placement",
+    "Stages",
+    "printed_to_debug_log",
+    "quant_settings",
+]
+
+
+@contextlib.contextmanager
+def printed_to_debug_log(log: logging.Logger, source: str) -> Iterator[None]:
+    """What a toolchain prints to stdout in the block goes to ``log`` at debug level (its
+    last 2000 characters): stdout belongs to the caller (the CLI's ``--json`` result).
+    litert-torch prints progress and a line per ReLU it cannot fuse, ONNX Runtime's
+    calibrators print progress."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        if printed.getvalue():
+            log.debug("%s: %s", source, printed.getvalue()[-2000:])
 
 
 @dataclass(frozen=True)

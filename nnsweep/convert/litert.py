@@ -19,10 +19,8 @@ on the converting machine (:func:`nnsweep.bench.runners.litert.placement`).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import io
 import logging
 import shutil
 from importlib import metadata
@@ -37,7 +35,7 @@ from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
 from nnsweep.bench.runners.litert import interpreter, placement
 from nnsweep.convert import float_fallback, tflite
-from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
+from nnsweep.convert._base import ConversionResult, Converter, Stages, printed_to_debug_log, quant_settings
 from nnsweep.convert.pt2e import calibrated
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
@@ -109,18 +107,14 @@ def export_tflite(
         raise ConversionError(f"the .tflite path does not do {quant.mode.value}")
 
     def build(directory: Path) -> None:
-        # litert-torch reports progress on stdout, which belongs to the CLI (--json).
-        captured = io.StringIO()
         try:
-            with contextlib.redirect_stdout(captured):
+            with printed_to_debug_log(_log, "litert-torch"):
                 _convert(bundle, quant, symmetric_activations).export(str(directory / _FILENAME))
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
             version = metadata.version("litert-torch")
             raise ConversionError(
                 f"litert-torch {version} cannot convert the model for {quant.mode.value}: {first_line(exc)}"
             ) from exc
-        finally:
-            _log.debug("litert-torch: %s", captured.getvalue()[-2000:])
 
     # fp32 has no activation zero points: LiteRT's and Arm NN's float .tflite are the same file.
     settings = {"quant": quant_settings(quant), "symmetric_activations": symmetric_activations and quant.mode.is_static}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
 import json
+import logging
 import shutil
 import tempfile
 from collections import Counter
@@ -38,13 +38,15 @@ from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
 from nnsweep.convert import float_fallback
-from nnsweep.convert._base import ConversionResult, Converter, Stages, quant_settings
+from nnsweep.convert._base import ConversionResult, Converter, Stages, printed_to_debug_log, quant_settings
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["OnnxRuntimeConverter"]
 
@@ -129,9 +131,7 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             return
         method, options = _CALIBRATORS[quant.calibration or Calibration.MINMAX]
         ranges = Path(tmp) / "ranges.json"
-        # The entropy and percentile calibrators print progress to stdout, which belongs to
-        # the CLI (``--json``): capture it.
-        with contextlib.redirect_stdout(io.StringIO()):
+        with printed_to_debug_log(_log, "onnxruntime calibrator"):  # entropy and percentile print progress
             calibrator = create_calibrator(
                 prepared,
                 _STATIC_OPS,

@@ -185,15 +185,14 @@ def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Ev
 
 
 def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel: bool) -> Evaluator:
-    import contextlib
     import copy
-    import io
 
     import numpy as np
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from nnsweep.convert import float_fallback
+    from nnsweep.convert._base import printed_to_debug_log
     from nnsweep.convert.pt2e import export, untie_shared_parameters
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
     from nnsweep.models._bundle import flatten_outputs
@@ -230,11 +229,8 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
         module = copy.deepcopy(graph).module(check_guards=False)
         if runtime == "executorch":  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
             untie_shared_parameters(module)
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):  # litert-torch's annotators print to stdout, as its converter does
+        with printed_to_debug_log(log, f"{runtime} quantizer"):  # litert-torch's annotators print
             prepared = prepare_pt2e(module, chosen)
-        if printed.getvalue():
-            log.debug("%s quantizer: %s", runtime, printed.getvalue()[-2000:])
         with torch.no_grad():
             run(prepared, calibration)
             preds = run(convert_pt2e(prepared), inputs).argmax(1).numpy()
