@@ -99,6 +99,14 @@ def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
         (["space", "backends", "executorch"], ["gpu"], "space.backends.executorch[0]", "allowed: xnnpack"),
         (["space", "min_nodes_per_partition"], {"low": 5, "high": 2}, "space.min_nodes_per_partition", "above"),
         (["space", "max_delegated_partitions"], [0, -1], "space.max_delegated_partitions", "between 0 and"),
+        # a field that takes a list or a range: the error of the shape written, no class names
+        (["space", "float_layers"], True, "space.float_layers", "a list of integers or a range"),
+        (["space", "float_layers"], "2", "space.float_layers", "a list of integers or a range"),
+        (["space", "float_layers"], [1.5], "space.float_layers[0]", "valid integer"),
+        (["space", "float_layers"], {"low": 0}, "space.float_layers.high", "is required"),
+        (["space", "float_layers"], {"low": 0, "high": 2, "step": 1}, "space.float_layers.step", "unknown key"),
+        (["space", "min_nodes_per_partition"], 3, "space.min_nodes_per_partition", "a list of integers or a range"),
+        (["space", "min_nodes_per_partition"], [True], "space.min_nodes_per_partition[0]", "valid integer"),
         (["objectives"], {"speed": "maximize"}, "objectives.speed", "allowed: accuracy"),
         (["objectives"], {"accuracy": "up"}, "objectives.accuracy", "maximize"),
         (["measure", "iters"], 0, "measure.iters", "greater than or equal to 1"),
@@ -173,6 +181,7 @@ def test_bad_specs_name_the_field(path: list, value: object, field: str, text: s
         parse_spec(_mutated(path, value))
     assert info.value.field == field
     assert text in info.value.message
+    assert "RangeIn" not in info.value.message  # pydantic's names for the schema's parts
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:

@@ -143,12 +143,17 @@ def schema() -> Any:
     return SpecIn
 
 
+# The names pydantic gives the branches of a union field (a range or a list, for one).
+_BRANCHES = ("RangeIn", "CountRangeIn", "list[int]", "str", "bool")
+_RANGES = ("RangeIn", "CountRangeIn")
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     text = ""
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif part in ("RangeIn", "list[int]", "str", "bool"):
+        elif part in _BRANCHES:
             continue  # pydantic's union branch names mean nothing to the user
         else:
             text += f".{part}" if text else str(part)
@@ -156,8 +161,35 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 
 def translate(exc: Any) -> SpecError:
-    """The first pydantic error as a SpecError naming the field path."""
-    err = exc.errors()[0]
+    """The first pydantic error as a SpecError naming the field path.
+
+    A field that takes a range or a list is checked against both and fails in both; the
+    error told is that of the shape the user wrote (a list's, a mapping's), or else what
+    the field takes.
+    """
+    errors = exc.errors()
+    field = _union_field(errors[0])
+    if field is None:
+        return _translate_one(errors[0])
+    same = [e for e in errors if _union_field(e) == field]
+    in_list = [e for e in same if "list[int]" in e["loc"] and e["type"] != "list_type"]
+    in_range = [e for e in same if set(_RANGES) & set(e["loc"]) and e["type"] != "model_type"]
+    if in_list or in_range:
+        return _translate_one((in_list or in_range)[0])
+    wanted = "a list of integers or a range, e.g. [1, 2] or {low: 1, high: 4}"
+    return SpecError(_loc(field), f"give {wanted} (got {excerpt(errors[0].get('input'))})")
+
+
+def _union_field(err: Any) -> tuple[Any, ...] | None:
+    """The location of the union field ``err`` is in (the part before the branch's name)."""
+    loc = tuple(err["loc"])
+    for n, part in enumerate(loc):
+        if isinstance(part, str) and part in _BRANCHES:
+            return loc[:n]
+    return None
+
+
+def _translate_one(err: Any) -> SpecError:
     path = _loc(tuple(err["loc"]))
     kind = err["type"]
     if kind == "extra_forbidden":
