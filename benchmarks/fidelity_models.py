@@ -13,13 +13,8 @@ is a model reference, e.g. ``nnsweep bench --model benchmarks/fidelity_models.py
     tconv     a strided convolution, then a transposed one
     twoheads  a trunk and two outputs: class logits and a sigmoid map
 
-and four torchvision classifiers (random weights, BatchNorm statistics of random inputs,
-10 classes, 96x96 inputs):
-
-    mnv3      mobilenet_v3_small: hardswish, squeeze-excitation (hardsigmoid, a multiply)
-    effb0     efficientnet_b0: SiLU, squeeze-excitation (sigmoid), stochastic depth (off in eval)
-    shufflev2 shufflenet_v2_x0_5: chunk, channel shuffle, concatenation
-    resnet18  residual adds, max pool
+``benchmarks/float_fidelity.py`` also runs four torchvision classifiers by reference
+(``torchvision:NAME``, loaded as nnsweep loads them for a user).
 """
 
 from __future__ import annotations
@@ -204,37 +199,3 @@ class TwoHeads(nn.Module):
 def twoheads() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return TwoHeads().eval(), torch.randn(1, 3, 32, 32)
-
-
-def _torchvision(name: str, size: int) -> tuple[nn.Module, torch.Tensor]:
-    import torchvision
-
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None, num_classes=10)
-    # BatchNorm statistics of random inputs, as training would leave them: at initialisation
-    # MobileNetV3's and EfficientNet's logits are about 1e-10, which no int8 output can hold.
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.reset_running_stats()
-            m.momentum = None  # a cumulative average
-    model.train()
-    with torch.no_grad():
-        for _ in range(4):
-            model(torch.randn(8, 3, size, size))
-    return model.eval(), torch.randn(1, 3, size, size)
-
-
-def mnv3() -> tuple[nn.Module, torch.Tensor]:
-    return _torchvision("mobilenet_v3_small", 96)
-
-
-def effb0() -> tuple[nn.Module, torch.Tensor]:
-    return _torchvision("efficientnet_b0", 96)
-
-
-def shufflev2() -> tuple[nn.Module, torch.Tensor]:
-    return _torchvision("shufflenet_v2_x0_5", 96)
-
-
-def resnet18() -> tuple[nn.Module, torch.Tensor]:
-    return _torchvision("resnet18", 96)

@@ -1,7 +1,9 @@
 """Mixed precision on structures nobody tuned it on: does keeping layers float give float outputs?
 
-For each model of ``benchmarks/fidelity_models.py`` (random weights, nnsweep's synthetic
-data) and each runtime with ``float_layers``, runs ``nnsweep bench --quant static_int8``
+For each model of ``benchmarks/fidelity_models.py`` and four torchvision classifiers
+(random weights, nnsweep's synthetic data; the torchvision models loaded as nnsweep loads
+them for a user, BatchNorm statistics taken from that data) and each runtime with
+``float_layers``, runs ``nnsweep bench --quant static_int8``
 with K = 0 (whole-model int8) and K = every quantizable layer, each in its own process
 through the CLI, and prints the SQNR of the deployed outputs against the fp32 model. With
 every layer float nothing should be quantized: fp32's own SQNR (130-145 dB here). A
@@ -28,22 +30,44 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MODELS = HERE / "fidelity_models.py"
 NAMES = ("attn", "shuffle", "dw1d", "unetish", "gru", "shared", "tconv", "twoheads")
+# Short names of the torchvision classifiers, run as `--model torchvision:NAME` at 96x96
+# (hardswish and squeeze-excitation; SiLU and stochastic depth; chunk and channel shuffle;
+# residual adds and max pool).
+TORCHVISION = {
+    "mnv3": "mobilenet_v3_small",
+    "effb0": "efficientnet_b0",
+    "shufflev2": "shufflenet_v2_x0_5",
+    "resnet18": "resnet18",
+}
+TORCHVISION_SHAPE = (1, 3, 96, 96)
 RUNTIMES = ("executorch", "onnxruntime", "torch", "litert")
 
 
-def layer_count(name: str) -> int:
-    sys.path.insert(0, str(HERE))
-    import fidelity_models
+def model_args(name: str) -> list[str]:
+    """The ``nnsweep bench`` arguments that name the model ``name``."""
+    if name in TORCHVISION:
+        return ["--model", f"torchvision:{TORCHVISION[name]}", "--input-shape", ",".join(map(str, TORCHVISION_SHAPE))]
+    return ["--model", f"{MODELS}:{name}"]
 
+
+def layer_count(name: str) -> int:
+    from nnsweep.models import load_model
     from nnsweep.sensitivity.rank import quantizable_layers
 
-    module, example = getattr(fidelity_models, name)()
+    if name in TORCHVISION:
+        bundle = load_model(f"torchvision:{TORCHVISION[name]}", input_shape=TORCHVISION_SHAPE)
+        module, example = bundle.module, bundle.example_input
+    else:
+        sys.path.insert(0, str(HERE))
+        import fidelity_models
+
+        module, example = getattr(fidelity_models, name)()
     return len(quantizable_layers(module, example))
 
 
 def bench(name: str, runtime: str, k: int, cache: Path) -> tuple[str, str]:
     """(SQNR in dB or "-", the error line or "")."""
-    cmd = [sys.executable, "-m", "nnsweep", "bench", "--model", f"{MODELS}:{name}", "--runtime", runtime]
+    cmd = [sys.executable, "-m", "nnsweep", "bench", *model_args(name), "--runtime", runtime]
     cmd += ["--quant", "static_int8", "--float-layers", str(k), "--iters", "20", "--json", "--cache-dir", str(cache)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -63,7 +87,7 @@ def _progress(task: tuple[str, str, int], result: tuple[str, str]) -> tuple[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(NAMES))
+    parser.add_argument("--models", default=",".join(NAMES), help=f"of {', '.join((*NAMES, *TORCHVISION))}")
     parser.add_argument("--runtimes", default=",".join(RUNTIMES))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--cache-dir", type=Path, default=None)
