@@ -95,6 +95,7 @@ def sweep(
     fresh: bool = False,
     cache_dir: Path | None = None,
     progress: Callable[[list[DeviceProgress]], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> list[DeviceResult]:
     """Run a sweep, as ``nnsweep run``: per device its trials, Pareto front and best configuration.
 
@@ -111,6 +112,8 @@ def sweep(
         fresh: delete the sweep's studies first (after changing its model or spec).
         cache_dir: the artifact cache (default ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``).
         progress: called with every device's progress whenever something changes.
+        notice: called with a line when a long step outside the trials starts or moves on
+            (a runtime's sensitivity ranking, minutes on a large model).
 
     Raises:
         SpecError: the spec, the model or the devices refuse the sweep (nothing is written).
@@ -134,7 +137,8 @@ def sweep(
     runner = executor_for(spec, executor, address)
     tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=tracking)
     try:
-        return Sweep(spec, runner, tracker, cache_dir or default_cache_dir(), progress=progress, fresh=fresh).run()
+        cache = cache_dir or default_cache_dir()
+        return Sweep(spec, runner, tracker, cache, progress=progress, notice=notice, fresh=fresh).run()
     finally:
         close = getattr(tracker, "close", None)
         if close is not None:

@@ -94,8 +94,22 @@ def test_disabled_display_writes_nothing() -> None:
     out = io.StringIO()
     display = ProgressDisplay(enabled=False, stream=out, terminal=True)
     display.update([Snap("host", 1, 4)])
+    display.note("ranking the layers of m through onnxruntime's quantizer (once per model) ...")
     display.close()
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_note_is_a_line_of_its_own_before_and_during_the_bars(terminal: bool) -> None:
+    out = io.StringIO()
+    display = ProgressDisplay(stream=out, terminal=terminal, clock=lambda: 0.0, width=120)
+    display.note("ranking the layers of m through executorch's quantizer (once per model) ...")
+    display.update([Snap("host", 0, 4)])
+    display.note("executorch: 12/55 quantize-and-evaluate runs [as written]")
+    display.close()
+    text = out.getvalue()
+    assert text.startswith("ranking the layers of m through executorch's quantizer (once per model) ...\n")
+    assert "executorch: 12/55 quantize-and-evaluate runs [as written]\n" in text  # above the bars, not in them
 
 
 def test_not_a_terminal_means_plain_lines() -> None:

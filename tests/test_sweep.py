@@ -334,3 +334,22 @@ def test_a_new_device_starts_from_the_front_the_other_devices_found(workdir: Pat
     off = dataclasses.replace(first, devices=("host", "third"), warm_start=False)  # type: ignore[type-var]
     Sweep(off, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
     assert not {i for i in seeded(open_study(off, "third", create=False)) if i >= WARM_SEEDS}  # type: ignore[arg-type]
+
+
+def test_a_sweep_says_while_it_ranks_a_runtimes_layers(workdir: Path, digits, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    # A ranking runs before a runtime's first float-layer trial and took minutes with nothing
+    # shown (regnet_y_400mf through ExecuTorch: about 6 min a granularity).
+    from nnsweep.sweep.host import HostSide
+
+    monkeypatch.setattr(HostSide, "NOTICE_EVERY_S", 0.0)  # every progress line, not one per 15 s
+    spec = _spec(workdir, trials=3, runtime=["onnxruntime"], quant=["static_int8"], float_layers=[0, 1])
+    notes: list[str] = []
+    results = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache", notice=notes.append).run()  # type: ignore[arg-type]
+    assert notes[0] == "ranking the layers of digits through onnxruntime's quantizer (once per model) ..."
+    assert any(n.startswith("onnxruntime: 1/") and n.endswith("quantize-and-evaluate runs") for n in notes), notes
+    assert notes[-1].startswith("onnxruntime: ranked ") and " layers in " in notes[-1], notes
+    mixed = [r for r in results[0].records if r.status is TrialStatus.OK and r.config.quant.float_layers]
+    assert mixed, [(r.number, r.config.label()) for r in results[0].records]
+    again: list[str] = []  # a second sweep of the model reads the ranking from the cache: nothing to say
+    Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache", notice=again.append, fresh=True).run()  # type: ignore[arg-type]
+    assert again == []

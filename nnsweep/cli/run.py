@@ -87,7 +87,10 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         if args.retry_failed == "all"
         else frozenset({FailureKind(args.retry_failed)} if args.retry_failed else ())
     )
-    sweep = Sweep(spec, executor, tracker, cache_dir, progress=display.update, fresh=args.fresh, retry_failed=retry)
+    sweep = Sweep(
+        spec, executor, tracker, cache_dir,
+        progress=display.update, notice=display.note, fresh=args.fresh, retry_failed=retry,
+    )  # fmt: skip
     interrupted = False
     unlogged = 0
     try:

@@ -191,6 +191,17 @@ class ProgressDisplay:
         else:
             self._write_lines(devices, now)
 
+    def note(self, text: str) -> None:
+        """Show one line about a long step outside the trials (a runtime's layer ranking):
+        above the bars on a terminal, as a plain line otherwise."""
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+            return
+        self._stream.write(text + "\n")
+        self._stream.flush()
+
     def close(self) -> None:
         """Stop the live display, leaving its last frame (time per trial, no ETA: nothing is
         pending once the sweep has ended or was interrupted); idempotent."""

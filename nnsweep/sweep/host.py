@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -47,11 +49,20 @@ class HostSide:
     Args:
         source: how the model is loaded (the same reference the workers load).
         settings: the sweep's measure settings.
+        notice: told, in a line, what a long step outside the trials is doing (a runtime's
+            sensitivity ranking: minutes on a large model, before its first float-layer trial).
     """
 
-    def __init__(self, source: ModelSource, settings: MeasureSettings) -> None:
+    # a ranking's progress is told at most this often (one line per quantize-and-evaluate
+    # run would be a line every second or two on a small model)
+    NOTICE_EVERY_S = 15.0
+
+    def __init__(
+        self, source: ModelSource, settings: MeasureSettings, notice: Callable[[str], None] | None = None
+    ) -> None:
         self.source = source
         self.settings = settings
+        self.notice = notice
         self._bundle: ModelBundle | None = None
         self._snapshot: ModelSnapshot | None = None
         self._artifacts: dict[str, Artifact] = {}  # config digest -> artifact
@@ -80,10 +91,13 @@ class HostSide:
 
         key = (runtime, granularity)
         if key not in self._rankings:
-            log.info("ranking the layers of %s through %s's quantizer (once per model)", self.source.ref, runtime)
             try:
-                report, _ = ranking(self.bundle, runtime, granularity, self.source.cache_root, progress=log.info)
+                report, cached = ranking(
+                    self.bundle, runtime, granularity, self.source.cache_root, progress=self._ranking_progress(runtime)
+                )
                 self._rankings[key] = tuple(report.ranked())
+                if not cached:
+                    self._tell(f"{runtime}: ranked {len(report.layers)} layers in {report.seconds:.0f} s")
             except ConversionError as exc:  # once: the next count of this runtime fails at once
                 log.warning("%s keeps no layers float for this model: %s", runtime, exc)
                 self._rankings[key] = SpecError(f"{runtime}.float_layers", str(exc))
@@ -91,6 +105,28 @@ class HostSide:
         if isinstance(found, SpecError):
             raise found
         return found[:k]
+
+    def _tell(self, text: str) -> None:
+        log.info("%s", text)
+        if self.notice is not None:
+            self.notice(text)
+
+    def _ranking_progress(self, runtime: str) -> Callable[[str], None]:
+        """The progress of a ranking measured now (one read from the cache has none): what it
+        is, told at its first line; then each line logged, one every :attr:`NOTICE_EVERY_S` told."""
+        last: list[float] = []
+
+        def progress(text: str) -> None:
+            if not last:
+                ref = self.source.ref
+                self._tell(f"ranking the layers of {ref} through {runtime}'s quantizer (once per model) ...")
+                last.append(time.monotonic())
+            log.info("%s", text)
+            if self.notice is not None and time.monotonic() - last[0] >= self.NOTICE_EVERY_S:
+                last[0] = time.monotonic()
+                self.notice(text)
+
+        return progress
 
     def check_float_layers(self, counts: tuple[int, ...]) -> None:
         """Refuse counts of float layers the model does not have.

@@ -79,6 +79,8 @@ class Sweep:
         tracker: where trials are logged (MLflow, or nothing).
         cache_root: the artifact cache shared by the coordinator and the conversion workers.
         progress: called with a snapshot of every device whenever something changes.
+        notice: called with a line when a long step outside the trials starts or moves on
+            (a runtime's sensitivity ranking, before its first float-layer trial).
         depth: trials in flight per device (converting ahead while it measures); ``None``:
             :func:`default_depth` of the executor's conversion slots.
         lost_timeout_s: how long to wait for a lost device once every other device is done.
@@ -96,6 +98,7 @@ class Sweep:
         cache_root: Path,
         *,
         progress: Callable[[list[DeviceProgress]], None] | None = None,
+        notice: Callable[[str], None] | None = None,
         depth: int | None = None,
         lost_timeout_s: float = 300.0,
         hang_grace_s: float = 60.0,
@@ -118,7 +121,7 @@ class Sweep:
             max_duration_s=spec.max_duration_s,
         )
         self.stats = SweepStats()
-        self.host = HostSide(self.source, self.settings)
+        self.host = HostSide(self.source, self.settings, notice)
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}
         self._scheduler: Scheduler | None = None
         self._recorder: Recorder | None = None
