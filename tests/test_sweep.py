@@ -344,8 +344,17 @@ def test_a_sweep_says_while_it_ranks_a_runtimes_layers(workdir: Path, digits, mo
     monkeypatch.setattr(HostSide, "NOTICE_EVERY_S", 0.0)  # every progress line, not one per 15 s
     spec = _spec(workdir, trials=3, runtime=["onnxruntime"], quant=["static_int8"], float_layers=[0, 1])
     notes: list[str] = []
-    results = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache", notice=notes.append).run()  # type: ignore[arg-type]
+    converting_then: list[int] = []  # conversions started when the ranking began
+
+    def notice(text: str) -> None:
+        converting_then.append(sweep.stats.conversions)
+        notes.append(text)
+
+    sweep = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache", notice=notice)  # type: ignore[arg-type]
+    results = sweep.run()
     assert notes[0] == "ranking the layers of digits through onnxruntime's quantizer (once per model) ..."
+    # the trials asked before it (fp32 and static int8, no layer float) were already converting
+    assert converting_then[0] >= 1, converting_then
     assert any(n.startswith("onnxruntime: 1/") and n.endswith("quantize-and-evaluate runs") for n in notes), notes
     assert notes[-1].startswith("onnxruntime: ranked ") and " layers in " in notes[-1], notes
     mixed = [r for r in results[0].records if r.status is TrialStatus.OK and r.config.quant.float_layers]

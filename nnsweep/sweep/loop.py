@@ -266,7 +266,10 @@ class Sweep:
         def tried(config: DeploymentConfig) -> bool:
             return state.tried(reuse_key(digest, config))
 
-        for _ in range(self.scheduler.wanted(device, now, queued=studies.queued(dev.study))):
+        for n in range(self.scheduler.wanted(device, now, queued=studies.queued(dev.study))):
+            if n:  # what is asked converts while the next ask works (it may rank a runtime's layers)
+                for action in self.scheduler.plan_conversions(now):
+                    self._start(action)
             started = _clocks()
             if self.scheduler.diverts(device):  # the sampler repeats itself: queue an untried configuration
                 self.recorder.divert(device, tried, self._rng)

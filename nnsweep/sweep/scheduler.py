@@ -292,12 +292,7 @@ class Scheduler:
     def plan(self, now: float) -> list[Action]:
         """What to start now, measurements first (a device waiting on a ready artifact is wasted time)."""
         actions: list[Action] = []
-        converting = {  # conversion digest -> the machine converting it
-            conversion_digest(t.config): t.converted_on
-            for d in self.devices.values()
-            for t in d.live(Phase.CONVERTING)
-            if t.converted_on is not None
-        }
+        converting = self._converting()
         busy = set(converting.values()) | ({self.converter_machine} if self._evaluating else set())
         busy |= {d.machine for d in self.devices.values() if d.starting}  # imports would perturb the timing
         for d in self.devices.values():
@@ -312,7 +307,7 @@ class Scheduler:
                 ticket.move(Phase.MEASURING, now)
                 actions.append(Action("measure", ticket))
                 break
-        measuring = {d.machine for d in self.devices.values() if any(True for _ in d.live(Phase.MEASURING))}
+        measuring = self._measuring()
         if self.converter_machine not in measuring:  # nothing runs beside a measurement on its machine
             for d in self.devices.values():
                 for ticket in d.live(Phase.EVALUATING):
@@ -321,6 +316,24 @@ class Scheduler:
                         actions.append(Action("evaluate", ticket))
         actions.extend(self._conversions(converting, measuring, now))
         return actions
+
+    def plan_conversions(self, now: float) -> list[Action]:
+        """The conversions :meth:`plan` would start now, and nothing else. The coordinator starts
+        them between two asks: what is asked converts while the next ask works (a runtime's
+        first float-layer trial waits for its sensitivity ranking, minutes on a large model)."""
+        return self._conversions(self._converting(), self._measuring(), now)
+
+    def _converting(self) -> dict[str, str]:
+        """Conversion digest -> the machine converting it."""
+        return {
+            conversion_digest(t.config): t.converted_on
+            for d in self.devices.values()
+            for t in d.live(Phase.CONVERTING)
+            if t.converted_on is not None
+        }
+
+    def _measuring(self) -> set[str]:
+        return {d.machine for d in self.devices.values() if any(True for _ in d.live(Phase.MEASURING))}
 
     def _conversions(self, converting: dict[str, str], measuring: set[str], now: float) -> list[Action]:
         """Start conversions in free slots: machines without devices first, never beside a measurement."""

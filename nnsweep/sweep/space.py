@@ -17,6 +17,7 @@ orders are few, and TPE models them as plain categories.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import random
 from collections.abc import Callable, Mapping
@@ -424,8 +425,12 @@ def space_size(space: DeviceSpace, limit: int = 20_000) -> int | None:
     """How many distinct configurations ``space`` holds (``None``: more than ``limit``).
 
     Walks every path through :func:`suggest` (its choices depend on earlier ones), so
-    combinations that :func:`suggest` maps to one configuration are counted once.
+    combinations that :func:`suggest` maps to one configuration are counted once. Layers
+    kept float are counted by their number (:func:`placeholder_layers`): counting must not
+    wait for a runtime's ranking (minutes on a large model, measured when a trial first
+    needs it), and K of a ranking are K distinct layers whichever they are.
     """
+    space = dataclasses.replace(space, layers_for=placeholder_layers)
     digests: set[str] = set()
     path: list[int] = []
     for _ in range(limit * 4):
