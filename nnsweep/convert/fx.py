@@ -20,7 +20,7 @@ from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
-__all__ = ["qconfig_mapping", "quantize_fx", "quantized_engine", "strip_io_quantization"]
+__all__ = ["convert_quietly", "qconfig_mapping", "quantize_fx", "quantized_engine", "strip_io_quantization"]
 
 # Engines whose kernels may overflow 16-bit intermediate sums with 8-bit activations on
 # CPUs without VNNI: PyTorch's default qconfigs for them use 7-bit activations.
@@ -102,10 +102,22 @@ def _engine_mapping(default_mapping: Callable[[str], Any], engine: str) -> Any:
         return default_mapping(engine)
 
 
-def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.fx.GraphModule:
-    """Static PTQ or QAT with FX graph mode; call with ``engine`` selected."""
+def convert_quietly(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``convert_fx(prepared)``, without torch's deprecation warning for quantized tensors.
+
+    Building each quantized module warns that ``torch.quantize_per_tensor`` and the other
+    quantized tensor functions will be removed (torch 2.14); a user of nnsweep can do
+    nothing about it, and every sweep, bench and ranking through torch printed it.
+    """
     from torch.ao.quantization.quantize_fx import convert_fx
 
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel")
+        return convert_fx(prepared)
+
+
+def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.fx.GraphModule:
+    """Static PTQ or QAT with FX graph mode; call with ``engine`` selected."""
     model = copy.deepcopy(bundle.module)
     example = (bundle.example_input,)
     mapping = qconfig_mapping(engine, quant)
@@ -118,7 +130,7 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
         with torch.no_grad():
             for x in calibration_samples(bundle, quant):
                 prepared(x)
-    converted = convert_fx(prepared)
+    converted = convert_quietly(prepared)
     _inline_scalar_qparams(converted)
     return converted
 

@@ -214,9 +214,9 @@ def torch_fx_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = Fa
     import copy
 
     import torch
-    from torch.ao.quantization.quantize_fx import convert_fx
 
     from nnsweep.convert import float_fallback
+    from nnsweep.convert.fx import convert_quietly
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
     from nnsweep.models._bundle import flatten_outputs
@@ -238,7 +238,7 @@ def torch_fx_evaluator(bundle: ModelBundle, split: Split, per_channel: bool = Fa
             prepared = float_fallback.fx_prepare(model, mapping, sorted(keep), (bundle.example_input,))
             with torch.no_grad():
                 prepared(calibration)  # one batch: min/max observers see the same extremes as one by one
-                model = convert_fx(prepared)
+                model = convert_quietly(prepared)
                 preds = flatten_outputs(model(inputs))[bundle.dataset.accuracy_output].argmax(1).tolist()
         finally:
             torch.backends.quantized.engine = previous
