@@ -287,7 +287,7 @@ class Scheduler:
 
     # -------------------------------------------------------------- plans
     def _machine_measuring(self, machine: str) -> bool:
-        return any(d.machine == machine and any(True for _ in d.live(Phase.MEASURING)) for d in self.devices.values())
+        return machine in self._measuring()
 
     def plan(self, now: float) -> list[Action]:
         """What to start now, measurements first (a device waiting on a ready artifact is wasted time)."""
@@ -333,6 +333,7 @@ class Scheduler:
         }
 
     def _measuring(self) -> set[str]:
+        """The machines measuring now."""
         return {d.machine for d in self.devices.values() if any(True for _ in d.live(Phase.MEASURING))}
 
     def _conversions(self, converting: dict[str, str], measuring: set[str], now: float) -> list[Action]:
