@@ -54,6 +54,92 @@ _END_STATUS = {
 }
 
 
+class _Experiment:
+    """One MLflow experiment through one ``MlflowClient``: created on first use, searched
+    page by page, written in batches within MLflow's limits. Constructing it writes nothing."""
+
+    def __init__(self, uri: str, name: str, sweep: str) -> None:
+        self.uri, self.name, self.sweep = uri, name, sweep
+        self._client: Any = None
+        self._id: str | None = None
+
+    @property
+    def client(self) -> Any:
+        """The ``MlflowClient``, created on first use."""
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    @property
+    def id(self) -> str:
+        """The experiment's id, created on first use (restored if it was deleted)."""
+        if self._id is None:
+            found = self.client.get_experiment_by_name(self.name)
+            if found is None:
+                self._id = str(
+                    self.client.create_experiment(
+                        self.name,
+                        artifact_location=artifact_location(self.uri, self.name),
+                        tags={_SWEEP: self.sweep, "mlflow.note.content": f"nnsweep sweep {self.sweep}"},
+                    )
+                )
+            else:
+                if found.lifecycle_stage == "deleted":
+                    _log.warning("MLflow experiment %r was deleted; restoring it", self.name)
+                    self.client.restore_experiment(found.experiment_id)
+                self._id = str(found.experiment_id)
+        return self._id
+
+    def exists(self) -> bool:
+        """Whether the experiment exists (and is not deleted), creating and restoring nothing."""
+        if self._id is None:
+            found = self.client.get_experiment_by_name(self.name)
+            if found is None or found.lifecycle_stage == "deleted":
+                return False
+            self._id = str(found.experiment_id)
+        return True
+
+    def search(self, filter_string: str) -> list[Any]:
+        runs: list[Any] = []
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.id],
+                filter_string,
+                max_results=1000,
+                order_by=["attributes.start_time ASC"],
+                page_token=token,
+            )
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    def log_batch(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float] | None = None,
+        params: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        """One ``log_batch`` (more only past MLflow's 100 params + tags per batch)."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        stamp = _now_ms()
+        ms = [Metric(k, v, stamp, 0) for k, v in (metrics or {}).items()]
+        ps = [Param(k, _clip(v, _PARAM_LIMIT)) for k, v in (params or {}).items()]
+        ts = [RunTag(k, _clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items()]
+        while True:
+            p_now, ps = ps[:_BATCH_LIMIT], ps[_BATCH_LIMIT:]
+            t_now, ts = ts[: _BATCH_LIMIT - len(p_now)], ts[_BATCH_LIMIT - len(p_now) :]
+            self.client.log_batch(run_id, metrics=ms, params=p_now, tags=t_now)
+            ms = []
+            if not ps and not ts:
+                return
+
+
 class MlflowTracker:
     """Logs a sweep to MLflow: an experiment per sweep, a parent run per device, a child run per trial.
 
@@ -75,11 +161,9 @@ class MlflowTracker:
 
     def __init__(self, uri: str, experiment: str, sweep: str) -> None:
         self.uri = absolute_sqlite_uri(uri)
-        self.experiment_name = experiment
         self.sweep = sweep
         self.sweep_id = ""
-        self._client: Any = None
-        self._experiment_id: str | None = None
+        self._experiment = _Experiment(self.uri, experiment, sweep)
         self._parents: dict[str, str] = {}
         self._children: dict[tuple[str, int], str] = {}
         self._status: dict[tuple[str, int], str] = {}  # MLflow run status of each known child
@@ -89,69 +173,12 @@ class MlflowTracker:
     @property
     def client(self) -> Any:
         """The ``MlflowClient``, created on first use: constructing the tracker writes nothing."""
-        if self._client is None:
-            from mlflow.tracking import MlflowClient
-
-            self._client = MlflowClient(tracking_uri=self.uri)
-        return self._client
+        return self._experiment.client
 
     @property
     def experiment_id(self) -> str:
         """The sweep's experiment, created on first use (restored if it was deleted)."""
-        if self._experiment_id is None:
-            found = self.client.get_experiment_by_name(self.experiment_name)
-            if found is None:
-                self._experiment_id = str(
-                    self.client.create_experiment(
-                        self.experiment_name,
-                        artifact_location=artifact_location(self.uri, self.experiment_name),
-                        tags={_SWEEP: self.sweep, "mlflow.note.content": f"nnsweep sweep {self.sweep}"},
-                    )
-                )
-            else:
-                if found.lifecycle_stage == "deleted":
-                    _log.warning("MLflow experiment %r was deleted; restoring it", self.experiment_name)
-                    self.client.restore_experiment(found.experiment_id)
-                self._experiment_id = str(found.experiment_id)
-        return self._experiment_id
-
-    def _search(self, filter_string: str) -> list[Any]:
-        runs: list[Any] = []
-        token = None
-        while True:
-            page = self.client.search_runs(
-                [self.experiment_id],
-                filter_string,
-                max_results=1000,
-                order_by=["attributes.start_time ASC"],
-                page_token=token,
-            )
-            runs.extend(page)
-            token = page.token
-            if not token:
-                return runs
-
-    def _log_batch(
-        self,
-        run_id: str,
-        metrics: Mapping[str, float] | None = None,
-        params: Mapping[str, str] | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> None:
-        """One ``log_batch`` (more only past MLflow's 100 params + tags per batch)."""
-        from mlflow.entities import Metric, Param, RunTag
-
-        stamp = _now_ms()
-        ms = [Metric(k, v, stamp, 0) for k, v in (metrics or {}).items()]
-        ps = [Param(k, _clip(v, _PARAM_LIMIT)) for k, v in (params or {}).items()]
-        ts = [RunTag(k, _clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items()]
-        while True:
-            p_now, ps = ps[:_BATCH_LIMIT], ps[_BATCH_LIMIT:]
-            t_now, ts = ts[: _BATCH_LIMIT - len(p_now)], ts[_BATCH_LIMIT - len(p_now) :]
-            self.client.log_batch(run_id, metrics=ms, params=p_now, tags=t_now)
-            ms = []
-            if not ps and not ts:
-                return
+        return self._experiment.id
 
     def bind(self, sweep_id: str) -> None:
         """Find and create runs of this generation of the sweep only (tag ``nnsweep.sweep_id``)."""
@@ -177,14 +204,14 @@ class MlflowTracker:
         """
         tags = {_SWEEP: self.sweep, _DEVICE: device, _KIND: "device", "device": device, **self._ids()}
         tags.update({str(k): str(v) for k, v in info.items()})
-        parents = self._search(self._filter(device, "device"))
+        parents = self._experiment.search(self._filter(device, "device"))
         if parents:
             run_id = str(parents[0].info.run_id)
             if parents[0].info.status != "RUNNING":
                 self.client.update_run(run_id, status="RUNNING")
         else:
             run_id = str(self.client.create_run(self.experiment_id, run_name=device, tags=tags).info.run_id)
-        self._log_batch(run_id, tags=tags)  # capabilities may have changed since the last run
+        self._experiment.log_batch(run_id, tags=tags)  # capabilities may have changed since the last run
         self._parents[device] = run_id
         self._load_children(device, close_running=True)
 
@@ -193,12 +220,9 @@ class MlflowTracker:
         experiment or run is created): what ``nnsweep report`` needs to link and attach."""
         if device in self._parents:
             return True
-        if self._experiment_id is None:
-            found = self.client.get_experiment_by_name(self.experiment_name)
-            if found is None or found.lifecycle_stage == "deleted":
-                return False
-            self._experiment_id = str(found.experiment_id)
-        parents = self._search(self._filter(device, "device"))
+        if not self._experiment.exists():
+            return False
+        parents = self._experiment.search(self._filter(device, "device"))
         if not parents:
             return False
         self._parents[device] = str(parents[0].info.run_id)
@@ -206,7 +230,7 @@ class MlflowTracker:
         return True
 
     def _load_children(self, device: str, *, close_running: bool) -> None:
-        for child in self._search(self._filter(device, "trial")):
+        for child in self._experiment.search(self._filter(device, "trial")):
             number = int(child.data.tags[_TRIAL])
             key = (device, number)
             if key in self._children:
@@ -218,7 +242,7 @@ class MlflowTracker:
             )
             status = str(child.info.status)
             if status == "RUNNING" and close_running:
-                self._log_batch(run_id, tags={"status": TrialStatus.INTERRUPTED.value})
+                self._experiment.log_batch(run_id, tags={"status": TrialStatus.INTERRUPTED.value})
                 self.client.set_terminated(run_id, status="KILLED")
                 status = "KILLED"
             self._status[key] = status
@@ -241,7 +265,7 @@ class MlflowTracker:
         run_id = str(
             self.client.create_run(self.experiment_id, run_name=f"{device} #{number} {label}", tags=tags).info.run_id
         )
-        self._log_batch(run_id, params=_params(config))
+        self._experiment.log_batch(run_id, params=_params(config))
         self._children[key] = run_id
         self._status[key] = "RUNNING"
         self._labels[key] = label
@@ -258,7 +282,7 @@ class MlflowTracker:
         Non-finite metrics (an infinite SQNR of an exact model) are left out.
         """
         run_id = self._child(record.device, record.number, record.config)
-        self._log_batch(run_id, metrics=_finite(record.metrics), tags=_end_tags(record))
+        self._experiment.log_batch(run_id, metrics=_finite(record.metrics), tags=_end_tags(record))
         parts = record.partitions
         # The artifact repository is looked up (one get_run) for the first file and cached by MLflow.
         self.client.log_dict(run_id, record.config.to_dict(), "config.json")
@@ -285,13 +309,13 @@ class MlflowTracker:
         figures = remeasured or {}
         for (dev, number), run_id in self._children.items():
             if dev == device and self._status.get((dev, number)) == "FINISHED":
-                self._log_batch(
+                self._experiment.log_batch(
                     run_id,
                     metrics=_finite(figures.get(number, {})),
                     tags={"pareto": str(number in front).lower(), "best": str(number == best).lower()},
                 )
         label = "" if best is None else self._labels.get((device, best), "")
-        self._log_batch(
+        self._experiment.log_batch(
             self._parent(device), tags={"best_trial": "" if best is None else str(best), "best_config": label}
         )
 
