@@ -12,15 +12,10 @@ from nnsweep.artifacts.key import conversion_digest
 from nnsweep.core.config import DeploymentConfig, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep import outcomes
+from nnsweep.sweep.device_state import DeviceState
 from nnsweep.sweep.lifecycle import IllegalTransition, Phase, Role, Ticket
-from nnsweep.sweep.scheduler import (
-    Action,
-    Admission,
-    DeviceState,
-    Scheduler,
-    default_depth,
-    reuse_key,
-)
+from nnsweep.sweep.placement import Action
+from nnsweep.sweep.scheduler import Admission, Scheduler, default_depth, reuse_key
 
 HOST = "laptop"
 
@@ -45,7 +40,7 @@ class FakeExecutor:
         self.numbers: Iterator[int] = iter(range(1000))
 
     def step(self, now: float) -> list[Action]:
-        actions = self.scheduler.plan(now)
+        actions = self.scheduler.placement.plan(now)
         self.started.extend(actions)
         return actions
 
@@ -55,7 +50,7 @@ class FakeExecutor:
         return ticket
 
     def convert_done(self, ticket: Ticket, now: float, sha: str = "") -> None:
-        for t in self.scheduler.converting(conversion_digest(ticket.config)):
+        for t in self.scheduler.placement.converting(conversion_digest(ticket.config)):
             self.scheduler.converted(t, sha or ticket.config.digest(), now)
 
     def told(self, ticket: Ticket, rec: TrialRecord, now: float) -> None:
@@ -119,15 +114,15 @@ def test_the_coordinator_keeps_quiet_while_its_own_machine_measures_not_a_boards
     board = ex.propose("board", config(1), 0.0)
     ex.step(0.0)
     ex.convert_done(board, 1.0)
-    assert kinds(ex.step(1.0)) == [("measure", "board", board.number)] and not s.quiet()  # a board's time
+    assert kinds(ex.step(1.0)) == [("measure", "board", board.number)] and not s.placement.quiet()  # a board's time
     host = ex.propose("host", config(2), 1.0)
     ex.step(1.0)
     ex.convert_done(host, 2.0)
     ex.told(board, record(board), 2.0)
     assert kinds(ex.step(2.0)) == [("measure", "host", host.number)]
-    assert s.quiet()  # no sampling or tracking writes beside the host's timed runs
+    assert s.placement.quiet()  # no sampling or tracking writes beside the host's timed runs
     ex.told(host, record(host), 3.0)
-    assert not s.quiet()
+    assert not s.placement.quiet()
 
 
 def test_isolation_nothing_measures_on_a_machine_while_an_agent_there_starts_its_runtimes() -> None:
@@ -184,7 +179,7 @@ def test_conversions_spread_over_machines_build_servers_first_never_beside_a_mea
 def test_isolation_two_devices_on_one_machine_never_measure_together() -> None:
     _s, ex = scheduler(("a", "box"), ("b", "box"))
     ta, tb = ex.propose("a", config(1), 0.0), ex.propose("b", config(2), 0.0)
-    ex.scheduler.converters = {HOST: 2}
+    ex.scheduler.placement.converters = {HOST: 2}
     ex.step(0.0)
     ex.convert_done(ta, 1.0)
     ex.convert_done(tb, 1.0)
@@ -444,4 +439,4 @@ def test_a_thread_count_joins_the_conversion_of_the_same_configuration_under_way
     one, two = ex.propose("host", config(1, artifact=1), 0.0), ex.propose("host", config(2, artifact=1), 0.0)
     assert kinds(ex.step(0.0)) == [("convert", "host", one.number)]
     assert two.phase is Phase.CONVERTING
-    assert s.converting(conversion_digest(one.config)) == [one, two]
+    assert s.placement.converting(conversion_digest(one.config)) == [one, two]

@@ -2,14 +2,17 @@
 
 Each module owns one part, from the loop down to the rules it calls:
 
-* :mod:`~nnsweep.sweep.loop`: ``Sweep``, the loop (ask, admit, plan, start, route each future, tell, track);
+* :mod:`~nnsweep.sweep.loop`: ``Sweep``, the loop (ask, plan, start, route each future, tell, track);
+* :mod:`~nnsweep.sweep.ask`: a device's next trials, asked of its study and admitted to the scheduler;
 * :mod:`~nnsweep.sweep.handlers`: what happens when a conversion, measurement or evaluation
   finishes, and the end of a sweep;
 * :mod:`~nnsweep.sweep.host`: the coordinator's machine side (the model, its fp32 reference, cache look-ups);
 * :mod:`~nnsweep.sweep.resume`: opening each device's study and tracker, settling what a killed run left;
 * :mod:`~nnsweep.sweep.recorder`: a finished trial to the study and the tracker, in a kill-safe order;
 * :mod:`~nnsweep.sweep.remeasure`: the front measured again in fresh processes;
-* :mod:`~nnsweep.sweep.scheduler`: every decision (what converts, what measures where, reuse, budget), pure;
+* :mod:`~nnsweep.sweep.scheduler`: what the studies are asked and told (reuse, budget, the held baseline), pure;
+* :mod:`~nnsweep.sweep.placement`: what starts now and where (one measurement per machine, conversion slots), pure;
+* :mod:`~nnsweep.sweep.device_state`: one device as the scheduler sees it (its live trials, what it told);
 * :mod:`~nnsweep.sweep.lifecycle`: a trial's phases and the one transition function, pure;
 * :mod:`~nnsweep.sweep.outcomes`: a trial's record and judgement against the baseline, pure;
 * :mod:`~nnsweep.sweep.front`: the Pareto front and the best configuration, pure;

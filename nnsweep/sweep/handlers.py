@@ -121,7 +121,7 @@ class Results:
 
     def converted(self, digest: str, future: Future[Any]) -> None:
         now = self.clock()
-        waiting = self.scheduler.converting(digest)
+        waiting = self.scheduler.placement.converting(digest)
         try:
             artifact, hit = future.result()
         except TrialError as exc:

@@ -1,12 +1,13 @@
 """The coordinator: a thin loop between the scheduler's decisions and their side effects.
 
-:class:`Sweep` asks each device's study for trials, hands them to the
-:class:`~nnsweep.sweep.scheduler.Scheduler` (which decides what converts, measures and is
-reused, and when), starts what it plans on the :class:`~nnsweep.execution.Executor`,
+:class:`Sweep` has each device's study asked for trials (:mod:`nnsweep.sweep.ask`), which
+the :class:`~nnsweep.sweep.scheduler.Scheduler` admits (reuse, budget) and its
+:class:`~nnsweep.sweep.placement.Placement` places (what converts and measures where, and
+when); it starts what is planned on the :class:`~nnsweep.execution.Executor`,
 and routes each finished future to its handler in :mod:`nnsweep.sweep.handlers`
 (which also builds the finished sweep's results). Outcomes become study tells
-(:mod:`nnsweep.sweep.studies`) and tracker calls. The rules live in the scheduler; the
-trial lifecycle in :mod:`nnsweep.sweep.lifecycle`; what a result says in
+(:mod:`nnsweep.sweep.studies`) and tracker calls. The rules live in the scheduler and the
+placement; the trial lifecycle in :mod:`nnsweep.sweep.lifecycle`; what a result says in
 :mod:`nnsweep.sweep.outcomes`.
 
 Before anything is measured, a run takes the sweep's lock and checks the sweep's
@@ -18,7 +19,6 @@ studies, which are the record of truth.
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 import threading
 import time
@@ -31,21 +31,21 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep.artifacts.key import conversion_digest
 from nnsweep.bench import MeasureSettings
-from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import InfrastructureError, SpecError
 from nnsweep.core.results import FailureKind
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.spec import Objective, SweepSpec
-from nnsweep.sweep import outcomes, resume, studies
+from nnsweep.sweep import outcomes, resume
+from nnsweep.sweep.ask import Asker
 from nnsweep.sweep.front import best_trial
 from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
 from nnsweep.sweep.host import HostSide
-from nnsweep.sweep.lifecycle import Phase, Ticket
+from nnsweep.sweep.lifecycle import Phase
+from nnsweep.sweep.placement import Action
 from nnsweep.sweep.recorder import Recorder
-from nnsweep.sweep.scheduler import Action, Admission, Scheduler, default_depth, reuse_key
-from nnsweep.sweep.space import suggest
+from nnsweep.sweep.scheduler import Scheduler, default_depth
 from nnsweep.sweep.state import SweepLock, fingerprint
-from nnsweep.sweep.studies import open_study, role_of, study_records
+from nnsweep.sweep.studies import open_study, study_records
 
 if TYPE_CHECKING:
     from nnsweep.tracking import Tracker
@@ -125,11 +125,11 @@ class Sweep:
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}
         self._scheduler: Scheduler | None = None
         self._recorder: Recorder | None = None
+        self._asker: Asker | None = None
         self._results: Results | None = None
         self._stop = threading.Event()
         self._looping = False
         self._phases: dict[str, str] = {}  # device -> what it did at the last snapshot
-        self._rng = random.Random(0)  # untried configurations drawn when the sampler repeats itself
 
     def stop(self) -> bool:
         """Ask the run to stop at its next safe point, as Ctrl-C would (from a signal handler
@@ -151,6 +151,11 @@ class Sweep:
     def recorder(self) -> Recorder:
         assert self._recorder is not None, "run() creates the recorder"
         return self._recorder
+
+    @property
+    def asker(self) -> Asker:
+        assert self._asker is not None, "run() creates the asker"
+        return self._asker
 
     @property
     def results(self) -> Results:
@@ -207,6 +212,7 @@ class Sweep:
             self._recorder = Recorder(
                 self.spec, self._scheduler, self.tracker, devices, self.host.eager_accuracy, self.clock
             )
+            self._asker = Asker(self._scheduler, self._recorder, self.host, self.tracker, self.stats, self._start)
             hang_limit_s = self.settings.timeout_s + self.hang_grace_s
             self._results = Results(
                 self.spec, self.executor, self.host, self._scheduler, self._recorder, self.stats, hang_limit_s,
@@ -237,12 +243,12 @@ class Sweep:
                 for ticket in self.scheduler.hung(now, self.settings.timeout_s + self.hang_grace_s):
                     log.warning("%s: trial %d gave no result; restarting its agent", ticket.device, ticket.number)
                     self.executor.abandon(ticket.device)
-                if not self.scheduler.quiet():  # nothing of ours beside a measurement on this machine
+                if not self.scheduler.placement.quiet():  # nothing of ours beside a measurement on this machine
                     for device in self.recorder.devices:
-                        self._ask(device, now)
-                for action in self.scheduler.plan(now):
+                        self.asker.ask(device, now)
+                for action in self.scheduler.placement.plan(now):
                     self._start(action)
-                self.tracker.quiet(self.scheduler.quiet())
+                self.tracker.quiet(self.scheduler.placement.quiet())
                 if not self._futures:
                     if self.scheduler.finished(self.clock()):
                         break
@@ -259,43 +265,6 @@ class Sweep:
         self.stats.finished_at = self.clock()
         log.info("phase: finishing (re-measuring the front, closing the studies)")
         return self._finish()
-
-    def _ask(self, device: str, now: float) -> None:
-        dev, state, digest = self.recorder.devices[device], self.scheduler.devices[device], self.host.bundle.digest
-
-        def tried(config: DeploymentConfig) -> bool:
-            return state.tried(reuse_key(digest, config))
-
-        for n in range(self.scheduler.wanted(device, now, queued=studies.queued(dev.study))):
-            if n:  # what is asked converts while the next ask works (it may rank a runtime's layers)
-                for action in self.scheduler.plan_conversions(now):
-                    self._start(action)
-            started = _clocks()
-            if self.scheduler.diverts(device):  # the sampler repeats itself: queue an untried configuration
-                self.recorder.divert(device, tried, self._rng)
-            else:  # a repair or a refinement first, when the results so far call for one
-                self.recorder.move(device, tried)
-            trial = dev.study.ask()
-            try:
-                config = suggest(trial, dev.space)
-            except SpecError as exc:  # a sampled combination no configuration can express
-                self.recorder.invalid(device, trial, f"invalid combination: {exc}")
-                continue
-            role = role_of(trial)  # type: ignore[arg-type]
-            ticket = Ticket(device, trial.number, config, reuse_key(self.host.bundle.digest, config), role)
-            dev.trials[ticket] = trial
-            admission, earlier = self.scheduler.admit(ticket, now)
-            if admission is Admission.REUSE:
-                assert earlier is not None
-                self.recorder.settle(ticket, outcomes.reused(ticket, earlier))
-                continue
-            self.tracker.start_trial(device, trial.number, config)
-            if admission is Admission.NEW and (hit := self.host.cached(config)) is not None:
-                self.scheduler.converted(ticket, hit.sha256, now)  # converted before: no worker, no wait
-                self.stats.conversions += 1
-                self.stats.cache_hits += 1
-            self.stats.overhead_ms.append((_clocks()[0] - started[0]) * 1000)
-            self.stats.overhead_cpu_ms.append((_clocks()[1] - started[1]) * 1000)
 
     def _start(self, action: Action) -> None:
         t = action.ticket
@@ -378,9 +347,3 @@ _ACTIVITY = (
     (Phase.CONVERTING, "converting"),
     (Phase.EVALUATING, "evaluating on the host"),
 )
-
-
-def _clocks() -> tuple[float, float]:
-    """Wall time and this thread's CPU time: on a machine whose cores also measure and
-    convert, the wall time of the coordinator's work includes waiting for a core."""
-    return time.perf_counter(), time.thread_time()

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from nnsweep.core.results import FailureKind, TrialRecord, TrialStatus, failure_kind
 from nnsweep.sweep import studies
+from nnsweep.sweep.device_state import DeviceState
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.recorder import DeviceRun
-from nnsweep.sweep.scheduler import DeviceState, Scheduler, reuse_key
+from nnsweep.sweep.scheduler import Scheduler, reuse_key
 from nnsweep.sweep.space import (
     DeviceSpace,
     LayersFor,

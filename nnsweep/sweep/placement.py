@@ -1,0 +1,149 @@
+"""What starts now, and where: the coordinator's placement rules as pure functions of its state.
+
+No executor and no clock of its own live here: the caller passes ``now``, performs the
+:class:`Action` objects :meth:`Placement.plan` returns, and reports the results to the
+:class:`~nnsweep.sweep.scheduler.Scheduler`, which shares this placement's devices:
+
+* **one measurement per machine**: a device measures one artifact at a time, and
+  while any device on machine M measures nothing else runs on M — no other
+  device's measurement and, when M converts, no conversion and no host evaluation.
+  Devices on other machines are pipelined: their next artifacts convert meanwhile;
+* **conversions where there is room**: each machine that converts has its slots;
+  a conversion goes to a free slot on a machine that measures nothing now,
+  machines without devices first (a build server), so a device's own machine
+  converts only when nothing else can;
+* **one conversion per artifact**: a trial whose artifact is converting already (the same
+  configuration at another thread count) joins that conversion;
+* **byte-identical reuse**: a ready artifact byte-identical to one measured before with the
+  same runtime, backends and threads is not measured again (:func:`execution_key`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nnsweep.artifacts.key import conversion_digest
+from nnsweep.core.results import TrialRecord
+from nnsweep.sweep.device_state import DeviceState, execution_key
+from nnsweep.sweep.lifecycle import Phase, Ticket
+
+__all__ = ["Action", "Placement"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """Something the caller must start: ``convert``, ``measure``, ``evaluate`` (run a
+    timed-only device's artifact on the host for its outputs) or ``reuse`` (an
+    artifact byte-identical to one measured before: tell ``earlier``'s values)."""
+
+    kind: str
+    ticket: Ticket
+    earlier: TrialRecord | None = None
+    machine: str | None = None  # where a ``convert`` runs
+
+
+class Placement:
+    """The placement rules (see the module docstring) over the scheduler's devices.
+
+    Args:
+        devices: the scheduler's devices, by name (shared, not copied).
+        converter_machine: the coordinator's machine: host evaluations run there, and
+            its conversions unless ``converters`` says otherwise.
+        converters: conversions that may run at once: a number (all on
+            ``converter_machine``) or, per machine, its slots.
+    """
+
+    def __init__(
+        self, devices: Mapping[str, DeviceState], converter_machine: str, converters: int | Mapping[str, int] = 1
+    ) -> None:
+        self.devices = devices
+        self.converter_machine = converter_machine
+        self.converters = {converter_machine: converters} if isinstance(converters, int) else dict(converters)
+        self._evaluating: set[Ticket] = set()  # EVALUATING tickets whose host run has started
+
+    def plan(self, now: float) -> list[Action]:
+        """What to start now, measurements first (a device waiting on a ready artifact is wasted time)."""
+        actions: list[Action] = []
+        converting = self._converting()
+        busy = set(converting.values()) | ({self.converter_machine} if self._evaluating else set())
+        busy |= {d.machine for d in self.devices.values() if d.starting}  # imports would perturb the timing
+        for d in self.devices.values():
+            if d.lost or d.machine in busy or d.machine in self._measuring():
+                continue
+            for ticket in list(d.live(Phase.READY)):
+                assert ticket.artifact_sha is not None  # set by Scheduler.converted()
+                earlier = d.by_artifact.get(execution_key(ticket.artifact_sha, ticket))
+                if earlier is not None:
+                    actions.append(Action("reuse", ticket, earlier))
+                    continue
+                ticket.move(Phase.MEASURING, now)
+                actions.append(Action("measure", ticket))
+                break
+        measuring = self._measuring()
+        if self.converter_machine not in measuring:  # nothing runs beside a measurement on its machine
+            for d in self.devices.values():
+                for ticket in d.live(Phase.EVALUATING):
+                    if ticket not in self._evaluating:
+                        self._evaluating.add(ticket)
+                        actions.append(Action("evaluate", ticket))
+        actions.extend(self._conversions(converting, measuring, now))
+        return actions
+
+    def plan_conversions(self, now: float) -> list[Action]:
+        """The conversions :meth:`plan` would start now, and nothing else. The coordinator starts
+        them between two asks: what is asked converts while the next ask works (a runtime's
+        first float-layer trial waits for its sensitivity ranking, minutes on a large model)."""
+        return self._conversions(self._converting(), self._measuring(), now)
+
+    def quiet(self) -> bool:
+        """Whether the coordinator's own machine is measuring: then the coordinator's work
+        there (asking the samplers, tracking writes) waits; it is milliseconds, and it
+        would run beside the timed runs. Conversions never run there meanwhile anyway."""
+        return self.converter_machine in self._measuring()
+
+    def converting(self, digest: str) -> list[Ticket]:
+        """Tickets waiting for the conversion with this :func:`conversion_digest` (any device)."""
+        return [
+            t for d in self.devices.values() for t in d.live(Phase.CONVERTING) if conversion_digest(t.config) == digest
+        ]
+
+    def evaluated(self, ticket: Ticket) -> None:
+        """The ticket's host evaluation, if one ran, is over (it settled, failed or was requeued)."""
+        self._evaluating.discard(ticket)
+
+    def _converting(self) -> dict[str, str]:
+        """Conversion digest -> the machine converting it."""
+        return {
+            conversion_digest(t.config): t.converted_on
+            for d in self.devices.values()
+            for t in d.live(Phase.CONVERTING)
+            if t.converted_on is not None
+        }
+
+    def _measuring(self) -> set[str]:
+        """The machines measuring now."""
+        return {d.machine for d in self.devices.values() if any(True for _ in d.live(Phase.MEASURING))}
+
+    def _conversions(self, converting: dict[str, str], measuring: set[str], now: float) -> list[Action]:
+        """Start conversions in free slots: machines without devices first, never beside a measurement."""
+        device_machines = {d.machine for d in self.devices.values()}
+        used = list(converting.values())
+        free = {m: n - used.count(m) for m, n in self.converters.items() if m not in measuring}
+        order = sorted(free, key=lambda m: (m in device_machines, m))
+        actions: list[Action] = []
+        for d in self.devices.values():
+            for ticket in list(d.live(Phase.PROPOSED)):
+                digest = conversion_digest(ticket.config)
+                if digest in converting:  # joins the conversion already under way
+                    ticket.converted_on = converting[digest]
+                    ticket.move(Phase.CONVERTING, now)
+                    continue
+                machine = next((m for m in order if free[m] > 0), None)
+                if machine is None:
+                    return actions
+                free[machine] -= 1
+                converting[digest] = ticket.converted_on = machine
+                ticket.move(Phase.CONVERTING, now)
+                actions.append(Action("convert", ticket, machine=machine))
+        return actions
