@@ -316,6 +316,40 @@ def test_each_engine_mapping_builds_silently_with_our_global_qconfig(engine: str
     assert activation.quant_max == (127 if engine in ("x86", "fbgemm") else 255)
 
 
+@pytest.mark.parametrize("calibration", [Calibration.MINMAX, Calibration.HISTOGRAM])
+@pytest.mark.parametrize("engine", ["x86", "qnnpack"])
+def test_layernorm_and_transposed_convolutions_calibrate_as_asked_and_silently(
+    engine: str, calibration: Calibration
+) -> None:
+    """The engine's mapping gave LayerNorm, transposed convolutions and PReLU a histogram
+    observer built with ``reduce_range``, whatever the calibration: a warning per such op
+    (a two-layer transformer printed eleven) and, for minmax, another method on those ops."""
+    from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver
+    from torch.ao.quantization.quantize_fx import prepare_fx
+
+    from nnsweep.convert.fx import qconfig_mapping
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.ConvTranspose2d(2, 2, 2, stride=2)
+            self.act = nn.PReLU()
+            self.norm = nn.LayerNorm(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sigmoid(self.norm(self.act(self.up(x))))
+
+    quant = QuantConfig(QuantMode.STATIC_INT8, calibration=calibration)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph = prepare_fx(Block().eval(), qconfig_mapping(engine, quant), (torch.randn(1, 2, 4, 4),))
+    assert [str(w.message) for w in caught if "reduce_range" in str(w.message)] == []
+    asked = HistogramObserver if calibration is Calibration.HISTOGRAM else MinMaxObserver
+    observed = {type(m) for name, m in graph.named_modules() if "activation_post_process" in name}
+    assert asked in observed
+    assert observed - {asked} <= {torch.ao.quantization.observer.FixedQParamsObserver}  # the sigmoid's
+
+
 _CONVERT = """
 import warnings
 import torch

@@ -44,7 +44,8 @@ def qconfig_mapping(engine: str, quant: QuantConfig) -> Any:
     The engine's mapping is kept for what it says about special ops (fixed-range
     ops such as sigmoid, transposed convolutions); the global QConfig has symmetric
     int8 weights per tensor or per output channel and, for static PTQ, the
-    activation observer of the calibration method. The activation range follows
+    activation observer of the calibration method, which the special ops that
+    observe their output get too (:func:`_engine_mapping`). The activation range follows
     the engine's defaults (``reduce_range``), given as ``quant_min``/``quant_max``
     because observers deprecate ``reduce_range``.
     """
@@ -80,26 +81,43 @@ def qconfig_mapping(engine: str, quant: QuantConfig) -> Any:
             activation=FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, **activation_range),
             weight=FakeQuantize.with_args(observer=weight_observer, quant_min=-128, quant_max=127, **weight_args),
         )
-        return _engine_mapping(get_default_qat_qconfig_mapping, engine).set_global(qconfig)
+        return _engine_mapping(get_default_qat_qconfig_mapping, engine, qconfig)
     activation = HistogramObserver if quant.calibration is Calibration.HISTOGRAM else MinMaxObserver
     weight = PerChannelMinMaxObserver if per_channel else MinMaxObserver
     qconfig = QConfig(
         activation=activation.with_args(**activation_range),
         weight=weight.with_args(**weight_args),
     )
-    return _engine_mapping(get_default_qconfig_mapping, engine).set_global(qconfig)
+    return _engine_mapping(get_default_qconfig_mapping, engine, qconfig)
 
 
-def _engine_mapping(default_mapping: Callable[[str], Any], engine: str) -> Any:
-    """The engine's default mapping, without torch's warning about the converting host's CPU.
+def _engine_mapping(default_mapping: Callable[[str], Any], engine: str, qconfig: Any) -> Any:
+    """The engine's default mapping with ``qconfig`` as its global QConfig and its activation
+    observer on every op that observes its own output.
+
+    The engine's mapping gives a few ops (LayerNorm, transposed convolutions, PReLU) the
+    engine's default activation observer: a histogram, whatever calibration was asked for,
+    built with ``reduce_range``, which torch warns is deprecated (once per such op: a
+    two-layer transformer printed eleven warnings). They keep their own weight observers
+    (LayerNorm's float weight, per-tensor weights for transposed convolutions on x86) and
+    take ``qconfig``'s activation observer, as every other op does. Fixed-range ops
+    (sigmoid, tanh) and ops that reuse their input's range (reshape) keep theirs.
 
     ``get_default_qconfig("onednn")`` warns when the CPU building the mapping has no
     VNNI. That CPU is the conversion host, not the target, and the global QConfig that
     warning is about is replaced by ours; the accuracy on the target is measured there.
     """
+    from torch.ao.quantization import QConfig
+    from torch.ao.quantization.observer import HistogramObserver
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Default qconfig of oneDNN backend", category=UserWarning)
-        return default_mapping(engine)
+        mapping = default_mapping(engine)
+    engines = mapping.global_qconfig.activation
+    for key, entry in list(mapping.object_type_qconfigs.items()):
+        if entry is not None and (entry.activation is engines or entry.activation is HistogramObserver):
+            mapping.set_object_type(key, QConfig(activation=qconfig.activation, weight=entry.weight))
+    return mapping.set_global(qconfig)
 
 
 def convert_quietly(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
