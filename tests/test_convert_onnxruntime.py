@@ -3,6 +3,7 @@ interface, provider placement, and the runner (measured in its own process)."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Callable
@@ -356,3 +357,32 @@ def test_the_converter_keeps_the_activation_between_two_float_layers_float(gelu_
         frontier.extend(node.input)
     assert "Erf" in seen and not {"QuantizeLinear", "DequantizeLinear"} & set(seen)
     assert any(n.op_type == "DequantizeLinear" for n in graph.node)  # the rest is int8
+
+
+class _Normed(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.fc(x)))
+
+
+def test_a_layernorms_per_tensor_scale_is_a_debug_line_not_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # ORT's quantizer warns once per LayerNorm per quantization that its 1-D scale has no
+    # channel axis, and quantizes it per tensor: a two-layer transformer printed 55 lines.
+    from nnsweep.convert.float_fallback import ORT_PER_TENSOR_NOTE
+    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("normed", _Normed().eval(), torch.randn(1, 16)))
+    caplog.set_level(logging.DEBUG)
+    config = _config("static_int8", granularity=Granularity.PER_CHANNEL)
+    OnnxRuntimeConverter().convert(bundle, config, tmp_path)
+    notes = [r for r in caplog.records if ORT_PER_TENSOR_NOTE in r.getMessage()]
+    assert notes and all(r.levelno == logging.DEBUG and r.name.startswith("nnsweep.") for r in notes)

@@ -29,6 +29,7 @@ __all__ = [
     "Stages",
     "printed_to_debug_log",
     "quant_settings",
+    "root_warnings_to_debug_log",
 ]
 
 
@@ -45,6 +46,31 @@ def printed_to_debug_log(log: logging.Logger, source: str) -> Iterator[None]:
     finally:
         if printed.getvalue():
             log.debug("%s: %s", source, printed.getvalue()[-2000:])
+
+
+@contextlib.contextmanager
+def root_warnings_to_debug_log(log: logging.Logger, marker: str) -> Iterator[None]:
+    """Records a toolchain logs on the root logger in the block whose message contains
+    ``marker`` go to ``log`` at debug level instead.
+
+    ONNX Runtime's quantizer calls ``logging.warning`` once per weight whose per-channel
+    axis does not exist (a LayerNorm's 1-D scale) and quantizes it per tensor: what every
+    per-channel quantizer does with such a weight, and a line per LayerNorm per
+    quantization (a two-layer transformer's ranking printed 55 of them).
+    """
+
+    def demote(record: logging.LogRecord) -> bool:
+        if marker in record.getMessage():
+            log.debug("%s", record.getMessage())
+            return False
+        return True
+
+    root = logging.getLogger()
+    root.addFilter(demote)
+    try:
+        yield
+    finally:
+        root.removeFilter(demote)
 
 
 @dataclass(frozen=True)

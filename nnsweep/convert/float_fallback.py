@@ -23,10 +23,12 @@ Heavy imports (torch, onnx, onnxruntime) happen inside the functions.
 from __future__ import annotations
 
 import ast
+import logging
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nnsweep.convert._base import root_warnings_to_debug_log
 from nnsweep.convert.float_region import (
     SCOPE_SEPARATOR,
     fx_drop_float_observers,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "ORT_PER_TENSOR_NOTE",
     "SCOPE_SEPARATOR",
     "export_onnx_scoped",
     "fx_keep_float",
@@ -53,6 +56,10 @@ __all__ = [
     "pt2e_keep_float",
 ]
 
+# What ONNX Runtime's quantizer logs, at warning level, for a weight it quantizes per tensor
+# because it has no per-channel axis (a LayerNorm's scale): nnsweep logs it at debug.
+ORT_PER_TENSOR_NOTE = "is out-of-range for weight"
+_log = logging.getLogger(__name__)
 _SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _OPSET = 18
 
@@ -192,17 +199,18 @@ def ort_quantize_static(
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         excluded = onnx_float_nodes(prepared, keep_float)
         input_name = onnx.load(str(prepared), load_external_data=False).graph.input[0].name
-        quantize_static(
-            str(prepared),
-            str(target),
-            _Reader(input_name),
-            quant_format=QuantFormat.QDQ,
-            per_channel=per_channel,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            nodes_to_exclude=excluded,
-        )
+        with root_warnings_to_debug_log(_log, ORT_PER_TENSOR_NOTE):
+            quantize_static(
+                str(prepared),
+                str(target),
+                _Reader(input_name),
+                quant_format=QuantFormat.QDQ,
+                per_channel=per_channel,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=CalibrationMethod.MinMax,
+                nodes_to_exclude=excluded,
+            )
     return excluded
 
 

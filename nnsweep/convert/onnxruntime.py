@@ -38,7 +38,14 @@ from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
 from nnsweep.convert import float_fallback
-from nnsweep.convert._base import ConversionResult, Converter, Stages, printed_to_debug_log, quant_settings
+from nnsweep.convert._base import (
+    ConversionResult,
+    Converter,
+    Stages,
+    printed_to_debug_log,
+    quant_settings,
+    root_warnings_to_debug_log,
+)
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
@@ -124,10 +131,11 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             # Weights int8 or uint8 (per channel or per tensor); activations quantized to
             # uint8 at run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger:
             # always QOperator, always uint8 activations.
-            quantize_dynamic(
-                str(prepared), str(target), per_channel=per_channel, weight_type=weight_type,
-                reduce_range=reduce_range, nodes_to_exclude=_dynamic_names(prepared, excluded),
-            )  # fmt: skip
+            with root_warnings_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
+                quantize_dynamic(
+                    str(prepared), str(target), per_channel=per_channel, weight_type=weight_type,
+                    reduce_range=reduce_range, nodes_to_exclude=_dynamic_names(prepared, excluded),
+                )  # fmt: skip
             return
         method, options = _CALIBRATORS[quant.calibration or Calibration.MINMAX]
         ranges = Path(tmp) / "ranges.json"
@@ -149,20 +157,21 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
         # runtime's refused_options keep that out of every configuration), and logs a
         # warning for QOperator with int8 activations and weights (slow on x64: 40 against
         # 18 us on digits here, the same accuracy).
-        quantize_static(
-            str(prepared),
-            str(target),
-            None,  # the ranges come from the calibration above
-            quant_format=_FORMATS[str(knobs["quant_format"])],
-            per_channel=per_channel,
-            reduce_range=reduce_range,
-            activation_type=_TYPES[str(knobs["activation_type"])],
-            weight_type=weight_type,
-            calibrate_method=method,
-            calibration_cache_path=ranges,
-            op_types_to_quantize=_STATIC_OPS,
-            nodes_to_exclude=excluded,
-        )
+        with root_warnings_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
+            quantize_static(
+                str(prepared),
+                str(target),
+                None,  # the ranges come from the calibration above
+                quant_format=_FORMATS[str(knobs["quant_format"])],
+                per_channel=per_channel,
+                reduce_range=reduce_range,
+                activation_type=_TYPES[str(knobs["activation_type"])],
+                weight_type=weight_type,
+                calibrate_method=method,
+                calibration_cache_path=ranges,
+                op_types_to_quantize=_STATIC_OPS,
+                nodes_to_exclude=excluded,
+            )
 
 
 def _dynamic_names(prepared: Path, excluded: list[str]) -> list[str]:
