@@ -166,3 +166,17 @@ def test_dynamic_int8_is_litert_dynamic_range(tmp_path: Path, granularity: str) 
 def test_armnn_refuses_dynamic_int8_naming_its_version_and_the_layer() -> None:
     with pytest.raises(SpecError, match=r"Arm NN 20\.08 has no hybrid layers: .*FULLY_CONNECTED"):
         DeploymentConfig("armnn", quant=QuantConfig("dynamic_int8"))
+
+
+def test_static_int8_says_nothing_of_training_mode(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # An exported module says it is training; litert-torch read the flag and warned, on every
+    # static conversion, that an eval-mode model was "converted in training mode".
+    from nnsweep.convert.litert import export_tflite
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 3)).eval()
+    bundle = load_model(register_live("bn_litert", model, torch.randn(1, 1, 8, 8)))
+    export_tflite(bundle, _config("static_int8"), tmp_path / "model.tflite")
+    assert (tmp_path / "model.tflite").stat().st_size > 0
+    assert [r.getMessage() for r in caplog.records if "training mode" in r.getMessage()] == []

@@ -77,6 +77,12 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     quantizer = litert_quantizer(quant, symmetric_activations)
     graph = calibrated(module, bundle, quant, lambda g: quantize_pt2e.prepare_pt2e(g, quantizer))
     graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
+    # An exported module says it is training (and refuses .eval()), though it was exported in
+    # eval mode and its graph holds eval ops (dropout off, batch norm with running statistics).
+    # litert-torch reads the flag and warned on every static conversion that the model
+    # was "converted in training mode": the flag, not the graph, was wrong.
+    for sub in graph.modules():
+        sub.training = False
     return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
 
 
