@@ -381,3 +381,30 @@ def test_converting_says_nothing_of_torchs_quantized_tensor_deprecation() -> Non
     deprecation = "quantized tensor creation functions"
     assert deprecation in stderr_of("convert_fx")  # the warning this is about, still there
     assert deprecation not in stderr_of("convert_quietly")
+
+
+_DYNAMIC = """
+import warnings
+import torch
+from torch import nn
+from nnsweep.convert.torch import TorchConverter
+from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
+from nnsweep.models import load_model, register_live
+
+warnings.simplefilter("always")
+mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+bundle = load_model(register_live("mlp", mlp, torch.randn(1, 8)))
+config = DeploymentConfig("torch", ("x86",), QuantConfig(QuantMode.DYNAMIC_INT8))
+TorchConverter().convert(bundle, config, __import__("pathlib").Path({out!r}))
+"""
+
+
+def test_dynamic_int8_says_nothing_of_torchs_quantized_tensor_deprecation(tmp_path: Path) -> None:
+    # quantize_dynamic builds quantized Linears too: `bench --quant dynamic_int8` printed it
+    import subprocess
+    import sys
+
+    script = _DYNAMIC.replace("{out!r}", repr(str(tmp_path)))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert (tmp_path / "model.pt").exists()
+    assert "quantized tensor creation functions" not in done.stderr

@@ -20,7 +20,14 @@ from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
-__all__ = ["convert_quietly", "qconfig_mapping", "quantize_fx", "quantized_engine", "strip_io_quantization"]
+__all__ = [
+    "convert_quietly",
+    "no_quantized_tensor_deprecation",
+    "qconfig_mapping",
+    "quantize_fx",
+    "quantized_engine",
+    "strip_io_quantization",
+]
 
 # Engines whose kernels may overflow 16-bit intermediate sums with 8-bit activations on
 # CPUs without VNNI: PyTorch's default qconfigs for them use 7-bit activations.
@@ -120,17 +127,25 @@ def _engine_mapping(default_mapping: Callable[[str], Any], engine: str, qconfig:
     return mapping.set_global(qconfig)
 
 
-def convert_quietly(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``convert_fx(prepared)``, without torch's deprecation warning for quantized tensors.
+@contextlib.contextmanager
+def no_quantized_tensor_deprecation() -> Iterator[None]:
+    """Without torch's deprecation warning for quantized tensors in the block.
 
-    Building each quantized module warns that ``torch.quantize_per_tensor`` and the other
-    quantized tensor functions will be removed (torch 2.14); a user of nnsweep can do
-    nothing about it, and every sweep, bench and ranking through torch printed it.
+    Building each quantized module (``convert_fx``, ``quantize_dynamic``) warns that
+    ``torch.quantize_per_tensor`` and the other quantized tensor functions will be removed
+    (torch 2.14); a user of nnsweep can do nothing about it, and every sweep, bench and
+    ranking through torch printed it.
     """
-    from torch.ao.quantization.quantize_fx import convert_fx
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel")
+        yield
+
+
+def convert_quietly(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``convert_fx(prepared)`` without torch's deprecation warning (:func:`no_quantized_tensor_deprecation`)."""
+    from torch.ao.quantization.quantize_fx import convert_fx
+
+    with no_quantized_tensor_deprecation():
         return convert_fx(prepared)
 
 

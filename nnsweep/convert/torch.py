@@ -50,7 +50,7 @@ from torch import nn
 from nnsweep.bench.runners.torch import META_FILE, pick_engine
 from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter
-from nnsweep.convert.fx import quantize_fx, quantized_engine, strip_io_quantization
+from nnsweep.convert.fx import no_quantized_tensor_deprecation, quantize_fx, quantized_engine, strip_io_quantization
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
@@ -240,7 +240,8 @@ def _quantize_dynamic(bundle: ModelBundle, quant: QuantConfig) -> nn.Module:
         and not isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear)
         and not float_fallback.in_modules(name, quant.float_layers)
     }
-    return quantize_dynamic(float_model, linears)
+    with no_quantized_tensor_deprecation():
+        return quantize_dynamic(float_model, linears)
 
 
 @contextlib.contextmanager
