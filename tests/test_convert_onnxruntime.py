@@ -386,3 +386,35 @@ def test_a_layernorms_per_tensor_scale_is_a_debug_line_not_a_warning(
     OnnxRuntimeConverter().convert(bundle, config, tmp_path)
     notes = [r for r in caplog.records if ORT_PER_TENSOR_NOTE in r.getMessage()]
     assert notes and all(r.levelno == logging.DEBUG and r.name.startswith("nnsweep.") for r in notes)
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = torch.nn.GRU(6, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
+
+
+def test_an_rnns_flat_weights_are_not_an_export_warning(tmp_path: Path) -> None:
+    # nn.GRU refreshes _flat_weights in forward: every exporter warned it "was assigned during
+    # export" on every conversion and ranking of a recurrent model; torch restores it itself.
+    import warnings
+
+    from nnsweep.convert._base import rnn_export_warning_silenced
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("recurrent", _Recurrent().eval(), torch.randn(1, 5, 6)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        artifact, _ = deploy.convert(bundle, _config(), ArtifactCache(tmp_path))
+        with rnn_export_warning_silenced():  # any other attribute still warns
+            warnings.warn("The tensor attribute self.cache was assigned during export.", UserWarning, stacklevel=1)
+    assert artifact.path.exists()
+    assert [str(w.message)[:60] for w in caught if "assigned during export" in str(w.message)] == [
+        "The tensor attribute self.cache was assigned during export."
+    ]

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nnsweep.convert._base import rnn_export_warning_silenced
 from nnsweep.core.atomic import atomic_path
 from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
 from nnsweep.core.quant import Granularity
@@ -109,8 +110,9 @@ def ranking(
 
     quantize_one: tuple[Method, ...] = ("quantize_one",)
     try:
-        evaluate = evaluator(bundle, runtime, granularity)  # exports the model
-        report = measure(layers, counted, methods=quantize_one)
+        with rnn_export_warning_silenced():
+            evaluate = evaluator(bundle, runtime, granularity)  # exports the model
+            report = measure(layers, counted, methods=quantize_one)
     except NnsweepError:
         raise
     except Exception as exc:  # toolchain code: its quantizer cannot take this model
