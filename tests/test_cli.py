@@ -435,8 +435,33 @@ def test_sensitivity_ranks_the_outlier_pair_first_and_is_kept(tmp_path: Path, mo
     assert too_many.returncode == 2 and "above the model's" in too_many.stderr
 
 
+_DECIDED = """
+import torch
+from torch import nn
+
+
+def build():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 3))
+    with torch.no_grad():
+        model[2].bias.copy_(torch.tensor([100.0, 0.0, 0.0]))  # class 0 whatever int8 does
+    return model.eval(), torch.randn(1, 6)
+"""
+
+
+def test_sensitivity_says_when_the_split_tells_no_layer_apart(tmp_path: Path) -> None:
+    # A model that int8 does not hurt on the calibration split: every layer costs 0 points,
+    # and the ranking is only the model's order. The user is told so, not shown a ranking.
+    (tmp_path / "decided.py").write_text(_DECIDED)
+    args = ["--cache-dir", str(tmp_path / "cache"), "sensitivity", "--model", "decided.py:build"]
+    shown = _run([*args, "--runtime", "onnxruntime"], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "every layer costs the same here" in shown.stdout and "+0.00 points" in shown.stdout
+    report = json.loads(_run([*args, "--runtime", "onnxruntime", "--json"], tmp_path).stdout)
+    assert report["all_tie"] and [r["cost"] for r in report["ranked"]] == [0.0, 0.0]
+
+
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:The tensor attributes self.gru")  # torch.export on nn.GRU
 def test_a_quantizer_that_fails_on_the_model_is_one_line_and_no_ranking_is_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

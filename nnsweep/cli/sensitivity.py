@@ -91,6 +91,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
             "whole_int8": report.whole_int8,
             "all_float": report.all_float,
             "ranked": [{"layer": layer, "cost": cost[layer]} for layer in ranked],
+            "all_tie": report.all_tie(),
             "seconds": report.seconds,
             "wall_s": wall,
             "cache_hit": hit,
@@ -106,6 +107,11 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     lines += [f"  {i:3d}. {layer:<40} {cost[layer] * 100:+6.2f} points" for i, layer in enumerate(ranked, 1)]
     if not ranked:
         lines.append("  none: the model has no convolution, linear layer or other layer with a weight to keep float")
+    if report.all_tie():
+        lines.append(
+            "  every layer costs the same here: top-1 on the calibration split does not tell them apart, so"
+            " the order is the model's, and --float-layers K keeps its first K layers"
+        )
     source = "from the cache" if hit else f"measured in {report.seconds:.1f} s ({report.evaluations} runs)"
     lines.append(f"  ({source}; {wall:.1f} s now)")
     results().write("\n".join(lines) + "\n")

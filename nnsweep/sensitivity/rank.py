@@ -95,6 +95,12 @@ class SensitivityReport:
         order = sorted(self.layers, key=lambda e: -self.score(e, method))
         return [e.layer for e in order]
 
+    def all_tie(self, method: Method = "quantize_one") -> bool:
+        """Whether two or more layers were measured and every one scored the same: top-1 on the
+        calibration split does not tell them apart (a model that int8 does not hurt there), so
+        :meth:`ranked` is the candidates' order and keeping K float keeps the first K defined."""
+        return len({round(self.score(e, method), 9) for e in self.layers}) == 1 < len(self.layers)
+
 
 def quantizable_layers(module: torch.nn.Module, example: torch.Tensor | None = None) -> list[str]:
     """Module paths of the layers of ``module`` that int8 quantizes, in definition order.
