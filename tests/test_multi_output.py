@@ -197,3 +197,18 @@ def test_the_sensitivity_evaluators_score_the_accuracy_output(tmp_path: Path, ru
     whole_int8, all_float = evaluate(frozenset()), evaluate(layers)
     assert 0.0 <= whole_int8 <= 1.0
     assert all_float >= 0.9  # the layers float: top-1 agreement with the fp32 model's own top-1
+
+
+def test_a_model_with_two_inputs_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    from nnsweep.models import load_model
+
+    (tmp_path / "two.py").write_text(
+        "import torch\n"
+        "class Two(torch.nn.Module):\n"
+        "    def forward(self, x, y):\n"
+        "        return x + y\n"
+        "def build():\n"
+        "    return Two(), (torch.randn(1, 4), torch.randn(1, 4))\n"
+    )
+    with pytest.raises(SpecError, match=r"gave 2 example inputs: nnsweep deploys models with one input tensor"):
+        load_model(f"{tmp_path}/two.py:build")

@@ -261,6 +261,12 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
                 "input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)"
             )
         example = torch.zeros(input_shape)
+    if isinstance(example, tuple | list) and all(isinstance(x, torch.Tensor) for x in example):
+        raise SpecError(
+            "model",
+            f"{ref}() gave {len(example)} example inputs: nnsweep deploys models with one input tensor; "
+            "wrap the model in a module that takes one tensor (e.g. the inputs concatenated) and splits it",
+        )
     if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
     if not example.is_floating_point():
