@@ -330,9 +330,10 @@ def sensitivity_table(runtime: str, granularity: str, report: SensitivityReport)
     """One runtime's per-layer sensitivity (``nnsweep sensitivity``): the layers a
     ``float_layers`` count keeps float, in order, with what quantizing each alone costs."""
     cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
+    sqnr = {e.layer: e.quantize_one_sqnr for e in report.layers}
     rows = "".join(
         f'<tr><td class="num">{i}</td><td><code>{esc(layer)}</code></td>'
-        f'<td class="num">{cost[layer] * 100:+.2f}</td></tr>'
+        f'<td class="num">{cost[layer] * 100:+.2f}</td><td class="num">{sqnr[layer]:.1f}</td></tr>'
         for i, layer in enumerate(report.ranked(), 1)
     )
     return (
@@ -341,6 +342,7 @@ def sensitivity_table(runtime: str, granularity: str, report: SensitivityReport)
         f"<p>Top-1 on the calibration split: every layer int8 {report.whole_int8:.2%}, the candidate layers "
         f"float {report.all_float:.2%}. A configuration with float_layers K keeps the first K float.</p>"
         '<table><thead><tr><th scope="col">K</th><th scope="col">layer</th>'
-        '<th scope="col">points lost when quantized alone</th></tr></thead>'
+        '<th scope="col">points lost when quantized alone</th>'
+        '<th scope="col">output SQNR then, dB (breaks ties)</th></tr></thead>'
         f"<tbody>{rows}</tbody></table></div>"
     )

@@ -450,15 +450,17 @@ def build():
 
 
 def test_sensitivity_says_when_the_split_tells_no_layer_apart(tmp_path: Path) -> None:
-    # A model that int8 does not hurt on the calibration split: every layer costs 0 points,
-    # and the ranking is only the model's order. The user is told so, not shown a ranking.
+    # A model that int8 does not hurt on the calibration split: every layer costs 0 points, so
+    # the outputs' SQNR alone orders them, and the user is told so.
     (tmp_path / "decided.py").write_text(_DECIDED)
     args = ["--cache-dir", str(tmp_path / "cache"), "sensitivity", "--model", "decided.py:build"]
     shown = _run([*args, "--runtime", "onnxruntime"], tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert "every layer costs the same here" in shown.stdout and "+0.00 points" in shown.stdout
+    assert "every layer costs the same top-1 here" in shown.stdout and "+0.00 points" in shown.stdout
     report = json.loads(_run([*args, "--runtime", "onnxruntime", "--json"], tmp_path).stdout)
     assert report["all_tie"] and [r["cost"] for r in report["ranked"]] == [0.0, 0.0]
+    first, second = (r["sqnr_db"] for r in report["ranked"])
+    assert first <= second  # the layer whose int8 distorts the outputs more comes first
 
 
 @pytest.mark.slow
@@ -582,5 +584,5 @@ def test_the_litert_ranking_keeps_what_its_quantizer_prints_off_stdout(
     )
     evaluate = evaluator(load_model(f"{tmp_path}/res.py:res"), "litert", Granularity.PER_CHANNEL)
     capsys.readouterr()
-    assert 0.0 <= evaluate(frozenset({"b"})) <= 1.0
+    assert 0.0 <= evaluate(frozenset({"b"})).accuracy <= 1.0
     assert capsys.readouterr().out == ""

@@ -90,10 +90,10 @@ def test_outlier_channels_are_in_the_trained_model(outlier) -> None:  # type: ig
 def test_torch_int8_drops_and_the_pair_kept_float_recovers(outlier, per_channel: bool) -> None:  # type: ignore[no-untyped-def]
     fp32 = _top1(outlier.module, outlier)
     evaluate = sensitivity.torch_fx_evaluator(outlier, outlier.dataset.evaluation, per_channel=per_channel)
-    assert evaluate(frozenset()) < fp32 - 0.01
-    assert evaluate(OUTLIER_PAIR) > fp32 - 0.01
+    assert evaluate(frozenset()).accuracy < fp32 - 0.01
+    assert evaluate(OUTLIER_PAIR).accuracy > fp32 - 0.01
     # One end of the outlier tensor alone repairs nothing: the other end still quantizes it.
-    assert evaluate(frozenset({"blocks.2.pw1"})) < fp32 - 0.01
+    assert evaluate(frozenset({"blocks.2.pw1"})).accuracy < fp32 - 0.01
 
 
 @pytest.mark.slow
@@ -266,3 +266,17 @@ def test_finding_the_called_layers_changes_nothing_in_the_model() -> None:
     assert sensitivity.quantizable_layers(model, torch.randn(1, 1, 8, 8)) == sensitivity.quantizable_layers(model)
     assert model.training  # its mode is given back
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BatchNorm statistics untouched
+
+
+def test_accuracy_ranks_and_the_outputs_sqnr_breaks_its_ties() -> None:
+    L = sensitivity.LayerSensitivity
+    report = sensitivity.SensitivityReport(
+        0.5, 0.99, (L("a", 0.0, 0.99, 0.0, 40.0), L("b", 0.0, 0.99, 0.0, 25.0), L("c", 0.0, 0.90, 0.0, 45.0)), 1.0, 5
+    )
+    # c costs 9 points; a and b cost none, and b's int8 distorts the outputs more (25 < 40 dB)
+    assert report.ranked() == ["c", "b", "a"] and not report.all_tie()
+    tied = sensitivity.SensitivityReport(0.9, 0.9, (L("a", 0.0, 0.9, 0.0, 40.0), L("b", 0.0, 0.9, 0.0, 25.0)), 1.0, 4)
+    assert tied.ranked() == ["b", "a"] and tied.all_tie()
+    # a report without SQNR (nan) keeps the candidates' order among ties
+    old = sensitivity.SensitivityReport(0.9, 0.9, (L("a", 0.0, 0.9), L("b", 0.0, 0.9)), 1.0, 4)
+    assert old.ranked() == ["a", "b"]

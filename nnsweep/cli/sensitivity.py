@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     status.clear()
     ranked = report.ranked("quantize_one")
     cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
+    sqnr = {e.layer: e.quantize_one_sqnr for e in report.layers}
     if args.json:
         out = {
             "model": args.model,
@@ -90,7 +92,11 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
             "granularity": granularity.value if granularity else None,
             "whole_int8": report.whole_int8,
             "all_float": report.all_float,
-            "ranked": [{"layer": layer, "cost": cost[layer]} for layer in ranked],
+            # an SQNR of inf (outputs identical to fp32's) is null: JSON has no infinity
+            "ranked": [
+                {"layer": layer, "cost": cost[layer], "sqnr_db": sqnr[layer] if math.isfinite(sqnr[layer]) else None}
+                for layer in ranked
+            ],
             "all_tie": report.all_tie(),
             "seconds": report.seconds,
             "wall_s": wall,
@@ -102,15 +108,19 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     lines = [
         f"{args.model} on {args.runtime} (static int8{g}), top-1 on the calibration split:",
         f"  all layers int8 {report.whole_int8:.2%}; the candidate layers float {report.all_float:.2%}",
-        "  layers by what quantizing each alone costs (keep the first K in float: --float-layers K):",
+        "  layers by what quantizing each alone costs, top-1 then the outputs' SQNR against fp32"
+        " (keep the first K in float: --float-layers K):",
     ]
-    lines += [f"  {i:3d}. {layer:<40} {cost[layer] * 100:+6.2f} points" for i, layer in enumerate(ranked, 1)]
+    lines += [
+        f"  {i:3d}. {layer:<40} {cost[layer] * 100:+6.2f} points  {sqnr[layer]:6.1f} dB"
+        for i, layer in enumerate(ranked, 1)
+    ]
     if not ranked:
         lines.append("  none: the model has no convolution, linear layer or other layer with a weight to keep float")
     if report.all_tie():
         lines.append(
-            "  every layer costs the same here: top-1 on the calibration split does not tell them apart, so"
-            " the order is the model's, and --float-layers K keeps its first K layers"
+            "  every layer costs the same top-1 here (the calibration split does not tell them apart by"
+            " accuracy): the order is by SQNR alone, how much each layer's int8 distorts the outputs"
         )
     source = "from the cache" if hit else f"measured in {report.seconds:.1f} s ({report.evaluations} runs)"
     lines.append(f"  ({source}; {wall:.1f} s now)")

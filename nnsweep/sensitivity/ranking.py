@@ -38,12 +38,17 @@ from nnsweep.sensitivity.rank import (
     Evaluator,
     LayerSensitivity,
     Method,
+    Score,
     SensitivityReport,
     measure,
     quantizable_layers,
+    reference_outputs,
+    score,
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from nnsweep.models import ModelBundle, Split
 
 __all__ = ["RANKED_RUNTIMES", "cached_ranking", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
@@ -54,23 +59,31 @@ RANKED_RUNTIMES = ("onnxruntime", "torch", "executorch", "litert", "armnn")
 
 
 def report_to_dict(report: SensitivityReport) -> dict[str, object]:
+    """The report as JSON data (an SQNR of ``inf``, identical outputs, is written as ``Infinity``)."""
     return {
         "whole_int8": report.whole_int8,
         "all_float": report.all_float,
-        "layers": [[e.layer, e.float_one, e.quantize_one] for e in report.layers],
+        "layers": [
+            [e.layer, e.float_one, e.quantize_one, e.float_one_sqnr, e.quantize_one_sqnr] for e in report.layers
+        ],
         "seconds": report.seconds,
         "evaluations": report.evaluations,
+        "whole_int8_sqnr": report.whole_int8_sqnr,
+        "all_float_sqnr": report.all_float_sqnr,
     }
 
 
 def report_from_dict(data: dict[str, object]) -> SensitivityReport:
-    layers = tuple(LayerSensitivity(str(a), float(b), float(c)) for a, b, c in data["layers"])  # type: ignore[attr-defined]
+    """:func:`report_to_dict`'s data as a report (rows of three: no SQNR, ``nan``)."""
+    layers = tuple(LayerSensitivity(str(row[0]), *map(float, row[1:5])) for row in data["layers"])  # type: ignore[attr-defined]
     return SensitivityReport(
         float(data["whole_int8"]),  # type: ignore[arg-type]
         float(data["all_float"]),  # type: ignore[arg-type]
         layers,
         float(data["seconds"]),  # type: ignore[arg-type]
         int(data["evaluations"]),  # type: ignore[call-overload]
+        float(data.get("whole_int8_sqnr", "nan")),  # type: ignore[arg-type]
+        float(data.get("all_float_sqnr", "nan")),  # type: ignore[arg-type]
     )
 
 
@@ -102,7 +115,7 @@ def ranking(
     layers = quantizable_layers(bundle.module, bundle.example_input)
     done = [0]
 
-    def counted(keep: frozenset[str]) -> float:
+    def counted(keep: frozenset[str]) -> Score:
         done[0] += 1
         if progress is not None:
             progress(f"{runtime}: {done[0]}/{len(layers) + 2} quantize-and-evaluate runs")
@@ -136,6 +149,8 @@ def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path
         # which layers are candidates (rank.quantizable_layers): 2, the layers the forward
         # calls, attention blocks included (1 listed uncalled ones, such as out_proj)
         "candidates": 2,
+        # ties in accuracy broken by the outputs' SQNR against fp32 (rank.SensitivityReport.ranked)
+        "tie_break": "sqnr",
     }
     key = stage_key(digest, "sensitivity", settings, runtime_toolchain(runtime))
     return cache_root / "sensitivity" / key[:2] / f"{key}.json"
@@ -155,41 +170,38 @@ def cached_ranking(
         return None
 
 
-def _scored_split(bundle: ModelBundle) -> Split:
-    """The calibration split, labelled: its own labels, else the fp32 model's top-1 (the
-    score is then top-1 agreement with fp32, as ``nnsweep bench`` reports for such models)."""
+def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
+    """The calibration split, labelled, and the fp32 model's scored output on it. The labels are
+    its own, else the fp32 model's top-1 (the score is then top-1 agreement with fp32, as
+    ``nnsweep bench`` reports for such models)."""
     import dataclasses
 
-    import torch
-
-    from nnsweep.models._bundle import flatten_outputs
-
     split = bundle.dataset.calibration
+    reference = reference_outputs(bundle, split)
     if split.labels is not None:
-        return split
-    scored = bundle.dataset.accuracy_output
-    with torch.no_grad():
-        outputs = [bundle.module(torch.from_numpy(split.inputs[i : i + 1])) for i in range(len(split))]
-    return dataclasses.replace(split, labels=torch.cat([flatten_outputs(o)[scored].argmax(1) for o in outputs]).numpy())
+        return split, reference
+    return dataclasses.replace(split, labels=reference.argmax(1)), reference
 
 
 def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
-    """Top-1 on the calibration split with the given layers kept float, through ``runtime``'s quantizer."""
+    """Top-1 on the calibration split, and the outputs' SQNR against fp32, with the given layers
+    kept float, through ``runtime``'s quantizer."""
     from nnsweep.sensitivity import rank
 
-    split = _scored_split(bundle)
+    split, reference = _scored_split(bundle)
     per_channel = granularity is Granularity.PER_CHANNEL
     if runtime == "onnxruntime":
-        return rank.onnxruntime_evaluator(bundle, split, per_channel)
+        return rank.onnxruntime_evaluator(bundle, split, per_channel, reference=reference)
     if runtime == "torch":
-        return rank.torch_fx_evaluator(bundle, split, per_channel)
-    return _pt2e_evaluator(bundle, split, runtime, per_channel)
+        return rank.torch_fx_evaluator(bundle, split, per_channel, reference=reference)
+    return _pt2e_evaluator(bundle, split, runtime, per_channel, reference)
 
 
-def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel: bool) -> Evaluator:
+def _pt2e_evaluator(
+    bundle: ModelBundle, split: Split, runtime: str, per_channel: bool, reference: np.ndarray
+) -> Evaluator:
     import copy
 
-    import numpy as np
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -226,7 +238,7 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
         outs = [module(c) for c in chunks]
         return torch.cat([flatten_outputs(o)[bundle.dataset.accuracy_output] for o in outs])
 
-    def evaluate(keep: frozenset[str]) -> float:
+    def evaluate(keep: frozenset[str]) -> Score:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
         module = copy.deepcopy(graph).module(check_guards=False)
         if runtime == "executorch":  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
@@ -235,7 +247,7 @@ def _pt2e_evaluator(bundle: ModelBundle, split: Split, runtime: str, per_channel
             prepared = prepare_pt2e(module, chosen)
         with torch.no_grad():
             run(prepared, calibration)
-            preds = run(convert_pt2e(prepared), inputs).argmax(1).numpy()
-        return float((preds == np.asarray(split.labels)).mean())
+            outputs = run(convert_pt2e(prepared), inputs).numpy()
+        return score(outputs, reference, split)
 
     return evaluate

@@ -97,7 +97,7 @@ class HostSide:
                 )
                 self._rankings[key] = tuple(report.ranked())
                 if not cached:
-                    tie = " (all tie on the calibration split: kept in the model's order)" if report.all_tie() else ""
+                    tie = " (all tie in top-1 on the calibration split: by output SQNR)" if report.all_tie() else ""
                     self._tell(f"{runtime}: ranked {len(report.layers)} layers in {report.seconds:.0f} s{tie}")
             except ConversionError as exc:  # once: the next count of this runtime fails at once
                 log.warning("%s keeps no layers float for this model: %s", runtime, exc)
