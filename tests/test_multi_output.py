@@ -195,8 +195,9 @@ def test_the_sensitivity_evaluators_score_the_accuracy_output(tmp_path: Path, ru
     layers = frozenset(quantizable_layers(bundle.module, bundle.example_input))
     assert layers == {"body.0", "classes", "boxes"}
     whole_int8, all_float = evaluate(frozenset()), evaluate(layers)
-    assert 0.0 <= whole_int8 <= 1.0
-    assert all_float >= 0.9  # the layers float: top-1 agreement with the fp32 model's own top-1
+    assert 0.0 <= whole_int8.accuracy <= 1.0
+    assert all_float.accuracy >= 0.9  # the layers float: top-1 agreement with the fp32 model's own top-1
+    assert all_float.sqnr_db > whole_int8.sqnr_db  # of the scored output against fp32's
 
 
 def test_a_model_with_two_inputs_is_refused_saying_what_to_do(tmp_path: Path) -> None:

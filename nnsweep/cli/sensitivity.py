@@ -7,12 +7,16 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nnsweep.cli._args import _positive_shape
 from nnsweep.cli._output import EXIT_OK, Status, _usage_error, results
 from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import SpecError
 from nnsweep.core.quant import Granularity
+
+if TYPE_CHECKING:
+    from nnsweep.sensitivity.rank import SensitivityReport
 
 # The model options are bench's, so say them as bench does.
 _OPTIONS = {
@@ -82,31 +86,46 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         return _usage_error(exc, _OPTIONS)
     wall = time.perf_counter() - start
     status.clear()
+    if args.json:
+        results().write(json.dumps(_json(args, granularity, report, hit, wall)) + "\n")
+        return EXIT_OK
+    lines = _table(f"{args.model} on {args.runtime}", granularity, report, hit, wall)
+    results().write("\n".join(lines) + "\n")
+    return EXIT_OK
+
+
+def _json(
+    args: argparse.Namespace, granularity: Granularity | None, report: SensitivityReport, hit: bool, wall: float
+) -> dict[str, object]:
+    """The ranking as ``--json`` prints it."""
+    cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
+    sqnr = {e.layer: e.quantize_one_sqnr for e in report.layers}
+    return {
+        "model": args.model,
+        "runtime": args.runtime,
+        "granularity": granularity.value if granularity else None,
+        "whole_int8": report.whole_int8,
+        "all_float": report.all_float,
+        # an SQNR of inf (outputs identical to fp32's) is null: JSON has no infinity
+        "ranked": [
+            {"layer": layer, "cost": cost[layer], "sqnr_db": sqnr[layer] if math.isfinite(sqnr[layer]) else None}
+            for layer in report.ranked("quantize_one")
+        ],
+        "all_tie": report.all_tie(),
+        "seconds": report.seconds,
+        "wall_s": wall,
+        "cache_hit": hit,
+    }
+
+
+def _table(what: str, granularity: Granularity | None, report: SensitivityReport, hit: bool, wall: float) -> list[str]:
+    """The ranking as text lines: the layers in order, what quantizing each alone costs."""
+    g = f" {granularity.value}" if granularity else ""
     ranked = report.ranked("quantize_one")
     cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
     sqnr = {e.layer: e.quantize_one_sqnr for e in report.layers}
-    if args.json:
-        out = {
-            "model": args.model,
-            "runtime": args.runtime,
-            "granularity": granularity.value if granularity else None,
-            "whole_int8": report.whole_int8,
-            "all_float": report.all_float,
-            # an SQNR of inf (outputs identical to fp32's) is null: JSON has no infinity
-            "ranked": [
-                {"layer": layer, "cost": cost[layer], "sqnr_db": sqnr[layer] if math.isfinite(sqnr[layer]) else None}
-                for layer in ranked
-            ],
-            "all_tie": report.all_tie(),
-            "seconds": report.seconds,
-            "wall_s": wall,
-            "cache_hit": hit,
-        }
-        results().write(json.dumps(out) + "\n")
-        return EXIT_OK
-    g = f" {granularity.value}" if granularity else ""
     lines = [
-        f"{args.model} on {args.runtime} (static int8{g}), top-1 on the calibration split:",
+        f"{what} (static int8{g}), top-1 on the calibration split:",
         f"  all layers int8 {report.whole_int8:.2%}; the candidate layers float {report.all_float:.2%}",
         "  layers by what quantizing each alone costs, top-1 then the outputs' SQNR against fp32"
         " (keep the first K in float: --float-layers K):",
@@ -124,8 +143,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         )
     source = "from the cache" if hit else f"measured in {report.seconds:.1f} s ({report.evaluations} runs)"
     lines.append(f"  ({source}; {wall:.1f} s now)")
-    results().write("\n".join(lines) + "\n")
-    return EXIT_OK
+    return lines
 
 
 def _granularity(given: str | None, allowed: frozenset[Granularity]) -> Granularity | None:
