@@ -329,12 +329,11 @@ def shared_choice(choice: SharedChoice | None, devices: Sequence[str]) -> str:
 def sensitivity_table(runtime: str, granularity: str, report: SensitivityReport) -> str:
     """One runtime's per-layer sensitivity (``nnsweep sensitivity``): the layers a
     ``float_layers`` count keeps float, in order, with what quantizing each alone costs."""
-    cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
-    sqnr = {e.layer: e.quantize_one_sqnr for e in report.layers}
     rows = "".join(
-        f'<tr><td class="num">{i}</td><td><code>{esc(layer)}</code></td>'
-        f'<td class="num">{cost[layer] * 100:+.2f}</td><td class="num">{sqnr[layer]:.1f}</td></tr>'
-        for i, layer in enumerate(report.ranked(), 1)
+        f'<tr><td class="num">{i}</td><td><code>{esc(e.layer)}</code></td>'
+        f'<td class="num">{report.score(e, "quantize_one") * 100:+.2f}</td>'
+        f'<td class="num">{e.quantize_one_sqnr:.1f}</td></tr>'
+        for i, e in enumerate(report.ranked_entries(), 1)
     )
     return (
         f'<div class="card sensitivity" data-runtime="{esc(runtime)}">'

@@ -98,8 +98,6 @@ def _json(
     args: argparse.Namespace, granularity: Granularity | None, report: SensitivityReport, hit: bool, wall: float
 ) -> dict[str, object]:
     """The ranking as ``--json`` prints it."""
-    cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
-    sqnr = {e.layer: e.quantize_one_sqnr for e in report.layers}
     return {
         "model": args.model,
         "runtime": args.runtime,
@@ -108,8 +106,12 @@ def _json(
         "all_float": report.all_float,
         # an SQNR of inf (outputs identical to fp32's) is null: JSON has no infinity
         "ranked": [
-            {"layer": layer, "cost": cost[layer], "sqnr_db": sqnr[layer] if math.isfinite(sqnr[layer]) else None}
-            for layer in report.ranked("quantize_one")
+            {
+                "layer": e.layer,
+                "cost": report.score(e, "quantize_one"),
+                "sqnr_db": e.quantize_one_sqnr if math.isfinite(e.quantize_one_sqnr) else None,
+            }
+            for e in report.ranked_entries("quantize_one")
         ],
         "all_tie": report.all_tie(),
         "seconds": report.seconds,
@@ -121,9 +123,7 @@ def _json(
 def _table(what: str, granularity: Granularity | None, report: SensitivityReport, hit: bool, wall: float) -> list[str]:
     """The ranking as text lines: the layers in order, what quantizing each alone costs."""
     g = f" {granularity.value}" if granularity else ""
-    ranked = report.ranked("quantize_one")
-    cost = {e.layer: report.all_float - e.quantize_one for e in report.layers}
-    sqnr = {e.layer: e.quantize_one_sqnr for e in report.layers}
+    ranked = report.ranked_entries("quantize_one")
     lines = [
         f"{what} (static int8{g}), top-1 on the calibration split:",
         f"  all layers int8 {report.whole_int8:.2%}; the candidate layers float {report.all_float:.2%}",
@@ -131,8 +131,8 @@ def _table(what: str, granularity: Granularity | None, report: SensitivityReport
         " (keep the first K in float: --float-layers K):",
     ]
     lines += [
-        f"  {i:3d}. {layer:<40} {cost[layer] * 100:+6.2f} points  {sqnr[layer]:6.1f} dB"
-        for i, layer in enumerate(ranked, 1)
+        f"  {i:3d}. {e.layer:<40} {report.score(e, 'quantize_one') * 100:+6.2f} points  {e.quantize_one_sqnr:6.1f} dB"
+        for i, e in enumerate(ranked, 1)
     ]
     if not ranked:
         lines.append("  none: the model has no convolution, linear layer or other layer with a weight to keep float")

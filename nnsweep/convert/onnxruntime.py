@@ -131,11 +131,10 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             # Weights int8 or uint8 (per channel or per tensor); activations quantized to
             # uint8 at run time (DynamicQuantizeLinear) -> ConvInteger / MatMulInteger:
             # always QOperator, always uint8 activations.
-            with root_warnings_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
-                quantize_dynamic(
-                    str(prepared), str(target), per_channel=per_channel, weight_type=weight_type,
-                    reduce_range=reduce_range, nodes_to_exclude=_dynamic_names(prepared, excluded),
-                )  # fmt: skip
+            quantize_dynamic(
+                str(prepared), str(target), per_channel=per_channel, weight_type=weight_type,
+                reduce_range=reduce_range, nodes_to_exclude=_dynamic_names(prepared, excluded),
+            )  # fmt: skip
             return
         method, options = _CALIBRATORS[quant.calibration or Calibration.MINMAX]
         ranges = Path(tmp) / "ranges.json"
@@ -157,21 +156,20 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
         # runtime's refused_options keep that out of every configuration), and logs a
         # warning for QOperator with int8 activations and weights (slow on x64: 40 against
         # 18 us on digits here, the same accuracy).
-        with root_warnings_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
-            quantize_static(
-                str(prepared),
-                str(target),
-                None,  # the ranges come from the calibration above
-                quant_format=_FORMATS[str(knobs["quant_format"])],
-                per_channel=per_channel,
-                reduce_range=reduce_range,
-                activation_type=_TYPES[str(knobs["activation_type"])],
-                weight_type=weight_type,
-                calibrate_method=method,
-                calibration_cache_path=ranges,
-                op_types_to_quantize=_STATIC_OPS,
-                nodes_to_exclude=excluded,
-            )
+        quantize_static(
+            str(prepared),
+            str(target),
+            None,  # the ranges come from the calibration above
+            quant_format=_FORMATS[str(knobs["quant_format"])],
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            activation_type=_TYPES[str(knobs["activation_type"])],
+            weight_type=weight_type,
+            calibrate_method=method,
+            calibration_cache_path=ranges,
+            op_types_to_quantize=_STATIC_OPS,
+            nodes_to_exclude=excluded,
+        )
 
 
 def _dynamic_names(prepared: Path, excluded: list[str]) -> list[str]:
@@ -352,7 +350,8 @@ def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig) -> Iterator[
             if quant.mode is QuantMode.FP16:
                 _to_fp16(exported / _FILENAME, directory / _FILENAME)
             else:
-                _quantize(exported / _FILENAME, directory / _FILENAME, bundle, quant)
+                with root_warnings_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
+                    _quantize(exported / _FILENAME, directory / _FILENAME, bundle, quant)
 
     with stages.stage("onnxruntime.model", {"quant": quant_settings(quant)}, build) as converted:
         yield converted / _FILENAME

@@ -50,8 +50,9 @@ _FORMAT = 1
 _VERSIONED = ("nnsweep", "torch", "torchvision", "numpy")
 
 
-def reference_outputs(bundle: ModelBundle) -> np.ndarray:
-    """The fp32 eager model's outputs on the evaluation inputs: what fidelity compares to.
+def reference_outputs(bundle: ModelBundle, inputs: np.ndarray | None = None) -> np.ndarray:
+    """The fp32 eager model's outputs on ``inputs`` (default: the evaluation inputs): what
+    fidelity compares to.
 
     Every output (a tuple's or dict's leaves) is flattened per sample and put side by
     side: the layout a runner's ``to_float`` gives the deployed model's outputs.
@@ -60,11 +61,11 @@ def reference_outputs(bundle: ModelBundle) -> np.ndarray:
 
     from nnsweep.models._bundle import flatten_outputs
 
-    inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
+    x = torch.from_numpy(bundle.dataset.evaluation.inputs if inputs is None else inputs)
     rows = []
     with torch.no_grad():
-        for i in range(0, len(inputs), 64):
-            leaves = flatten_outputs(bundle.module(inputs[i : i + 64]))
+        for i in range(0, len(x), 64):
+            leaves = flatten_outputs(bundle.module(x[i : i + 64]))
             rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
     return np.concatenate(rows)
 

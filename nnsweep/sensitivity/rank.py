@@ -53,7 +53,7 @@ __all__ = [
     "onnxruntime_evaluator",
     "quantizable_layers",
     "reference_outputs",
-    "score",
+    "score_outputs",
     "torch_fx_evaluator",
 ]
 
@@ -126,11 +126,14 @@ class SensitivityReport:
         sqnr = entry.quantize_one_sqnr if method == "quantize_one" else -entry.float_one_sqnr
         return -math.inf if math.isnan(sqnr) else -sqnr
 
+    def ranked_entries(self, method: Method = "quantize_one") -> list[LayerSensitivity]:
+        """The layers' entries, most sensitive first: by accuracy, ties by :meth:`distortion`,
+        then the candidates' order."""
+        return sorted(self.layers, key=lambda e: (-round(self.score(e, method), 9), -self.distortion(e, method)))
+
     def ranked(self, method: Method = "quantize_one") -> list[str]:
-        """Layer paths, most sensitive first: by accuracy, ties by :meth:`distortion`, then
-        the candidates' order."""
-        order = sorted(self.layers, key=lambda e: (-round(self.score(e, method), 9), -self.distortion(e, method)))
-        return [e.layer for e in order]
+        """Layer paths in :meth:`ranked_entries`' order."""
+        return [e.layer for e in self.ranked_entries(method)]
 
     def all_tie(self, method: Method = "quantize_one") -> bool:
         """Whether two or more layers were measured and every one cost the same top-1: the
@@ -217,21 +220,19 @@ def keep_float(report: SensitivityReport, k: int, method: Method = "quantize_one
 
 
 def reference_outputs(bundle: ModelBundle, split: Split) -> np.ndarray:
-    """The fp32 model's scored output on ``split``, one sample a call (N x classes)."""
+    """The fp32 model's scored output on ``split`` (N x classes): the columns of that output in
+    the snapshot's side-by-side layout (:func:`nnsweep.models.reference_outputs`)."""
     import numpy as np
-    import torch
 
-    from nnsweep.models._bundle import flatten_outputs
+    from nnsweep.models._snapshot import reference_outputs as side_by_side
 
-    scored = bundle.dataset.accuracy_output
-    with torch.no_grad():
-        outs = [
-            flatten_outputs(bundle.module(torch.from_numpy(split.inputs[i : i + 1])))[scored] for i in range(len(split))
-        ]
-    return np.concatenate([o.numpy().reshape(1, -1) for o in outs])
+    everything = side_by_side(bundle, split.inputs)
+    sizes = bundle.outputs or (everything.shape[1],)
+    start = int(np.sum(sizes[: bundle.dataset.accuracy_output]))
+    return everything[:, start : start + sizes[bundle.dataset.accuracy_output]]
 
 
-def score(outputs: np.ndarray, reference: np.ndarray, split: Split) -> Score:
+def score_outputs(outputs: np.ndarray, reference: np.ndarray, split: Split) -> Score:
     """Top-1 of ``outputs`` (the scored output, N x classes) on ``split`` and their SQNR against ``reference``."""
     import numpy as np
 
@@ -278,7 +279,7 @@ def onnxruntime_evaluator(
         name = session.get_inputs()[0].name
         scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
         outs = [session.run(None, {name: split.inputs[i : i + 1]})[scored] for i in range(len(split))]
-        return score(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split)
+        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split)
 
     return evaluate
 
@@ -324,6 +325,6 @@ def torch_fx_evaluator(
                 outputs = flatten_outputs(model(inputs))[bundle.dataset.accuracy_output].numpy()
         finally:
             torch.backends.quantized.engine = previous
-        return score(outputs, fp32, split)
+        return score_outputs(outputs, fp32, split)
 
     return evaluate

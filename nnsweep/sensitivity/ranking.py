@@ -43,7 +43,7 @@ from nnsweep.sensitivity.rank import (
     measure,
     quantizable_layers,
     reference_outputs,
-    score,
+    score_outputs,
 )
 
 if TYPE_CHECKING:
@@ -248,6 +248,6 @@ def _pt2e_evaluator(
         with torch.no_grad():
             run(prepared, calibration)
             outputs = run(convert_pt2e(prepared), inputs).numpy()
-        return score(outputs, reference, split)
+        return score_outputs(outputs, reference, split)
 
     return evaluate

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.lifecycle import Phase, Role, Ticket
 
+if TYPE_CHECKING:
+    from nnsweep.core.config import DeploymentConfig
+
 __all__ = ["DeviceState", "execution_key"]
 
 
-def execution_key(artifact_sha: str, ticket: Ticket) -> tuple[str, str, tuple[str, ...], int]:
+def execution_key(artifact_sha: str, config: DeploymentConfig) -> tuple[str, str, tuple[str, ...], int]:
     """What makes two measurements of one artifact the same: its bytes, and the runtime,
     backend order and threads that run them (one ``.tflite`` runs in LiteRT and in Arm
     NN, with or without XNNPACK: equal bytes alone are not an equal measurement)."""
-    c = ticket.config
-    return (artifact_sha, c.runtime, c.backends, c.threads)
+    return (artifact_sha, config.runtime, config.backends, config.threads)
 
 
 @dataclass
@@ -88,7 +91,6 @@ class DeviceState:
         self.measured.setdefault(key, record)
         sha = record.tags.get("artifact_sha256")
         if sha:
-            c = record.config
-            self.by_artifact.setdefault((sha, c.runtime, c.backends, c.threads), record)
+            self.by_artifact.setdefault(execution_key(sha, record.config), record)
         if role is Role.BASELINE:
             self.baseline = record

@@ -73,7 +73,7 @@ class Placement:
                 continue
             for ticket in list(d.live(Phase.READY)):
                 assert ticket.artifact_sha is not None  # set by Scheduler.converted()
-                earlier = d.by_artifact.get(execution_key(ticket.artifact_sha, ticket))
+                earlier = d.by_artifact.get(execution_key(ticket.artifact_sha, ticket.config))
                 if earlier is not None:
                     actions.append(Action("reuse", ticket, earlier))
                     continue
