@@ -62,6 +62,20 @@ def test_fidelity_matches_hand_computed_sqnr_and_agreement() -> None:
     assert ev.fidelity.sqnr_db == pytest.approx(10 * math.log10(signal / err))
 
 
+def test_a_one_value_output_is_compared_by_its_class_not_an_argmax_that_is_always_0() -> None:
+    # A binary classifier's logit: the class is whether it is above 0.
+    logits = np.array([[2.0], [-1.5], [0.3], [-0.2]])
+    flipped = np.array([[1.9], [-1.4], [-0.1], [-0.3]])  # row 3 crosses 0
+    ev = evaluate(flipped, logits, labels=np.array([1, 0, 1, 0]))
+    assert ev.fidelity.top1_agreement == 0.75
+    assert ev.accuracy == 0.75
+    # A model that ends in argmax: its output is the class index itself.
+    classes = np.array([[3.0], [0.0], [2.0], [2.0]])
+    assert evaluate(np.array([[3.0], [1.0], [2.0], [2.0]]), classes, labels=None).fidelity.top1_agreement == 0.75
+    # read as the reference is: a deployed logit of exactly 1.0 is still a logit
+    assert evaluate(np.array([[1.0], [-1.0], [1.0], [-1.0]]), logits, None).fidelity.top1_agreement == 1.0
+
+
 def test_nan_outputs_and_shape_mismatch_are_errors() -> None:
     ref = np.ones((2, 3))
     with pytest.raises(ValueError, match="NaN"):

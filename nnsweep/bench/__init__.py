@@ -2,7 +2,7 @@
 process of its own per measurement, fresh or forked from a warm worker), the
 machine-wide measurement lock, latency statistics, and accuracy/fidelity."""
 
-from nnsweep.bench._evaluate import Evaluation, Fidelity, evaluate
+from nnsweep.bench._evaluate import Evaluation, Fidelity, evaluate, predicted_classes
 from nnsweep.bench._harness import MeasureSettings, Timing, time_runner
 from nnsweep.bench._isolated import measure_in_subprocess
 from nnsweep.bench._machine_lock import LockWait, MachineLock
@@ -23,5 +23,6 @@ __all__ = [
     "evaluate",
     "measure_in_subprocess",
     "median_ci",
+    "predicted_classes",
     "time_runner",
 ]

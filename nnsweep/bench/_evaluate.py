@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Evaluation", "Fidelity", "evaluate"]
+__all__ = ["Evaluation", "Fidelity", "evaluate", "predicted_classes"]
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,34 @@ def evaluate(
     bounds = np.cumsum((0, *widths))
     parts = [_fidelity(out[:, a:b], ref[:, a:b]) for a, b in itertools.pairwise(bounds)]
     first = out[:, bounds[accuracy_output] : bounds[accuracy_output + 1]]
-    accuracy = None if labels is None else float(np.mean(first.argmax(axis=1) == np.asarray(labels)))
+    accuracy = None if labels is None else float(np.mean(predicted_classes(first) == np.asarray(labels)))
     fidelity = parts[0] if len(parts) == 1 else Fidelity.worst(parts)
     return Evaluation(
         accuracy=accuracy, fidelity=fidelity, samples=len(out), per_output=tuple(parts) if len(parts) > 1 else ()
     )
+
+
+def predicted_classes(outputs: np.ndarray, like: np.ndarray | None = None) -> np.ndarray:
+    """Each sample's class: what "top-1" compares, against labels or the fp32 model's classes.
+
+    An output of several values per sample gives its argmax. One value per sample has no
+    argmax to speak of (it is always 0, so every deployment would agree with fp32): an
+    integer one is the class itself (a model that ends in ``argmax``), a real one a binary
+    classifier's logit, whose class is 1 when it is above 0.
+
+    Args:
+        outputs: (N, width) values.
+        like: the outputs whose values say which kind a one-value output is (the fp32
+            reference, so that the deployed outputs are read as the reference is); default
+            ``outputs``.
+    """
+    out = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
+    if out.shape[1] != 1:
+        return out.argmax(axis=1)
+    kind = out if like is None else np.asarray(like, dtype=np.float64).reshape(len(like), -1)
+    if np.all(kind == np.round(kind)):
+        return np.round(out[:, 0]).astype(np.int64)
+    return (out[:, 0] > 0).astype(np.int64)
 
 
 def _fidelity(out: np.ndarray, ref: np.ndarray) -> Fidelity:
@@ -105,7 +128,7 @@ def _fidelity(out: np.ndarray, ref: np.ndarray) -> Fidelity:
     else:
         sqnr = 10.0 * math.log10(signal / noise)
     return Fidelity(
-        top1_agreement=float(np.mean(out.argmax(axis=1) == ref.argmax(axis=1))),
+        top1_agreement=float(np.mean(predicted_classes(out, like=ref) == predicted_classes(ref))),
         max_abs_err=float(np.abs(err).max()),
         mean_abs_err=float(np.abs(err).mean()),
         sqnr_db=sqnr,

@@ -236,11 +236,11 @@ def score_outputs(outputs: np.ndarray, reference: np.ndarray, split: Split) -> S
     """Top-1 of ``outputs`` (the scored output, N x classes) on ``split`` and their SQNR against ``reference``."""
     import numpy as np
 
-    from nnsweep.bench import evaluate
+    from nnsweep.bench import evaluate, predicted_classes
 
     assert split.labels is not None
     out = np.asarray(outputs, dtype=np.float64).reshape(len(split), -1)
-    accuracy = float((out.argmax(1) == split.labels).mean())
+    accuracy = float((predicted_classes(out, like=reference) == split.labels).mean())
     if not np.isfinite(out).all():  # an int8 overflow to inf: as far from fp32 as it gets
         return Score(accuracy, -math.inf)
     return Score(accuracy, evaluate(out, reference, None).fidelity.sqnr_db)

@@ -176,11 +176,13 @@ def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
     ``nnsweep bench`` reports for such models)."""
     import dataclasses
 
+    from nnsweep.bench import predicted_classes
+
     split = bundle.dataset.calibration
     reference = reference_outputs(bundle, split)
     if split.labels is not None:
         return split, reference
-    return dataclasses.replace(split, labels=reference.argmax(1)), reference
+    return dataclasses.replace(split, labels=predicted_classes(reference)), reference
 
 
 def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
