@@ -586,3 +586,46 @@ def test_the_litert_ranking_keeps_what_its_quantizer_prints_off_stdout(
     capsys.readouterr()
     assert 0.0 <= evaluate(frozenset({"b"})).accuracy <= 1.0
     assert capsys.readouterr().out == ""
+
+
+_MODELS_NNSWEEP_CANNOT_TAKE = """
+import torch
+
+
+class Tokens(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 8)
+        self.fc = torch.nn.Linear(8, 3)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids).mean(1))
+
+
+def tokens():
+    return Tokens(), torch.randint(0, 100, (1, 6))
+
+
+def scripted():
+    return torch.jit.trace(torch.nn.Linear(4, 2).eval(), torch.randn(1, 4)), torch.randn(1, 4)
+"""
+
+
+@pytest.mark.parametrize(
+    ("builder", "text"),
+    [
+        ("tokens", "must be a float tensor, got torch.int64: nnsweep calibrates and measures models on float inputs"),
+        ("scripted", "returned a TorchScript module (TopLevelTracedModule): nnsweep converts through torch.export"),
+    ],
+)
+@pytest.mark.parametrize("command", ["bench", "sensitivity"])
+def test_a_model_nnsweep_cannot_take_is_one_line_saying_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], builder: str, text: str, command: str
+) -> None:
+    (tmp_path / "user.py").write_text(_MODELS_NNSWEEP_CANNOT_TAKE)
+    cache = tmp_path / "cache"
+    args = ["--cache-dir", str(cache), command, "--model", f"{tmp_path}/user.py:{builder}", "--runtime", "onnxruntime"]
+    assert main([*args, "--quant", "static_int8"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nnsweep: error: --model:") and text in lines[0], lines
+    assert not cache.exists() or not any(cache.rglob("*.onnx"))

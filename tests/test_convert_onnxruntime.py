@@ -418,3 +418,32 @@ def test_an_rnns_flat_weights_are_not_an_export_warning(tmp_path: Path) -> None:
     assert [str(w.message)[:60] for w in caught if "assigned during export" in str(w.message)] == [
         "The tensor attribute self.cache was assigned during export."
     ]
+
+
+class _ThreeDimAttention(torch.nn.Module):
+    """scaled_dot_product_attention on 3-D (batch, tokens, features) tensors: torch.onnx's
+    translation takes only 4-D ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).mean(1)
+
+
+def test_an_export_failure_names_its_cause_not_the_exporters_next_steps(tmp_path: Path) -> None:
+    # torch.onnx's message starts "Failed to convert ... This is step 3/3 ... Next steps:" in
+    # terminal colours; the cause is in its exception summary, many lines below.
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("attention3d", _ThreeDimAttention().eval(), torch.randn(1, 4, 8)))
+    with pytest.raises(ConversionError) as caught:
+        deploy.convert(bundle, _config(), ArtifactCache(tmp_path))
+    reason = str(caught.value)
+    assert "\x1b[" not in reason and "Next steps" not in reason
+    assert "only 4D query, key, and value are supported" in reason
+    assert "\n" not in reason

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "AgentLost",
     "BenchmarkError",
@@ -116,6 +118,37 @@ def clip(text: object, limit: int = MAX_EXCERPT) -> str:
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """``Type: first non-blank line of the message`` of ``exc``, clipped to ``limit`` characters:
     a toolchain's exception as one line of a conversion's reason (its traceback stays on the
-    exception for ``-v``)."""
-    line = next((part.strip() for part in str(exc).splitlines() if part.strip()), "")
+    exception for ``-v``).
+
+    Terminal colour codes are dropped. A message that ends in an exception summary (as
+    ``torch.onnx`` writes one: its first line says only which step failed, then "Next
+    steps:") gives its first sentence and the summary's innermost cause instead, the part a
+    user can act on: ``ConversionError: Failed to convert ... (AssertionError: only 4D
+    query, key, and value are supported)``.
+    """
+    text = _ANSI_CODE.sub("", str(exc))
+    lines = [part.strip() for part in text.splitlines() if part.strip()]
+    line = lines[0] if lines else ""
+    cause = _summarized_cause(lines)
+    if cause:
+        line = f"{line.split('. ')[0].rstrip('.')} ({cause})"
     return clip(f"{type(exc).__name__}: {line}", limit)
+
+
+_ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
+_SUMMARY_HEADING = "## exception summary"
+_SUMMARY_LINE = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>: (.+)")
+
+
+def _summarized_cause(lines: list[str]) -> str:
+    """The first ``<class 'pkg.Type'>: message`` line after an "Exception summary" heading, as
+    ``Type: message``; empty when the message has no such summary."""
+    try:
+        start = [line.lower() for line in lines].index(_SUMMARY_HEADING)
+    except ValueError:
+        return ""
+    for line in lines[start + 1 :]:
+        found = _SUMMARY_LINE.match(line)
+        if found:
+            return f"{found.group(1)}: {found.group(2)}"
+    return ""

@@ -253,6 +253,12 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         net, example = result, None
     if not isinstance(net, torch.nn.Module):
         raise SpecError("model", f"{ref}() returned {type(net).__name__}, not a torch.nn.Module")
+    if isinstance(net, torch.jit.ScriptModule):
+        raise SpecError(
+            "model",
+            f"{ref}() returned a TorchScript module ({type(net).__name__}): nnsweep converts through "
+            "torch.export, which needs the Python nn.Module; return the module before torch.jit.script or trace",
+        )
     if example is None:
         if input_shape is not None:
             check_input_shape(tuple(input_shape), "input_shape")
@@ -270,7 +276,11 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
     if not example.is_floating_point():
-        raise SpecError("model", f"{ref}(): the example input must be a float tensor, got {example.dtype}")
+        raise SpecError(
+            "model",
+            f"{ref}(): the example input must be a float tensor, got {example.dtype}: nnsweep calibrates and "
+            "measures models on float inputs (images, audio, features), not integer ones such as token ids",
+        )
     if example.numel() > MAX_INPUT_ELEMENTS:
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
     net.eval()
