@@ -152,3 +152,22 @@ def test_measure_settings_reject_bad_stability_settings(field: str, value: float
     with pytest.raises(SpecError) as info:
         MeasureSettings(**{field: value})  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_executorchs_log_gives_the_first_and_last_failure_and_skips_start_up_noise() -> None:
+    from nnsweep.bench._native_log import executorch_failure
+
+    log = (
+        "[cpuinfo_utils.cpp:87] Failed to open midr file /sys/devices/soc0/image_version\n"
+        "[method.cpp:1493] arg 9 with type id 1\n"
+        "[XNNCompiler.cpp:2305] XNN Runtime creation failed with code: xnn_status_unsupported_parameter\n"
+        "[XNNPACKBackend.cpp:143] XNNCompiler::compileModel failed: 0x1\n"
+        "[method.cpp:128] Init failed for backend XnnpackBackend: 0x1\n"
+        "Traceback (most recent call last):\n"
+    )
+    assert executorch_failure(log) == (
+        "XNN Runtime creation failed with code: xnn_status_unsupported_parameter"
+        " | Init failed for backend XnnpackBackend: 0x1"
+    )
+    assert executorch_failure("[method.cpp:1] loaded\nplain text failed\n") == ""
+    assert len(executorch_failure("[a.cpp:1] failed " + "x" * 1000, limit=100)) == 100

@@ -263,3 +263,34 @@ def test_untying_gives_each_call_its_own_parameters_and_computes_the_same() -> N
     assert len({n.target for n in reads}) == 8  # mid's weight and bias once more
     with torch.no_grad():
         torch.testing.assert_close(graph(x), module(x))
+
+
+class _Volume(torch.nn.Module):
+    """A 3-D convolution: it converts, but ExecuTorch's portable convolution takes 3-D or
+    4-D inputs only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv3d(1, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).mean((2, 3, 4))
+
+
+def test_a_runtime_failure_says_what_executorch_logged(tmp_path: Path) -> None:
+    # The bindings raise with an error code only ("failed with error 0x12"); the cause is in
+    # the runtime's own log on the measuring process's stderr.
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.core.errors import BenchmarkError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("volume", _Volume().eval(), torch.randn(1, 1, 6, 6, 6)))
+    config = DeploymentConfig("executorch", ("xnnpack", "portable"))
+    artifact, hit = deploy.convert(bundle, config, ArtifactCache(tmp_path))
+    with pytest.raises(BenchmarkError) as caught:
+        deploy.measure(ModelSnapshot.of(bundle), artifact, MeasureSettings(warmup=1, iters=2), cache_hit=hit)
+    said = str(caught.value).partition("(ExecuTorch's log: ")[2]
+    assert said.startswith("Check failed") and "Expect input tensor to be 3-D or 4-D, but got, 5." in said
+    assert "| KernelCall failed at instruction" in said and "in operator aten::convolution.out" in said
+    assert "cpuinfo" not in str(caught.value)

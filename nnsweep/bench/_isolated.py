@@ -22,6 +22,7 @@ import numpy as np
 from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing
 from nnsweep.bench._machine_lock import MachineLock
+from nnsweep.bench._native_log import executorch_failure
 from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
@@ -142,5 +143,8 @@ def _read_result(runtime: str, work: Path, returncode: int, stderr: str) -> tupl
         raise BenchmarkError(f"benchmark process exited with {returncode}: {_tail(stderr)}")
     result = json.loads(result_file.read_text())
     if "error" in result:
-        raise BenchmarkError(f"{result['error']}: {result['message']}")
+        said = executorch_failure(stderr) if runtime == "executorch" else ""
+        raise BenchmarkError(
+            f"{result['error']}: {result['message']}" + (f" (ExecuTorch's log: {said})" if said else "")
+        )
     return Timing.from_dict(result["timing"]), np.load(work / "outputs.npy")
