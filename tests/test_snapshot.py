@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from nnsweep.models import ModelSnapshot, SnapshotStore, Split, load_model
 
@@ -170,3 +171,42 @@ def test_bench_on_a_cache_hit_measures_without_loading_the_model(tmp_path: Path)
     third = _bench(tmp_path, ref)
     assert third["cache_hit"] is False and third["artifact"] != first["artifact"]
     assert third["fidelity"]["max_abs_err"] < 1e-5  # against the edited model's own reference
+
+
+class _BatchOfOne(torch.nn.Module):
+    """``torch.flatten(x)`` with no start dimension: right for one sample, wrong for more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.fc = torch.nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(torch.relu(self.conv(x)))).unsqueeze(0)
+
+
+def test_a_model_of_batch_one_gets_its_fp32_outputs_one_sample_a_call() -> None:
+    from nnsweep.models import register_live
+    from nnsweep.models._snapshot import reference_outputs
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("batch_of_one", _BatchOfOne().eval(), torch.randn(1, 3, 6, 6)))
+    got = reference_outputs(bundle)
+    inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
+    with torch.no_grad():
+        expected = np.concatenate([bundle.module(inputs[i : i + 1]).numpy() for i in range(len(inputs))])
+    assert got.shape == (len(inputs), 3)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_a_model_of_batch_one_fails_the_dynamic_batch_export_without_an_error_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The callers fall back to batch 1; torch's fake tensors log an error with a traceback first.
+    from nnsweep.convert.pt2e import export
+
+    torch.manual_seed(0)
+    with caplog.at_level("DEBUG"), pytest.raises(Exception):  # noqa: B017 - whatever torch raises
+        export(_BatchOfOne().eval(), torch.randn(1, 3, 6, 6), dynamic_batch=True)
+    assert not [r for r in caplog.records if r.levelno >= 40]
+    assert any("failed while attempting to run meta" in r.getMessage() for r in caplog.records if r.levelno == 10)

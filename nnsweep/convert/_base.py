@@ -30,7 +30,7 @@ __all__ = [
     "printed_to_debug_log",
     "quant_settings",
     "rnn_export_warning_silenced",
-    "root_warnings_to_debug_log",
+    "toolchain_records_to_debug_log",
 ]
 
 
@@ -50,14 +50,16 @@ def printed_to_debug_log(log: logging.Logger, source: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def root_warnings_to_debug_log(log: logging.Logger, marker: str) -> Iterator[None]:
-    """Records a toolchain logs on the root logger in the block whose message contains
-    ``marker`` go to ``log`` at debug level instead.
+def toolchain_records_to_debug_log(log: logging.Logger, marker: str, source: str = "") -> Iterator[None]:
+    """Records a toolchain logs on the logger ``source`` (default: the root logger) in the
+    block whose message contains ``marker`` go to ``log`` at debug level instead.
 
     ONNX Runtime's quantizer calls ``logging.warning`` once per weight whose per-channel
     axis does not exist (a LayerNorm's 1-D scale) and quantizes it per tensor: what every
     per-channel quantizer does with such a weight, and a line per LayerNorm per
-    quantization (a two-layer transformer's ranking printed 55 of them).
+    quantization (a two-layer transformer's ranking printed 55 of them). ``torch.export``'s
+    fake tensors log an error with a traceback before raising when a shape check fails:
+    expected when nnsweep tries a model with a dynamic batch and falls back to batch 1.
     """
 
     def demote(record: logging.LogRecord) -> bool:
@@ -66,12 +68,12 @@ def root_warnings_to_debug_log(log: logging.Logger, marker: str) -> Iterator[Non
             return False
         return True
 
-    root = logging.getLogger()
-    root.addFilter(demote)
+    logger = logging.getLogger(source)
+    logger.addFilter(demote)
     try:
         yield
     finally:
-        root.removeFilter(demote)
+        logger.removeFilter(demote)
 
 
 @contextlib.contextmanager

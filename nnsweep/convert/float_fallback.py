@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.convert._base import root_warnings_to_debug_log
+from nnsweep.convert._base import toolchain_records_to_debug_log
 from nnsweep.convert.float_region import (
     SCOPE_SEPARATOR,
     fx_drop_float_observers,
@@ -199,7 +199,7 @@ def ort_quantize_static(
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         excluded = onnx_float_nodes(prepared, keep_float)
         input_name = onnx.load(str(prepared), load_external_data=False).graph.input[0].name
-        with root_warnings_to_debug_log(_log, ORT_PER_TENSOR_NOTE):
+        with toolchain_records_to_debug_log(_log, ORT_PER_TENSOR_NOTE):
             quantize_static(
                 str(prepared),
                 str(target),

@@ -44,7 +44,7 @@ from nnsweep.convert._base import (
     Stages,
     printed_to_debug_log,
     quant_settings,
-    root_warnings_to_debug_log,
+    toolchain_records_to_debug_log,
 )
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core import runtimes
@@ -350,7 +350,7 @@ def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig) -> Iterator[
             if quant.mode is QuantMode.FP16:
                 _to_fp16(exported / _FILENAME, directory / _FILENAME)
             else:
-                with root_warnings_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
+                with toolchain_records_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
                     _quantize(exported / _FILENAME, directory / _FILENAME, bundle, quant)
 
     with stages.stage("onnxruntime.model", {"quant": quant_settings(quant)}, build) as converted:

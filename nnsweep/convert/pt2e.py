@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nnsweep.convert._base import Stages, quant_settings
+from nnsweep.convert._base import Stages, quant_settings, toolchain_records_to_debug_log
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
@@ -35,6 +35,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _PROGRAM = "program.pt2"
+_META_FAILED = "failed while attempting to run meta for"
 
 
 def dense_constants(model: nn.Module) -> int:
@@ -70,10 +71,13 @@ def export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torc
     :func:`dense_constants`), with a dynamic batch dimension or for the example's batch."""
     dense_constants(model)
     if dynamic_batch:
-        # Export specialises a size-1 dimension, so trace with two samples.
+        # Export specialises a size-1 dimension, so trace with two samples. A model whose
+        # shapes specialise on batch 1 fails here, and the callers fall back to batch 1:
+        # the error torch's fake tensors log (with a traceback) on the way is not the user's.
         batch = torch.export.Dim("batch", min=1, max=4096)
         pair = torch.cat([example, example])
-        return torch.export.export(model, (pair,), dynamic_shapes=({0: batch},), strict=False)
+        with toolchain_records_to_debug_log(log, _META_FAILED, source="torch._subclasses.fake_tensor"):
+            return torch.export.export(model, (pair,), dynamic_shapes=({0: batch},), strict=False)
     return torch.export.export(model, (example,), strict=False)
 
 

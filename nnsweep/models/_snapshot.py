@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 import threading
@@ -46,7 +47,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelSnapshot", "SnapshotStore", "reference_outputs"]
 
+log = logging.getLogger(__name__)
+
 _FORMAT = 1
+# Samples per call of the eager model; one when its shapes specialise on batch 1.
+_REFERENCE_BATCH = 64
 _VERSIONED = ("nnsweep", "torch", "torchvision", "numpy")
 
 
@@ -59,14 +64,30 @@ def reference_outputs(bundle: ModelBundle, inputs: np.ndarray | None = None) -> 
     """
     import torch
 
+    x = torch.from_numpy(bundle.dataset.evaluation.inputs if inputs is None else inputs)
+    with torch.no_grad():
+        try:
+            return _side_by_side(bundle.module, x, _REFERENCE_BATCH)
+        except Exception as exc:  # the user's model: any failure of a batched call means "one at a time"
+            log.debug("fp32 outputs one sample a call: a batch of %d failed (%s)", _REFERENCE_BATCH, exc)
+            return _side_by_side(bundle.module, x, 1)
+
+
+def _side_by_side(module: Any, x: Any, batch: int) -> np.ndarray:
+    """``module``'s outputs on ``x``, ``batch`` samples a call; a model whose shapes specialise
+    on batch 1 (``torch.flatten(x)``, ``x.view(1, -1)``) fails a bigger batch or returns
+    the wrong number of rows, which raises here."""
     from nnsweep.models._bundle import flatten_outputs
 
-    x = torch.from_numpy(bundle.dataset.evaluation.inputs if inputs is None else inputs)
     rows = []
-    with torch.no_grad():
-        for i in range(0, len(x), 64):
-            leaves = flatten_outputs(bundle.module(x[i : i + 64]))
-            rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
+    for i in range(0, len(x), batch):
+        chunk = x[i : i + batch]
+        leaves = flatten_outputs(module(chunk))
+        if any(o.dim() == 0 or o.shape[0] != len(chunk) for o in leaves):
+            raise ValueError(
+                f"a call on {len(chunk)} samples gave outputs of shapes {[tuple(o.shape) for o in leaves]}"
+            )
+        rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
     return np.concatenate(rows)
 
 
