@@ -19,6 +19,7 @@ from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
+from nnsweep.models._bundle import takes_batches
 
 __all__ = [
     "convert_quietly",
@@ -156,7 +157,8 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     mapping = qconfig_mapping(engine, quant)
     if quant.mode is QuantMode.QAT_INT8:
         prepared = float_fallback.fx_prepare(model.train(), mapping, quant.float_layers, example, qat=True)
-        qat_finetune(prepared, bundle, quant, batch_size=32)
+        batch = 32 if takes_batches(bundle.module, bundle.example_input) else 1
+        qat_finetune(prepared, bundle, quant, batch_size=batch)
         prepared.eval()
     else:
         prepared = float_fallback.fx_prepare(model.eval(), mapping, quant.float_layers, example)

@@ -15,6 +15,7 @@ from torch import nn
 
 from nnsweep.core.config import QuantConfig
 from nnsweep.models import ModelBundle
+from nnsweep.models._snapshot import reference_outputs
 
 __all__ = ["QAT_LR", "calibration_samples", "qat_finetune"]
 
@@ -60,8 +61,8 @@ def qat_finetune(
         target_logits = None
     else:
         x_all = torch.from_numpy(bundle.dataset.calibration.inputs)
-        with torch.no_grad():
-            target_logits = bundle.module(x_all)
+        # the fp32 outputs, one row per sample (one sample a call for a model of batch one)
+        target_logits = torch.from_numpy(reference_outputs(bundle, bundle.dataset.calibration.inputs))
         y_all = None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=QAT_LR * 10, momentum=0.9)
@@ -77,7 +78,7 @@ def qat_finetune(
                 loss = nn.functional.cross_entropy(outs, y_all[idx])
             else:
                 assert target_logits is not None
-                loss = nn.functional.mse_loss(outs, target_logits[idx])
+                loss = nn.functional.mse_loss(outs.reshape(len(idx), -1), target_logits[idx])
             loss.backward()
             opt.step()
 

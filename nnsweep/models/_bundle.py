@@ -141,6 +141,21 @@ def flatten_outputs(result: Any) -> list[torch.Tensor]:
     return list(leaves)
 
 
+def takes_batches(module: Any, example: torch.Tensor) -> bool:
+    """Whether ``module`` gives one row per sample for two samples at once: false for a
+    model whose shapes specialise on batch 1 (``torch.flatten(x)``, ``x.view(1, -1)``),
+    which must be called one sample at a time."""
+    import torch
+
+    pair = torch.cat([example, example])
+    try:
+        with torch.no_grad():
+            leaves = flatten_outputs(module(pair))
+    except Exception:  # the user's model: any failure on two samples means "one at a time"
+        return False
+    return all(leaf.dim() > 0 and leaf.shape[0] == len(pair) for leaf in leaves)
+
+
 def output_sizes(result: Any, batch: int = 1) -> tuple[int, ...]:
     """Per-sample sizes of each output in ``result`` (from a forward pass on ``batch`` samples)."""
     sizes = []
