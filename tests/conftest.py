@@ -104,3 +104,25 @@ def gelu_between():  # type: ignore[no-untyped-def]
 
     torch.manual_seed(0)
     return GeluBetween().eval()
+
+
+@pytest.fixture
+def batch_of_one():  # type: ignore[no-untyped-def]
+    """A fresh seeded model bundle whose shapes specialise on batch 1: ``torch.flatten(x)``
+    with no start dimension is right for one sample and wrong for more (1x3x6x6 inputs,
+    three outputs)."""
+    import torch
+
+    from nnsweep.models import load_model, register_live
+
+    class BatchOfOne(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+            self.fc = torch.nn.Linear(4 * 4 * 4, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.flatten(torch.relu(self.conv(x)))).unsqueeze(0)
+
+    torch.manual_seed(0)
+    return load_model(register_live("batch_of_one", BatchOfOne().eval(), torch.randn(1, 3, 6, 6)))

@@ -296,29 +296,14 @@ def test_a_runtime_failure_says_what_executorch_logged(tmp_path: Path) -> None:
     assert "cpuinfo" not in str(caught.value)
 
 
-class _BatchOfOne(torch.nn.Module):
-    """``torch.flatten(x)`` with no start dimension: right for one sample, wrong for more."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3)
-        self.fc = torch.nn.Linear(4 * 4 * 4, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.flatten(torch.relu(self.conv(x)))).unsqueeze(0)
-
-
 # SQNR of the same model written batch-agnostic (torch.flatten(h, 1)): static 22.4 dB, QAT
 # 22.0 dB. QAT one sample a call reaches 6-7 dB: its moving-average observers follow
 # single samples' ranges, narrower than a batch's, so the outputs clip (docs/conversion.md).
 @pytest.mark.parametrize(("mode", "floor_db"), [("static_int8", 15.0), ("qat_int8", 3.0)])
-def test_a_model_of_batch_one_calibrates_and_fine_tunes_one_sample_a_call(
-    tmp_path: Path, mode: str, floor_db: float
+def test_a_model_of_batch_one_calibrates_and_fine_tunes_one_sample_a_call(  # type: ignore[no-untyped-def]
+    batch_of_one, tmp_path: Path, mode: str, floor_db: float
 ) -> None:
-    from nnsweep.models import load_model, register_live
-
-    torch.manual_seed(0)
-    bundle = load_model(register_live("batch_of_one", _BatchOfOne().eval(), torch.randn(1, 3, 6, 6)))
+    bundle = batch_of_one
     config = DeploymentConfig("executorch", ("xnnpack", "portable"), quant=QuantConfig(mode, qat_epochs=1))
     from nnsweep.convert.executorch import ExecuTorchConverter
     from nnsweep.models._snapshot import reference_outputs

@@ -173,24 +173,10 @@ def test_bench_on_a_cache_hit_measures_without_loading_the_model(tmp_path: Path)
     assert third["fidelity"]["max_abs_err"] < 1e-5  # against the edited model's own reference
 
 
-class _BatchOfOne(torch.nn.Module):
-    """``torch.flatten(x)`` with no start dimension: right for one sample, wrong for more."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3)
-        self.fc = torch.nn.Linear(4 * 4 * 4, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.flatten(torch.relu(self.conv(x)))).unsqueeze(0)
-
-
-def test_a_model_of_batch_one_gets_its_fp32_outputs_one_sample_a_call() -> None:
-    from nnsweep.models import register_live
+def test_a_model_of_batch_one_gets_its_fp32_outputs_one_sample_a_call(batch_of_one) -> None:  # type: ignore[no-untyped-def]
     from nnsweep.models._snapshot import reference_outputs
 
-    torch.manual_seed(0)
-    bundle = load_model(register_live("batch_of_one", _BatchOfOne().eval(), torch.randn(1, 3, 6, 6)))
+    bundle = batch_of_one
     got = reference_outputs(bundle)
     inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
     with torch.no_grad():
@@ -199,14 +185,13 @@ def test_a_model_of_batch_one_gets_its_fp32_outputs_one_sample_a_call() -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
-def test_a_model_of_batch_one_fails_the_dynamic_batch_export_without_an_error_log(
-    caplog: pytest.LogCaptureFixture,
+def test_a_model_of_batch_one_fails_the_dynamic_batch_export_without_an_error_log(  # type: ignore[no-untyped-def]
+    batch_of_one, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The callers fall back to batch 1; torch's fake tensors log an error with a traceback first.
     from nnsweep.convert.pt2e import export
 
-    torch.manual_seed(0)
     with caplog.at_level("DEBUG"), pytest.raises(Exception):  # noqa: B017 - whatever torch raises
-        export(_BatchOfOne().eval(), torch.randn(1, 3, 6, 6), dynamic_batch=True)
+        export(batch_of_one.module, batch_of_one.example_input, dynamic_batch=True)
     assert not [r for r in caplog.records if r.levelno >= 40]
     assert any("failed while attempting to run meta" in r.getMessage() for r in caplog.records if r.levelno == 10)
