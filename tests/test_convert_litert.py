@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -180,3 +181,44 @@ def test_static_int8_says_nothing_of_training_mode(tmp_path: Path, caplog: pytes
     export_tflite(bundle, _config("static_int8"), tmp_path / "model.tflite")
     assert (tmp_path / "model.tflite").stat().st_size > 0
     assert [r.getMessage() for r in caplog.records if "training mode" in r.getMessage()] == []
+
+
+def test_what_native_code_writes_to_stderr_in_the_block_goes_to_the_debug_log(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+    import os
+
+    from nnsweep.convert._base import native_stderr_to_debug_log
+
+    log = logging.getLogger("nnsweep.test")
+    with caplog.at_level("DEBUG", logger="nnsweep.test"), native_stderr_to_debug_log(log, "a library"):
+        os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on\n")
+    os.write(2, b"after the block\n")
+    assert capfd.readouterr().err == "after the block\n"
+    assert [r.getMessage() for r in caplog.records] == [
+        "a library wrote to stderr: I0000 port.cc:153] oneDNN custom operations are on\n"
+    ]
+
+
+def test_a_litert_conversion_in_a_fresh_process_writes_nothing_to_stderr(tmp_path: Path) -> None:
+    # litert-torch's native library logs on loading and on every conversion; LiteRT's
+    # interpreter on its first delegate: none of it is the user's to act on.
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from pathlib import Path\n"
+        "from nnsweep.convert.litert import LiteRTConverter\n"
+        "from nnsweep.core.config import DeploymentConfig\n"
+        "from nnsweep.models import load_model, register_live\n"
+        "bundle = load_model(register_live('lin', torch.nn.Linear(4, 2).eval(), torch.randn(1, 4)))\n"
+        f"LiteRTConverter().convert(bundle, DeploymentConfig('litert', ('xnnpack', 'cpu')), Path({str(tmp_path)!r}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "model.tflite").exists()
+    noise = [line for line in proc.stderr.splitlines() if "_pytree.py" not in line]  # torch's own, at import
+    assert noise == [], proc.stderr

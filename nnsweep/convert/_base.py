@@ -27,6 +27,7 @@ __all__ = [
     "PartitionReport",
     "Placement",
     "Stages",
+    "native_stderr_to_debug_log",
     "printed_to_debug_log",
     "quant_settings",
     "rnn_export_warning_silenced",
@@ -47,6 +48,41 @@ def printed_to_debug_log(log: logging.Logger, source: str) -> Iterator[None]:
     finally:
         if printed.getvalue():
             log.debug("%s: %s", source, printed.getvalue()[-2000:])
+
+
+@contextlib.contextmanager
+def native_stderr_to_debug_log(log: logging.Logger, source: str) -> Iterator[None]:
+    """What is written to file descriptor 2 in the block goes to ``log`` at debug level (its
+    last 2000 characters).
+
+    Native toolchain code logs there on its own: litert-torch's converter library writes
+    "All log messages before absl::InitializeLog() ..." and "oneDNN custom operations are
+    on ..." when it loads, and LiteRT's interpreter "Created TensorFlow Lite XNNPACK
+    delegate for CPU" when the first one is built; no setting turns these off. Python's
+    ``sys.stderr`` in the block goes there too, so keep the block short (an import, one
+    call). Without a file descriptor 2 the block runs as it is.
+    """
+    import os
+    import sys
+
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            written = sink.read().decode(errors="replace")
+            if written.strip():
+                log.debug("%s wrote to stderr: %s", source, written[-2000:])
 
 
 @contextlib.contextmanager

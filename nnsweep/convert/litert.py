@@ -26,16 +26,21 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-import litert_torch
 import torch
-from litert_torch.quantize import pt2e_quantizer
-from litert_torch.quantize.quant_config import QuantConfig as LiteRTQuantConfig
 from torchao.quantization.pt2e import quantize_pt2e
 from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
 from nnsweep.bench.runners.litert import interpreter, placement
 from nnsweep.convert import float_fallback, tflite
-from nnsweep.convert._base import ConversionResult, Converter, Stages, printed_to_debug_log, quant_settings
+from nnsweep.convert._base import (
+    ConversionResult,
+    Converter,
+    Stages,
+    native_stderr_to_debug_log,
+    printed_to_debug_log,
+    quant_settings,
+)
+from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.convert.pt2e import calibrated
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
@@ -152,7 +157,8 @@ class LiteRTConverter(Converter):
         path = out_dir / _FILENAME
         spec = export_tflite(bundle, config, path, stages=self.stages)
         try:
-            report = placement(interpreter(path, config.backends, 1), config.backends)
+            with native_stderr_to_debug_log(_log, "LiteRT's interpreter"):  # "Created ... XNNPACK delegate"
+                report = placement(interpreter(path, config.backends, 1), config.backends)
         except (ValueError, RuntimeError) as exc:
             raise ConversionError(f"LiteRT cannot load the converted model: {exc}") from exc
         return ConversionResult(filename=path.name, partitions=report, io=spec)
