@@ -6,6 +6,8 @@ import contextlib
 import dataclasses
 import io
 import logging
+import os
+import sys
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -62,9 +64,6 @@ def native_stderr_to_debug_log(log: logging.Logger, source: str) -> Iterator[Non
     ``sys.stderr`` in the block goes there too, so keep the block short (an import, one
     call). Without a file descriptor 2 the block runs as it is.
     """
-    import os
-    import sys
-
     sys.stderr.flush()
     try:
         saved = os.dup(2)

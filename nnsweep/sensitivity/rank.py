@@ -301,7 +301,7 @@ def torch_fx_evaluator(
     from nnsweep.convert.fx import convert_quietly
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import flatten_outputs
+    from nnsweep.models._bundle import flatten_outputs, takes_batches
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
@@ -311,6 +311,11 @@ def torch_fx_evaluator(
     calibration = torch.from_numpy(bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
     fp32 = reference_outputs(bundle, split) if reference is None else reference
+    batched = takes_batches(bundle.module, bundle.example_input)  # else one sample a call
+
+    def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
+        return torch.cat([flatten_outputs(module(c))[bundle.dataset.accuracy_output] for c in chunks])
 
     def evaluate(keep: frozenset[str]) -> Score:
         previous = torch.backends.quantized.engine
@@ -320,9 +325,8 @@ def torch_fx_evaluator(
             mapping = _qconfig_mapping(engine, quant)
             prepared = float_fallback.fx_prepare(model, mapping, sorted(keep), (bundle.example_input,))
             with torch.no_grad():
-                prepared(calibration)  # one batch: min/max observers see the same extremes as one by one
-                model = convert_quietly(prepared)
-                outputs = flatten_outputs(model(inputs))[bundle.dataset.accuracy_output].numpy()
+                run(prepared, calibration)  # one batch: min/max observers see the same extremes as one by one
+                outputs = run(convert_quietly(prepared), inputs).numpy()
         finally:
             torch.backends.quantized.engine = previous
         return score_outputs(outputs, fp32, split)
