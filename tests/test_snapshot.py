@@ -185,6 +185,39 @@ def test_a_model_of_batch_one_gets_its_fp32_outputs_one_sample_a_call(batch_of_o
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
+class _BranchOnTheSum(torch.nn.Module):
+    """A branch on the input's values: given a batch, the whole batch takes one branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 4)
+        self.b = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) if x.sum() > 0 else self.b(x)
+
+
+def test_a_model_that_mixes_the_samples_of_a_batch_gets_each_samples_own_output() -> None:
+    from nnsweep.models import register_live
+    from nnsweep.models._bundle import takes_batches
+    from nnsweep.models._snapshot import reference_outputs
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("branch_on_the_sum", _BranchOnTheSum().eval(), torch.randn(1, 8)))
+    inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
+    assert len({bool(row.sum() > 0) for row in inputs}) == 2  # both branches among the inputs
+    with torch.no_grad():
+        alone = np.concatenate([bundle.module(inputs[i : i + 1]).numpy() for i in range(len(inputs))])
+    assert not takes_batches(bundle)
+    np.testing.assert_allclose(reference_outputs(bundle), alone, rtol=1e-6)
+
+
+def test_batched_calls_are_kept_for_a_model_that_takes_batches(digits) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.models._bundle import takes_batches
+
+    assert takes_batches(digits)
+
+
 def test_a_model_of_batch_one_fails_the_dynamic_batch_export_without_an_error_log(  # type: ignore[no-untyped-def]
     batch_of_one, caplog: pytest.LogCaptureFixture
 ) -> None:

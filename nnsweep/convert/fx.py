@@ -157,7 +157,7 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     mapping = qconfig_mapping(engine, quant)
     if quant.mode is QuantMode.QAT_INT8:
         prepared = float_fallback.fx_prepare(model.train(), mapping, quant.float_layers, example, qat=True)
-        batch = 32 if takes_batches(bundle.module, bundle.example_input) else 1
+        batch = 32 if takes_batches(bundle) else 1
         qat_finetune(prepared, bundle, quant, batch_size=batch)
         prepared.eval()
     else:

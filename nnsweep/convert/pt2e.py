@@ -21,6 +21,7 @@ from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.models import ModelBundle
+from nnsweep.models._bundle import takes_batches
 
 __all__ = [
     "calibrated",
@@ -96,9 +97,11 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
     if quant.mode is QuantMode.QAT_INT8:
         # A dynamic batch dimension lets QAT train on real batches; fall back to batch 1.
         try:
+            if not takes_batches(bundle):
+                raise ValueError("the model takes one sample a call")
             graph = export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
             batch = 32
-        except Exception:  # models whose shapes specialise on batch 1
+        except Exception:  # models whose shapes specialise on batch 1, or that mix the samples
             graph = export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False)
             batch = 1
         prepared = prepare_qat_pt2e(untie_shared_parameters(graph), quantizer)
@@ -166,10 +169,11 @@ def calibrated(
     ExecuTorch static int8 conversion of mobilenet_v3_small (docs/conversion.md).
     Min/max observers end the same either way; a histogram observer (XNNPACK's, for
     activations) merges its histogram per call, so its range can differ in the last bins.
-    A model whose shapes specialise on batch 1 (the export or a batched call fails) is
-    calibrated one sample a call. Dynamic modes observe the weights only: one forward pass.
+    A model that does not take batches (:func:`~nnsweep.models._bundle.takes_batches`), or
+    whose batched export or call fails, is calibrated one sample a call. Dynamic modes
+    observe the weights only: one forward pass.
     """
-    if quant.mode.is_static:
+    if quant.mode.is_static and takes_batches(bundle):
         try:
             graph = export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
             prepared = prepare(graph)

@@ -141,19 +141,45 @@ def flatten_outputs(result: Any) -> list[torch.Tensor]:
     return list(leaves)
 
 
-def takes_batches(module: Any, example: torch.Tensor) -> bool:
-    """Whether ``module`` gives one row per sample for two samples at once: false for a
-    model whose shapes specialise on batch 1 (``torch.flatten(x)``, ``x.view(1, -1)``),
-    which must be called one sample at a time."""
+def takes_batches(bundle: ModelBundle) -> bool:
+    """Whether ``bundle``'s model, given several samples at once, gives each sample the
+    output it gives that sample alone (checked on the first :data:`BATCH_PROBE` calibration
+    inputs). Deployed, a model sees one sample a call; nnsweep calls the fp32 model, the
+    calibration and the ranking on batches only when this holds. It does not for a model
+    whose shapes specialise on batch 1 (``torch.flatten(x)``, ``x.view(1, -1)``: a batch
+    fails or gives the wrong number of rows) or whose forward mixes the samples (a branch
+    on ``x.sum()``, statistics over the batch).
+    """
     import torch
 
-    pair = torch.cat([example, example])
-    try:
-        with torch.no_grad():
-            leaves = flatten_outputs(module(pair))
-    except Exception:  # the user's model: any failure on two samples means "one at a time"
-        return False
-    return all(leaf.dim() > 0 and leaf.shape[0] == len(pair) for leaf in leaves)
+    probe = torch.from_numpy(bundle.dataset.calibration.inputs[:BATCH_PROBE])
+    if len(probe) < 2:
+        return True
+    with torch.no_grad():
+        try:
+            together = _rows(bundle.module(probe), len(probe))
+        except Exception:  # the user's model: any failure of a batch means "one sample a call"
+            return False
+        if together is None:
+            return False
+        alone = np.concatenate([_rows(bundle.module(probe[i : i + 1]), 1) for i in range(len(probe))])
+    scale = float(np.abs(alone).max()) or 1.0
+    return bool(np.abs(together - alone).max() <= _BATCH_TOLERANCE * scale)
+
+
+BATCH_PROBE = 8
+# Batched and single calls differ by float rounding (another kernel order); a branch taken
+# for the batch instead of the sample differs by the outputs' scale.
+_BATCH_TOLERANCE = 1e-3
+
+
+def _rows(result: Any, samples: int) -> np.ndarray | None:
+    """Every output of one call, one row per sample side by side; ``None`` when an output has
+    no leading dimension of ``samples``."""
+    leaves = flatten_outputs(result)
+    if any(leaf.dim() == 0 or leaf.shape[0] != samples for leaf in leaves):
+        return None
+    return np.concatenate([leaf.reshape(samples, -1).float().numpy() for leaf in leaves], axis=1)
 
 
 def output_sizes(result: Any, batch: int = 1) -> tuple[int, ...]:

@@ -27,7 +27,6 @@ import contextlib
 import hashlib
 import importlib.util
 import json
-import logging
 import os
 import sys
 import threading
@@ -47,10 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelSnapshot", "SnapshotStore", "reference_outputs"]
 
-log = logging.getLogger(__name__)
-
 _FORMAT = 1
-# Samples per call of the eager model; one when its shapes specialise on batch 1.
+# Samples per call of the eager model; one when it does not take batches (takes_batches).
 _REFERENCE_BATCH = 64
 _VERSIONED = ("nnsweep", "torch", "torchvision", "numpy")
 
@@ -64,30 +61,15 @@ def reference_outputs(bundle: ModelBundle, inputs: np.ndarray | None = None) -> 
     """
     import torch
 
+    from nnsweep.models._bundle import flatten_outputs, takes_batches
+
     x = torch.from_numpy(bundle.dataset.evaluation.inputs if inputs is None else inputs)
-    with torch.no_grad():
-        try:
-            return _side_by_side(bundle.module, x, _REFERENCE_BATCH)
-        except Exception as exc:  # the user's model: any failure of a batched call means "one at a time"
-            log.debug("fp32 outputs one sample a call: a batch of %d failed (%s)", _REFERENCE_BATCH, exc)
-            return _side_by_side(bundle.module, x, 1)
-
-
-def _side_by_side(module: Any, x: Any, batch: int) -> np.ndarray:
-    """``module``'s outputs on ``x``, ``batch`` samples a call; a model whose shapes specialise
-    on batch 1 (``torch.flatten(x)``, ``x.view(1, -1)``) fails a bigger batch or returns
-    the wrong number of rows, which raises here."""
-    from nnsweep.models._bundle import flatten_outputs
-
+    batch = _REFERENCE_BATCH if takes_batches(bundle) else 1
     rows = []
-    for i in range(0, len(x), batch):
-        chunk = x[i : i + batch]
-        leaves = flatten_outputs(module(chunk))
-        if any(o.dim() == 0 or o.shape[0] != len(chunk) for o in leaves):
-            raise ValueError(
-                f"a call on {len(chunk)} samples gave outputs of shapes {[tuple(o.shape) for o in leaves]}"
-            )
-        rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            leaves = flatten_outputs(bundle.module(x[i : i + batch]))
+            rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
     return np.concatenate(rows)
 
 

@@ -311,7 +311,7 @@ def torch_fx_evaluator(
     calibration = torch.from_numpy(bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
     fp32 = reference_outputs(bundle, split) if reference is None else reference
-    batched = takes_batches(bundle.module, bundle.example_input)  # else one sample a call
+    batched = takes_batches(bundle)  # else one sample a call
 
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]

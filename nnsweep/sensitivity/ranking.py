@@ -211,7 +211,7 @@ def _pt2e_evaluator(
     from nnsweep.convert._base import printed_to_debug_log
     from nnsweep.convert.pt2e import export, untie_shared_parameters
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
-    from nnsweep.models._bundle import flatten_outputs
+    from nnsweep.models._bundle import flatten_outputs, takes_batches
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
@@ -222,8 +222,10 @@ def _pt2e_evaluator(
     inputs = torch.from_numpy(split.inputs)
     model = copy.deepcopy(bundle.module).eval()
     try:  # one batch each to calibrate and score: digits_outlier 122 -> 33 s (executorch), 127 -> 9 s (litert)
+        if not takes_batches(bundle):
+            raise ValueError("the model takes one sample a call")
         graph, batched = export(model, bundle.example_input, dynamic_batch=True), True
-    except Exception:  # a model whose shapes specialise on batch 1
+    except Exception:  # a model whose shapes specialise on batch 1, or that mixes the samples
         graph, batched = export(model, bundle.example_input, dynamic_batch=False), False
 
     def quantizer() -> object:
