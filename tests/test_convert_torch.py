@@ -408,3 +408,30 @@ def test_dynamic_int8_says_nothing_of_torchs_quantized_tensor_deprecation(tmp_pa
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert (tmp_path / "model.pt").exists()
     assert "quantized tensor creation functions" not in done.stderr
+
+
+class _BranchOnTheSum(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 4)
+        self.b = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) if x.sum() > 0 else self.b(x)
+
+
+def test_a_trace_that_keeps_one_branch_says_so_and_its_fidelity_shows_it(tmp_path: Path) -> None:
+    # TorchScript's trace records the branch the example input took; the fp32 reference is
+    # each sample's own output (takes_batches), so the inputs of the other branch disagree.
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("branch_on_the_sum", _BranchOnTheSum().eval(), torch.randn(1, 8)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        artifact, hit = deploy.convert(bundle, DeploymentConfig("torch", ()), ArtifactCache(tmp_path))
+    assert any(issubclass(w.category, torch.jit.TracerWarning) for w in caught)  # still the user's to see
+    result = deploy.measure(ModelSnapshot.of(bundle), artifact, MeasureSettings(warmup=1, iters=2), cache_hit=hit)
+    notes = result.to_dict()["partitions"]["notes"]
+    assert any("TorchScript kept one branch of a condition on tensor values" in note for note in notes), notes
+    assert result.evaluation.fidelity.top1_agreement < 1.0

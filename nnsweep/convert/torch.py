@@ -263,6 +263,21 @@ def _without_mha_fastpath(needed: bool) -> Iterator[None]:
         torch.backends.mha.set_fastpath_enabled(enabled)
 
 
+def _trace_notes(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The trace's warnings, shown again as they came; a branch on a tensor's value (the
+    trace keeps the branch the example input took, whatever another input would take) is
+    also a note of the partition report, beside the fidelity it explains."""
+    notes = []
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if issubclass(w.category, torch.jit.TracerWarning) and "Python boolean" in str(w.message):
+            notes.append(
+                f"TorchScript kept one branch of a condition on tensor values ({Path(w.filename).name}:{w.lineno}): "
+                "inputs that take the other branch get wrong outputs (see the fidelity)"
+            )
+    return notes
+
+
 class TorchConverter(Converter):
     """Eager PyTorch models as TorchScript: fp32, fp16, and int8 on a quantized engine.
 
@@ -303,7 +318,8 @@ class TorchConverter(Converter):
             else:
                 model = copy.deepcopy(bundle.module).eval()
             dynamic = quant.mode is QuantMode.DYNAMIC_INT8
-            with torch.no_grad(), _without_mha_fastpath(dynamic), warnings.catch_warnings():
+            with torch.no_grad(), _without_mha_fastpath(dynamic), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("default")
                 # torch.jit is deprecated in favour of ExecuTorch; TorchScript is still what Mobile/NNAPI load.
                 warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
                 # strict=False: a model may return a dict of outputs (several heads)
@@ -312,6 +328,7 @@ class TorchConverter(Converter):
                 meta = {"engine": engine if quant.mode.is_int8 else None, "mode": quant.mode.value}
                 path = out_dir / _ARTIFACT
                 torch.jit.save(deployable, str(path), _extra_files={META_FILE: json.dumps(meta)})
+            notes.extend(_trace_notes(caught))
         report = _report(
             deployable, meta["engine"], quantized_input=io.input_scale is not None, order=config.backends, notes=notes
         )
