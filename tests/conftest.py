@@ -126,3 +126,25 @@ def batch_of_one():  # type: ignore[no-untyped-def]
 
     torch.manual_seed(0)
     return load_model(register_live("batch_of_one", BatchOfOne().eval(), torch.randn(1, 3, 6, 6)))
+
+
+@pytest.fixture
+def branch_on_the_sum():  # type: ignore[no-untyped-def]
+    """A fresh seeded model bundle whose forward branches on the input's values
+    (``a(x) if x.sum() > 0 else b(x)``, 1x8 inputs, four outputs): given a batch, the whole
+    batch takes one branch; a TorchScript trace keeps the branch of its example input."""
+    import torch
+
+    from nnsweep.models import load_model, register_live
+
+    class BranchOnTheSum(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(8, 4)
+            self.b = torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x) if x.sum() > 0 else self.b(x)
+
+    torch.manual_seed(0)
+    return load_model(register_live("branch_on_the_sum", BranchOnTheSum().eval(), torch.randn(1, 8)))

@@ -410,23 +410,10 @@ def test_dynamic_int8_says_nothing_of_torchs_quantized_tensor_deprecation(tmp_pa
     assert "quantized tensor creation functions" not in done.stderr
 
 
-class _BranchOnTheSum(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Linear(8, 4)
-        self.b = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a(x) if x.sum() > 0 else self.b(x)
-
-
-def test_a_trace_that_keeps_one_branch_says_so_and_its_fidelity_shows_it(tmp_path: Path) -> None:
+def test_a_trace_that_keeps_one_branch_says_so_and_its_fidelity_shows_it(branch_on_the_sum, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # TorchScript's trace records the branch the example input took; the fp32 reference is
     # each sample's own output (takes_batches), so the inputs of the other branch disagree.
-    from nnsweep.models import load_model, register_live
-
-    torch.manual_seed(0)
-    bundle = load_model(register_live("branch_on_the_sum", _BranchOnTheSum().eval(), torch.randn(1, 8)))
+    bundle = branch_on_the_sum
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         artifact, hit = deploy.convert(bundle, DeploymentConfig("torch", ()), ArtifactCache(tmp_path))

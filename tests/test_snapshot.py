@@ -185,25 +185,11 @@ def test_a_model_of_batch_one_gets_its_fp32_outputs_one_sample_a_call(batch_of_o
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
-class _BranchOnTheSum(torch.nn.Module):
-    """A branch on the input's values: given a batch, the whole batch takes one branch."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = torch.nn.Linear(8, 4)
-        self.b = torch.nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a(x) if x.sum() > 0 else self.b(x)
-
-
-def test_a_model_that_mixes_the_samples_of_a_batch_gets_each_samples_own_output() -> None:
-    from nnsweep.models import register_live
+def test_a_model_that_mixes_the_samples_of_a_batch_gets_each_samples_own_output(branch_on_the_sum) -> None:  # type: ignore[no-untyped-def]
     from nnsweep.models._bundle import takes_batches
     from nnsweep.models._snapshot import reference_outputs
 
-    torch.manual_seed(0)
-    bundle = load_model(register_live("branch_on_the_sum", _BranchOnTheSum().eval(), torch.randn(1, 8)))
+    bundle = branch_on_the_sum
     inputs = torch.from_numpy(bundle.dataset.evaluation.inputs)
     assert len({bool(row.sum() > 0) for row in inputs}) == 2  # both branches among the inputs
     with torch.no_grad():
