@@ -608,6 +608,10 @@ def tokens():
 
 def scripted():
     return torch.jit.trace(torch.nn.Linear(4, 2).eval(), torch.randn(1, 4)), torch.randn(1, 4)
+
+
+def double():
+    return torch.nn.Linear(4, 2).double().eval(), torch.randn(1, 4, dtype=torch.float64)
 """
 
 
@@ -616,6 +620,7 @@ def scripted():
     [
         ("tokens", "must be a float tensor, got torch.int64: nnsweep calibrates and measures models on float inputs"),
         ("scripted", "returned a TorchScript module (TopLevelTracedModule): nnsweep converts through torch.export"),
+        ("double", "the example input is float64; nnsweep deploys float32 models (its fp32 baseline)"),
     ],
 )
 @pytest.mark.parametrize("command", ["bench", "sensitivity"])

@@ -281,6 +281,13 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
             f"{ref}(): the example input must be a float tensor, got {example.dtype}: nnsweep calibrates and "
             "measures models on float inputs (images, audio, features), not integer ones such as token ids",
         )
+    if example.dtype != torch.float32:  # a float64 model met float32 calibration data with a traceback
+        raise SpecError(
+            "model",
+            f"{ref}(): the example input is {str(example.dtype).removeprefix('torch.')}; nnsweep deploys float32 "
+            "models (its fp32 baseline) and makes float16 and int8 itself: give the model and its input as float32 "
+            "(model.float(), example.float())",
+        )
     if example.numel() > MAX_INPUT_ELEMENTS:
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
     net.eval()
