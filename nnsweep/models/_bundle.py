@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -144,12 +145,35 @@ def flatten_outputs(result: Any) -> list[torch.Tensor]:
 def takes_batches(bundle: ModelBundle) -> bool:
     """Whether ``bundle``'s model, given several samples at once, gives each sample the
     output it gives that sample alone (checked on the first :data:`BATCH_PROBE` calibration
-    inputs). Deployed, a model sees one sample a call; nnsweep calls the fp32 model, the
-    calibration and the ranking on batches only when this holds. It does not for a model
-    whose shapes specialise on batch 1 (``torch.flatten(x)``, ``x.view(1, -1)``: a batch
-    fails or gives the wrong number of rows) or whose forward mixes the samples (a branch
-    on ``x.sum()``, statistics over the batch).
+    inputs, once per bundle). Deployed, a model sees one sample a call; nnsweep calls the
+    fp32 model, the calibration and the ranking on batches only when this holds. It does
+    not for a model whose shapes specialise on batch 1 (``torch.flatten(x)``,
+    ``x.view(1, -1)``: a batch fails or gives the wrong number of rows) or whose forward
+    mixes the samples (a branch on ``x.sum()``, statistics over the batch).
     """
+    if bundle not in _TAKES_BATCHES:
+        _TAKES_BATCHES[bundle] = _probe_batches(bundle)
+    return _TAKES_BATCHES[bundle]
+
+
+def outputs_side_by_side(result: Any, samples: int) -> np.ndarray | None:
+    """Every output of one call on ``samples`` samples, one row per sample, side by side (the
+    layout a runner's ``to_float`` gives); ``None`` when an output has no leading dimension
+    of ``samples``."""
+    leaves = flatten_outputs(result)
+    if any(leaf.dim() == 0 or leaf.shape[0] != samples for leaf in leaves):
+        return None
+    return np.concatenate([leaf.reshape(samples, -1).float().numpy() for leaf in leaves], axis=1)
+
+
+BATCH_PROBE = 8
+# Batched and single calls differ by float rounding (another kernel order); a branch taken
+# for the batch instead of the sample differs by the outputs' scale.
+_BATCH_TOLERANCE = 1e-3
+_TAKES_BATCHES: weakref.WeakKeyDictionary[ModelBundle, bool] = weakref.WeakKeyDictionary()
+
+
+def _probe_batches(bundle: ModelBundle) -> bool:
     import torch
 
     probe = torch.from_numpy(bundle.dataset.calibration.inputs[:BATCH_PROBE])
@@ -157,29 +181,15 @@ def takes_batches(bundle: ModelBundle) -> bool:
         return True
     with torch.no_grad():
         try:
-            together = _rows(bundle.module(probe), len(probe))
+            together = outputs_side_by_side(bundle.module(probe), len(probe))
         except Exception:  # the user's model: any failure of a batch means "one sample a call"
             return False
         if together is None:
             return False
-        alone = np.concatenate([_rows(bundle.module(probe[i : i + 1]), 1) for i in range(len(probe))])
-    scale = float(np.abs(alone).max()) or 1.0
-    return bool(np.abs(together - alone).max() <= _BATCH_TOLERANCE * scale)
-
-
-BATCH_PROBE = 8
-# Batched and single calls differ by float rounding (another kernel order); a branch taken
-# for the batch instead of the sample differs by the outputs' scale.
-_BATCH_TOLERANCE = 1e-3
-
-
-def _rows(result: Any, samples: int) -> np.ndarray | None:
-    """Every output of one call, one row per sample side by side; ``None`` when an output has
-    no leading dimension of ``samples``."""
-    leaves = flatten_outputs(result)
-    if any(leaf.dim() == 0 or leaf.shape[0] != samples for leaf in leaves):
-        return None
-    return np.concatenate([leaf.reshape(samples, -1).float().numpy() for leaf in leaves], axis=1)
+        alone = [outputs_side_by_side(bundle.module(probe[i : i + 1]), 1) for i in range(len(probe))]
+    rows = np.concatenate([row for row in alone if row is not None])
+    scale = float(np.abs(rows).max()) or 1.0
+    return bool(np.abs(together - rows).max() <= _BATCH_TOLERANCE * scale)
 
 
 def output_sizes(result: Any, batch: int = 1) -> tuple[int, ...]:

@@ -61,15 +61,18 @@ def reference_outputs(bundle: ModelBundle, inputs: np.ndarray | None = None) -> 
     """
     import torch
 
-    from nnsweep.models._bundle import flatten_outputs, takes_batches
+    from nnsweep.models._bundle import outputs_side_by_side, takes_batches
 
     x = torch.from_numpy(bundle.dataset.evaluation.inputs if inputs is None else inputs)
     batch = _REFERENCE_BATCH if takes_batches(bundle) else 1
     rows = []
     with torch.no_grad():
         for i in range(0, len(x), batch):
-            leaves = flatten_outputs(bundle.module(x[i : i + batch]))
-            rows.append(np.concatenate([o.reshape(len(o), -1).float().numpy() for o in leaves], axis=1))
+            chunk = x[i : i + batch]
+            row = outputs_side_by_side(bundle.module(chunk), len(chunk))
+            if row is None:  # the loader checked batch 1, takes_batches bigger ones
+                raise ValueError(f"{bundle.name}: an output has no batch dimension of {len(chunk)}")
+            rows.append(row)
     return np.concatenate(rows)
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "quantizable_layers",
     "reference_outputs",
     "score_outputs",
+    "scored_output",
     "torch_fx_evaluator",
 ]
 
@@ -246,6 +247,19 @@ def score_outputs(outputs: np.ndarray, reference: np.ndarray, split: Split) -> S
     return Score(accuracy, evaluate(out, reference, None).fidelity.sqnr_db)
 
 
+def scored_output(
+    module: Callable[[torch.Tensor], object], x: torch.Tensor, bundle: ModelBundle, batched: bool
+) -> torch.Tensor:
+    """``module``'s scored output (the dataset's ``accuracy_output``) on ``x``: in one call,
+    or one sample a call when the model does not take batches."""
+    import torch
+
+    from nnsweep.models._bundle import flatten_outputs
+
+    chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
+    return torch.cat([flatten_outputs(module(c))[bundle.dataset.accuracy_output] for c in chunks])
+
+
 def onnxruntime_evaluator(
     bundle: ModelBundle, split: Split, per_channel: bool = False, reference: np.ndarray | None = None
 ) -> Evaluator:
@@ -301,7 +315,7 @@ def torch_fx_evaluator(
     from nnsweep.convert.fx import convert_quietly
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import flatten_outputs, takes_batches
+    from nnsweep.models._bundle import takes_batches
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
@@ -314,8 +328,7 @@ def torch_fx_evaluator(
     batched = takes_batches(bundle)  # else one sample a call
 
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
-        return torch.cat([flatten_outputs(module(c))[bundle.dataset.accuracy_output] for c in chunks])
+        return scored_output(module, x, bundle, batched)
 
     def evaluate(keep: frozenset[str]) -> Score:
         previous = torch.backends.quantized.engine

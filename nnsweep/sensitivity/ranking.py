@@ -44,6 +44,7 @@ from nnsweep.sensitivity.rank import (
     quantizable_layers,
     reference_outputs,
     score_outputs,
+    scored_output,
 )
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def _pt2e_evaluator(
     from nnsweep.convert._base import printed_to_debug_log
     from nnsweep.convert.pt2e import export, untie_shared_parameters
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
-    from nnsweep.models._bundle import flatten_outputs, takes_batches
+    from nnsweep.models._bundle import takes_batches
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
@@ -238,9 +239,7 @@ def _pt2e_evaluator(
         return litert_quantizer(quant, symmetric_activations=runtime == "armnn")
 
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
-        outs = [module(c) for c in chunks]
-        return torch.cat([flatten_outputs(o)[bundle.dataset.accuracy_output] for o in outs])
+        return scored_output(module, x, bundle, batched)
 
     def evaluate(keep: frozenset[str]) -> Score:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
