@@ -592,18 +592,13 @@ _MODELS_NNSWEEP_CANNOT_TAKE = """
 import torch
 
 
-class Tokens(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(100, 8)
-        self.fc = torch.nn.Linear(8, 3)
-
+class OneHot(torch.nn.Module):
     def forward(self, ids):
-        return self.fc(self.emb(ids).mean(1))
+        return torch.nn.functional.one_hot(ids, 10).float().sum(1)
 
 
-def tokens():
-    return Tokens(), torch.randint(0, 100, (1, 6))
+def one_hot():
+    return OneHot(), torch.randint(0, 10, (1, 6))
 
 
 def scripted():
@@ -618,7 +613,7 @@ def double():
 @pytest.mark.parametrize(
     ("builder", "text"),
     [
-        ("tokens", "must be a float tensor, got torch.int64: nnsweep calibrates and measures models on float inputs"),
+        ("one_hot", "takes integer inputs but has no nn.Embedding, so nnsweep cannot tell which values are valid"),
         ("scripted", "returned a TorchScript module (TopLevelTracedModule): nnsweep converts through torch.export"),
         ("double", "the example input is float64; nnsweep deploys float32 models (its fp32 baseline)"),
     ],

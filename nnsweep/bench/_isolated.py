@@ -22,7 +22,7 @@ import numpy as np
 from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing
 from nnsweep.bench._machine_lock import MachineLock
-from nnsweep.bench._native_log import executorch_failure
+from nnsweep.bench._native_log import error_name, executorch_failure
 from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
@@ -35,6 +35,13 @@ log = logging.getLogger(__name__)
 
 def _tail(text: str, lines: int = 6) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _as_saved(inputs: np.ndarray) -> np.ndarray:
+    """The inputs as the measuring process reads them: float32, or token ids as they are."""
+    if np.issubdtype(inputs.dtype, np.integer):
+        return np.ascontiguousarray(inputs)
+    return np.ascontiguousarray(inputs, dtype=np.float32)
 
 
 def measure_in_subprocess(
@@ -67,7 +74,7 @@ def measure_in_subprocess(
     lock = lock or MachineLock()
     with tempfile.TemporaryDirectory(prefix="nnsweep-bench-") as tmp:
         work = Path(tmp)
-        np.save(work / "inputs.npy", np.ascontiguousarray(inputs, dtype=np.float32))
+        np.save(work / "inputs.npy", _as_saved(inputs))
         request = {
             "runtime": runtime,
             "artifact": str(artifact),
@@ -143,8 +150,9 @@ def _read_result(runtime: str, work: Path, returncode: int, stderr: str) -> tupl
         raise BenchmarkError(f"benchmark process exited with {returncode}: {_tail(stderr)}")
     result = json.loads(result_file.read_text())
     if "error" in result:
-        said = executorch_failure(stderr) if runtime == "executorch" else ""
-        raise BenchmarkError(
-            f"{result['error']}: {result['message']}" + (f" (ExecuTorch's log: {said})" if said else "")
-        )
+        message = result["message"]
+        if runtime == "executorch":
+            name, said = error_name(message), executorch_failure(stderr)
+            message += (f" ({name})" if name else "") + (f" (ExecuTorch's log: {said})" if said else "")
+        raise BenchmarkError(f"{result['error']}: {message}")
     return Timing.from_dict(result["timing"]), np.load(work / "outputs.npy")

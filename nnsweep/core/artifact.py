@@ -38,9 +38,16 @@ class IOSpec:
         return cls(**data)
 
     def prepare_input(self, x: np.ndarray) -> np.ndarray:
-        """Float input -> what the deployed model takes (quantized for ``full``)."""
+        """Float input -> what the deployed model takes (quantized for ``full``).
+
+        Token ids (an integer ``x``) stay integers: a model takes them at the width it was
+        exported with, which :attr:`input_dtype` does not record (LiteRT's int32 input
+        is its runner's to cast to).
+        """
         import numpy as np
 
+        if np.issubdtype(np.asarray(x).dtype, np.integer):
+            return np.ascontiguousarray(x)
         if self.input_scale is None:
             return np.ascontiguousarray(x, dtype=self.input_dtype)
         info = np.iinfo(self.input_dtype)

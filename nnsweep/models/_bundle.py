@@ -18,7 +18,8 @@ __all__ = ["Dataset", "ModelBundle", "Split", "flatten_outputs", "module_digest"
 
 @dataclass(frozen=True)
 class Split:
-    """Inputs (N, ...) float32, and labels (N,) int64 where the data is labelled."""
+    """Inputs (N, ...) float32 (int32 or int64 token ids for a model that takes them), and
+    labels (N,) int64 where the data is labelled."""
 
     inputs: np.ndarray
     labels: np.ndarray | None = None

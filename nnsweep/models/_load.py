@@ -17,9 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nnsweep.core.errors import SpecError
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest, output_sizes
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
+from nnsweep.models._token_ids import ID_DTYPES, synthetic_ids, vocabulary
 
 __all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
 
@@ -180,6 +183,19 @@ def _synthetic_data(shape: tuple[int, ...]) -> tuple[Any, Dataset]:
     return torch.from_numpy(ev[:1].copy()), Dataset(calibration=Split(cal), evaluation=Split(ev))
 
 
+def _check_input_dtypes(ref: str, example: Any, dataset: Dataset) -> None:
+    """Every split's inputs have the example input's dtype (what each artifact takes)."""
+    want = np.dtype(str(example.dtype).removeprefix("torch."))
+    splits = {"calibration": dataset.calibration, "evaluation": dataset.evaluation, "train": dataset.train}
+    for name, split in splits.items():
+        if split is not None and split.inputs.dtype != want:
+            raise SpecError(
+                "model",
+                f"{ref}(): the Dataset's {name} inputs are {split.inputs.dtype} but the example input is {want}; "
+                f"give them as {want} (array.astype(np.{want}))",
+            )
+
+
 def _recalibrate_batchnorm(module: Any, inputs: Any) -> None:
     """Re-estimate BatchNorm statistics on ``inputs``.
 
@@ -275,13 +291,14 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         )
     if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
-    if not example.is_floating_point():
+    token_ids = str(example.dtype).removeprefix("torch.") in ID_DTYPES
+    if not token_ids and not example.is_floating_point():
         raise SpecError(
             "model",
-            f"{ref}(): the example input must be a float tensor, got {example.dtype}: nnsweep calibrates and "
-            "measures models on float inputs (images, audio, features), not integer ones such as token ids",
+            f"{ref}(): the example input is {str(example.dtype).removeprefix('torch.')}; nnsweep deploys models "
+            "that take float32 (images, audio, features) or int32/int64 token ids",
         )
-    if example.dtype != torch.float32:  # a float64 model met float32 calibration data with a traceback
+    if not token_ids and example.dtype != torch.float32:  # float64 met float32 calibration data with a traceback
         raise SpecError(
             "model",
             f"{ref}(): the example input is {str(example.dtype).removeprefix('torch.')}; nnsweep deploys float32 "
@@ -292,8 +309,18 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
     net.eval()
     sizes = check_forward(ref, net, example)
-    if dataset is None:
+    if dataset is None and token_ids:
+        dataset = synthetic_ids(
+            tuple(example.shape),
+            np.dtype(str(example.dtype).removeprefix("torch.")),
+            vocabulary(ref, net),
+            _SYNTHETIC_CALIBRATION,
+            _SYNTHETIC_EVALUATION,
+        )
+        example = torch.from_numpy(dataset.evaluation.inputs[:1].copy())
+    elif dataset is None:
         example, dataset = _synthetic_data(tuple(example.shape))
+    _check_input_dtypes(ref, example, dataset)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
