@@ -23,6 +23,7 @@ from torch import nn
 
 from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter, quant_settings
+from nnsweep.convert.half import HalfPrecision
 from nnsweep.convert.lowering import lower
 from nnsweep.convert.partition import LimitedPartitioner, report_from_program
 from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
@@ -44,21 +45,6 @@ def _xnnpack_partitioner(quant: QuantConfig) -> Partitioner:
 
 
 _PARTITIONERS: dict[str, Callable[[QuantConfig], Partitioner]] = {"xnnpack": _xnnpack_partitioner}
-
-
-class _HalfPrecision(nn.Module):
-    """Runs the model in fp16 behind a float32 interface (so every fp16 artifact
-    takes and returns float32, like ONNX Runtime's ``keep_io_types``)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model.half()
-
-    def forward(self, x: torch.Tensor) -> Any:
-        from torch.utils import _pytree
-
-        # Every output back to float32, whatever the structure (a tuple or dict of outputs).
-        return _pytree.tree_map(lambda t: t.float(), self.model(x.half()))
 
 
 def xnnpack_quantizer(quant: QuantConfig) -> Any:
@@ -139,7 +125,7 @@ def _float_conv1d_paths(model: nn.Module, keep_float: tuple[str, ...]) -> list[s
 def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
     model: nn.Module
     if quant.mode is QuantMode.FP16:
-        model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
+        model = HalfPrecision(copy.deepcopy(bundle.module)).eval()
     elif quant.mode.is_int8:
         if _float_conv1d_paths(bundle.module, quant.float_layers):  # a copy only where one is rewritten
             source = copy.deepcopy(bundle.module).eval()

@@ -125,6 +125,11 @@ def _engine_mapping(default_mapping: Callable[[str], Any], engine: str, qconfig:
     for key, entry in list(mapping.object_type_qconfigs.items()):
         if entry is not None and (entry.activation is engines or entry.activation is HistogramObserver):
             mapping.set_object_type(key, QConfig(activation=qconfig.activation, weight=entry.weight))
+    # An embedding's table stays float: torch quantizes one only weight-only with float
+    # qparams (QAT asserted "Embedding weights requires a qscheme of
+    # per_channel_affine_float_qparams"); a token-id model is quantized after the lookup.
+    for embedding in (torch.nn.Embedding, torch.nn.EmbeddingBag):
+        mapping.set_object_type(embedding, None)
     return mapping.set_global(qconfig)
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import logging
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ from nnsweep.bench.runners.torch import META_FILE, pick_engine
 from nnsweep.convert import float_fallback
 from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.fx import no_quantized_tensor_deprecation, quantize_fx, quantized_engine, strip_io_quantization
+from nnsweep.convert.half import HalfPrecision
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
@@ -58,6 +60,7 @@ from nnsweep.models import ModelBundle
 
 __all__ = ["TorchConverter"]
 
+_log = logging.getLogger(__name__)
 _ARTIFACT = "model.pt"
 _QUANTIZE_OPS = frozenset({"aten::quantize_per_tensor", "aten::quantize_per_channel"})
 _DEQUANTIZE_OPS = frozenset({"aten::dequantize"})
@@ -70,20 +73,6 @@ _FLOAT_OUT_QUANTIZED_OPS = frozenset(
         "quantized::linear_relu_dynamic_fp16",
     }
 )
-
-
-class _HalfPrecision(nn.Module):
-    """``model`` in fp16 behind a float32 interface (input cast to half, output back to float)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model.half()
-
-    def forward(self, x: torch.Tensor) -> Any:
-        from torch.utils import _pytree
-
-        # Every output back to float32, whatever the structure (a tuple or dict of outputs).
-        return _pytree.tree_map(lambda t: t.float(), self.model(x.half()))
 
 
 def _nodes(block: torch._C.Graph | torch._C.Block) -> Iterator[torch._C.Node]:
@@ -266,9 +255,18 @@ def _without_mha_fastpath(needed: bool) -> Iterator[None]:
 def _trace_notes(caught: list[warnings.WarningMessage]) -> list[str]:
     """The trace's warnings, shown again as they came; a branch on a tensor's value (the
     trace keeps the branch the example input took, whatever another input would take) is
-    also a note of the partition report, beside the fidelity it explains."""
+    also a note of the partition report, beside the fidelity it explains.
+
+    Warnings raised in PyTorch's own code go to the debug log: there the trace turns
+    shape checks into conditions (``nn.MultiheadAttention`` asserts that key and value
+    shapes agree), which hold for every input of the example's shape.
+    """
     notes = []
+    torch_code = Path(torch.__file__).parent
     for w in caught:
+        if Path(w.filename).is_relative_to(torch_code):
+            _log.debug("%s:%s: %s", w.filename, w.lineno, w.message)
+            continue
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         if issubclass(w.category, torch.jit.TracerWarning) and "Python boolean" in str(w.message):
             notes.append(
@@ -307,7 +305,7 @@ class TorchConverter(Converter):
         model: nn.Module
         with quantized_engine(engine or torch.backends.quantized.engine):
             if quant.mode is QuantMode.FP16:
-                model = _HalfPrecision(copy.deepcopy(bundle.module)).eval()
+                model = HalfPrecision(copy.deepcopy(bundle.module)).eval()
             elif quant.mode is QuantMode.DYNAMIC_INT8:
                 model = _quantize_dynamic(bundle, quant)
             elif quant.mode.is_static and engine is not None:
