@@ -39,6 +39,7 @@ from nnsweep.convert._base import (
     native_stderr_to_debug_log,
     printed_to_debug_log,
     quant_settings,
+    toolchain_records_to_debug_log,
 )
 from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.convert.pt2e import calibrated
@@ -50,6 +51,7 @@ from nnsweep.models import ModelBundle
 __all__ = ["LiteRTConverter", "export_tflite", "litert_quantizer"]
 
 _FILENAME = "model.tflite"
+_X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
 _log = logging.getLogger(__name__)
 _OBSERVERS = {Calibration.MINMAX: MinMaxObserver, Calibration.HISTOGRAM: HistogramObserver}
 
@@ -119,7 +121,9 @@ def export_tflite(
 
     def build(directory: Path) -> None:
         try:
-            with printed_to_debug_log(_log, "litert-torch"):
+            # Token ids (int64 in torch) become int32 in the .tflite, and litert-torch warns;
+            # the runner feeds the width the model takes.
+            with printed_to_debug_log(_log, "litert-torch"), toolchain_records_to_debug_log(_log, _X64_NOTE):
                 _convert(bundle, quant, symmetric_activations).export(str(directory / _FILENAME))
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
             version = metadata.version("litert-torch")
@@ -131,6 +135,10 @@ def export_tflite(
     settings = {"quant": quant_settings(quant), "symmetric_activations": symmetric_activations and quant.mode.is_static}
     with (stages or Stages()).stage("litert.tflite", settings, build) as directory:
         shutil.copyfile(directory / _FILENAME, path)
+    if quant.mode is QuantMode.DYNAMIC_INT8:
+        model = tflite.load(path)
+        if tflite.symmetric_embedding_tables(model):
+            tflite.save(model, path)
     if not quant.mode.is_static:  # fp32 and dynamic-range models take and return float32
         return IOSpec()
     model = tflite.load(path)

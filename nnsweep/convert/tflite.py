@@ -10,6 +10,9 @@ read and write the model, so no TensorFlow is needed:
   ``full`` interface); a ``QUANTIZE`` at the input and a ``DEQUANTIZE`` at each
   output make them take and return float32 (``core``), as TensorFlow's converter
   builds int8 models by default.
+- :func:`symmetric_embedding_tables`: the converter's dynamic-range mode quantizes an
+  embedding's table asymmetrically, which LiteRT's ``EMBEDDING_LOOKUP`` refuses at load
+  ("zero_point == 0 was not true"); requantize it symmetrically.
 - :func:`int8_io`: the quantization of a ``full`` model's input and output.
 - :func:`operators`: the operator names in execution order.
 """
@@ -25,10 +28,20 @@ from ai_edge_litert import schema_py_generated as schema
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 
-__all__ = ["add_fully_connected_bias", "float_interface", "int8_io", "load", "operators", "save"]
+__all__ = [
+    "add_fully_connected_bias",
+    "float_interface",
+    "int8_io",
+    "load",
+    "operators",
+    "save",
+    "symmetric_embedding_tables",
+]
 
 _IDENTIFIER = b"TFL3"
 _OP_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+# What a model input may be and need no QUANTIZE in front: float, or token ids.
+_UNQUANTIZED_INPUTS = (schema.TensorType.FLOAT32, schema.TensorType.INT32, schema.TensorType.INT64)
 _NUMPY_OF = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8}
 
 
@@ -135,6 +148,37 @@ def add_fully_connected_bias(model: schema.ModelT) -> int:
     return fixed
 
 
+def symmetric_embedding_tables(model: schema.ModelT) -> int:
+    """Requantize every int8 ``EMBEDDING_LOOKUP`` table with a non-zero zero point to
+    symmetric int8 (zero point 0, scale ``max|w| / 127`` per tensor or per quantized
+    dimension, as it was); return how many. The table is dequantized and rounded again,
+    which costs at most half a new step per value."""
+    subgraph = model.subgraphs[0]
+    fixed = 0
+    for op in subgraph.operators:
+        if _code(model, op) != schema.BuiltinOperator.EMBEDDING_LOOKUP or len(op.inputs) < 2:
+            continue
+        table = subgraph.tensors[int(op.inputs[1])]
+        q, scales = table.quantization, _scales(table)
+        if table.type != schema.TensorType.INT8 or scales is None or q.zeroPoint is None or not np.any(q.zeroPoint):
+            continue
+        buffer = model.buffers[table.buffer]
+        values = np.frombuffer(np.asarray(buffer.data, dtype=np.uint8).tobytes(), dtype=np.int8)
+        values = values.reshape(tuple(int(d) for d in table.shape)).astype(np.float64)
+        axis = int(q.quantizedDimension or 0) if len(scales) > 1 else None
+        shape = [-1 if d == axis else 1 for d in range(values.ndim)]
+        zero = np.asarray(q.zeroPoint, dtype=np.float64)
+        weights = (values - zero.reshape(shape)) * scales.reshape(shape)
+        reduce = tuple(d for d in range(values.ndim) if d != axis)
+        new_scales = np.maximum(np.abs(weights).max(axis=reduce), np.finfo(np.float32).tiny) / 127.0
+        requantized = np.clip(np.round(weights / np.reshape(new_scales, shape)), -127, 127).astype(np.int8)
+        buffer.data = np.frombuffer(requantized.tobytes(), dtype=np.uint8)
+        q.scale = np.atleast_1d(new_scales).astype(np.float32)
+        q.zeroPoint = np.zeros(len(q.scale), dtype=np.int64)
+        fixed += 1
+    return fixed
+
+
 def _io_tensor(subgraph: schema.SubGraphT, index: int, what: str) -> tuple[schema.TensorT, float, int]:
     tensor = subgraph.tensors[index]
     scales = _scales(tensor)
@@ -195,12 +239,13 @@ def float_interface(model: schema.ModelT) -> None:
     q_in = int(subgraph.inputs[0])
     # An end already float (a first or last layer kept in float, quant.float_layers) stays as it is.
     q_outs = [int(t) for t in subgraph.outputs if subgraph.tensors[int(t)].type != schema.TensorType.FLOAT32]
-    float_input = subgraph.tensors[q_in].type == schema.TensorType.FLOAT32
-    if not float_input:
+    # A float input (its first layer kept in float) or token ids (an embedding's lookup)
+    plain_input = subgraph.tensors[q_in].type in _UNQUANTIZED_INPUTS
+    if not plain_input:
         _io_tensor(subgraph, q_in, "input")
     for q_out in q_outs:
         _io_tensor(subgraph, q_out, "output")
-    f_in = q_in if float_input else _float_twin(subgraph, q_in, "quantized")
+    f_in = q_in if plain_input else _float_twin(subgraph, q_in, "quantized")
     # Version 2 of QUANTIZE and DEQUANTIZE is the one for int8 (version 1: uint8).
     quantize = schema.OperatorT()
     quantize.opcodeIndex = _opcode(model, schema.BuiltinOperator.QUANTIZE, 2)
@@ -215,7 +260,7 @@ def float_interface(model: schema.ModelT) -> None:
         dequantize.inputs = np.array([q_out], dtype=np.int32)
         dequantize.outputs = np.array([twins[q_out]], dtype=np.int32)
         dequantizes.append(dequantize)
-    subgraph.operators = [*([] if float_input else [quantize]), *subgraph.operators, *dequantizes]
+    subgraph.operators = [*([] if plain_input else [quantize]), *subgraph.operators, *dequantizes]
     subgraph.inputs = np.array([f_in], dtype=np.int32)
     subgraph.outputs = np.array([twins.get(int(q), int(q)) for q in subgraph.outputs], dtype=np.int32)
     for signature in model.signatureDefs or ():
