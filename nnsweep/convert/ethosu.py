@@ -114,6 +114,13 @@ def convert_ethos_u(
     if config.quant.float_layers:
         raise ConversionError("the Ethos-U NPU runs int8 only: no layer can stay float on it (quant.float_layers)")
     target = config.backends[0]
+    if not bundle.example_input.is_floating_point():
+        # The Arm passes cast the ids to int32 and leave the lookup (aten.index_select) to the
+        # CPU, which Vela does not estimate: refused before the conversion, not after it.
+        raise ConversionError(
+            f"the model takes token ids ({str(bundle.example_input.dtype).removeprefix('torch.')}); their "
+            f"embedding lookup runs on the CPU beside {target}, and Vela estimates NPU partitions only"
+        )
     with tempfile.TemporaryDirectory(prefix="nnsweep-vela-") as tmp:
         intermediates = Path(tmp)
         spec = EthosUCompileSpec(target).dump_intermediate_artifacts_to(str(intermediates))

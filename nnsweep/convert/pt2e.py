@@ -5,9 +5,12 @@ quantized interface. Imported by :mod:`nnsweep.convert.executorch` and
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import itertools
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -175,9 +178,10 @@ def calibrated(
     """
     if quant.mode.is_static and takes_batches(bundle):
         try:
-            graph = export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
-            prepared = prepare(graph)
-            _calibrate(prepared, calibration_samples(bundle, quant), QuantConfig.CALIBRATION_BATCH_SIZE)
+            with _attempt_to_debug_log():
+                graph = export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
+                prepared = prepare(graph)
+                _calibrate(prepared, calibration_samples(bundle, quant), QuantConfig.CALIBRATION_BATCH_SIZE)
             return prepared
         except Exception as exc:  # toolchain code: any failure of the batched path means "one at a time"
             log.debug("calibrating one sample a call: the batched export or call failed (%s)", exc)
@@ -185,6 +189,25 @@ def calibrated(
     samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
     _calibrate(prepared, samples, 1)
     return prepared
+
+
+@contextlib.contextmanager
+def _attempt_to_debug_log() -> Iterator[None]:
+    """The batched calibration is an attempt with a fallback: what the toolchain warns or
+    writes to ``sys.stderr`` in it goes to the debug log. A quantizer's passes that build
+    reshapes from the symbolic batch size warn ("Raw SymInt value"), and torch's FX module
+    prints the generated code around the failing line before raising (ExecuTorch's Arm
+    quantizer on a token-id model printed 20 lines): neither happens at batch 1."""
+    written = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(written):
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                log.debug("batched calibration: %s: %s", w.category.__name__, w.message)
+            if written.getvalue():
+                log.debug("batched calibration wrote to stderr: %s", written.getvalue()[-2000:])
 
 
 def _calibrate(prepared: nn.Module, samples: Iterator[torch.Tensor], batch: int) -> None:
