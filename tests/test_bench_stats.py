@@ -171,3 +171,23 @@ def test_executorchs_log_gives_the_first_and_last_failure_and_skips_start_up_noi
     )
     assert executorch_failure("[method.cpp:1] loaded\nplain text failed\n") == ""
     assert len(executorch_failure("[a.cpp:1] failed " + "x" * 1000, limit=100)) == 100
+    # A delegate this build lacks: logged without "failed", then the load fails with 0x20.
+    assert executorch_failure("[method.cpp:85] Backend EthosUBackend is not registered.\n") == (
+        "Backend EthosUBackend is not registered."
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "name"),
+    [
+        ("Failed to load method forward, error: 0x:20", "NotFound"),
+        ("method->execute() failed with error 0x12", "InvalidArgument"),
+        ("Failed to load method forward, error: 0x:1", "Internal"),
+        ("method->execute() failed with error 0x7f", ""),
+        ("no code here", ""),
+    ],
+)
+def test_an_executorch_error_code_is_named(message: str, name: str) -> None:
+    from nnsweep.bench._native_log import error_name
+
+    assert error_name(message) == name
