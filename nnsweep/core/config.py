@@ -25,7 +25,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from nnsweep.core.errors import SpecError
 from nnsweep.core.quant import Calibration, Granularity, Interface, PartitionLimits, QuantConfig, QuantMode
@@ -40,6 +40,27 @@ __all__ = [
     "QuantMode",
     "canonical_json",
 ]
+
+
+_Part = TypeVar("_Part", QuantConfig, PartitionLimits)
+
+
+def _part(name: str, value: Any, part_cls: type[_Part]) -> _Part:
+    """``value`` as ``part_cls`` (a :class:`QuantConfig` or :class:`PartitionLimits`): itself, or
+    built from a mapping of its fields.
+
+    Raises:
+        SpecError: ``value`` is neither, or the mapping has a field ``part_cls`` lacks.
+    """
+    if isinstance(value, part_cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise SpecError(name, f"must be a mapping, got {value!r}")
+    allowed = {f.name for f in dataclasses.fields(part_cls)}  # type: ignore[arg-type]
+    extra = sorted(set(value) - allowed)
+    if extra:
+        raise SpecError(f"{name}.{extra[0]}", f"unknown field; allowed: {', '.join(sorted(allowed))}")
+    return part_cls(**value)
 
 
 @dataclass(frozen=True)
@@ -68,6 +89,9 @@ class DeploymentConfig:
     def __post_init__(self) -> None:
         from nnsweep.core import runtimes  # runtimes declares capabilities in terms of this module
 
+        # A mapping (``quant={"mode": "static_int8"}`` from the Python API) is read as from_dict does.
+        object.__setattr__(self, "quant", _part("quant", self.quant, QuantConfig))
+        object.__setattr__(self, "partitions", _part("partitions", self.partitions, PartitionLimits))
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
             raise SpecError("threads", f"must be an integer >= 1, got {self.threads!r}")
         if isinstance(self.backends, str) or not all(isinstance(b, str) for b in self.backends):
@@ -112,20 +136,11 @@ class DeploymentConfig:
             raise SpecError(unknown[0], f"unknown field; allowed: {', '.join(sorted(known))}")
         if "runtime" not in data:
             raise SpecError("runtime", "is required")
-        quant = data.get("quant") or {}
-        parts = data.get("partitions") or {}
-        for name, sub, sub_cls in (("quant", quant, QuantConfig), ("partitions", parts, PartitionLimits)):
-            if not isinstance(sub, Mapping):
-                raise SpecError(name, f"must be a mapping, got {sub!r}")
-            allowed = {f.name for f in dataclasses.fields(sub_cls)}
-            extra = sorted(set(sub) - allowed)
-            if extra:
-                raise SpecError(f"{name}.{extra[0]}", f"unknown field; allowed: {', '.join(sorted(allowed))}")
         return cls(
             runtime=data["runtime"],
             backends=tuple(data.get("backends") or ()),
-            quant=QuantConfig(**quant),
-            partitions=PartitionLimits(**parts),
+            quant=_part("quant", data.get("quant") or {}, QuantConfig),
+            partitions=_part("partitions", data.get("partitions") or {}, PartitionLimits),
             threads=data.get("threads", 1),
         )
 
