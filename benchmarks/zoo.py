@@ -40,9 +40,10 @@ MODELS = {
     "encoder": f"{USER_MODELS}:encoder",
     "buffer_mlp": f"{USER_MODELS}:buffer_mlp",
     "two_heads": f"{USER_MODELS}:two_heads",
+    "text_classifier": f"{USER_MODELS}:text_classifier",
 }
 # resnet18 is opt-in: its row adds about 6 minutes on 2 cores (docs/coverage.md).
-DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads")
+DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads", "text_classifier")
 MODES = ("fp32", "fp16", "dynamic_int8", "static_int8")
 
 

@@ -4,7 +4,7 @@ Each function returns ``(module, example_input)`` the way a user's model file wo
 data, so ``nnsweep bench`` evaluates fidelity against the fp32 model on seeded inputs.
 They are the shapes that broke conversions before: attention layers (torch dynamic int8),
 a constant multiplier registered as an expanded buffer (a stride-0 tensor ExecuTorch
-refused), and a model with two outputs.
+refused), a model with two outputs, and a text classifier that takes token ids.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 SEQ, D_MODEL = 16, 32
+VOCAB = 1000
 
 
 class _Encoder(nn.Module):
@@ -26,6 +27,21 @@ class _Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(x).mean(dim=1))
+
+
+class _TextClassifier(nn.Module):
+    """Token ids ``(1, SEQ)`` int64 -> an ``nn.Embedding`` of ``VOCAB`` with learned positions,
+    one transformer encoder layer, the mean over tokens, a linear head (4 classes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, D_MODEL)
+        self.position = nn.Parameter(torch.randn(1, SEQ, D_MODEL) * 0.1)
+        self.layer = nn.TransformerEncoderLayer(D_MODEL, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(D_MODEL, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(self.embed(ids) + self.position).mean(dim=1))
 
 
 class _BufferMLP(nn.Module):
@@ -80,3 +96,8 @@ def buffer_mlp() -> tuple[nn.Module, torch.Tensor]:
 def two_heads() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return _TwoHeads().eval(), torch.randn(1, 3, 32, 32)
+
+
+def text_classifier() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return _TextClassifier().eval(), torch.randint(0, VOCAB, (1, SEQ))
