@@ -76,6 +76,26 @@ def test_a_one_value_output_is_compared_by_its_class_not_an_argmax_that_is_alway
     assert evaluate(np.array([[1.0], [-1.0], [1.0], [-1.0]]), logits, None).fidelity.top1_agreement == 1.0
 
 
+def test_a_dense_output_is_compared_position_by_position_not_by_one_argmax_over_all() -> None:
+    # A segmentation's (classes=3, H=2, W=2) per sample, flattened as runners give it.
+    rng = np.random.default_rng(0)
+    reference = rng.normal(size=(4, 3, 2, 2))
+    deployed = reference.copy()
+    deployed[0, :, 0, 0] = [0.0, 0.0, 0.0]
+    deployed[0, 2, 0, 0] = 9.0  # one pixel of one sample takes class 2
+    flat_out, flat_ref = deployed.reshape(4, -1), reference.reshape(4, -1)
+    moved = float(reference[0, :, 0, 0].argmax() != 2)
+    per_pixel = evaluate(flat_out, flat_ref, None, positions=(4,)).fidelity.top1_agreement
+    assert per_pixel == 1.0 - moved / 16  # one of 16 pixels, not one of 4 samples
+    labels = reference.argmax(axis=1)  # (N, H, W) labels, one per pixel
+    assert evaluate(flat_ref, flat_ref, labels, positions=(4,)).accuracy == 1.0
+    with pytest.raises(ValueError, match="labels have 1 classes per sample, the output 4"):
+        evaluate(flat_ref, flat_ref, labels[:, 0, 0], positions=(4,))
+    # One value per pixel (a binary mask's logit): its sign, pixel by pixel.
+    mask = np.array([[0.5, -0.5, 0.2, -0.1]])
+    assert evaluate(np.array([[0.4, -0.6, -0.1, -0.2]]), mask, None, positions=(4,)).fidelity.top1_agreement == 0.75
+
+
 def test_nan_outputs_and_shape_mismatch_are_errors() -> None:
     ref = np.ones((2, 3))
     with pytest.raises(ValueError, match="NaN"):

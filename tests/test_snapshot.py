@@ -57,6 +57,34 @@ def test_a_snapshot_is_found_until_a_file_the_load_read_changes(tmp_path: Path) 
     assert store.lookup(recipe) is None
 
 
+SEGMENTATION = """
+import torch
+
+
+def build():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(5, 4, 1))
+    return net.eval(), torch.randn(1, 3, 6, 8)
+"""
+
+
+def test_a_dense_output_has_a_class_at_each_pixel_kept_with_the_snapshot(tmp_path: Path) -> None:
+    import torch
+
+    from nnsweep.models import class_positions
+
+    assert class_positions((torch.zeros(1, 10), torch.zeros(1, 4, 6, 8), torch.zeros(1, 7, 12))) == (1, 48, 1)
+    (tmp_path / "seg.py").write_text(SEGMENTATION)
+    ref = f"{tmp_path}/seg.py:build"
+    store = SnapshotStore(tmp_path / "models")
+    recipe = store.recipe(ref, None, None)
+    assert recipe is not None
+    bundle, snap = store.load(ref, recipe, lambda: load_model(ref))
+    kept = store.lookup(recipe)
+    assert bundle.positions == snap.positions == (48,)
+    assert kept is not None and kept.positions == (48,) and kept.outputs == (4 * 48,)
+
+
 def test_a_torn_or_missing_snapshot_means_loading_the_model(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
     snap = ModelSnapshot("m", "d" * 64, Split(np.zeros((2, 3), np.float32)), np.ones((2, 4), np.float32), (4,))

@@ -240,6 +240,7 @@ def assemble(
             model.evaluation.labels,
             sizes=model.outputs or None,
             accuracy_output=model.accuracy_output,
+            positions=model.positions or None,
         )
     except ValueError as exc:
         raise BenchmarkError(f"unusable outputs: {exc}") from exc

@@ -62,6 +62,7 @@ def evaluate(
     *,
     sizes: tuple[int, ...] | None = None,
     accuracy_output: int = 0,
+    positions: tuple[int, ...] | None = None,
 ) -> Evaluation:
     """Compare deployed ``outputs`` (N, classes) with the fp32 ``reference`` and ``labels``.
 
@@ -71,6 +72,8 @@ def evaluate(
         labels: (N,) class labels, or ``None``.
         sizes: per-sample size of each output (``None``: one output).
         accuracy_output: which output's argmax is compared with ``labels``.
+        positions: each output's class positions (:func:`predicted_classes`; ``None``: one
+            per sample); ``labels`` then have that many per sample.
 
     Raises:
         ValueError: shapes differ, or outputs contain NaN/inf.
@@ -84,40 +87,65 @@ def evaluate(
     widths = tuple(sizes) if sizes else (out.shape[1],)
     if sum(widths) != out.shape[1]:
         raise ValueError(f"deployed outputs have {out.shape[1]} values per sample, the model's outputs {sum(widths)}")
+    places = tuple(positions) if positions else (1,) * len(widths)
     bounds = np.cumsum((0, *widths))
-    parts = [_fidelity(out[:, a:b], ref[:, a:b]) for a, b in itertools.pairwise(bounds)]
-    first = out[:, bounds[accuracy_output] : bounds[accuracy_output + 1]]
-    accuracy = None if labels is None else float(np.mean(predicted_classes(first) == np.asarray(labels)))
+    if len(places) != len(widths):
+        raise ValueError(f"{len(places)} class positions for {len(widths)} outputs")
+    pairs = zip(itertools.pairwise(bounds), places, strict=True)
+    parts = [_fidelity(out[:, a:b], ref[:, a:b], p) for (a, b), p in pairs]
+    accuracy = None
+    if labels is not None:
+        scored = out[:, bounds[accuracy_output] : bounds[accuracy_output + 1]]
+        classes = predicted_classes(scored, positions=places[accuracy_output]).reshape(len(scored), -1)
+        truth = np.asarray(labels).reshape(len(labels), -1)
+        if truth.shape != classes.shape:
+            raise ValueError(f"the labels have {truth.shape[1]} classes per sample, the output {classes.shape[1]}")
+        accuracy = float(np.mean(classes == truth))
     fidelity = parts[0] if len(parts) == 1 else Fidelity.worst(parts)
     return Evaluation(
         accuracy=accuracy, fidelity=fidelity, samples=len(out), per_output=tuple(parts) if len(parts) > 1 else ()
     )
 
 
-def predicted_classes(outputs: np.ndarray, like: np.ndarray | None = None) -> np.ndarray:
-    """Each sample's class: what "top-1" compares, against labels or the fp32 model's classes.
+def predicted_classes(outputs: np.ndarray, like: np.ndarray | None = None, positions: int = 1) -> np.ndarray:
+    """Each sample's class, or each of its positions' classes: what "top-1" compares, against
+    labels or the fp32 model's classes.
 
-    An output of several values per sample gives its argmax. One value per sample has no
-    argmax to speak of (it is always 0, so every deployment would agree with fp32): an
+    An output of several values per position gives their argmax. One value per position has
+    no argmax to speak of (it is always 0, so every deployment would agree with fp32): an
     integer one is the class itself (a model that ends in ``argmax``), a real one a binary
-    classifier's logit, whose class is 1 when it is above 0.
+    logit, whose class is 1 when it is above 0.
 
     Args:
-        outputs: (N, width) values.
+        outputs: (N, width) values; with ``positions`` > 1, ``(classes, positions)`` per
+            sample flattened (a segmentation's ``(classes, H, W)``).
         like: the outputs whose values say which kind a one-value output is (the fp32
             reference, so that the deployed outputs are read as the reference is); default
             ``outputs``.
+        positions: how many positions each sample has a class at
+            (:func:`~nnsweep.models.class_positions`).
+
+    Returns:
+        (N,) classes, or (N, positions) when ``positions`` > 1.
     """
     out = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
-    if out.shape[1] != 1:
-        return out.argmax(axis=1)
     kind = out if like is None else np.asarray(like, dtype=np.float64).reshape(len(like), -1)
-    if np.all(kind == np.round(kind)):
-        return np.round(out[:, 0]).astype(np.int64)
-    return (out[:, 0] > 0).astype(np.int64)
+    positions = positions if out.shape[1] % positions == 0 else 1
+    if positions > 1:
+        out = out.reshape(len(out), -1, positions)
+        kind = kind.reshape(len(kind), -1, positions)
+    else:
+        out, kind = out[:, :, None], kind[:, :, None]
+    if out.shape[1] != 1:
+        classes = out.argmax(axis=1)
+    elif np.all(kind == np.round(kind)):
+        classes = np.round(out[:, 0]).astype(np.int64)
+    else:
+        classes = (out[:, 0] > 0).astype(np.int64)
+    return classes if positions > 1 else classes[:, 0]
 
 
-def _fidelity(out: np.ndarray, ref: np.ndarray) -> Fidelity:
+def _fidelity(out: np.ndarray, ref: np.ndarray, positions: int = 1) -> Fidelity:
     err = out - ref
     noise = float(np.sum(err**2))
     signal = float(np.sum(ref**2))
@@ -128,7 +156,11 @@ def _fidelity(out: np.ndarray, ref: np.ndarray) -> Fidelity:
     else:
         sqnr = 10.0 * math.log10(signal / noise)
     return Fidelity(
-        top1_agreement=float(np.mean(predicted_classes(out, like=ref) == predicted_classes(ref))),
+        top1_agreement=float(
+            np.mean(
+                predicted_classes(out, like=ref, positions=positions) == predicted_classes(ref, positions=positions)
+            )
+        ),
         max_abs_err=float(np.abs(err).max()),
         mean_abs_err=float(np.abs(err).mean()),
         sqnr_db=sqnr,

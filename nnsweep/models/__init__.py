@@ -1,7 +1,7 @@
 """Models and data: the built-in ``digits`` family, torchvision classifiers by name,
 and user models given as ``package.module:function`` or ``path/to/file.py:function``."""
 
-from nnsweep.models._bundle import Dataset, ModelBundle, Split
+from nnsweep.models._bundle import Dataset, ModelBundle, Split, class_positions
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore
@@ -16,6 +16,7 @@ __all__ = [
     "Split",
     "check_input_shape",
     "check_reference",
+    "class_positions",
     "load_model",
     "register_live",
 ]

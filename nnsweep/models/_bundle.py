@@ -13,13 +13,22 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Dataset", "ModelBundle", "Split", "flatten_outputs", "module_digest", "output_sizes"]
+__all__ = [
+    "Dataset",
+    "ModelBundle",
+    "Split",
+    "class_positions",
+    "flatten_outputs",
+    "module_digest",
+    "output_sizes",
+]
 
 
 @dataclass(frozen=True)
 class Split:
     """Inputs (N, ...) float32 (int32 or int64 token ids for a model that takes them), and
-    labels (N,) int64 where the data is labelled."""
+    labels (N,) int64 where the data is labelled ((N, H, W) for a dense output's classes,
+    one per position: :func:`class_positions`)."""
 
     inputs: np.ndarray
     labels: np.ndarray | None = None
@@ -78,6 +87,9 @@ class ModelBundle:
             :func:`flatten_outputs`: one entry for a plain tensor, several for a tuple or
             dict. Deployed outputs arrive concatenated in this order; fidelity is
             computed for each. Empty: not known (treated as one output).
+        positions: for each output, how many positions each have a class of their own
+            (:func:`class_positions`): 1 for a classifier's ``(classes,)``, ``H * W`` for a
+            segmentation's ``(classes, H, W)``. Empty: 1 for every output.
     """
 
     name: str
@@ -86,6 +98,7 @@ class ModelBundle:
     dataset: Dataset
     digest: str
     outputs: tuple[int, ...] = ()
+    positions: tuple[int, ...] = ()
 
 
 def module_digest(name: str, module: torch.nn.Module, example_input: torch.Tensor, *extra: Any) -> str:
@@ -201,3 +214,19 @@ def output_sizes(result: Any, batch: int = 1) -> tuple[int, ...]:
             raise TypeError(f"an output of shape {tuple(tensor.shape)} has no batch dimension of {batch}")
         sizes.append(int(tensor[0].numel()))
     return tuple(sizes)
+
+
+def class_positions(result: Any, batch: int = 1) -> tuple[int, ...]:
+    """For each output in ``result``, how many positions each have a class of their own.
+
+    An output of three or more dimensions per sample is read as PyTorch lays out images:
+    ``(classes, H, W)`` (or ``(classes, D, H, W)``), a class per pixel, as a segmentation
+    model gives: ``H * W`` positions, whose top-1 is the argmax over the first dimension at
+    each. Any other output is one position (``(classes,)``; a ``(T, C)`` or ``(C, L)``
+    output is flattened, as its class axis is not known).
+    """
+    positions = []
+    for tensor in flatten_outputs(result):
+        per_sample = tuple(tensor.shape[1:]) if tensor.dim() and tensor.shape[0] == batch else ()
+        positions.append(int(np.prod(per_sample[1:])) if len(per_sample) >= 3 else 1)
+    return tuple(positions)

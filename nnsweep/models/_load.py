@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from nnsweep.core.errors import SpecError
-from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest, output_sizes
+from nnsweep.models._bundle import Dataset, ModelBundle, Split, class_positions, module_digest, output_sizes
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, synthetic_ids, vocabulary
 
@@ -142,16 +142,18 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         _recalibrate_batchnorm(module, data.calibration.inputs)
     module.eval()
     ref = f"torchvision:{name}"
-    sizes = check_forward(ref, module, example)
-    return ModelBundle(ref, module, example, data, module_digest(ref, module, example, data.evaluation.digest()), sizes)
+    sizes, positions = check_forward(ref, module, example)
+    digest = module_digest(ref, module, example, data.evaluation.digest())
+    return ModelBundle(ref, module, example, data, digest, sizes, positions)
 
 
-def check_forward(ref: str, module: Any, example: Any) -> tuple[int, ...]:
+def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Run the model once on its example input (batch 1): a wrong shape or output fails here,
     clearly and before any conversion, instead of after one.
 
     Returns:
-        The per-sample size of each output (see :attr:`ModelBundle.outputs`).
+        The per-sample size of each output and its class positions (see
+        :attr:`ModelBundle.outputs` and :attr:`ModelBundle.positions`).
 
     Raises:
         SpecError: the forward pass fails, or returns something other than tensors.
@@ -167,7 +169,7 @@ def check_forward(ref: str, module: Any, example: Any) -> tuple[int, ...]:
             "model", f"{ref} fails on its example input of shape {tuple(example.shape)}: {type(exc).__name__}: {first}"
         ) from None
     try:
-        return output_sizes(result)
+        return output_sizes(result), class_positions(result)
     except TypeError as exc:
         raise SpecError("model", f"{ref}: {exc}") from None
 
@@ -308,7 +310,7 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     if example.numel() > MAX_INPUT_ELEMENTS:
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
     net.eval()
-    sizes = check_forward(ref, net, example)
+    sizes, positions = check_forward(ref, net, example)
     if dataset is None and token_ids:
         dataset = synthetic_ids(
             tuple(example.shape),
@@ -324,4 +326,4 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
-    return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes)
+    return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions)

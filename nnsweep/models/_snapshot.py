@@ -87,6 +87,7 @@ class ModelSnapshot:
         reference: the fp32 model's outputs on ``evaluation.inputs``.
         outputs: per-sample size of each output (:attr:`ModelBundle.outputs`).
         accuracy_output: the output compared with the labels.
+        positions: the class positions of each output (:attr:`ModelBundle.positions`).
     """
 
     name: str
@@ -95,13 +96,20 @@ class ModelSnapshot:
     reference: np.ndarray
     outputs: tuple[int, ...]
     accuracy_output: int = 0
+    positions: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, bundle: ModelBundle) -> ModelSnapshot:
         """The snapshot of a loaded model (runs it on the evaluation inputs)."""
         data = bundle.dataset
         return cls(
-            bundle.name, bundle.digest, data.evaluation, reference_outputs(bundle), bundle.outputs, data.accuracy_output
+            bundle.name,
+            bundle.digest,
+            data.evaluation,
+            reference_outputs(bundle),
+            bundle.outputs,
+            data.accuracy_output,
+            bundle.positions,
         )
 
 
@@ -213,11 +221,17 @@ class SnapshotStore:
             with np.load(self.root / f"{recipe}.npz") as data:
                 evaluation = Split(data["inputs"], data.get("labels"))
                 reference = data["reference"]
+            return ModelSnapshot(
+                meta["name"],
+                meta["digest"],
+                evaluation,
+                reference,
+                tuple(meta["outputs"]),
+                int(meta["accuracy_output"]),
+                tuple(int(p) for p in meta["positions"]),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # none kept, a file changed, or a torn write: load the model
-        return ModelSnapshot(
-            meta["name"], meta["digest"], evaluation, reference, tuple(meta["outputs"]), int(meta["accuracy_output"])
-        )
 
     def load(
         self, ref: str, recipe: str | None, loader: Callable[[], ModelBundle]
@@ -243,6 +257,7 @@ class SnapshotStore:
             "digest": snap.digest,
             "outputs": list(snap.outputs),
             "accuracy_output": snap.accuracy_output,
+            "positions": list(snap.positions),
             "inputs": inputs,
         }
         try:

@@ -55,6 +55,7 @@ __all__ = [
     "reference_outputs",
     "score_outputs",
     "scored_output",
+    "scored_positions",
     "torch_fx_evaluator",
 ]
 
@@ -233,15 +234,22 @@ def reference_outputs(bundle: ModelBundle, split: Split) -> np.ndarray:
     return everything[:, start : start + sizes[bundle.dataset.accuracy_output]]
 
 
-def score_outputs(outputs: np.ndarray, reference: np.ndarray, split: Split) -> Score:
-    """Top-1 of ``outputs`` (the scored output, N x classes) on ``split`` and their SQNR against ``reference``."""
+def scored_positions(bundle: ModelBundle) -> int:
+    """The class positions of ``bundle``'s scored output (:attr:`ModelBundle.positions`)."""
+    return bundle.positions[bundle.dataset.accuracy_output] if bundle.positions else 1
+
+
+def score_outputs(outputs: np.ndarray, reference: np.ndarray, split: Split, positions: int = 1) -> Score:
+    """Top-1 of ``outputs`` (the scored output, N x classes, at ``positions`` class positions
+    per sample) on ``split`` and their SQNR against ``reference``."""
     import numpy as np
 
     from nnsweep.bench import evaluate, predicted_classes
 
     assert split.labels is not None
     out = np.asarray(outputs, dtype=np.float64).reshape(len(split), -1)
-    accuracy = float((predicted_classes(out, like=reference) == split.labels).mean())
+    classes = predicted_classes(out, like=reference, positions=positions)
+    accuracy = float((classes == np.asarray(split.labels).reshape(classes.shape)).mean())
     if not np.isfinite(out).all():  # an int8 overflow to inf: as far from fp32 as it gets
         return Score(accuracy, -math.inf)
     return Score(accuracy, evaluate(out, reference, None).fidelity.sqnr_db)
@@ -293,7 +301,7 @@ def onnxruntime_evaluator(
         name = session.get_inputs()[0].name
         scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
         outs = [session.run(None, {name: split.inputs[i : i + 1]})[scored] for i in range(len(split))]
-        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split)
+        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, scored_positions(bundle))
 
     return evaluate
 
@@ -342,6 +350,6 @@ def torch_fx_evaluator(
                 outputs = run(convert_quietly(prepared), inputs).numpy()
         finally:
             torch.backends.quantized.engine = previous
-        return score_outputs(outputs, fp32, split)
+        return score_outputs(outputs, fp32, split, scored_positions(bundle))
 
     return evaluate

@@ -45,6 +45,7 @@ from nnsweep.sensitivity.rank import (
     reference_outputs,
     score_outputs,
     scored_output,
+    scored_positions,
 )
 
 if TYPE_CHECKING:
@@ -183,7 +184,9 @@ def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
     reference = reference_outputs(bundle, split)
     if split.labels is not None:
         return split, reference
-    return dataclasses.replace(split, labels=predicted_classes(reference)), reference
+    return dataclasses.replace(
+        split, labels=predicted_classes(reference, positions=scored_positions(bundle))
+    ), reference
 
 
 def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
@@ -251,6 +254,6 @@ def _pt2e_evaluator(
         with torch.no_grad():
             run(prepared, calibration)
             outputs = run(convert_pt2e(prepared), inputs).numpy()
-        return score_outputs(outputs, reference, split)
+        return score_outputs(outputs, reference, split, scored_positions(bundle))
 
     return evaluate

@@ -163,8 +163,15 @@ class HostSide:
         labels = self._bundle.dataset.evaluation.labels
         # Without labels, accuracy is top-1 agreement with fp32, which fp32 itself meets fully.
         if labels is not None:
-            reference = self._snapshot.reference
-            accuracy = evaluate(reference, reference, labels).accuracy
+            snap = self._snapshot
+            accuracy = evaluate(
+                snap.reference,
+                snap.reference,
+                labels,
+                sizes=snap.outputs or None,
+                accuracy_output=snap.accuracy_output,
+                positions=snap.positions or None,
+            ).accuracy
             self.eager_accuracy = 1.0 if accuracy is None else float(accuracy)
 
     def cached(self, config: DeploymentConfig) -> Artifact | None:
