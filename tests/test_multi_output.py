@@ -213,3 +213,38 @@ def test_a_model_with_two_inputs_is_refused_saying_what_to_do(tmp_path: Path) ->
     )
     with pytest.raises(SpecError, match=r"gave 2 example inputs: nnsweep deploys models with one input tensor"):
         load_model(f"{tmp_path}/two.py:build")
+
+
+LABELLED_BY_A_HEAD = """
+
+def build_labelled_by(scored):
+    # Labels that the scored head gets right on every sample.
+    torch.manual_seed(0)
+    net, data = TwoHeads().eval(), _data()
+    with torch.no_grad():
+        head = net(torch.from_numpy(data.evaluation.inputs))[scored]
+    evaluation = Split(data.evaluation.inputs, head.argmax(1).numpy())
+    return net, torch.randn(1, 1, 8, 8), Dataset(data.calibration, evaluation, accuracy_output=scored)
+
+
+def build_classes():
+    return build_labelled_by(0)
+
+
+def build_boxes():
+    return build_labelled_by(1)
+"""
+
+
+@pytest.mark.parametrize("builder", ["build_classes", "build_boxes"])
+def test_the_fp32_baseline_accuracy_reads_the_scored_output_alone(tmp_path: Path, builder: str) -> None:
+    """The sweep's eager accuracy (the reference when no fp32 baseline is measured) is the
+    scored output's top-1 against the labels; it took the argmax over both heads side by side."""
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.execution import ModelSource
+    from nnsweep.sweep.host import HostSide
+
+    (tmp_path / "heads.py").write_text(TWO_HEADS + LABELLED_BY_A_HEAD)
+    host = HostSide(ModelSource(f"{tmp_path}/heads.py:{builder}", tmp_path / "cache"), MeasureSettings())
+    host.load()
+    assert host.eager_accuracy == 1.0
