@@ -75,6 +75,42 @@ def test_ops_left_on_the_cpu_make_the_estimate_incomplete_so_the_conversion_fail
         deploy.convert(digits, config, ArtifactCache(tmp_path))
 
 
+def test_what_the_tosa_graph_cannot_evaluate_fails_the_conversion_saying_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ExecuTorch's Ethos-U delegate does not run on the host, so only the TOSA graph gives
+    the outputs. A model of two outputs converted, then failed evaluation with "error 0x20";
+    a token-id model's lookup stays on the CPU."""
+    import torch
+
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.models import load_model, register_live
+
+    class TwoHeads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.classes, self.box = torch.nn.Linear(8, 5), torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = torch.relu(self.conv(x)).mean((2, 3))
+            return self.classes(h), self.box(h)
+
+    class Tokens(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.fc = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 3)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.embed(ids).mean(1))
+
+    torch.manual_seed(0)
+    heads = load_model(register_live("two_heads", TwoHeads().eval(), torch.randn(1, 3, 8, 8)))
+    with pytest.raises(ConversionError, match="an NPU graph of several outputs"):
+        deploy.convert(heads, CONFIG, ArtifactCache(tmp_path))
+    tokens = load_model(register_live("tokens", Tokens().eval(), torch.zeros(1, 5, dtype=torch.int64)))
+    with pytest.raises(ConversionError, match="takes token ids"):
+        deploy.convert(tokens, CONFIG, ArtifactCache(tmp_path))
+
+
 def test_an_npu_runs_integer_graphs_only() -> None:
     with pytest.raises(SpecError, match="allowed: static_int8, qat_int8"):
         DeploymentConfig("executorch", ("ethos-u85-256",), QuantConfig("fp32"))

@@ -151,13 +151,19 @@ def convert_ethos_u(
                 "NPU partitions only, so this deployment's latency cannot be estimated"
             )
         estimates = read_vela_summary(intermediates, printed.getvalue())
-        sidecars: dict[str, str] = {}
         around = _delegate_io(edge.exported_program())
         tosa_files = sorted(intermediates.glob("output_tag*.tosa"))
-        if around is not None and len(tosa_files) == 1:
-            (out_dir / "model.tosa").write_bytes(tosa_files[0].read_bytes())
-            (out_dir / "tosa_io.json").write_text(json.dumps(around))
-            sidecars = {TOSA_SIDECAR: "model.tosa", TOSA_IO: "tosa_io.json"}
+        if around is None or len(tosa_files) != 1:
+            # ExecuTorch's Ethos-U delegate is not in the host's runtime ("Backend EthosUBackend
+            # is not registered", 0x20 at load): only the TOSA graph can give the outputs.
+            shape = f"{len(tosa_files)} NPU graphs" if len(tosa_files) != 1 else "an NPU graph of several outputs"
+            raise ConversionError(
+                f"{target} takes this model as {shape}; nnsweep computes an Ethos-U deployment's outputs with "
+                "the TOSA reference model of one NPU graph with one input and one output, the whole model"
+            )
+        (out_dir / "model.tosa").write_bytes(tosa_files[0].read_bytes())
+        (out_dir / "tosa_io.json").write_text(json.dumps(around))
+        sidecars = {TOSA_SIDECAR: "model.tosa", TOSA_IO: "tosa_io.json"}
         import executorch.kernels.quantized  # noqa: F401  (out-variants of the CPU's quantize/dequantize)
 
         path = out_dir / "model.pte"
