@@ -171,6 +171,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
 def _bench_config(args: argparse.Namespace) -> Any:
     from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.runtimes import ETHOS_U_TARGETS
 
     data: dict[str, Any] = {}
     if args.config is not None:
@@ -208,6 +209,13 @@ def _bench_config(args: argparse.Namespace) -> Any:
     source = "--config" if args.config is not None else None
     try:
         config = DeploymentConfig.from_dict(data)
+        if config.backends[:1] and config.backends[0] in ETHOS_U_TARGETS:
+            # Its ExecuTorch delegate is not in this machine's runtime: the .pte would not load.
+            raise SpecError(
+                "backends",
+                f"{config.backends[0]} is an NPU, not this machine: a sweep estimates it with Vela and runs its "
+                "TOSA graph for accuracy (npus: in the spec, see sweeps/ethos_u.yaml)",
+            )
         if args.float_layers and not config.quant.float_layers:
             raise SpecError("quant.float_layers", "keeps layers of an int8 model in float: give an int8 --quant")
         return config
