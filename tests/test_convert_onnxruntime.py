@@ -447,3 +447,30 @@ def test_an_export_failure_names_its_cause_not_the_exporters_next_steps(tmp_path
     assert "\x1b[" not in reason and "Next steps" not in reason
     assert "only 4D query, key, and value are supported" in reason
     assert "\n" not in reason
+
+
+def test_the_exporters_optimizer_notes_go_to_the_debug_log_and_errors_stay(caplog: pytest.LogCaptureFixture) -> None:
+    # torch.onnx's passes warn when they skip a fold (an nn.EmbeddingBag printed three lines).
+    import logging
+
+    from nnsweep.convert._base import package_warnings_to_debug_log
+
+    log = logging.getLogger("nnsweep.test")
+    folding = logging.getLogger("onnxscript.optimizer._constant_folding")
+    with caplog.at_level("DEBUG"), package_warnings_to_debug_log(log, "onnxscript", "onnx_ir"):
+        folding.warning("Skipping constant folding for op SequenceEmpty with multiple outputs.")
+        folding.error("a real failure")
+        logging.getLogger("nnsweep.other").warning("ours")
+    folding.warning("after the block")
+    seen = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert seen == [
+        (
+            "nnsweep.test",
+            "DEBUG",
+            "onnxscript.optimizer._constant_folding: Skipping constant folding for op "
+            "SequenceEmpty with multiple outputs.",
+        ),
+        ("onnxscript.optimizer._constant_folding", "ERROR", "a real failure"),
+        ("nnsweep.other", "WARNING", "ours"),
+        ("onnxscript.optimizer._constant_folding", "WARNING", "after the block"),
+    ]

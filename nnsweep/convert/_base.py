@@ -30,6 +30,7 @@ __all__ = [
     "Placement",
     "Stages",
     "native_stderr_to_debug_log",
+    "package_warnings_to_debug_log",
     "printed_to_debug_log",
     "quant_settings",
     "rnn_export_warning_silenced",
@@ -109,6 +110,36 @@ def toolchain_records_to_debug_log(log: logging.Logger, marker: str, source: str
         yield
     finally:
         logger.removeFilter(demote)
+
+
+@contextlib.contextmanager
+def package_warnings_to_debug_log(log: logging.Logger, *packages: str) -> Iterator[None]:
+    """Records below ERROR that loggers of ``packages`` (and their children, e.g.
+    ``onnxscript.optimizer._constant_folding``) emit in the block go to ``log`` at debug
+    level instead of the handlers of the root logger (the CLI's stderr).
+
+    A filter on one logger does not see its children's records, so this one sits on the
+    root logger's handlers for the block. ``torch.onnx``'s optimizer passes warn that they
+    skip a fold or a deduplication they cannot do (an ``nn.EmbeddingBag`` printed three
+    such lines per export); the export is complete either way.
+    """
+
+    def demote(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR or record.name.split(".")[0] not in packages:
+            return True
+        if not getattr(record, "nnsweep_demoted", False):  # each root handler sees the record
+            record.nnsweep_demoted = True
+            log.debug("%s: %s", record.name, record.getMessage())
+        return False
+
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(demote)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(demote)
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ from nnsweep.convert._base import (
     ConversionResult,
     Converter,
     Stages,
+    package_warnings_to_debug_log,
     printed_to_debug_log,
     quant_settings,
     toolchain_records_to_debug_log,
@@ -81,9 +82,10 @@ _STATIC_OPS = sorted((set(QLinearOpsRegistry) | set(QDQRegistry)) - {"InstanceNo
 def _export(bundle: ModelBundle, path: Path) -> None:
     """The float model as one self-contained ONNX file (batch 1, as the example input)."""
     model = copy.deepcopy(bundle.module).eval()  # export must not touch the bundle's module
-    program = torch.onnx.export(
-        model, (bundle.example_input,), dynamo=True, opset_version=_OPSET, external_data=False, verbose=False
-    )
+    with package_warnings_to_debug_log(_log, "onnxscript", "onnx_ir"):
+        program = torch.onnx.export(
+            model, (bundle.example_input,), dynamo=True, opset_version=_OPSET, external_data=False, verbose=False
+        )
     if program is None:  # only when given a file name, which we do not
         raise ConversionError("torch.onnx.export returned no ONNXProgram")
     program.save(str(path), external_data=False)
