@@ -164,6 +164,31 @@ def test_dynamic_int8_is_litert_dynamic_range(tmp_path: Path, granularity: str) 
     np.testing.assert_allclose(_run(tmp_path / result.filename, x), module(torch.from_numpy(x)).detach(), atol=0.05)
 
 
+def test_an_int8_model_that_ends_in_argmax_returns_its_classes_as_they_are(tmp_path: Path) -> None:
+    # The core interface put a DEQUANTIZE after every output that was not float32, and
+    # refused the argmax's int64 classes as "not a per-tensor quantized int8/uint8 tensor".
+    from nnsweep.convert.litert import LiteRTConverter
+    from nnsweep.models import load_model, register_live
+
+    class Classes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(16, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x).argmax(dim=1, keepdim=True)
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("classes", Classes().eval(), torch.randn(1, 16)))
+    result = LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)
+    model = tflite.load(tmp_path / result.filename)
+    subgraph = model.subgraphs[0]
+    assert subgraph.tensors[subgraph.outputs[0]].type in (schema.TensorType.INT32, schema.TensorType.INT64)
+    assert "ARG_MAX" in tflite.operators(model) and "DEQUANTIZE" not in tflite.operators(model)
+    x = bundle.dataset.evaluation.inputs[:1]
+    assert _run(tmp_path / result.filename, x).reshape(-1)[0] == bundle.module(torch.from_numpy(x)).item()
+
+
 def test_armnn_refuses_dynamic_int8_naming_its_version_and_the_layer() -> None:
     with pytest.raises(SpecError, match=r"Arm NN 20\.08 has no hybrid layers: .*FULLY_CONNECTED"):
         DeploymentConfig("armnn", quant=QuantConfig("dynamic_int8"))

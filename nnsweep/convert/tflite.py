@@ -40,8 +40,9 @@ __all__ = [
 
 _IDENTIFIER = b"TFL3"
 _OP_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
-# What a model input may be and need no QUANTIZE in front: float, or token ids.
-_UNQUANTIZED_INPUTS = (schema.TensorType.FLOAT32, schema.TensorType.INT32, schema.TensorType.INT64)
+# What a model's input or output may be and need no QUANTIZE or DEQUANTIZE at the edge: float,
+# or integers that are not quantized values (token ids in, the classes of an argmax out).
+_PLAIN_TYPES = (schema.TensorType.FLOAT32, schema.TensorType.INT32, schema.TensorType.INT64)
 _NUMPY_OF = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8}
 
 
@@ -237,10 +238,11 @@ def float_interface(model: schema.ModelT) -> None:
     if len(subgraph.inputs) != 1:
         raise ConversionError(f"the model has {len(subgraph.inputs)} inputs; nnsweep deploys models with one")
     q_in = int(subgraph.inputs[0])
-    # An end already float (a first or last layer kept in float, quant.float_layers) stays as it is.
-    q_outs = [int(t) for t in subgraph.outputs if subgraph.tensors[int(t)].type != schema.TensorType.FLOAT32]
+    # An end already float (a first or last layer kept in float, quant.float_layers) or integer (an
+    # argmax's classes) stays as it is.
+    q_outs = [int(t) for t in subgraph.outputs if subgraph.tensors[int(t)].type not in _PLAIN_TYPES]
     # A float input (its first layer kept in float) or token ids (an embedding's lookup)
-    plain_input = subgraph.tensors[q_in].type in _UNQUANTIZED_INPUTS
+    plain_input = subgraph.tensors[q_in].type in _PLAIN_TYPES
     if not plain_input:
         _io_tensor(subgraph, q_in, "input")
     for q_out in q_outs:
