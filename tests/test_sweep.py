@@ -83,6 +83,18 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) -
     return tmp_path
 
 
+def test_a_baseline_on_the_front_is_measured_again_once_in_a_run_that_resumes(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    # Run again, the scheduler's baseline record (read before the last run's re-measured
+    # figures) no longer equalled the front's, so "baseline not in front" held and the fp32
+    # baseline was measured again twice, and printed twice.
+    spec = _spec(workdir, trials=2, runtime=["onnxruntime"], quant=["fp32", "dynamic_int8"])
+    for _ in range(2):
+        (host,) = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+        numbers = [x.number for x in host.spread]
+        assert host.baseline is not None and host.baseline.number in numbers
+        assert len(numbers) == len(set(numbers))
+
+
 def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
     # 5 configurations: fp32, and static int8 x {per_tensor, per_channel} x {minmax, histogram}
     spec = _spec(workdir, trials=4, granularity=["per_tensor", "per_channel"], calibration=["minmax", "histogram"])

@@ -245,7 +245,10 @@ def finish(
         spread: list[Spread] = []
         if spec.remeasure and front and not stopped():
             baseline = scheduler.devices[name].baseline
-            candidates = [*front, *([baseline] if baseline is not None and baseline not in front else [])]
+            # by number: the scheduler's baseline record is older than the study's (its
+            # figures were re-read since), so it never equals the front's copy
+            off_front = baseline is not None and baseline.number not in {r.number for r in front}
+            candidates = [*front, *([baseline] if baseline is not None and off_front else [])]
             spread = _remeasure_front(spec, dev.study, candidates, host, partial(executor.measure, name), stopped)
             records = studies.study_records(dev.study)
         decided_front = pareto_front(records, spec.objectives)
