@@ -61,6 +61,18 @@ def test_a_dataset_of_another_dtype_than_the_example_is_an_input_error() -> None
         load_model(register_live("bag_float_data", net, example, data))
 
 
+@pytest.mark.parametrize("bad", [VOCAB, VOCAB + 100, -3])
+def test_ids_outside_the_vocabulary_are_an_input_error_not_an_index_error_later(bad: int) -> None:
+    net, example = _bag()
+    ids = np.zeros((8, 6), dtype=np.int64)
+    ids[3, 2] = bad
+    data = Dataset(calibration=Split(np.zeros((4, 6), dtype=np.int64)), evaluation=Split(ids))
+    with pytest.raises(
+        SpecError, match=f"evaluation inputs hold the id {bad}; the model's embeddings take ids 0 to 49"
+    ):
+        load_model(register_live("bag_bad_ids", net, example, data))
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.int16])
 def test_other_integer_inputs_are_refused_with_what_is_deployed(dtype: torch.dtype) -> None:
     class Cast(torch.nn.Module):

@@ -22,7 +22,7 @@ import numpy as np
 from nnsweep.core.errors import SpecError
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, class_positions, module_digest, output_sizes
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
-from nnsweep.models._token_ids import ID_DTYPES, synthetic_ids, vocabulary
+from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
 
 __all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
 
@@ -323,6 +323,8 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     elif dataset is None:
         example, dataset = _synthetic_data(tuple(example.shape))
     _check_input_dtypes(ref, example, dataset)
+    if token_ids:
+        check_ids(ref, net, dataset)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())

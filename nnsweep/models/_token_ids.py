@@ -16,7 +16,7 @@ import numpy as np
 from nnsweep.core.errors import SpecError
 from nnsweep.models._bundle import Dataset, Split
 
-__all__ = ["ID_DTYPES", "synthetic_ids", "vocabulary"]
+__all__ = ["ID_DTYPES", "check_ids", "synthetic_ids", "vocabulary"]
 
 # numpy dtypes of the integer inputs nnsweep deploys (torch.int32 and torch.int64)
 ID_DTYPES = ("int32", "int64")
@@ -47,3 +47,30 @@ def synthetic_ids(shape: tuple[int, ...], dtype: Any, vocab: int, calibration: i
     cal = rng.randint(0, vocab, size=(calibration, *shape[1:])).astype(dtype)
     ev = rng.randint(0, vocab, size=(evaluation, *shape[1:])).astype(dtype)
     return Dataset(calibration=Split(cal), evaluation=Split(ev))
+
+
+def check_ids(ref: str, module: Any, dataset: Dataset) -> None:
+    """Every id of ``dataset``'s splits is one the model's embeddings accept (``0 <= id <
+    vocabulary``), when it has embeddings: an id out of range fails in the model with
+    "IndexError: index out of range in self", after the load.
+
+    Raises:
+        SpecError: naming the split, the id found and the range.
+    """
+    import torch
+
+    if not any(isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) for m in module.modules()):
+        return
+    vocab = vocabulary(ref, module)
+    splits = {"calibration": dataset.calibration, "evaluation": dataset.evaluation, "train": dataset.train}
+    for name, split in splits.items():
+        if split is None or not len(split):
+            continue
+        low, high = int(split.inputs.min()), int(split.inputs.max())
+        if low < 0 or high >= vocab:
+            bad = low if low < 0 else high
+            raise SpecError(
+                "model",
+                f"{ref}(): the Dataset's {name} inputs hold the id {bad}; the model's embeddings take ids "
+                f"0 to {vocab - 1}",
+            )
