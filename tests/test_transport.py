@@ -82,3 +82,23 @@ def test_prepare_starts_the_warm_workers_before_the_first_measurement() -> None:
         assert transport._workers["no-such-runtime"].broken  # left to the fresh-process fallback
     finally:
         transport.close()
+
+
+def test_closing_stops_a_worker_added_meanwhile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep that stops on an error closes its transport while the thread starting the warm
+    # workers may still add one: iterating the dict raised "dictionary changed size during
+    # iteration", over the sweep's own error.
+    from nnsweep.bench._warm import WarmWorker
+
+    transport = LocalTransport(lock=MachineLock(tmp_path / "m.lock"))
+    closed: list[str] = []
+
+    def close(worker: WarmWorker) -> None:
+        closed.append(worker.runtime)
+        if worker.runtime == "onnxruntime" and "torch" not in transport._workers:
+            transport.worker("torch")  # added while the first one closes
+
+    monkeypatch.setattr(WarmWorker, "close", close)
+    transport.worker("onnxruntime")
+    transport.close()
+    assert set(closed) == {"onnxruntime", "torch"} and transport._workers == {}  # (close may run again at exit)

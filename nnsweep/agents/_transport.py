@@ -147,10 +147,14 @@ class LocalTransport(Transport):
                 log.info("warm %s worker unavailable (%s); its measurements use fresh processes", runtime, exc)
 
     def close(self) -> None:
-        """Stop the warm workers (they also stop by themselves when this process ends)."""
-        for worker in self._workers.values():
+        """Stop the warm workers (they also stop by themselves when this process ends).
+
+        One at a time off the dict: a sweep that stops on an error early closes this while
+        the thread starting its workers (:meth:`prepare`) may still add one, and iterating
+        the dict then raised "dictionary changed size during iteration" over the error."""
+        while self._workers:
+            _, worker = self._workers.popitem()
             worker.close()
-        self._workers.clear()
 
     def probe(self, device: str) -> Capabilities:
         cmd = [sys.executable, "-m", "nnsweep.agents._probe", device]
