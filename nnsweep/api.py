@@ -46,7 +46,7 @@ def measure(
     *,
     dataset: Dataset | None = None,
     settings: MeasureSettings | None = None,
-    cache_dir: Path | None = None,
+    cache_dir: Path | str | None = None,
     **options: Any,
 ) -> DeploymentResult:
     """Convert ``model`` for one configuration and measure it on this machine, as ``nnsweep bench``.
@@ -77,7 +77,7 @@ def measure(
         config = DeploymentConfig(**options)
     elif options:
         raise SpecError("config", f"give a config or its fields, not both ({', '.join(options)})")
-    cache = ArtifactCache(cache_dir or default_cache_dir())
+    cache = ArtifactCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     bundle = load_model(_live("measure", model, example_input, dataset), cache_dir=cache.models_dir)
     artifact, hit = deploy.convert(bundle, config, cache)
     return deploy.measure(ModelSnapshot.of(bundle), artifact, settings or MeasureSettings(), cache_hit=hit)
@@ -93,7 +93,7 @@ def sweep(
     address: str | None = None,
     tracking: bool = True,
     fresh: bool = False,
-    cache_dir: Path | None = None,
+    cache_dir: Path | str | None = None,
     progress: Callable[[list[DeviceProgress]], None] | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> list[DeviceResult]:
@@ -137,7 +137,7 @@ def sweep(
     runner = executor_for(spec, executor, address)
     tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=tracking)
     try:
-        cache = cache_dir or default_cache_dir()
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         return Sweep(spec, runner, tracker, cache, progress=progress, notice=notice, fresh=fresh).run()
     finally:
         close = getattr(tracker, "close", None)

@@ -123,3 +123,32 @@ def test_a_token_id_model_deploys_with_integer_ids(runtime: str, quant: str, flo
     )
     assert result.evaluation.fidelity.sqnr_db > floor_db
     assert result.evaluation.fidelity.top1_agreement >= 0.9
+
+
+@pytest.mark.integration
+def test_a_sweep_of_a_token_id_model_keeps_its_most_sensitive_layer_float_on_every_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sweep's path beyond bench: the layer ranking of each runtime on integer inputs,
+    # the fp32 baseline, the snapshot's inputs in the measuring processes.
+    from nnsweep.api import sweep
+    from nnsweep.core.results import TrialStatus
+
+    monkeypatch.chdir(tmp_path)  # the sweep's state (.nnsweep/) lives in the working directory
+    net, example = _bag()
+    runtimes = ["onnxruntime", "executorch", "torch", "litert"]
+    spec = {
+        "name": "tokens",
+        "space": {"runtime": runtimes, "quant": ["static_int8"], "float_layers": [1]},
+        "budget": {"trials": 8},
+        "measure": {"warmup": 1, "iters": 10},
+    }
+    # a str cache_dir, as a notebook gives it, stopped the sweep with a TypeError
+    (host,) = sweep(spec, net, example, tracking=False, cache_dir=str(tmp_path / "cache"))
+    failed = [(r.config.label(), r.reason) for r in host.records if r.status is not TrialStatus.OK]
+    assert not failed
+    mixed = [r for r in host.records if r.config.quant.mode.is_int8]
+    assert {r.config.runtime for r in mixed} == set(runtimes)
+    assert all(len(r.config.quant.float_layers) == 1 for r in mixed)
+    # random weights, 16 evaluation inputs: int8 moves a sample's class now and then
+    assert all(r.metrics["accuracy"] >= 0.8 and r.metrics["sqnr_db"] > 15 for r in mixed)
