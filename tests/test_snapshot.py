@@ -242,3 +242,20 @@ def test_a_model_of_batch_one_fails_the_dynamic_batch_export_without_an_error_lo
         export(batch_of_one.module, batch_of_one.example_input, dynamic_batch=True)
     assert not [r for r in caplog.records if r.levelno >= 40]
     assert any("failed while attempting to run meta" in r.getMessage() for r in caplog.records if r.levelno == 10)
+
+
+def test_labels_of_a_dense_output_are_one_per_pixel(tmp_path: Path) -> None:
+    # (N,) labels for a segmentation failed every trial's evaluation, not the load.
+    import torch
+
+    from nnsweep.core.errors import SpecError
+    from nnsweep.models import Dataset, register_live
+
+    torch.manual_seed(0)
+    net = torch.nn.Conv2d(3, 4, 1).eval()
+    x = np.random.default_rng(0).normal(size=(8, 3, 5, 6)).astype(np.float32)
+    per_pixel = Dataset(calibration=Split(x), evaluation=Split(x, np.zeros((8, 5, 6), dtype=np.int64)))
+    assert load_model(register_live("seg_ok", net, torch.randn(1, 3, 5, 6), per_pixel)).positions == (30,)
+    per_sample = Dataset(calibration=Split(x), evaluation=Split(x, np.zeros(8, dtype=np.int64)))
+    with pytest.raises(SpecError, match=r"labels have 1 classes per sample; .* one per position .* \(30\)"):
+        load_model(register_live("seg_bad", net, torch.randn(1, 3, 5, 6), per_sample))

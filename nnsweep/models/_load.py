@@ -198,6 +198,22 @@ def _check_input_dtypes(ref: str, example: Any, dataset: Dataset) -> None:
             )
 
 
+def _check_labels(ref: str, dataset: Dataset, positions: int) -> None:
+    """The evaluation labels give a class to each position of the scored output: one per
+    sample for a classifier, one per pixel for a segmentation (:func:`class_positions`)."""
+    labels = dataset.evaluation.labels
+    if labels is None or not len(labels):
+        return
+    per_sample = int(np.prod(labels.shape[1:]))
+    if per_sample != positions:
+        kind = "one per sample" if positions == 1 else f"one per position of its (classes, H, W) output ({positions})"
+        raise SpecError(
+            "model",
+            f"{ref}(): the Dataset's evaluation labels have {per_sample} classes per sample; the scored output "
+            f"takes {kind}",
+        )
+
+
 def _recalibrate_batchnorm(module: Any, inputs: Any) -> None:
     """Re-estimate BatchNorm statistics on ``inputs``.
 
@@ -327,5 +343,6 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         check_ids(ref, net, dataset)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
+    _check_labels(ref, dataset, positions[dataset.accuracy_output])
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
     return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions)
