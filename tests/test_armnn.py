@@ -216,3 +216,37 @@ def test_the_partition_report_comes_from_the_machine_that_measured(digits, tmp_p
     assert result.to_dict()["partitions"]["nodes_by_backend"] == {"CpuAcc": 19}
     unchanged = deploy.assemble(snapshot, artifact, timing, outputs, cache_hit=True)
     assert unchanged.artifact.partitions == artifact.partitions
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_a_half_pixel_bilinear_resize_is_noted_beside_the_fidelity_it_costs(
+    tmp_path: Path, align_corners: bool
+) -> None:
+    # Arm NN 20.08 ignores RESIZE_BILINEAR's half_pixel_centers, which PyTorch's default
+    # align_corners=False gives: 4.3 dB against fp32 where LiteRT has 139 dB. The note is the
+    # conversion's, and the device's placement report (which replaces the conversion's) keeps it.
+    from nnsweep.models import load_model, register_live
+
+    class Upsampled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+            self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=align_corners)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.up(self.conv(x))
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live(f"upsampled_{align_corners}", Upsampled().eval(), torch.randn(1, 3, 16, 16)))
+    artifact, hit = deploy.convert(bundle, _config(), ArtifactCache(tmp_path))
+    result = deploy.measure(ModelSnapshot.of(bundle), artifact, SETTINGS, cache_hit=hit)
+    noted = [n for n in result.artifact.partitions.notes if "half-pixel centers" in n]
+    sqnr = result.evaluation.fidelity.sqnr_db
+    if align_corners:
+        assert not noted and sqnr > 100
+    else:
+        assert noted == [
+            "1 bilinear resize(s) sample at half-pixel centers (align_corners=False), which Arm NN 20.08 "
+            "ignores: their outputs are shifted (see the fidelity)"
+        ]
+        assert sqnr < 20

@@ -13,6 +13,8 @@ read and write the model, so no TensorFlow is needed:
 - :func:`symmetric_embedding_tables`: the converter's dynamic-range mode quantizes an
   embedding's table asymmetrically, which LiteRT's ``EMBEDDING_LOOKUP`` refuses at load
   ("zero_point == 0 was not true"); requantize it symmetrically.
+- :func:`half_pixel_resizes`: ``RESIZE_BILINEAR`` ops with ``half_pixel_centers`` (PyTorch's
+  ``align_corners=False``), which Arm NN 20.08 reads as without.
 - :func:`int8_io`: the quantization of a ``full`` model's input and output.
 - :func:`operators`: the operator names in execution order.
 """
@@ -31,6 +33,7 @@ from nnsweep.core.errors import ConversionError
 __all__ = [
     "add_fully_connected_bias",
     "float_interface",
+    "half_pixel_resizes",
     "int8_io",
     "load",
     "operators",
@@ -178,6 +181,18 @@ def symmetric_embedding_tables(model: schema.ModelT) -> int:
         q.zeroPoint = np.zeros(len(q.scale), dtype=np.int64)
         fixed += 1
     return fixed
+
+
+def half_pixel_resizes(model: schema.ModelT) -> int:
+    """How many ``RESIZE_BILINEAR`` ops sample at half-pixel centers (PyTorch's bilinear
+    ``interpolate``/``Upsample`` with ``align_corners=False``, its default)."""
+    count = 0
+    for op in model.subgraphs[0].operators:
+        if _code(model, op) != schema.BuiltinOperator.RESIZE_BILINEAR:
+            continue
+        options = op.builtinOptions
+        count += bool(options is not None and getattr(options, "halfPixelCenters", False))
+    return count
 
 
 def _io_tensor(subgraph: schema.SubGraphT, index: int, what: str) -> tuple[schema.TensorT, float, int]:
