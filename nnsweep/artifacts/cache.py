@@ -16,6 +16,7 @@ Layout::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -73,6 +74,8 @@ class Artifact:
         toolchain: the versions it was built with.
         sidecars: name -> (file, sha256) of extra files that travel with the artifact.
         estimates: compiler estimates for the target (see ConversionResult).
+        model_notes: notes about the model that hold wherever it runs (see ConversionResult);
+            they are among ``partitions.notes`` too.
     """
 
     key: str
@@ -86,6 +89,7 @@ class Artifact:
     toolchain: dict[str, str]
     sidecars: dict[str, tuple[Path, str]] = field(default_factory=dict)
     estimates: dict[str, float] = field(default_factory=dict)
+    model_notes: tuple[str, ...] = ()
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -100,6 +104,7 @@ class Artifact:
             "toolchain": self.toolchain,
             "sidecars": {name: [path.name, sha] for name, (path, sha) in self.sidecars.items()},
             "estimates": dict(self.estimates),
+            "model_notes": list(self.model_notes),
         }
 
     @classmethod
@@ -116,6 +121,7 @@ class Artifact:
             toolchain=dict(meta["toolchain"]),
             sidecars={name: (directory / file, sha) for name, (file, sha) in meta.get("sidecars", {}).items()},
             estimates={k: float(v) for k, v in meta.get("estimates", {}).items()},
+            model_notes=tuple(str(n) for n in meta.get("model_notes", ())),
         )
 
 
@@ -209,7 +215,9 @@ class ArtifactCache:
                 key=key,
                 path=path,
                 config=config,
-                partitions=result.partitions,
+                partitions=dataclasses.replace(
+                    result.partitions, notes=(*result.partitions.notes, *result.model_notes)
+                ),
                 io=result.io,
                 size_bytes=path.stat().st_size,
                 sha256=_file_sha256(path),
@@ -217,6 +225,7 @@ class ArtifactCache:
                 toolchain=toolchain,
                 sidecars={name: (staging / f, _file_sha256(staging / f)) for name, f in result.sidecars.items()},
                 estimates=dict(result.estimates),
+                model_notes=tuple(result.model_notes),
             )
             (staging / _META).write_text(json.dumps(artifact.meta(), indent=1, sort_keys=True))
             entry = self._entry(key)

@@ -246,8 +246,8 @@ def assemble(
         raise BenchmarkError(f"unusable outputs: {exc}") from exc
     if timing.placement is not None:  # the measuring machine's runtime placed the ops itself (Arm NN)
         placed = PartitionReport.from_dict(timing.placement)
-        # what the conversion noted about the model (a layer kept float, an op Arm NN reads
-        # differently) holds wherever it runs
-        notes = (*placed.notes, *(n for n in artifact.partitions.notes if n not in placed.notes))
+        # what the conversion noted about the model (an op Arm NN reads differently) holds
+        # wherever it runs; the converting machine's placement notes do not
+        notes = (*placed.notes, *(n for n in artifact.model_notes if n not in placed.notes))
         artifact = dataclasses.replace(artifact, partitions=dataclasses.replace(placed, notes=notes))
     return DeploymentResult(model.name, model.digest, artifact, cache_hit, timing, evaluation)

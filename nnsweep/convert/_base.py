@@ -173,6 +173,9 @@ class ConversionResult:
             (e.g. the integer TOSA graph an NPU compiler consumed, for host evaluation).
         estimates: figures a compiler estimated for its target (never measurements),
             e.g. Vela's ``inference_time_ms``, ``cycles_total``, ``sram_kib``.
+        model_notes: what the conversion found about the model that holds wherever it runs
+            (shown with the partition report's notes, and kept when the measuring machine
+            reports its own placement).
     """
 
     filename: str
@@ -180,6 +183,7 @@ class ConversionResult:
     io: IOSpec = field(default_factory=IOSpec)
     sidecars: Mapping[str, str] = field(default_factory=dict)
     estimates: Mapping[str, float] = field(default_factory=dict)
+    model_notes: tuple[str, ...] = ()
 
 
 class Stages:

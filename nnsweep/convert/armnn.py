@@ -12,7 +12,6 @@ that the parser and the optimizer accept the model before any trial measures it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
@@ -112,12 +111,12 @@ class ArmNNConverter(Converter):
             _log.debug("added a zero bias to %d FULLY_CONNECTED op(s) for Arm NN's parser", added)
             tflite.save(model, path)
         report = armnn_placement(path, config.backends)
+        notes: tuple[str, ...] = ()
         if resizes := tflite.half_pixel_resizes(model):
             # Measured: an Upsample(scale_factor=2, mode="bilinear") after a convolution, fp32,
             # 4.3 dB against PyTorch on Arm NN, 139 dB on LiteRT; align_corners=True: 137 dB.
-            note = (
+            notes = (
                 f"{resizes} bilinear resize(s) sample at half-pixel centers (align_corners=False), which "
-                f"{_release()} ignores: their outputs are shifted (see the fidelity)"
+                f"{_release()} ignores: their outputs are shifted (see the fidelity)",
             )
-            report = dataclasses.replace(report, notes=(*report.notes, note))
-        return ConversionResult(filename=path.name, partitions=report, io=spec)
+        return ConversionResult(filename=path.name, partitions=report, io=spec, model_notes=notes)
