@@ -197,7 +197,7 @@ def _attempt_to_debug_log() -> Iterator[None]:
     writes to ``sys.stderr`` in it goes to the debug log. A quantizer's passes that build
     reshapes from the symbolic batch size warn ("Raw SymInt value"), and torch's FX module
     prints the generated code around the failing line before raising (ExecuTorch's Arm
-    quantizer on a token-id model printed 20 lines): neither happens at batch 1."""
+    quantizer on a token-id model printed a 23-line traceback): neither happens at batch 1."""
     written = io.StringIO()
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(written):
         warnings.simplefilter("always")
