@@ -65,3 +65,39 @@ def test_dynamic_modes_observe_one_forward_pass() -> None:
     bundle = _bundle(_Flat(False).eval())
     prepared = calibrated(bundle.module, bundle, QuantConfig(QuantMode.DYNAMIC_INT8), _Seen)
     assert isinstance(prepared, _Seen) and prepared.batches == [1]
+
+
+class _NoisyWhenBatched(_Seen):
+    """A prepared graph that fails on a batch the way a quantizer's passes did (a symbolic
+    batch size left in a reshape), warning and printing first."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > 1:
+            import sys
+            import warnings
+
+            warnings.warn("Raw SymInt value (16*s23) passed as argument to Graph.create_node", stacklevel=1)
+            sys.stderr.write("Call using an FX-traced Module, line 7 of the traced Module's generated forward\n")
+            raise NameError("name 's23' is not defined")
+        return super().forward(x)
+
+
+def test_what_the_batched_attempt_warns_or_prints_before_its_fallback_goes_to_the_debug_log(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # ExecuTorch's Arm quantizer on a token-id model printed a 23-line traceback and torch's
+    # generated code, then calibrated one sample a call as it should.
+    import warnings
+
+    bundle = _bundle(_Flat(False).eval())
+    quant = QuantConfig(QuantMode.STATIC_INT8, calibration_batches=1)
+    with caplog.at_level("DEBUG", logger="nnsweep.convert.pt2e"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prepared = calibrated(bundle.module, bundle, quant, _NoisyWhenBatched)
+    assert isinstance(prepared, _NoisyWhenBatched)
+    assert prepared.batches == [1] * QuantConfig.CALIBRATION_BATCH_SIZE  # the fallback calibrated
+    assert capsys.readouterr().err == "" and not caught
+    said = [r.getMessage() for r in caplog.records]
+    assert any("batched calibration: UserWarning: Raw SymInt value" in m for m in said), said
+    assert any("batched calibration wrote to stderr: Call using an FX-traced Module" in m for m in said), said
+    assert any("calibrating one sample a call" in m and "s23" in m for m in said), said

@@ -247,3 +247,29 @@ def test_a_litert_conversion_in_a_fresh_process_writes_nothing_to_stderr(tmp_pat
     assert (tmp_path / "model.tflite").exists()
     noise = [line for line in proc.stderr.splitlines() if "_pytree.py" not in line]  # torch's own, at import
     assert noise == [], proc.stderr
+
+
+def test_token_ids_narrowed_to_int32_are_said_in_the_debug_log_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # litert-torch warns on the root logger that it "downcasts 64-bit model I/O to 32-bit";
+    # LiteRT's runner feeds the width the model takes, so it is not the user's to act on.
+    from nnsweep.convert.litert import export_tflite
+    from nnsweep.models import load_model, register_live
+
+    class Bag(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.fc = nn.Embedding(30, 8), nn.Linear(8, 3)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.embed(ids).mean(dim=1))
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("bag_litert", Bag().eval(), torch.zeros(1, 5, dtype=torch.int64)))
+    with caplog.at_level("DEBUG"):
+        export_tflite(bundle, _config("fp32"), tmp_path / "model.tflite")
+    said = [(r.levelname, r.name) for r in caplog.records if "downcasts 64-bit" in r.getMessage()]
+    assert said == [("DEBUG", "nnsweep.convert.litert")]
+    model = tflite.load(tmp_path / "model.tflite")
+    assert model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]].type == schema.TensorType.INT32

@@ -422,3 +422,28 @@ def test_a_trace_that_keeps_one_branch_says_so_and_its_fidelity_shows_it(branch_
     notes = result.to_dict()["partitions"]["notes"]
     assert any("TorchScript kept one branch of a condition on tensor values" in note for note in notes), notes
     assert result.evaluation.fidelity.top1_agreement < 1.0
+
+
+def test_a_trace_through_torchs_own_shape_checks_notes_nothing(tmp_path: Path) -> None:
+    # nn.MultiheadAttention asserts that key and value shapes agree; traced, each assert is a
+    # "Python boolean" TracerWarning from torch/nn/functional.py. Three printed, and each
+    # became a "kept one branch" note, on a model whose every input has the example's shape.
+    from nnsweep.models import load_model, register_live
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.layer(x).mean(dim=1))
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("encoder_trace", Encoder().eval(), torch.randn(1, 6, 16)))
+    config = DeploymentConfig("torch", quant=QuantConfig("dynamic_int8"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        artifact, _ = deploy.convert(bundle, config, ArtifactCache(tmp_path))
+    assert not [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    assert not [n for n in artifact.partitions.notes if "kept one branch" in n]
