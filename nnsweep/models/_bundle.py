@@ -72,6 +72,11 @@ class Dataset:
     def labelled(self) -> bool:
         return self.evaluation.labels is not None
 
+    def named_splits(self) -> dict[str, Split]:
+        """The splits it has, by name (``train`` only when given)."""
+        named = {"calibration": self.calibration, "evaluation": self.evaluation}
+        return named if self.train is None else {**named, "train": self.train}
+
 
 @dataclass(frozen=True, eq=False)
 class ModelBundle:

@@ -185,12 +185,10 @@ def _synthetic_data(shape: tuple[int, ...]) -> tuple[Any, Dataset]:
     return torch.from_numpy(ev[:1].copy()), Dataset(calibration=Split(cal), evaluation=Split(ev))
 
 
-def _check_input_dtypes(ref: str, example: Any, dataset: Dataset) -> None:
-    """Every split's inputs have the example input's dtype (what each artifact takes)."""
-    want = np.dtype(str(example.dtype).removeprefix("torch."))
-    splits = {"calibration": dataset.calibration, "evaluation": dataset.evaluation, "train": dataset.train}
-    for name, split in splits.items():
-        if split is not None and split.inputs.dtype != want:
+def _check_input_dtypes(ref: str, want: np.dtype[Any], dataset: Dataset) -> None:
+    """Every split's inputs have the example input's dtype ``want`` (what each artifact takes)."""
+    for name, split in dataset.named_splits().items():
+        if split.inputs.dtype != want:
             raise SpecError(
                 "model",
                 f"{ref}(): the Dataset's {name} inputs are {split.inputs.dtype} but the example input is {want}; "
@@ -309,17 +307,18 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         )
     if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
-    token_ids = str(example.dtype).removeprefix("torch.") in ID_DTYPES
+    dtype = str(example.dtype).removeprefix("torch.")
+    token_ids = dtype in ID_DTYPES
     if not token_ids and not example.is_floating_point():
         raise SpecError(
             "model",
-            f"{ref}(): the example input is {str(example.dtype).removeprefix('torch.')}; nnsweep deploys models "
+            f"{ref}(): the example input is {dtype}; nnsweep deploys models "
             "that take float32 (images, audio, features) or int32/int64 token ids",
         )
     if not token_ids and example.dtype != torch.float32:  # float64 met float32 calibration data with a traceback
         raise SpecError(
             "model",
-            f"{ref}(): the example input is {str(example.dtype).removeprefix('torch.')}; nnsweep deploys float32 "
+            f"{ref}(): the example input is {dtype}; nnsweep deploys float32 "
             "models (its fp32 baseline) and makes float16 and int8 itself: give the model and its input as float32 "
             "(model.float(), example.float())",
         )
@@ -330,7 +329,7 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     if dataset is None and token_ids:
         dataset = synthetic_ids(
             tuple(example.shape),
-            np.dtype(str(example.dtype).removeprefix("torch.")),
+            np.dtype(dtype),
             vocabulary(ref, net),
             _SYNTHETIC_CALIBRATION,
             _SYNTHETIC_EVALUATION,
@@ -338,7 +337,7 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         example = torch.from_numpy(dataset.evaluation.inputs[:1].copy())
     elif dataset is None:
         example, dataset = _synthetic_data(tuple(example.shape))
-    _check_input_dtypes(ref, example, dataset)
+    _check_input_dtypes(ref, np.dtype(dtype), dataset)
     if token_ids:
         check_ids(ref, net, dataset)
     if not 0 <= dataset.accuracy_output < len(sizes):

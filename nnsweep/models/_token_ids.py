@@ -29,9 +29,7 @@ def vocabulary(ref: str, module: Any) -> int:
     Raises:
         SpecError: the model has no embedding, so the valid ids are unknown.
     """
-    import torch
-
-    sizes = [m.num_embeddings for m in module.modules() if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)]
+    sizes = _embedding_sizes(module)
     if not sizes:
         raise SpecError(
             "model",
@@ -57,14 +55,12 @@ def check_ids(ref: str, module: Any, dataset: Dataset) -> None:
     Raises:
         SpecError: naming the split, the id found and the range.
     """
-    import torch
-
-    if not any(isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) for m in module.modules()):
+    sizes = _embedding_sizes(module)
+    if not sizes:
         return
-    vocab = vocabulary(ref, module)
-    splits = {"calibration": dataset.calibration, "evaluation": dataset.evaluation, "train": dataset.train}
-    for name, split in splits.items():
-        if split is None or not len(split):
+    vocab = min(sizes)
+    for name, split in dataset.named_splits().items():
+        if not len(split):
             continue
         low, high = int(split.inputs.min()), int(split.inputs.max())
         if low < 0 or high >= vocab:
@@ -74,3 +70,10 @@ def check_ids(ref: str, module: Any, dataset: Dataset) -> None:
                 f"{ref}(): the Dataset's {name} inputs hold the id {bad}; the model's embeddings take ids "
                 f"0 to {vocab - 1}",
             )
+
+
+def _embedding_sizes(module: Any) -> list[int]:
+    """``num_embeddings`` of each ``nn.Embedding`` and ``nn.EmbeddingBag`` in ``module``."""
+    import torch
+
+    return [m.num_embeddings for m in module.modules() if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)]
