@@ -80,7 +80,9 @@ def measure(
     cache = ArtifactCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     bundle = load_model(_live("measure", model, example_input, dataset), cache_dir=cache.models_dir)
     artifact, hit = deploy.convert(bundle, config, cache)
-    return deploy.measure(ModelSnapshot.of(bundle), artifact, settings or MeasureSettings(), cache_hit=hit)
+    snapshot = ModelSnapshot.of(bundle)
+    snapshot.warn_if_constant()
+    return deploy.measure(snapshot, artifact, settings or MeasureSettings(), cache_hit=hit)
 
 
 def sweep(

@@ -259,3 +259,70 @@ def test_labels_of_a_dense_output_are_one_per_pixel(tmp_path: Path) -> None:
     per_sample = Dataset(calibration=Split(x), evaluation=Split(x, np.zeros(8, dtype=np.int64)))
     with pytest.raises(SpecError, match=r"labels have 1 classes per sample; .* one per position .* \(30\)"):
         load_model(register_live("seg_bad", net, torch.randn(1, 3, 5, 6), per_sample))
+
+
+TWO_HEADS_ONE_ZERO = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(6, 8)
+        self.classes = torch.nn.Linear(8, 3)
+        self.box = torch.nn.Linear(8, 4)
+        torch.nn.init.zeros_(self.box.weight)
+        torch.nn.init.zeros_(self.box.bias)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return self.classes(h), self.box(h)
+
+
+def build():
+    torch.manual_seed(0)
+    return Net().eval(), torch.randn(1, 6)
+"""
+
+
+def test_an_output_the_same_for_every_input_is_named_in_a_warning(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "net.py").write_text(TWO_HEADS_ONE_ZERO)
+    snap = ModelSnapshot.of(load_model(f"{tmp_path}/net.py:build"))
+    assert snap.constant_outputs() == (1,)  # the box head is all zero; the classes vary
+    with caplog.at_level("WARNING", logger="nnsweep.models._snapshot"):
+        snap.warn_if_constant()
+    (record,) = caplog.records
+    assert "output(s) 1 is the same for each of the 16 evaluation inputs (all zero)" in record.getMessage()
+
+    varying = ModelSnapshot.of(load_model(_model(tmp_path)))
+    assert varying.constant_outputs() == ()
+    caplog.clear()
+    varying.warn_if_constant()
+    assert not caplog.records
+
+
+def test_bench_warns_that_a_constant_model_agrees_with_any_deployment(tmp_path: Path) -> None:
+    model = _model(tmp_path, scale=0.0)  # first layer's weights zero: each input gets the logits of the biases
+    cmd = [sys.executable, "-m", "nnsweep", "bench", "--model", model, "--runtime", "onnxruntime"]
+    cmd += ["--iters", "3", "--warmup", "1", "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "the model's output is the same for each of the 16 evaluation inputs:" in proc.stderr
+
+
+def test_a_random_weight_vit_gets_a_head_that_tells_its_inputs_apart() -> None:
+    from torchvision.models import VisionTransformer
+
+    from nnsweep.models._load import _randomise_zero_layers
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32).eval()
+    x = torch.randn(4, 3, 32, 32)
+    assert not vit(x).any()  # torchvision starts the head at zero
+    _randomise_zero_layers(vit)
+    first = vit(x)
+    assert (first.std(dim=0) > 0).all()
+    again = VisionTransformer(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32)
+    again.load_state_dict({k: v for k, v in vit.state_dict().items() if not k.startswith("heads")}, strict=False)
+    _randomise_zero_layers(again)
+    assert torch.equal(again.heads.head.weight, vit.heads.head.weight)  # seeded: the same in every process

@@ -327,6 +327,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
             artifact, hit = deploy.convert(bundle, config, cache)
         else:
             hit = True
+        snapshot.warn_if_constant()
         # On a cache hit this process is still light (no torch, no thread): fork the measurement from it.
         status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...", ticking=False)
         fork = ForkHere.for_runtime(config.runtime)

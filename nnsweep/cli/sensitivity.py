@@ -73,12 +73,13 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     status = Status(enabled=not args.json)
     status.line(f"loading {args.model}", tty_only=True)
     from nnsweep.artifacts.cache import ArtifactCache
-    from nnsweep.models import load_model
+    from nnsweep.models import ModelSnapshot, load_model
     from nnsweep.sensitivity.ranking import ranking
 
     cache = ArtifactCache(cache_dir)
     try:
         bundle = load_model(args.model, cache_dir=cache.models_dir, weights=args.weights, input_shape=args.input_shape)
+        ModelSnapshot.of(bundle).warn_if_constant()  # every layer would cost nothing
         start = time.perf_counter()
         report, hit = ranking(bundle, args.runtime, granularity, cache_dir, progress=status.line)
     except SpecError as exc:

@@ -139,6 +139,7 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         except Exception as exc:  # a state dict of another model or a foreign file
             raise SpecError("weights", f"cannot load {weights} into {name}: {exc}") from exc
     else:
+        _randomise_zero_layers(module)
         _recalibrate_batchnorm(module, data.calibration.inputs)
     module.eval()
     ref = f"torchvision:{name}"
@@ -210,6 +211,22 @@ def _check_labels(ref: str, dataset: Dataset, positions: int) -> None:
             f"{ref}(): the Dataset's evaluation labels have {per_sample} classes per sample; the scored output "
             f"takes {kind}",
         )
+
+
+def _randomise_zero_layers(module: Any) -> None:
+    """Give random weights to the linear layers torchvision initialises to zero.
+
+    A ViT's classifier head starts at zero: with random weights every input gives the
+    same all-zero logits, and every deployment would agree with fp32 exactly. Seeded,
+    so the model (and its digest) is the same in every process.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.Linear) and not m.weight.any():
+                m.weight.normal_(0.0, m.in_features**-0.5, generator=generator)
 
 
 def _recalibrate_batchnorm(module: Any, inputs: Any) -> None:

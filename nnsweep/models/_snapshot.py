@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 import threading
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from nnsweep.models._bundle import ModelBundle
 
 __all__ = ["ModelSnapshot", "SnapshotStore", "reference_outputs"]
+
+log = logging.getLogger(__name__)
 
 _FORMAT = 1
 # Samples per call of the eager model; one when it does not take batches (takes_batches).
@@ -97,6 +100,42 @@ class ModelSnapshot:
     outputs: tuple[int, ...]
     accuracy_output: int = 0
     positions: tuple[int, ...] = ()
+
+    def constant_outputs(self) -> tuple[int, ...]:
+        """The outputs whose fp32 values are the same for every evaluation input.
+
+        Every deployment of such an output agrees with fp32 (top-1 agreement 1.0, no SQNR:
+        the reference has no signal), so fidelity cannot tell deployments apart. An
+        untrained model gives one: a zero-initialised head, as torchvision's ViTs have.
+        """
+        if len(self.reference) < 2:
+            return ()
+        same = np.all(self.reference == self.reference[:1], axis=0)
+        return tuple(i for i, columns in enumerate(self._columns()) if bool(same[columns].all()))
+
+    def _columns(self) -> list[slice]:
+        """Each output's columns in :attr:`reference` (outputs side by side)."""
+        sizes = self.outputs or (self.reference.shape[1],)
+        bounds = np.cumsum((0, *sizes))
+        return [slice(int(bounds[i]), int(bounds[i + 1])) for i in range(len(sizes))]
+
+    def warn_if_constant(self) -> None:
+        """Log a warning naming the outputs of :meth:`constant_outputs`, if any."""
+        constant = self.constant_outputs()
+        if not constant:
+            return
+        which = "the model's output" if len(self.outputs) <= 1 else "output(s) " + ", ".join(map(str, constant))
+        columns = self._columns()
+        zero = " (all zero)" if not any(np.any(self.reference[:, columns[i]]) for i in constant) else ""
+        log.warning(
+            "%s: %s is the same for each of the %d evaluation inputs%s: every deployment agrees with it, so "
+            "fidelity cannot tell deployments apart. Are the weights trained? (an untrained model, or a "
+            "zero-initialised head)",
+            self.name,
+            which,
+            len(self.reference),
+            zero,
+        )
 
     @classmethod
     def of(cls, bundle: ModelBundle) -> ModelSnapshot:

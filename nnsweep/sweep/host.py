@@ -160,6 +160,7 @@ class HostSide:
             input_shape=self.source.input_shape,
         )
         self._snapshot = ModelSnapshot.of(self._bundle)
+        self._snapshot.warn_if_constant()
         labels = self._bundle.dataset.evaluation.labels
         # Without labels, accuracy is top-1 agreement with fp32, which fp32 itself meets fully.
         if labels is not None:
