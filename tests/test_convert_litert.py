@@ -189,6 +189,43 @@ def test_an_int8_model_that_ends_in_argmax_returns_its_classes_as_they_are(tmp_p
     assert _run(tmp_path / result.filename, x).reshape(-1)[0] == bundle.module(torch.from_numpy(x)).item()
 
 
+class _Recurrent(nn.Module):
+    def __init__(self, with_state: bool) -> None:
+        super().__init__()
+        self.with_state = with_state
+        self.rnn = nn.GRU(8, 16, batch_first=True)
+        self.fc = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.with_state:
+            out, _ = self.rnn(x)
+            return self.fc(out[:, -1])
+        out, h = self.rnn(x, torch.zeros(1, x.shape[0], 16))
+        return self.fc(out[:, -1] + h[0])
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attributes self.rnn._flat_weights:UserWarning")  # torch.export's
+@pytest.mark.parametrize("with_state", [False, True])
+def test_static_int8_names_the_gru_litert_torch_cannot_annotate(tmp_path: Path, with_state: bool) -> None:
+    # litert-torch 0.10's GRU annotator reads a second input and two used outputs: a GRU
+    # called as gru(x) failed with a bare "IndexError: list index out of range".
+    from nnsweep.convert.litert import LiteRTConverter
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("recurrent", _Recurrent(with_state).eval(), torch.randn(1, 6, 8)))
+    if not with_state:
+        with pytest.raises(ConversionError, match=r"nn\.GRU only when .*initial hidden state.*; rnn is not"):
+            LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)
+        return
+    result = LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)  # the call it asks for converts
+    x = bundle.dataset.evaluation.inputs[:1]
+    np.testing.assert_allclose(
+        _run(tmp_path / result.filename, x), bundle.module(torch.from_numpy(x)).detach(), atol=0.1
+    )
+
+
 def test_armnn_refuses_dynamic_int8_naming_its_version_and_the_layer() -> None:
     with pytest.raises(SpecError, match=r"Arm NN 20\.08 has no hybrid layers: .*FULLY_CONNECTED"):
         DeploymentConfig("armnn", quant=QuantConfig("dynamic_int8"))

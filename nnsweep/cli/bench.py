@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,8 @@ _BENCH_OPTIONS = {
 }
 # The runtimes' own quantizer options bench sets (RuntimeInfo.quant_options): argparse dest -> option.
 _QUANT_OPTIONS = ("quant_format", "activation_type", "weight_type", "reduce_range")
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -334,6 +337,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
         result = deploy.measure(snapshot, artifact, settings, cache_hit=hit, worker=fork)
     except TrialError as exc:
         status.clear()
+        log.info("the failure's traceback (the toolchain's own, as its cause):", exc_info=exc)  # -v
         sys.stderr.write(f"nnsweep bench: failed: {_one_line(str(exc))}\n")
         return EXIT_FAILED
     status.clear()

@@ -82,7 +82,7 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     if quant.mode is QuantMode.FP32:
         return litert_torch.convert(module, args)
     quantizer = litert_quantizer(quant, symmetric_activations)
-    graph = calibrated(module, bundle, quant, lambda g: quantize_pt2e.prepare_pt2e(g, quantizer))
+    graph = calibrated(module, bundle, quant, lambda g: _prepare(g, quantizer, module))
     graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
     # An exported module says it is training (and refuses .eval()), though it was exported in
     # eval mode and its graph holds eval ops (dropout off, batch norm with running statistics).
@@ -91,6 +91,30 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     for sub in graph.modules():
         sub.training = False
     return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
+
+
+def _prepare(graph: torch.fx.GraphModule, quantizer: object, module: torch.nn.Module) -> torch.fx.GraphModule:
+    """``prepare_pt2e``, naming the GRU litert-torch's quantizer fails on.
+
+    litert-torch 0.10's GRU annotator reads the GRU's second input and asserts two used
+    outputs: a GRU called without its initial hidden state, or whose final hidden state
+    is unused, failed with a bare ``IndexError: list index out of range`` (or an assertion).
+    """
+    try:
+        return quantize_pt2e.prepare_pt2e(graph, quantizer)
+    except (IndexError, AssertionError) as exc:
+        frames = []
+        tb = exc.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        if "_annotate_gru_io_only" not in frames:
+            raise
+        grus = ", ".join(name for name, sub in module.named_modules() if isinstance(sub, torch.nn.GRU))
+        raise NotImplementedError(
+            f"its int8 quantizer takes an nn.GRU only when it is given its initial hidden state and both its "
+            f"outputs are used (out, h = gru(x, h0)); {grus} is not: call it so, or use another runtime"
+        ) from exc
 
 
 def export_tflite(
