@@ -300,6 +300,27 @@ def test_dynamic_int8_converts_a_transformer_encoder(tmp_path: Path) -> None:
     assert torch.allclose(got, expected, atol=0.05)
 
 
+def test_static_int8_converts_a_layernorm_traced_through_as_convnext_has(tmp_path: Path) -> None:
+    # torchvision's LayerNorm2d (an nn.LayerNorm subclass that permutes) is traced through:
+    # its quantized layer_norm takes the weight as a get_attr of a dotted path, which the
+    # scale inlining read with getattr ("'GraphModule' object has no attribute 'norm.weight'").
+    from torchvision.models.convnext import LayerNorm2d
+
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), LayerNorm2d(8), nn.Flatten(), nn.Linear(8 * 6 * 6, 4)).eval()
+    bundle = load_model(register_live("layernorm2d", net, torch.randn(1, 3, 8, 8)))
+    result = TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+    deployed = torch.jit.load(str(tmp_path / result.filename))
+    x = torch.from_numpy(bundle.dataset.evaluation.inputs[:4])
+    with torch.no_grad():
+        expected = bundle.module(x)
+        got = torch.cat([deployed(sample[None]) for sample in x])
+    assert torch.allclose(got, expected, atol=0.1)
+
+
 @pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])
 @pytest.mark.parametrize("engine", ["x86", "fbgemm", "qnnpack", "onednn"])
 def test_each_engine_mapping_builds_silently_with_our_global_qconfig(engine: str, mode: QuantMode) -> None:

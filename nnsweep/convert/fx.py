@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import operator
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -175,6 +177,10 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     return converted
 
 
+# The names convert_fx gives the output scale and zero point it registers on the root module.
+_QPARAM = re.compile(r"_(scale|zero_point)_\d+$")
+
+
 def _inline_scalar_qparams(model: torch.fx.GraphModule) -> None:
     """Pass the output scale/zero point of ``quantized::`` ops (``add``, ``mul``, ``cat`` ...) as numbers.
 
@@ -186,11 +192,11 @@ def _inline_scalar_qparams(model: torch.fx.GraphModule) -> None:
     """
     graph = model.graph
     for node in list(graph.nodes):
-        if node.op != "get_attr" or not node.users:
-            continue
+        if node.op != "get_attr" or not node.users or not _QPARAM.search(str(node.target)):
+            continue  # a quantized LayerNorm's weight and bias are get_attr too, and stay tensors
         if not all(getattr(user.target, "_qualified_op_name", "").startswith("quantized::") for user in node.users):
             continue
-        value = getattr(model, str(node.target))
+        value = operator.attrgetter(str(node.target))(model)  # a dotted path for a submodule's attribute
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             continue
         scalar = float(value.item()) if value.is_floating_point() else int(value.item())
