@@ -212,12 +212,17 @@ def test_static_int8_names_the_gru_litert_torch_cannot_annotate(tmp_path: Path, 
     from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import ranking
 
     torch.manual_seed(0)
     bundle = load_model(register_live("recurrent", _Recurrent(with_state).eval(), torch.randn(1, 6, 8)))
     if not with_state:
-        with pytest.raises(ConversionError, match=r"nn\.GRU only when .*initial hidden state.*; rnn is not"):
+        with pytest.raises(
+            ConversionError, match=r"needs a GRU called as out, h = gru\(x, h0\), both outputs used; rnn is not"
+        ):
             LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)
+        with pytest.raises(ConversionError, match=r"litert's quantizer cannot rank .*needs a GRU called as"):
+            ranking(bundle, "litert", Granularity.PER_CHANNEL, tmp_path)
         return
     result = LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)  # the call it asks for converts
     x = bundle.dataset.evaluation.inputs[:1]

@@ -48,7 +48,7 @@ from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Inte
 from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.models import ModelBundle
 
-__all__ = ["LiteRTConverter", "export_tflite", "litert_quantizer"]
+__all__ = ["LiteRTConverter", "export_tflite", "litert_quantizer", "prepare"]
 
 _FILENAME = "model.tflite"
 _X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
@@ -82,7 +82,7 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     if quant.mode is QuantMode.FP32:
         return litert_torch.convert(module, args)
     quantizer = litert_quantizer(quant, symmetric_activations)
-    graph = calibrated(module, bundle, quant, lambda g: _prepare(g, quantizer, module))
+    graph = calibrated(module, bundle, quant, lambda g: prepare(g, quantizer, module))
     graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
     # An exported module says it is training (and refuses .eval()), though it was exported in
     # eval mode and its graph holds eval ops (dropout off, batch norm with running statistics).
@@ -93,8 +93,9 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
 
 
-def _prepare(graph: torch.fx.GraphModule, quantizer: object, module: torch.nn.Module) -> torch.fx.GraphModule:
-    """``prepare_pt2e``, naming the GRU litert-torch's quantizer fails on.
+def prepare(graph: torch.nn.Module, quantizer: object, module: torch.nn.Module) -> torch.nn.Module:
+    """``prepare_pt2e`` with litert-torch's quantizer, naming the GRU it fails on
+    (``module`` is the model the graph was exported from).
 
     litert-torch 0.10's GRU annotator reads the GRU's second input and asserts two used
     outputs: a GRU called without its initial hidden state, or whose final hidden state
@@ -112,8 +113,8 @@ def _prepare(graph: torch.fx.GraphModule, quantizer: object, module: torch.nn.Mo
             raise
         grus = ", ".join(name for name, sub in module.named_modules() if isinstance(sub, torch.nn.GRU))
         raise NotImplementedError(
-            f"its int8 quantizer takes an nn.GRU only when it is given its initial hidden state and both its "
-            f"outputs are used (out, h = gru(x, h0)); {grus} is not: call it so, or use another runtime"
+            f"litert-torch's int8 quantizer needs a GRU called as out, h = gru(x, h0), both outputs used; "
+            f"{grus} is not: call it so, or use another runtime"
         ) from exc
 
 

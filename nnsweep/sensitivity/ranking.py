@@ -232,14 +232,24 @@ def _pt2e_evaluator(
     except Exception:  # a model whose shapes specialise on batch 1, or that mixes the samples
         graph, batched = export(model, bundle.example_input, dynamic_batch=False), False
 
-    def quantizer() -> object:
-        if runtime == "executorch":
-            from nnsweep.convert.executorch import xnnpack_quantizer
+    if runtime == "executorch":
+        from nnsweep.convert.executorch import xnnpack_quantizer
 
+        def quantizer() -> object:
             return xnnpack_quantizer(quant)
-        from nnsweep.convert.litert import litert_quantizer
 
-        return litert_quantizer(quant, symmetric_activations=runtime == "armnn")
+        def prepare(module: torch.nn.Module, chosen: object) -> torch.nn.Module:
+            untie_shared_parameters(module)  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
+            return prepare_pt2e(module, chosen)
+
+    else:
+        from nnsweep.convert import litert
+
+        def quantizer() -> object:
+            return litert.litert_quantizer(quant, symmetric_activations=runtime == "armnn")
+
+        def prepare(module: torch.nn.Module, chosen: object) -> torch.nn.Module:
+            return litert.prepare(module, chosen, model)
 
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return scored_output(module, x, bundle, batched)
@@ -247,10 +257,8 @@ def _pt2e_evaluator(
     def evaluate(keep: frozenset[str]) -> Score:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
         module = copy.deepcopy(graph).module(check_guards=False)
-        if runtime == "executorch":  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
-            untie_shared_parameters(module)
         with printed_to_debug_log(log, f"{runtime} quantizer"):  # litert-torch's annotators print
-            prepared = prepare_pt2e(module, chosen)
+            prepared = prepare(module, chosen)
         with torch.no_grad():
             run(prepared, calibration)
             outputs = run(convert_pt2e(prepared), inputs).numpy()
