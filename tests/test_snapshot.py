@@ -326,3 +326,15 @@ def test_a_random_weight_vit_gets_a_head_that_tells_its_inputs_apart() -> None:
     again.load_state_dict({k: v for k, v in vit.state_dict().items() if not k.startswith("heads")}, strict=False)
     _randomise_zero_layers(again)
     assert torch.equal(again.heads.head.weight, vit.heads.head.weight)  # seeded: the same in every process
+
+
+def test_a_torchvision_googlenet_loads_without_torchvisions_future_init_warning() -> None:
+    # torchvision's FutureWarning on each build of GoogLeNet (and Inception v3) was two
+    # lines on every bench and sweep of it.
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bundle = load_model("torchvision:googlenet", input_shape=(1, 3, 64, 64))
+    assert bundle.outputs == (1000,)
+    assert [str(w.message) for w in caught if "weight initialization" in str(w.message)] == []

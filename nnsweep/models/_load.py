@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,9 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
     if name not in available:
         raise SpecError("model", f"torchvision has no classification model {name!r}; e.g. mobilenet_v2, resnet18")
     torch.manual_seed(0)
-    module = torchvision.models.get_model(name, weights=None)
+    with warnings.catch_warnings():  # GoogLeNet and Inception v3 announce a future default init on each build
+        warnings.filterwarnings("ignore", "The default weight initialization", FutureWarning)
+        module = torchvision.models.get_model(name, weights=None)
     shape = check_input_shape(tuple(input_shape or (1, 3, 224, 224)), "input_shape")
     example, data = _synthetic_data(shape)
     if weights is not None:
