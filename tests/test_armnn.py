@@ -95,6 +95,49 @@ def test_parser_rejects_fully_connected_without_bias_until_the_converter_adds_on
     assert timing.latency.count == SETTINGS.iters
 
 
+def test_a_linear_layer_on_a_sequence_runs_once_its_fully_connected_is_made_2d(tmp_path: Path) -> None:
+    # A linear layer on (1, T, D) is a FULLY_CONNECTED with keep_num_dims, which Arm NN 20.08
+    # ignores: "TensorShape set on OutputSlot[0] does not match the inferred shape. : [1,6,5] != [6,5]".
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(8, 5), nn.ReLU()).eval()
+    path = tmp_path / "sequence.tflite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        litert_torch.convert(module, (torch.randn(1, 6, 8),)).export(str(path))
+    with pytest.raises(ConversionError, match=r"does not match the inferred shape"):
+        armnn_placement(path, ("CpuRef",))
+    model = tflite.load(path)
+    assert tflite.flatten_fully_connected(model) == 1
+    assert tflite.operators(model)[-2:] == ["FULLY_CONNECTED", "RESHAPE"]
+    tflite.save(model, path)
+    x = np.random.default_rng(0).standard_normal((1, 6, 8)).astype(np.float32)
+    _, outputs = measure_in_subprocess(
+        runtime="armnn", artifact=path, io=IOSpec(), threads=1, backends=("CpuRef",), inputs=x, settings=SETTINGS
+    )
+    np.testing.assert_allclose(outputs.reshape(1, 6, 5), module(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["fp32", "static_int8"])
+def test_a_gru_given_its_state_converts_and_keeps_its_outputs(tmp_path: Path, mode: str) -> None:
+    from nnsweep.models import load_model, register_live
+
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.GRU(8, 16, batch_first=True)
+            self.fc = nn.Linear(16, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out, h = self.rnn(x, torch.zeros(1, x.shape[0], 16))
+            return self.fc(out[:, -1] + h[0])
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("recurrent_armnn", Recurrent().eval(), torch.randn(1, 6, 8)))
+    config = _config(mode, granularity=Granularity.PER_TENSOR) if mode != "fp32" else _config()
+    artifact, hit = deploy.convert(bundle, config, ArtifactCache(tmp_path))
+    result = deploy.measure(ModelSnapshot.of(bundle), artifact, SETTINGS, cache_hit=hit)
+    assert result.evaluation.fidelity.sqnr_db > (100 if mode == "fp32" else 25)
+
+
 class _SelfAttention(nn.Module):
     """Two heads of attention without projections: the matmuls of activations are BATCH_MATMULs."""
 

@@ -107,8 +107,11 @@ class ArmNNConverter(Converter):
         spec = export_tflite(bundle, config, path, symmetric_activations=True, stages=self.stages)
         model = tflite.load(path)
         added = tflite.add_fully_connected_bias(model)
-        if added:
-            _log.debug("added a zero bias to %d FULLY_CONNECTED op(s) for Arm NN's parser", added)
+        flattened = tflite.flatten_fully_connected(model)
+        if added or flattened:
+            _log.debug(
+                "FULLY_CONNECTED for Arm NN's parser: %d given a zero bias, %d made 2-D and reshaped", added, flattened
+            )
             tflite.save(model, path)
         report = armnn_placement(path, config.backends)
         notes: tuple[str, ...] = ()

@@ -6,6 +6,8 @@ read and write the model, so no TensorFlow is needed:
 - :func:`add_fully_connected_bias`: Arm NN 20.08's TFLite parser rejects a
   ``FULLY_CONNECTED`` whose optional bias is absent (input index -1,
   "'operatorPtr->inputs[i]' must be non-negative"); give it an explicit zero bias.
+- :func:`flatten_fully_connected`: Arm NN 20.08 ignores ``FULLY_CONNECTED``'s
+  ``keep_num_dims`` and refuses a linear layer on a sequence; make it 2-D and reshape after.
 - :func:`float_interface`: litert-torch's int8 models take and return int8 (the
   ``full`` interface); a ``QUANTIZE`` at the input and a ``DEQUANTIZE`` at each
   output make them take and return float32 (``core``), as TensorFlow's converter
@@ -21,6 +23,7 @@ read and write the model, so no TensorFlow is needed:
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import flatbuffers
@@ -32,6 +35,7 @@ from nnsweep.core.errors import ConversionError
 
 __all__ = [
     "add_fully_connected_bias",
+    "flatten_fully_connected",
     "float_interface",
     "half_pixel_resizes",
     "int8_io",
@@ -150,6 +154,53 @@ def add_fully_connected_bias(model: schema.ModelT) -> int:
             op.inputs = np.array([*inputs[:2], index], dtype=np.int32)
             fixed += 1
     return fixed
+
+
+def flatten_fully_connected(model: schema.ModelT) -> int:
+    """Make every ``FULLY_CONNECTED`` that keeps its input's dimensions (``keep_num_dims``,
+    a linear layer on a ``(1, T, D)`` sequence) return 2-D, followed by a ``RESHAPE`` back to
+    its shape; return how many.
+
+    Arm NN 20.08 ignores ``keep_num_dims``: it infers a 2-D output and refuses the model
+    ("TensorShape set on OutputSlot[0] does not match the inferred shape. : [1,16,96] !=
+    [16,96]"). The values are the same; only the shape is said by another op.
+    """
+    changed = 0
+    for subgraph in model.subgraphs:
+        operators = []
+        for op in subgraph.operators:
+            operators.append(op)
+            options = op.builtinOptions
+            if _code(model, op) != schema.BuiltinOperator.FULLY_CONNECTED or not getattr(options, "keepNumDims", False):
+                continue
+            out = subgraph.tensors[op.outputs[0]]
+            shape = np.asarray(out.shape, dtype=np.int32)
+            options.keepNumDims = False
+            if len(shape) <= 2:
+                continue
+            flat = copy.copy(out)  # the same type and quantization, 2-D
+            flat.shape = np.array([int(np.prod(shape[:-1])), int(shape[-1])], dtype=np.int32)
+            flat.shapeSignature = None
+            flat.buffer = _add_buffer(model, np.zeros(0, np.uint8))
+            flat.name = f"{_name(out)}/2d"
+            flat_index = _add_tensor(subgraph, flat)
+            target = schema.TensorT()
+            target.shape = np.array([len(shape)], dtype=np.int32)
+            target.type = schema.TensorType.INT32
+            target.buffer = _add_buffer(model, shape)
+            target.name = f"{_name(out)}/shape"
+            reshape = schema.OperatorT()
+            reshape.opcodeIndex = _opcode(model, schema.BuiltinOperator.RESHAPE, 1)
+            reshape.inputs = np.array([flat_index, _add_tensor(subgraph, target)], dtype=np.int32)
+            reshape.outputs = np.array([op.outputs[0]], dtype=np.int32)
+            reshape.builtinOptionsType = schema.BuiltinOptions.ReshapeOptions
+            reshape.builtinOptions = schema.ReshapeOptionsT()
+            reshape.builtinOptions.newShape = shape
+            op.outputs = np.array([flat_index], dtype=np.int32)
+            operators.append(reshape)
+            changed += 1
+        subgraph.operators = operators
+    return changed
 
 
 def symmetric_embedding_tables(model: schema.ModelT) -> int:
