@@ -4,7 +4,10 @@ Each function returns ``(module, example_input)`` the way a user's model file wo
 data, so ``nnsweep bench`` evaluates fidelity against the fp32 model on seeded inputs.
 They are the shapes that broke conversions before: attention layers (torch dynamic int8),
 a constant multiplier registered as an expanded buffer (a stride-0 tensor ExecuTorch
-refused), a model with two outputs, and a text classifier that takes token ids.
+refused), a model with two outputs, and a text classifier that takes token ids. Opt-in
+(``--models convnext,gru``): a two-stage ConvNeXt (torchvision's ``LayerNorm2d``, which
+torch's static int8 failed on) and a GRU classifier called as ``gru(x)`` (which
+litert-torch's static int8 quantizer cannot annotate, and says so).
 """
 
 from __future__ import annotations
@@ -83,6 +86,19 @@ class _TwoHeads(nn.Module):
         return self.classes(features), self.box(features)
 
 
+class _Gru(nn.Module):
+    """A GRU over a ``(1, SEQ, D_MODEL)`` sequence, called without its initial state, then a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(D_MODEL, 32, batch_first=True)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
+
+
 def encoder() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return _Encoder().eval(), torch.randn(1, SEQ, D_MODEL)
@@ -101,3 +117,16 @@ def two_heads() -> tuple[nn.Module, torch.Tensor]:
 def text_classifier() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return _TextClassifier().eval(), torch.randint(0, VOCAB, (1, SEQ))
+
+
+def convnext() -> tuple[nn.Module, torch.Tensor]:
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    torch.manual_seed(0)
+    net = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], num_classes=10)
+    return net.eval(), torch.randn(1, 3, 32, 32)
+
+
+def gru() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return _Gru().eval(), torch.randn(1, SEQ, D_MODEL)
