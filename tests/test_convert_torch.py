@@ -282,6 +282,16 @@ class _TinyEncoder(nn.Module):
 
 # The attention slow path compares a traced shape with an int (embed_dim): a constant either way.
 @pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean:torch.jit.TracerWarning")
+def _assert_deployed_matches_eager(bundle: ModelBundle, artifact: Path, atol: float) -> None:
+    """The traced artifact, one sample a call, gives the eager model's outputs on 4 inputs."""
+    deployed = torch.jit.load(str(artifact))
+    x = torch.from_numpy(bundle.dataset.evaluation.inputs[:4])
+    with torch.no_grad():
+        expected = bundle.module(x)
+        got = torch.cat([deployed(sample[None]) for sample in x])
+    assert torch.allclose(got, expected, atol=atol)
+
+
 def test_dynamic_int8_converts_a_transformer_encoder(tmp_path: Path) -> None:
     from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
@@ -292,12 +302,7 @@ def test_dynamic_int8_converts_a_transformer_encoder(tmp_path: Path) -> None:
     assert torch.backends.mha.get_fastpath_enabled()  # switched off for the trace only
     # linear1 and linear2 of both layers and the head; attention's out_proj stays float
     assert result.partitions.nodes_by_backend["x86"] == 5
-    deployed = torch.jit.load(str(tmp_path / result.filename))
-    x = torch.from_numpy(bundle.dataset.evaluation.inputs[:4])
-    with torch.no_grad():
-        expected = bundle.module(x)
-        got = torch.cat([deployed(sample[None]) for sample in x])
-    assert torch.allclose(got, expected, atol=0.05)
+    _assert_deployed_matches_eager(bundle, tmp_path / result.filename, atol=0.05)
 
 
 def test_static_int8_converts_a_layernorm_traced_through_as_convnext_has(tmp_path: Path) -> None:
@@ -313,12 +318,7 @@ def test_static_int8_converts_a_layernorm_traced_through_as_convnext_has(tmp_pat
     net = nn.Sequential(nn.Conv2d(3, 8, 3), LayerNorm2d(8), nn.Flatten(), nn.Linear(8 * 6 * 6, 4)).eval()
     bundle = load_model(register_live("layernorm2d", net, torch.randn(1, 3, 8, 8)))
     result = TorchConverter().convert(bundle, STATIC_X86, tmp_path)
-    deployed = torch.jit.load(str(tmp_path / result.filename))
-    x = torch.from_numpy(bundle.dataset.evaluation.inputs[:4])
-    with torch.no_grad():
-        expected = bundle.module(x)
-        got = torch.cat([deployed(sample[None]) for sample in x])
-    assert torch.allclose(got, expected, atol=0.1)
+    _assert_deployed_matches_eager(bundle, tmp_path / result.filename, atol=0.1)
 
 
 @pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])
