@@ -474,3 +474,36 @@ def test_the_exporters_optimizer_notes_go_to_the_debug_log_and_errors_stay(caplo
         ("nnsweep.other", "WARNING", "ours"),
         ("onnxscript.optimizer._constant_folding", "WARNING", "after the block"),
     ]
+
+
+class _MaskedAttention(torch.nn.Module):
+    """Causal attention scores masked with -inf before the softmax, as decoders mask them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = torch.nn.Linear(16, 16)
+        self.k = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 4)
+        self.register_buffer("mask", torch.tril(torch.ones(8, 8, dtype=torch.bool)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = (self.q(x) @ self.k(x).transpose(1, 2) / 4.0).masked_fill(~self.mask, float("-inf"))
+        return self.head((torch.softmax(scores, dim=-1) @ x).mean(dim=1))
+
+
+def test_static_int8_leaves_float_what_a_mask_fills_with_minus_infinity(tmp_path: Path) -> None:
+    # The calibrated range of the masked scores is [-inf, max]: quantized, their scale was
+    # infinite and zero point NaN (numpy's "invalid value" warnings), and the deployment had
+    # 0.7 dB against fp32. The PT2E runtimes leave the masking float and have 33 dB.
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("masked_attention", _MaskedAttention().eval(), torch.randn(1, 8, 16)))
+    cache = ArtifactCache(tmp_path)
+    artifact, hit = deploy.convert(bundle, DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8")), cache)
+    result = deploy.measure(ModelSnapshot.of(bundle), artifact, MeasureSettings(warmup=1, iters=3), cache_hit=hit)
+    assert result.evaluation.fidelity.sqnr_db > 25
+    entropy = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", calibration=Calibration.ENTROPY))
+    with pytest.raises(ConversionError, match=r"^entropy calibration cannot make a histogram .*calibrate with minmax"):
+        deploy.convert(bundle, entropy, cache)

@@ -34,6 +34,7 @@ from onnxruntime.quantization import (
     quantize_static,
     save_tensors_data,
 )
+from onnxruntime.quantization.calibrate import TensorsData
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
@@ -148,8 +149,21 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
                 calibrate_method=method,
                 extra_options=options,
             )
-            calibrator.collect_data(_Reader(_input_name(prepared), calibration_samples(bundle, quant)))
-            save_tensors_data(calibrator.compute_data(), ranges)
+            try:
+                calibrator.collect_data(_Reader(_input_name(prepared), calibration_samples(bundle, quant)))
+                data = calibrator.compute_data()
+            except ValueError as exc:
+                if "is not finite" not in str(exc) or method is CalibrationMethod.MinMax:
+                    raise
+                raise ConversionError(
+                    f"{quant.calibration.value if quant.calibration else method.name} calibration cannot make a "
+                    "histogram of values that are not finite (an attention mask's -inf): calibrate with minmax, "
+                    "which leaves those ops float"
+                ) from exc
+        unbounded = {name for name, td in data.items() if not np.all(np.isfinite(td.range_value))}
+        excluded += _around(prepared, unbounded, excluded)
+        bounded = {name: td for name, td in data.items() if name not in unbounded}
+        save_tensors_data(TensorsData(data.calibration_method, bounded), ranges)
         # The defaults: QDQ, uint8 activations (asymmetric) and int8 weights, full range:
         # ORT's documented choice for x86 with VNNI (this machine has avx512_vnni), and its
         # Arm CPU kernels run it too. On x86 without VNNI ORT advises reduce_range=True
@@ -172,6 +186,23 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             op_types_to_quantize=_STATIC_OPS,
             nodes_to_exclude=excluded,
         )
+
+
+def _around(prepared: Path, unbounded: set[str], excluded: list[str]) -> list[str]:
+    """The nodes (not already in ``excluded``) that make or take a tensor of ``unbounded``,
+    one whose calibrated range is not finite: they are left float, and the tensor unquantized.
+
+    An attention mask filled with ``-inf`` (``masked_fill``, exported as ``Where``) gives
+    such a range; quantized, its scale is infinite and its zero point NaN, and the
+    softmax after it reads garbage (a masked attention model: 0.7 dB against fp32, where
+    the PT2E quantizers, which leave ``where`` float, give 33 dB).
+    """
+    if not unbounded:
+        return []
+    nodes = onnx.load(str(prepared), load_external_data=False).graph.node
+    found = [n.name for n in nodes if n.name not in excluded and unbounded & {*n.input, *n.output}]
+    _log.debug("left float around %d tensor(s) of unbounded range: %s", len(unbounded), ", ".join(found))
+    return found
 
 
 def _dynamic_names(prepared: Path, excluded: list[str]) -> list[str]:
