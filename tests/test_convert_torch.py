@@ -321,6 +321,31 @@ def test_static_int8_converts_a_layernorm_traced_through_as_convnext_has(tmp_pat
     _assert_deployed_matches_eager(bundle, tmp_path / result.filename, atol=0.1)
 
 
+@pytest.mark.filterwarnings("ignore:Please use quant_min and quant_max:UserWarning")  # torch's default mapping
+def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_path: Path) -> None:
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.PReLU(16), nn.Conv2d(16, 12, 3, padding=1)).eval()
+    x = torch.randn(32, 3, 16, 16)
+    # torch's own flow, its default mapping: when this passes 20 dB, the refusal can go
+    prepared = prepare_fx(copy.deepcopy(net), get_default_qconfig_mapping("x86"), (x[:1],))
+    prepared(x)
+    with torch.no_grad():
+        noise = (convert_fx(prepared)(x) - net(x)).pow(2).mean()
+        assert 10 * torch.log10(net(x).pow(2).mean() / noise) < 10
+    bundle = load_model(register_live("prelu", net, x[:1]))
+    with pytest.raises(
+        ConversionError, match=r"int8 PReLU computes wrong values .*: 1; deploy this model with another"
+    ):
+        TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+
+
 @pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])
 @pytest.mark.parametrize("engine", ["x86", "fbgemm", "qnnpack", "onednn"])
 def test_each_engine_mapping_builds_silently_with_our_global_qconfig(engine: str, mode: QuantMode) -> None:
