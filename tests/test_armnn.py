@@ -157,6 +157,34 @@ def test_a_parser_refusal_names_the_release_and_the_operator(tmp_path: Path) -> 
         armnn_placement(path, ("CpuRef",))
 
 
+class _ScoresOfTwoProjections(nn.Module):
+    """q @ k^T of two linear projections: litert-torch writes a FULLY_CONNECTED whose weights are k."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.k = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q(x) @ self.k(x).transpose(1, 2)
+
+
+def test_a_fully_connected_of_computed_weights_is_refused_saying_so(tmp_path: Path) -> None:
+    # The parser said "Buffer #16 has 0 bytes. For tensor: [8,16] expecting: 512 bytes".
+    torch.manual_seed(0)
+    path = tmp_path / "scores.tflite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        litert_torch.convert(_ScoresOfTwoProjections().eval(), (torch.randn(1, 6, 8),)).export(str(path))
+    model = tflite.load(path)  # as the converter leaves it for Arm NN
+    tflite.add_fully_connected_bias(model)
+    tflite.flatten_fully_connected(model)
+    tflite.save(model, path)
+    with pytest.raises(
+        ConversionError, match=r"^Arm NN 20\.08 takes a FULLY_CONNECTED only with constant weights; operator #\d+ "
+    ):
+        armnn_placement(path, ("CpuRef",))
+
+
 def test_a_layer_no_backend_runs_is_named_with_the_backends_reason(tmp_path: Path) -> None:
     message = (
         "WARNING: Layer of type FullyConnected is not supported on requested backend CpuRef for input data type "

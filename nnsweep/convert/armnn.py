@@ -71,6 +71,7 @@ def _release() -> str:
 _PARSER_OPERATOR = re.compile(r"Failed to parse operator #(\d+)")
 _NO_BACKEND = re.compile(r"Layer of type (\w+) is not supported on any preferred backend")
 _REASON = re.compile(r"\(reason: ([^\n]*)")
+_EMPTY_BUFFER = re.compile(r"Buffer #\d+ has 0 bytes")
 
 
 def armnn_refusal(message: str, path: Path) -> str:
@@ -83,6 +84,11 @@ def armnn_refusal(message: str, path: Path) -> str:
         index = int(match.group(1))
         names = tflite.operators(tflite.load(path))
         name = names[index] if index < len(names) else f"operator #{index}"
+        if name == "FULLY_CONNECTED" and _EMPTY_BUFFER.search(message):
+            return (
+                f"{_release()} takes a FULLY_CONNECTED only with constant weights; operator #{index} of the model "
+                "multiplies two computed tensors (attention's q @ k^T is one): deploy this model with another runtime"
+            )
         return f"{_release()}'s TFLite parser cannot take {name} (operator #{index} of the model): {first}"
     if match := _NO_BACKEND.search(message):
         reason = _REASON.search(message)
