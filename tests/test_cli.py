@@ -469,13 +469,16 @@ def test_sensitivity_says_when_the_split_tells_no_layer_apart(tmp_path: Path) ->
 def test_a_quantizer_that_fails_on_the_model_is_one_line_and_no_ranking_is_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """litert-torch 0.10's GRU annotator indexes a hidden state the call does not pass."""
+    """litert-torch 0.10's GRU annotator indexes a hidden state the call does not pass: the line
+    names the GRU and the call that converts, not the bare IndexError it said before."""
     cache = tmp_path / "cache"
     model = f"{Path(__file__).resolve().parent.parent / 'benchmarks' / 'fidelity_models.py'}:gru"
     code = main(["--cache-dir", str(cache), "sensitivity", "--model", model, "--runtime", "litert"])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
-    assert "litert's quantizer cannot rank the layers of this model (IndexError" in err.strip().splitlines()[-1]
+    last = err.strip().splitlines()[-1]
+    assert "litert's quantizer cannot rank the layers of this model (NotImplementedError" in last
+    assert "needs a GRU called as out, h = gru(x, h0)" in last
     assert not list(cache.glob("sensitivity/*/*.json"))
 
 
