@@ -329,6 +329,7 @@ def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_pa
     from nnsweep.convert.torch import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import ranking
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.PReLU(16), nn.Conv2d(16, 12, 3, padding=1)).eval()
@@ -344,6 +345,8 @@ def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_pa
         ConversionError, match=r"int8 PReLU computes wrong values .*: 1; deploy this model with another"
     ):
         TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+    with pytest.raises(ConversionError, match=r"int8 PReLU computes wrong values"):  # nor ranked through it
+        ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
 
 
 @pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])

@@ -29,6 +29,7 @@ __all__ = [
     "qconfig_mapping",
     "quantize_fx",
     "quantized_engine",
+    "refuse_prelu",
     "strip_io_quantization",
 ]
 
@@ -163,7 +164,7 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     Raises:
         ConversionError: the model has a PReLU, which torch's int8 computes wrongly.
     """
-    _refuse_prelu(bundle.module)
+    refuse_prelu(bundle.module)
     model = copy.deepcopy(bundle.module)
     example = (bundle.example_input,)
     mapping = qconfig_mapping(engine, quant)
@@ -182,7 +183,7 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     return converted
 
 
-def _refuse_prelu(module: torch.nn.Module) -> None:
+def refuse_prelu(module: torch.nn.Module) -> None:
     """torch 2.14's int8 PReLU computes wrong values, on x86 and qnnpack alike, with torch's own
     default mapping too: a conv-PReLU-conv had 3.5 dB against fp32, the same model with the
     same slope as a LeakyReLU 28 dB. Its lowering turns a PReLU into the quantized one even

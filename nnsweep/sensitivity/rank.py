@@ -320,7 +320,7 @@ def torch_fx_evaluator(
     import torch
 
     from nnsweep.convert import float_fallback
-    from nnsweep.convert.fx import convert_quietly
+    from nnsweep.convert.fx import convert_quietly, refuse_prelu
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
     from nnsweep.models._bundle import takes_batches
@@ -334,6 +334,7 @@ def torch_fx_evaluator(
     inputs = torch.from_numpy(split.inputs)
     fp32 = reference_outputs(bundle, split) if reference is None else reference
     batched = takes_batches(bundle)  # else one sample a call
+    refuse_prelu(bundle.module)  # as the converter does: a ranking through a wrong int8 PReLU would mislead
 
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return scored_output(module, x, bundle, batched)
