@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from nnsweep.models._bundle import output_columns
 
 __all__ = ["Evaluation", "Fidelity", "evaluate", "predicted_classes"]
 
@@ -88,14 +89,13 @@ def evaluate(
     if sum(widths) != out.shape[1]:
         raise ValueError(f"deployed outputs have {out.shape[1]} values per sample, the model's outputs {sum(widths)}")
     places = tuple(positions) if positions else (1,) * len(widths)
-    bounds = np.cumsum((0, *widths))
+    columns = output_columns(widths)
     if len(places) != len(widths):
         raise ValueError(f"{len(places)} class positions for {len(widths)} outputs")
-    pairs = zip(itertools.pairwise(bounds), places, strict=True)
-    parts = [_fidelity(out[:, a:b], ref[:, a:b], p) for (a, b), p in pairs]
+    parts = [_fidelity(out[:, cols], ref[:, cols], p) for cols, p in zip(columns, places, strict=True)]
     accuracy = None
     if labels is not None:
-        scored = out[:, bounds[accuracy_output] : bounds[accuracy_output + 1]]
+        scored = out[:, columns[accuracy_output]]
         classes = predicted_classes(scored, positions=places[accuracy_output]).reshape(len(scored), -1)
         truth = np.asarray(labels).reshape(len(labels), -1)
         if truth.shape != classes.shape:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import operator
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -217,7 +216,7 @@ def _inline_scalar_qparams(model: torch.fx.GraphModule) -> None:
             continue  # a quantized LayerNorm's weight and bias are get_attr too, and stay tensors
         if not all(getattr(user.target, "_qualified_op_name", "").startswith("quantized::") for user in node.users):
             continue
-        value = operator.attrgetter(str(node.target))(model)  # a dotted path for a submodule's attribute
+        value = getattr(model, str(node.target))  # convert_fx registers its qparams on the root module
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             continue
         scalar = float(value.item()) if value.is_floating_point() else int(value.item())

@@ -20,6 +20,7 @@ __all__ = [
     "class_positions",
     "flatten_outputs",
     "module_digest",
+    "output_columns",
     "output_sizes",
 ]
 
@@ -173,6 +174,13 @@ def takes_batches(bundle: ModelBundle) -> bool:
     if bundle not in _TAKES_BATCHES:
         _TAKES_BATCHES[bundle] = _probe_batches(bundle)
     return _TAKES_BATCHES[bundle]
+
+
+def output_columns(sizes: tuple[int, ...]) -> list[slice]:
+    """Each output's columns in a row of outputs side by side (:func:`outputs_side_by_side`),
+    given each output's per-sample size."""
+    bounds = np.cumsum((0, *sizes))
+    return [slice(int(bounds[i]), int(bounds[i + 1])) for i in range(len(sizes))]
 
 
 def outputs_side_by_side(result: Any, samples: int) -> np.ndarray | None:

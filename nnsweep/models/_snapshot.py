@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnsweep.core.atomic import atomic_path
-from nnsweep.models._bundle import Split
+from nnsweep.models._bundle import Split, output_columns
 
 if TYPE_CHECKING:
     from nnsweep.models._bundle import ModelBundle
@@ -115,9 +115,7 @@ class ModelSnapshot:
 
     def _columns(self) -> list[slice]:
         """Each output's columns in :attr:`reference` (outputs side by side)."""
-        sizes = self.outputs or (self.reference.shape[1],)
-        bounds = np.cumsum((0, *sizes))
-        return [slice(int(bounds[i]), int(bounds[i + 1])) for i in range(len(sizes))]
+        return output_columns(self.outputs or (self.reference.shape[1],))
 
     def warn_if_constant(self) -> None:
         """Log a warning naming the outputs of :meth:`constant_outputs`, if any."""
