@@ -63,6 +63,7 @@ PATHS: list[tuple[str, ...]] = [
     ("devices",),
     ("objectives",),
     ("constraints", "max_accuracy_drop"),
+    ("constraints", "min_sqnr_db"),
     ("space", "runtime"),
     ("space", "quant"),
     ("space", "granularity"),

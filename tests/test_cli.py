@@ -360,7 +360,7 @@ def test_best_across_devices_picks_one_configuration_for_all(
                 "two", device, number, config, TrialStatus.OK, metrics=metrics, feasible=True, emulated=emulated
             )
             studies.enqueue(study, {}, Role.SEARCH)
-            studies.tell_record(study, study.ask(), record, [0.95, latency], None)
+            studies.tell_record(study, study.ask(), record, [0.95, latency], {})
     assert main(["best", str(path), "--across-devices"]) == 0
     chosen = yaml.safe_load(capsys.readouterr().out)
     assert chosen["config"]["threads"] == 2 and chosen["worst_slowdown"] == 1.25

@@ -290,7 +290,7 @@ def studied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         trial = study.ask()
         if record.status in (TrialStatus.OK, TrialStatus.REUSED):
             values = [record.metrics["accuracy"], record.metrics["latency_p50_ms"]]
-            studies.tell_record(study, trial, record, values, None)
+            studies.tell_record(study, trial, record, values, {})
         else:
             studies.tell_failure(study, trial, record, record.reason or "failed")
     return spec

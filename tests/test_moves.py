@@ -172,3 +172,22 @@ def test_the_fronts_int8_points_ascend_one_float_count_most_accurate_first_once_
     tried.add(int8(3, runtime="onnxruntime").digest())
     # the best's own ascent is one of its neighbours (tried); fp32 has no count; the dominated trial is off the front
     assert next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried) is None
+
+
+def test_under_an_sqnr_objective_a_repair_is_hoped_to_reach_the_best_sqnr_measured() -> None:
+    # With SQNR an objective and its constraint, a repair gains SQNR as it gains accuracy: a slow
+    # fp32 baseline (40 dB) and a fast feasible int8 (35 dB) leave room between them that a
+    # repair of a 18 dB trial can take; counting only its accuracy, the 35 dB trial beat it.
+    sqnr = (Objective("sqnr_db", "maximize"), Objective("latency_p50_ms", "minimize"))
+
+    def measured(number: int, config: DeploymentConfig, db: float, latency: float) -> TrialRecord:
+        metrics = {"accuracy": 1.0, "sqnr_db": db, "latency_p50_ms": latency}
+        return TrialRecord("s", "host", number, config, TrialStatus.OK, metrics, feasible=db >= 30)
+
+    baseline = measured(0, dataclasses.replace(int8(), quant=QuantConfig(QuantMode.FP32)), 40.0, 0.10)
+    best = measured(1, int8(1), 35.0, 0.05)
+    between = measured(2, int8(0, runtime="onnxruntime"), 18.0, 0.07)
+    records = [baseline, best, between]
+    tried = {r.config.digest() for r in records} | {c.digest() for c in neighbours(best.config, SPACE)}
+    move = next_move(records, sqnr, SPACE, lambda c: c.digest() in tried)
+    assert move == (int8(1, runtime="onnxruntime"), Role.REPAIR)

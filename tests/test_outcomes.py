@@ -25,8 +25,34 @@ def test_judge_against_the_baseline() -> None:
     base = _ok(0, 0.97, 2.0)
     j = outcomes.judge(_ok(1, 0.955, 1.0), OBJ, base, 0.01, eager_accuracy=0.99, phases={"measuring": 3.0})
     assert j.values == (0.955, 1.0) and j.record.metrics["speedup_vs_fp32"] == 2.0
-    assert math.isclose(j.record.metrics["accuracy_drop"], 0.015) and math.isclose(j.constraint or 0, 0.005)
+    assert math.isclose(j.record.metrics["accuracy_drop"], 0.015)
+    assert math.isclose(j.constraints["accuracy_drop"], 0.005)
     assert j.record.feasible is False and j.record.metrics["time_measuring_s"] == 3.0
+
+
+SQNR_OBJ = (Objective("sqnr_db", "maximize"), Objective("latency_p50_ms", "minimize"))
+
+
+def test_the_sqnr_constraint_judges_a_regression_output() -> None:
+    noisy = _ok(1, 1.0, 1.0, sqnr_db=18.4, max_abs_err=0.2)
+    j = outcomes.judge(noisy, SQNR_OBJ, None, None, eager_accuracy=1.0, min_sqnr_db=30.0)
+    assert j.values == (18.4, 1.0) and j.record.feasible is False
+    assert math.isclose(j.constraints["sqnr_db"], 11.6) and "accuracy_drop" not in j.constraints
+    both = outcomes.judge(_ok(2, 0.99, 1.0, sqnr_db=41.0, max_abs_err=0.01), SQNR_OBJ, None, 0.01, 1.0, None, 30.0)
+    assert set(both.constraints) == {"accuracy_drop", "sqnr_db"} and both.record.feasible is True
+
+
+def test_an_output_identical_to_fp32_is_told_not_failed() -> None:
+    # bench leaves out an infinite SQNR (JSON has no infinity); a sweep with SQNR as an objective
+    # failed every trial whose output was exact, the fp32 baseline included.
+    exact = _ok(0, 1.0, 1.0, max_abs_err=0.0)
+    j = outcomes.judge(exact, SQNR_OBJ, None, None, eager_accuracy=1.0, min_sqnr_db=30.0)
+    assert j.record.status is TrialStatus.OK and j.values == (outcomes.IDENTICAL_SQNR_DB, 1.0)
+    assert j.record.feasible is True
+    on_zero = outcomes.judge(_ok(1, 1.0, 1.0, max_abs_err=0.5), SQNR_OBJ, None, None, 1.0, None, 30.0)
+    assert on_zero.values == (-outcomes.IDENTICAL_SQNR_DB, 1.0) and on_zero.record.feasible is False
+    unmeasured = outcomes.judge(_ok(2, 1.0, 1.0), SQNR_OBJ, None, None, eager_accuracy=1.0, min_sqnr_db=30.0)
+    assert unmeasured.values is None and unmeasured.record.status is TrialStatus.FAILED
 
 
 def test_judge_without_a_measured_baseline_uses_the_eager_model() -> None:

@@ -121,7 +121,7 @@ def test_a_point_the_fallen_candidate_hid_is_measured_again_too() -> None:
             "s", "host", number, DeploymentConfig("onnxruntime", ("cpu",), threads=threads), TrialStatus.OK,
             metrics={"accuracy": 1.0, "latency_p50_ms": p50}, feasible=True,
         )  # fmt: skip
-        studies.tell_record(study, trial, record, [1.0, p50], None)
+        studies.tell_record(study, trial, record, [1.0, p50], {})
     again = {1: 2.0, 2: 1.3, 4: 1.06}  # threads -> what a fresh process measures
 
     def measure(request: MeasureRequest) -> Future[MeasureReply]:

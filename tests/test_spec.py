@@ -73,6 +73,22 @@ def test_measuring_until_stable_is_a_measure_setting_of_the_sweep() -> None:
     assert "until_stable ci_rel=0.02" in fingerprint(spec, Bundle())["measure"]  # type: ignore[arg-type]
 
 
+def test_an_sqnr_constraint_is_its_own_part_of_the_fingerprint() -> None:
+    import torch
+
+    from nnsweep.sweep.state import fingerprint
+
+    class Bundle:
+        digest = "d"
+        module = torch.nn.Linear(1, 1)
+
+    spec = parse_spec({**ISSUE_EXAMPLE, "constraints": {"max_accuracy_drop": 0.01, "min_sqnr_db": 30}})
+    assert spec.min_sqnr_db == 30.0 and spec.max_accuracy_drop == 0.01
+    # a sweep begun before the key existed (or without it) keeps its fingerprint and resumes
+    assert fingerprint(parse_spec(ISSUE_EXAMPLE), Bundle())["constraints"] == "max_accuracy_drop=0.01"  # type: ignore[arg-type]
+    assert fingerprint(spec, Bundle())["constraints"] == "max_accuracy_drop=0.01 min_sqnr_db=30"  # type: ignore[arg-type]
+
+
 def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
     data = copy.deepcopy(ISSUE_EXAMPLE)
     target = data
@@ -110,6 +126,9 @@ def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]
         (["objectives"], {"speed": "maximize"}, "objectives.speed", "allowed: accuracy"),
         (["objectives"], {"accuracy": "up"}, "objectives.accuracy", "maximize"),
         (["measure", "iters"], 0, "measure.iters", "greater than or equal to 1"),
+        (["constraints", "min_sqnr_db"], -3, "constraints.min_sqnr_db", "greater than or equal to 0"),
+        (["constraints", "min_sqnr_db"], "30 dB", "constraints.min_sqnr_db", "valid number"),
+        (["constraints", "min_sqnr_db"], float("inf"), "constraints.min_sqnr_db", "finite"),
         (["storage"], "somewhere", "storage", "journal"),
         (["devices"], ["host", "host"], "devices", "twice"),
         # the input boundary: whole-name matches, strict and bounded numbers

@@ -147,6 +147,31 @@ def test_a_finite_space_is_exhausted_not_repeated(workdir: Path, digits) -> None
     assert sorted(r.config.quant.mode.value for r in measured) == ["fp32", "static_int8"]
 
 
+def test_an_sqnr_constraint_decides_feasibility_and_is_told_to_the_study(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    # A model whose outputs are not classes is judged by SQNR: int8 far below the floor is
+    # infeasible, and the study holds the constraint under its own name.
+    spec = parse_spec(
+        {
+            "name": "t",
+            "model": "digits",
+            "objectives": {"sqnr_db": "maximize", "latency_p50_ms": "minimize"},
+            "constraints": {"min_sqnr_db": 80},  # fp32 is ~130 dB, any int8 far below
+            "budget": {"trials": 2},
+            "measure": {"warmup": 1, "iters": 20, "remeasure": 0},
+            "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "static_int8"], "granularity": ["per_tensor"]},
+        }
+    )
+    (host,) = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    by_mode = {r.config.quant.mode.value: r for r in host.records if r.status is TrialStatus.OK}
+    assert by_mode["fp32"].feasible is True and by_mode["fp32"].metrics["sqnr_db"] > 80
+    assert by_mode["static_int8"].feasible is False and by_mode["static_int8"].metrics["sqnr_db"] < 80
+    told = {t.number: t.constraints for t in open_study(spec, "host").trials}  # type: ignore[arg-type]
+    for r in by_mode.values():
+        assert set(told[r.number]) == {"sqnr_db"}
+        assert told[r.number]["sqnr_db"] == pytest.approx(80 - r.metrics["sqnr_db"])
+    assert host.best is not None and host.best.config.quant.mode.value == "fp32"
+
+
 def test_after_the_starts_the_coordinator_refines_the_best(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
     # the baseline (fp32) and the static int8 start, then (once results are told; trials
     # asked ahead meanwhile are the sampler's) a neighbour of the best so far

@@ -150,11 +150,13 @@ def render_report(
     emulated = [d.device for d in devices if any(r.emulated for r in d.records)]
     speedup = _speedup_block(speedups, emulated)
     objective_text = ", ".join(f"{o.direction} {o.metric}" for o in objectives)
-    constraint = (
-        f"; accuracy may drop at most {spec.max_accuracy_drop * 100:.2f} points below each device's fp32 baseline"
-        if spec.max_accuracy_drop is not None
-        else ""
-    )
+    limits = []
+    if spec.max_accuracy_drop is not None:
+        points = spec.max_accuracy_drop * 100
+        limits.append(f"accuracy may drop at most {points:.2f} points below each device's fp32 baseline")
+    if spec.min_sqnr_db is not None:
+        limits.append(f"each output's SQNR against the fp32 model at least {spec.min_sqnr_db:g} dB")
+    constraint = "".join(f"; {limit}" for limit in limits)
     meta = (
         f"model {spec.model} · devices {', '.join(d.device for d in devices)} · {total} trials · "
         f"objectives: {objective_text}{constraint}"

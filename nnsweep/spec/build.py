@@ -80,6 +80,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         devices=tuple(raw.devices),
         objectives=tuple(Objective(m, d) for m, d in raw.objectives.items()),
         max_accuracy_drop=raw.constraints.max_accuracy_drop,
+        min_sqnr_db=raw.constraints.min_sqnr_db,
         space=space,
         budget=Budget(raw.budget.trials, raw.budget.timeout_s),
         warmup=raw.measure.warmup,

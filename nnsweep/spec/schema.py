@@ -103,6 +103,7 @@ def schema() -> Any:
 
     class ConstraintsIn(_Strict):
         max_accuracy_drop: Float | None = Field(default=None, ge=0, le=1)
+        min_sqnr_db: Float | None = Field(default=None, ge=0, le=200)
 
     class BridgeIn(_Strict):
         transport: Literal["adb", "ssh"]

@@ -158,6 +158,9 @@ class SweepSpec:
         objectives: what to optimise, in order.
         max_accuracy_drop: accuracy may fall at most this much below the device's
             fp32 baseline (``None``: no constraint).
+        min_sqnr_db: each output's SQNR against the fp32 model must be at least this many
+            dB (``None``: no constraint); the constraint for models whose outputs are not
+            classes (an image, a regression).
         space: the search space.
         budget: per-device trial budget.
         warmup, iters, min_duration_s, timeout_s: measurement settings.
@@ -200,6 +203,7 @@ class SweepSpec:
     remeasure: int = 3
     mode_starts: bool = True
     warm_start: bool = True
+    min_sqnr_db: float | None = None
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)

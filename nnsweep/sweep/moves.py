@@ -71,6 +71,7 @@ from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.space import DeviceSpace, params_for, suggest
 
 _ACCURACY = "accuracy"  # the metric the accuracy constraint is on (nnsweep.sweep.outcomes)
+_FIDELITY = (_ACCURACY, "sqnr_db")  # what a repair can raise: the constrained metrics
 
 __all__ = ["neighbours", "next_move", "repaired"]
 
@@ -135,13 +136,16 @@ def _beaten_even_if_repaired(
     record: TrialRecord, feasible: Sequence[TrialRecord], objectives: Sequence[Objective]
 ) -> bool:
     """Whether a feasible trial is at least as good as ``record`` would be with the
-    accuracy of the most accurate feasible trial: a repair keeps more layers float, so
-    it gains at most that accuracy and nothing on the other objectives."""
-    ceiling = max((r.metrics.get(_ACCURACY, -math.inf) for r in feasible), default=-math.inf)
-    if not math.isfinite(ceiling):
+    accuracy (and SQNR) of the most accurate feasible trial: a repair keeps more layers
+    float, so it gains at most that much and nothing on the other objectives."""
+    hoped = dict(record.metrics)
+    for metric in _FIDELITY:
+        ceiling = max((r.metrics.get(metric, -math.inf) for r in feasible), default=-math.inf)
+        if math.isfinite(ceiling):
+            hoped[metric] = max(ceiling, hoped.get(metric, -math.inf))
+    if _ACCURACY not in hoped or not math.isfinite(hoped[_ACCURACY]):
         return False
-    hoped = dataclasses.replace(record, metrics={**record.metrics, _ACCURACY: ceiling})
-    return any(weakly_dominates(r, hoped, objectives) for r in feasible)
+    return any(weakly_dominates(r, dataclasses.replace(record, metrics=hoped), objectives) for r in feasible)
 
 
 def _fewest_float_that_met(records: Sequence[TrialRecord]) -> int:

@@ -16,7 +16,16 @@ from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 from nnsweep.sweep.lifecycle import Ticket
 
-__all__ = ["PHASE_NAMES", "Judgement", "failed", "interrupted", "judge", "reused", "time_breakdown"]
+__all__ = [
+    "IDENTICAL_SQNR_DB",
+    "PHASE_NAMES",
+    "Judgement",
+    "failed",
+    "interrupted",
+    "judge",
+    "reused",
+    "time_breakdown",
+]
 
 
 def failed(sweep: str, ticket: Ticket, reason: str, now: float | None = None) -> TrialRecord:
@@ -52,13 +61,20 @@ def reused(ticket: Ticket, earlier: TrialRecord) -> TrialRecord:
     )
 
 
+# What an output identical to the fp32 model's counts as, in dB, in a sweep. Its SQNR is
+# infinite (float32's rounding alone gives about 140 dB); Optuna and MLflow store finite
+# numbers. Noise on an all-zero reference output counts as its negative.
+IDENTICAL_SQNR_DB = 200.0
+
+
 @dataclass(frozen=True)
 class Judgement:
-    """A record as told to the study: its values, its constraint, or why it cannot be told."""
+    """A record as told to the study: its values, its constraints (name -> value, feasible
+    when at most 0), or why it cannot be told."""
 
     record: TrialRecord
     values: tuple[float, ...] | None
-    constraint: float | None
+    constraints: Mapping[str, float]
 
 
 def judge(
@@ -68,6 +84,7 @@ def judge(
     max_accuracy_drop: float | None,
     eager_accuracy: float,
     phases: Mapping[str, float] | None = None,
+    min_sqnr_db: float | None = None,
 ) -> Judgement:
     """Add speed-up and accuracy drop against the baseline, and the objective values.
 
@@ -76,9 +93,10 @@ def judge(
         objectives: the sweep's objectives, in order.
         baseline: the device's measured fp32 baseline (``None``: not measured; the
             accuracy drop is then against ``eager_accuracy``, the fp32 model run eagerly).
-        max_accuracy_drop: the constraint (``None``: none).
+        max_accuracy_drop: the accuracy constraint (``None``: none).
         eager_accuracy: the fp32 model's own accuracy on the evaluation split.
         phases: seconds the trial spent in each lifecycle phase (logged as ``time_<phase>_s``).
+        min_sqnr_db: the SQNR constraint (``None``: none).
 
     Returns:
         The judgement; ``values`` is ``None`` (and the record FAILED) when an objective was not measured.
@@ -88,22 +106,34 @@ def judge(
     base = baseline.metrics if baseline is not None else {}
     if base.get("latency_p50_ms") and metrics.get("latency_p50_ms"):
         metrics["speedup_vs_fp32"] = base["latency_p50_ms"] / metrics["latency_p50_ms"]
-    constraint: float | None = None
-    feasible: bool | None = None
+    if "sqnr_db" not in metrics and (sqnr := _unbounded_sqnr(metrics)) is not None:
+        metrics["sqnr_db"] = sqnr
+    constraints: dict[str, float] = {}
     if max_accuracy_drop is not None and "accuracy" in metrics:
         reference = base.get("accuracy", eager_accuracy)
         metrics["accuracy_drop"] = reference - metrics["accuracy"]
-        constraint = metrics["accuracy_drop"] - max_accuracy_drop
-        feasible = constraint <= 1e-12
+        constraints["accuracy_drop"] = metrics["accuracy_drop"] - max_accuracy_drop
+    if min_sqnr_db is not None and "sqnr_db" in metrics:
+        constraints["sqnr_db"] = min_sqnr_db - metrics["sqnr_db"]
+    feasible = all(c <= 1e-12 for c in constraints.values()) if constraints else None
     values = []
     for obj in objectives:
         value = metrics.get(obj.metric)
         if value is None or not math.isfinite(value):
             reason = f"objective {obj.metric} not measured"
             bad = dataclasses.replace(record, status=TrialStatus.FAILED, reason=reason, metrics=metrics)
-            return Judgement(bad, None, None)
+            return Judgement(bad, None, {})
         values.append(float(value))
-    return Judgement(dataclasses.replace(record, metrics=metrics, feasible=feasible), tuple(values), constraint)
+    return Judgement(dataclasses.replace(record, metrics=metrics, feasible=feasible), tuple(values), constraints)
+
+
+def _unbounded_sqnr(metrics: Mapping[str, float]) -> float | None:
+    """The SQNR a measurement left out as infinite (``bench`` writes ``null``): an output
+    identical to fp32's, or noise on an all-zero one (None: fidelity was not measured)."""
+    err = metrics.get("max_abs_err")
+    if err is None or not math.isfinite(err):
+        return None
+    return IDENTICAL_SQNR_DB if err == 0 else -IDENTICAL_SQNR_DB
 
 
 # Phase -> what the time breakdown calls it.

@@ -95,13 +95,14 @@ class Recorder:
             self.spec.max_accuracy_drop,
             self.eager_accuracy,
             ticket.durations(self.clock()),
+            self.spec.min_sqnr_db,
         )
         trial = dev.trials.pop(ticket)
         record = _with_role(judged.record, ticket)
         if judged.values is None:
             studies.tell_failure(dev.study, trial, record, record.reason or "")
         else:
-            studies.tell_record(dev.study, trial, record, judged.values, judged.constraint)
+            studies.tell_record(dev.study, trial, record, judged.values, judged.constraints)
         self.scheduler.told(ticket, record, self.clock())
         self.tracker.finish_trial(record)
 

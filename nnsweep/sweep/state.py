@@ -122,7 +122,8 @@ def fingerprint(spec: SweepSpec, bundle: ModelBundle) -> dict[str, str]:
         "measure": f"warmup={spec.warmup} iters={spec.iters} min_duration_s={spec.min_duration_s:g}"
         + (f" until_stable ci_rel={spec.ci_rel:g} max_duration_s={spec.max_duration_s:g}" if spec.until_stable else ""),
         "objectives": ",".join(f"{o.metric}:{o.direction}" for o in spec.objectives),
-        "constraints": f"max_accuracy_drop={spec.max_accuracy_drop}",
+        "constraints": f"max_accuracy_drop={spec.max_accuracy_drop}"
+        + (f" min_sqnr_db={spec.min_sqnr_db:g}" if spec.min_sqnr_db is not None else ""),
         "space": hashlib.sha256(_canonical(_space(spec)).encode()).hexdigest(),
     }
 

@@ -236,15 +236,19 @@ def objective_values(record: TrialRecord, metrics: Sequence[str]) -> list[float]
 
 
 def tell_record(
-    study: optuna.Study, trial: optuna.Trial, record: TrialRecord, values: Sequence[float], constraint: float | None
+    study: optuna.Study,
+    trial: optuna.Trial,
+    record: TrialRecord,
+    values: Sequence[float],
+    constraints: Mapping[str, float],
 ) -> None:
-    """Tell a measured (or reused) trial: constraint, then record, then values.
+    """Tell a measured (or reused) trial: constraints, then record, then values.
 
     The order is what makes a kill anywhere recoverable: a RUNNING trial with a
     record was killed just before its tell, and :func:`finish_interrupted` tells it.
     """
-    if constraint is not None:
-        trial.set_constraint("accuracy_drop", constraint)
+    for name, value in constraints.items():
+        trial.set_constraint(name, value)
     trial.set_user_attr(_RECORD, record.to_dict())
     trial.set_user_attr(_STATUS, record.status.value)
     study.tell(trial, list(values))
