@@ -116,6 +116,50 @@ def test_a_linear_layer_on_a_sequence_runs_once_its_fully_connected_is_made_2d(t
     np.testing.assert_allclose(outputs.reshape(1, 6, 5), module(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
 
 
+class _Decoder(nn.Module):
+    """A strided convolution and a transposed one back up, each followed by a ReLU (fused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.up(torch.relu(self.down(x))))
+
+
+def test_a_transposed_convolution_runs_once_its_bias_is_an_add(tmp_path: Path) -> None:
+    # litert-torch writes the bias as TRANSPOSE_CONV's fourth input, which Arm NN 20.08 refuses.
+    torch.manual_seed(0)
+    module = _Decoder().eval()
+    path = tmp_path / "decoder.tflite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        litert_torch.convert(module, (torch.randn(1, 3, 16, 16),)).export(str(path))
+    with pytest.raises(ConversionError, match=r"cannot take TRANSPOSE_CONV"):
+        armnn_placement(path, ("CpuRef",))
+    model = tflite.load(path)
+    assert tflite.split_transpose_conv_bias(model) == 1
+    tflite.save(model, path)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    _, outputs = measure_in_subprocess(
+        runtime="armnn", artifact=path, io=IOSpec(), threads=1, backends=("CpuRef",), inputs=x, settings=SETTINGS
+    )
+    expected = module(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(outputs.reshape(expected.shape), expected, atol=1e-5)  # the ReLU included
+
+
+@pytest.mark.parametrize("mode", ["fp32", "static_int8"])
+def test_a_transposed_convolution_converts_and_keeps_its_outputs(tmp_path: Path, mode: str) -> None:
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("decoder_armnn", _Decoder().eval(), torch.randn(1, 3, 16, 16)))
+    config = _config(mode, granularity=Granularity.PER_TENSOR) if mode != "fp32" else _config()
+    artifact, hit = deploy.convert(bundle, config, ArtifactCache(tmp_path))
+    result = deploy.measure(ModelSnapshot.of(bundle), artifact, SETTINGS, cache_hit=hit)
+    assert result.evaluation.fidelity.sqnr_db > (100 if mode == "fp32" else 25)
+
+
 @pytest.mark.parametrize("mode", ["fp32", "static_int8"])
 def test_a_gru_given_its_state_converts_and_keeps_its_outputs(tmp_path: Path, mode: str) -> None:
     from nnsweep.models import load_model, register_live
@@ -183,6 +227,27 @@ def test_a_fully_connected_of_computed_weights_is_refused_saying_so(tmp_path: Pa
         ConversionError, match=r"^Arm NN 20\.08 takes a FULLY_CONNECTED only with constant weights; operator #\d+ "
     ):
         armnn_placement(path, ("CpuRef",))
+
+
+def test_a_machine_without_pyarmnn_is_told_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in for a system Python without Debian's packages (this one has them): before,
+    # the line was "Arm NN (release unknown) could not place the model (exit 1): ... No module
+    # named 'numpy'", after the whole export.
+    import dataclasses
+    import os
+
+    from nnsweep.convert import armnn as armnn_convert
+    from nnsweep.core import runtimes
+
+    bare = tmp_path / "python3"
+    bare.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'numpy'\" >&2\nexit 1\n")
+    os.chmod(bare, 0o755)
+    info = dataclasses.replace(runtimes.get("armnn"), python=str(bare))
+    monkeypatch.setattr(armnn_convert.runtimes, "get", lambda name: info)
+    with pytest.raises(ConversionError) as caught:
+        armnn_placement(tmp_path / "model.tflite", ("CpuRef",))
+    said = str(caught.value)
+    assert "python3-pyarmnn" in said and "make system-deps" in said and "no module numpy" in said
 
 
 def test_a_layer_no_backend_runs_is_named_with_the_backends_reason(tmp_path: Path) -> None:

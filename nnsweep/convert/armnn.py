@@ -51,6 +51,11 @@ def armnn_placement(path: Path, backends: tuple[str, ...]) -> PartitionReport:
     except subprocess.TimeoutExpired:
         raise ConversionError(f"Arm NN's placement did not finish within {_TIMEOUT_S} s") from None
     lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 and (missing := _MISSING_MODULE.search(proc.stderr)):
+        raise ConversionError(
+            f"Arm NN needs {python} with python3-pyarmnn and python3-numpy (Debian packages; "
+            f"`make system-deps` installs them), and {python} has no module {missing.group(1)}"
+        )
     if proc.returncode != 0 or not lines:
         # PyArmNN's notes about the parsers Debian does not build are not the reason.
         said = [line for line in proc.stderr.strip().splitlines() if line.strip() and "Skipped I" not in line]
@@ -68,6 +73,7 @@ def _release() -> str:
     return f"Arm NN {debian_release() or '(release unknown)'}"
 
 
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 _PARSER_OPERATOR = re.compile(r"Failed to parse operator #(\d+)")
 _NO_BACKEND = re.compile(r"Layer of type (\w+) is not supported on any preferred backend")
 _REASON = re.compile(r"\(reason: ([^\n]*)")
@@ -114,9 +120,14 @@ class ArmNNConverter(Converter):
         model = tflite.load(path)
         added = tflite.add_fully_connected_bias(model)
         flattened = tflite.flatten_fully_connected(model)
-        if added or flattened:
+        split = tflite.split_transpose_conv_bias(model)
+        if added or flattened or split:
             _log.debug(
-                "FULLY_CONNECTED for Arm NN's parser: %d given a zero bias, %d made 2-D and reshaped", added, flattened
+                "for Arm NN's parser: %d FULLY_CONNECTED given a zero bias, %d made 2-D and reshaped; "
+                "%d TRANSPOSE_CONV biases moved into an ADD",
+                added,
+                flattened,
+                split,
             )
             tflite.save(model, path)
         report = armnn_placement(path, config.backends)

@@ -203,6 +203,74 @@ def flatten_fully_connected(model: schema.ModelT) -> int:
     return changed
 
 
+def split_transpose_conv_bias(model: schema.ModelT) -> int:
+    """Move the bias (and fused activation) of every ``TRANSPOSE_CONV`` into an ``ADD`` after
+    it; return how many.
+
+    litert-torch writes a ``ConvTranspose2d``'s bias as the op's fourth input, which Arm NN
+    20.08's parser refuses ("inputs.size() = 4 is not valid, not in {3}"); its options have no
+    fused activation either, so a fused ReLU would be lost. The int8 op's output without the
+    bias keeps the output's scale (activations are symmetric for Arm NN, so values below the
+    range are ones the bias or the ReLU takes back), and the int32 bias becomes an int8 tensor
+    of scale ``max|b| / 127``: half of that step at most is lost per channel.
+
+    Raises:
+        ConversionError: a bias type this does not know.
+    """
+    changed = 0
+    for subgraph in model.subgraphs:
+        operators = []
+        for op in subgraph.operators:
+            operators.append(op)
+            inputs = [int(i) for i in op.inputs]
+            if _code(model, op) != schema.BuiltinOperator.TRANSPOSE_CONV or len(inputs) < 4 or inputs[3] < 0:
+                continue
+            out = subgraph.tensors[op.outputs[0]]
+            mid = copy.copy(out)  # the same type, shape and quantization, before the bias
+            mid.buffer = _add_buffer(model, np.zeros(0, np.uint8))
+            mid.name = f"{_name(out)}/without_bias"
+            mid_index = _add_tensor(subgraph, mid)
+            add = schema.OperatorT()
+            add.opcodeIndex = _opcode(model, schema.BuiltinOperator.ADD, 1)
+            add.inputs = np.array([mid_index, _addend(model, subgraph, inputs)], dtype=np.int32)
+            add.outputs = np.array([op.outputs[0]], dtype=np.int32)
+            add.builtinOptionsType = schema.BuiltinOptions.AddOptions
+            add.builtinOptions = schema.AddOptionsT()
+            options = op.builtinOptions
+            activation = getattr(options, "fusedActivationFunction", schema.ActivationFunctionType.NONE)
+            add.builtinOptions.fusedActivationFunction = activation
+            if options is not None and hasattr(options, "fusedActivationFunction"):
+                options.fusedActivationFunction = schema.ActivationFunctionType.NONE
+            op.inputs = np.array(inputs[:3], dtype=np.int32)
+            op.outputs = np.array([mid_index], dtype=np.int32)
+            operators.append(add)
+            changed += 1
+        subgraph.operators = operators
+    return changed
+
+
+def _addend(model: schema.ModelT, subgraph: schema.SubGraphT, inputs: list[int]) -> int:
+    """The ``TRANSPOSE_CONV``'s bias as a tensor an ``ADD`` takes: itself when float, else int8."""
+    bias = subgraph.tensors[inputs[3]]
+    if bias.type == schema.TensorType.FLOAT32:
+        return inputs[3]
+    scales = _scales(bias)
+    if bias.type != schema.TensorType.INT32 or scales is None:
+        raise ConversionError(f"cannot move a TRANSPOSE_CONV bias of type {bias.type} into an ADD")
+    raw = np.asarray(model.buffers[bias.buffer].data, dtype=np.uint8).tobytes()
+    values = np.frombuffer(raw, dtype=np.int32).astype(np.float64) * scales  # per channel or per tensor
+    step = max(float(np.abs(values).max()), float(np.finfo(np.float32).tiny)) / 127.0
+    addend = schema.TensorT()
+    addend.shape = np.array([len(values)], dtype=np.int32)
+    addend.type = schema.TensorType.INT8
+    addend.name = f"{_name(bias)}/int8"
+    addend.buffer = _add_buffer(model, np.clip(np.round(values / step), -127, 127).astype(np.int8))
+    q = schema.QuantizationParametersT()
+    q.scale, q.zeroPoint = np.array([step], dtype=np.float32), np.zeros(1, dtype=np.int64)
+    addend.quantization = q
+    return _add_tensor(subgraph, addend)
+
+
 def symmetric_embedding_tables(model: schema.ModelT) -> int:
     """Requantize every int8 ``EMBEDDING_LOOKUP`` table with a non-zero zero point to
     symmetric int8 (zero point 0, scale ``max|w| / 127`` per tensor or per quantized
