@@ -6,8 +6,10 @@ They are the shapes that broke conversions before: attention layers (torch dynam
 a constant multiplier registered as an expanded buffer (a stride-0 tensor ExecuTorch
 refused), a model with two outputs, and a text classifier that takes token ids. Opt-in
 (``--models convnext,gru``): a two-stage ConvNeXt (torchvision's ``LayerNorm2d``, which
-torch's static int8 failed on) and a GRU classifier called as ``gru(x)`` (which
-litert-torch's static int8 quantizer cannot annotate, and says so).
+torch's static int8 failed on), a GRU classifier called as ``gru(x)`` (which
+litert-torch's static int8 quantizer cannot annotate, and says so), and a small U-Net
+(``unet``: skip concatenations, a nearest upsampling and a transposed convolution, which
+Arm NN 20.08 refused until its bias became an ``ADD``).
 """
 
 from __future__ import annotations
@@ -99,6 +101,29 @@ class _Gru(nn.Module):
         return self.head(out[:, -1])
 
 
+class _UNet(nn.Module):
+    """Two levels down (max-pool), back up by a nearest upsampling and by a transposed
+    convolution, each joined to its skip by a concatenation; a two-class mask out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def block(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+        self.e1, self.e2, self.e3 = block(3, 16), block(16, 32), block(32, 64)
+        self.up = nn.ConvTranspose2d(32, 32, 2, stride=2)
+        self.d2, self.d1 = block(64 + 32, 32), block(32 + 16, 16)
+        self.head = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.e1(x)
+        b = self.e2(nn.functional.max_pool2d(a, 2))
+        c = self.e3(nn.functional.max_pool2d(b, 2))
+        d = self.d2(torch.cat([nn.functional.interpolate(c, scale_factor=2.0, mode="nearest"), b], 1))
+        return self.head(self.d1(torch.cat([self.up(d), a], 1)))
+
+
 def encoder() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return _Encoder().eval(), torch.randn(1, SEQ, D_MODEL)
@@ -130,3 +155,13 @@ def convnext() -> tuple[nn.Module, torch.Tensor]:
 def gru() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return _Gru().eval(), torch.randn(1, SEQ, D_MODEL)
+
+
+def unet() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    net = _UNet()
+    for m in net.modules():  # statistics a trained net would have, not the identity
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return net.eval(), torch.randn(1, 3, 32, 32)
