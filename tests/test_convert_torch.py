@@ -349,6 +349,54 @@ def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_pa
         ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
 
 
+def _own_flow_sqnr(net: nn.Module, x: torch.Tensor, engine: str) -> float:
+    """torch's own FX int8 flow with its default mapping for ``engine``: the output SQNR in dB."""
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # torch's deprecations of its own FX flow
+            prepared = prepare_fx(copy.deepcopy(net), get_default_qconfig_mapping(engine), (x[:1],))
+            for i in range(len(x)):
+                prepared(x[i : i + 1])
+            noise = (convert_fx(prepared)(x) - net(x)).pow(2).mean()
+            return float(10 * torch.log10(net(x).pow(2).mean() / noise))
+    finally:
+        torch.backends.quantized.engine = previous
+
+
+def test_static_int8_on_x86_refuses_a_two_row_transposed_convolution_unless_it_is_kept_float(tmp_path: Path) -> None:
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    def upsampler(kernel: int | tuple[int, int], padding: int = 0) -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.ConvTranspose2d(16, 16, kernel, stride=2, padding=padding)).eval()
+
+    x = torch.randn(8, 16, 8, 8)
+    # torch's own flow: when the first passes 20 dB, the refusal can go; the others are why it is narrow
+    assert _own_flow_sqnr(upsampler(2), x, "x86") < 0
+    assert _own_flow_sqnr(upsampler((2, 3)), x, "x86") < 0
+    assert _own_flow_sqnr(upsampler(2), x, "qnnpack") > 30
+    assert _own_flow_sqnr(upsampler(4, padding=1), x, "x86") > 25
+    assert _own_flow_sqnr(upsampler(2, padding=1), x, "x86") > 25
+
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.ConvTranspose2d(16, 8, 2, stride=2)).eval()
+    bundle = load_model(register_live("upsampler", net, torch.randn(1, 3, 8, 8)))
+    for name in ("refused", "kept", "qnnpack"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(ConversionError, match=r"x86 int8 ConvTranspose2d computes wrong values .*: 2; keep them float"):
+        TorchConverter().convert(bundle, STATIC_X86, tmp_path / "refused")
+    kept = QuantConfig(QuantMode.STATIC_INT8, Granularity.PER_CHANNEL, float_layers=("2",))
+    TorchConverter().convert(bundle, DeploymentConfig("torch", ("x86",), kept), tmp_path / "kept")
+    qnnpack = DeploymentConfig("torch", ("qnnpack",), QuantConfig(QuantMode.STATIC_INT8, Granularity.PER_TENSOR))
+    TorchConverter().convert(bundle, qnnpack, tmp_path / "qnnpack")
+
+
 @pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])
 @pytest.mark.parametrize("engine", ["x86", "fbgemm", "qnnpack", "onednn"])
 def test_each_engine_mapping_builds_silently_with_our_global_qconfig(engine: str, mode: QuantMode) -> None:

@@ -9,7 +9,7 @@ import contextlib
 import copy
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ __all__ = [
     "quantize_fx",
     "quantized_engine",
     "refuse_prelu",
+    "refuse_wrong_conv_transpose",
     "strip_io_quantization",
 ]
 
@@ -161,9 +162,11 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     """Static PTQ or QAT with FX graph mode; call with ``engine`` selected.
 
     Raises:
-        ConversionError: the model has a PReLU, which torch's int8 computes wrongly.
+        ConversionError: the model has a PReLU, or a transposed convolution the engine
+            computes wrongly, to be quantized.
     """
     refuse_prelu(bundle.module)
+    refuse_wrong_conv_transpose(bundle.module, engine, quant.float_layers)
     model = copy.deepcopy(bundle.module)
     example = (bundle.example_input,)
     mapping = qconfig_mapping(engine, quant)
@@ -194,6 +197,37 @@ def refuse_prelu(module: torch.nn.Module) -> None:
             f"torch {version}'s int8 PReLU computes wrong values (3.5 dB against fp32 where a LeakyReLU of the "
             f"same slope gives 28 dB): {', '.join(prelus[:3])}{' ...' if len(prelus) > 3 else ''}; deploy this "
             "model with another runtime, or torch in fp32, fp16 or dynamic int8"
+        )
+
+
+# The engines whose int8 ConvTranspose2d computes wrong values for the kernels below (torch 2.14).
+_FBGEMM_ENGINES = frozenset({"x86", "fbgemm"})
+
+
+def refuse_wrong_conv_transpose(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> None:
+    """torch 2.14's x86 and fbgemm int8 ``ConvTranspose2d`` computes wrong values when its kernel
+    is two rows high, without padding and groups (a U-Net's ``ConvTranspose2d(c, c, 2, stride=2)``):
+    -12 to -17 dB against fp32 with torch's own FX flow and default mapping, where qnnpack gives
+    37 dB and a 3- or 4-row kernel 31 dB on x86. Such a layer left float (``float_layers``) is fine."""
+    if engine not in _FBGEMM_ENGINES:
+        return
+    kept = set(float_layers)
+    wrong = [
+        name
+        for name, sub in module.named_modules()
+        if isinstance(sub, torch.nn.ConvTranspose2d)
+        and sub.kernel_size[0] == 2
+        and tuple(sub.padding) == (0, 0)
+        and sub.groups == 1
+        and name not in kept
+    ]
+    if wrong:
+        version = torch.__version__.split("+")[0]
+        raise ConversionError(
+            f"torch {version}'s {engine} int8 ConvTranspose2d computes wrong values with a kernel two rows high and "
+            f"no padding (-16 dB against fp32 where qnnpack gives 37 dB): {', '.join(wrong[:3])}"
+            f"{' ...' if len(wrong) > 3 else ''}; keep them float (float_layers), put qnnpack first in torch's "
+            "backends, or deploy with another runtime"
         )
 
 
