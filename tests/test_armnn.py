@@ -160,6 +160,56 @@ def test_a_transposed_convolution_converts_and_keeps_its_outputs(tmp_path: Path,
     assert result.evaluation.fidelity.sqnr_db > (100 if mode == "fp32" else 25)
 
 
+class _Grouped(nn.Module):
+    """A ResNeXt-style grouped convolution (groups=4) between two ordinary ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 16, 3, padding=1)
+        self.g = nn.Conv2d(16, 16, 3, padding=1, groups=4)
+        self.p = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.p(torch.relu(self.g(torch.relu(self.a(x)))))
+
+
+def test_a_grouped_convolution_is_computed_right_once_split_by_group(tmp_path: Path) -> None:
+    # Arm NN 20.08 takes a grouped CONV_2D without a word and computes it as one group.
+    torch.manual_seed(0)
+    module = _Grouped().eval()
+    path = tmp_path / "grouped.tflite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        litert_torch.convert(module, (torch.randn(1, 3, 16, 16),)).export(str(path))
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    expected = module(torch.from_numpy(x)).detach().numpy()
+
+    def on_armnn() -> np.ndarray:
+        _, outputs = measure_in_subprocess(
+            runtime="armnn", artifact=path, io=IOSpec(), threads=1, backends=("CpuRef",), inputs=x, settings=SETTINGS
+        )
+        return np.asarray(outputs).reshape(expected.shape)
+
+    wrong = on_armnn() - expected
+    assert 10 * np.log10(np.sum(expected**2) / np.sum(wrong**2)) < 60  # the silent fault, as Arm NN 20.08 has it
+    model = tflite.load(path)
+    assert tflite.split_grouped_convolutions(model) == 1
+    assert tflite.operators(model).count("CONV_2D") == 6 and "SPLIT" in tflite.operators(model)
+    tflite.save(model, path)
+    np.testing.assert_allclose(on_armnn(), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["fp32", "static_int8"])
+def test_a_grouped_convolution_converts_and_keeps_its_outputs(tmp_path: Path, mode: str) -> None:
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("grouped_armnn", _Grouped().eval(), torch.randn(1, 3, 16, 16)))
+    config = _config(mode, granularity=Granularity.PER_TENSOR) if mode != "fp32" else _config()
+    artifact, hit = deploy.convert(bundle, config, ArtifactCache(tmp_path))
+    result = deploy.measure(ModelSnapshot.of(bundle), artifact, SETTINGS, cache_hit=hit)
+    assert result.evaluation.fidelity.sqnr_db > (100 if mode == "fp32" else 30)
+
+
 @pytest.mark.parametrize("mode", ["fp32", "static_int8"])
 def test_a_gru_given_its_state_converts_and_keeps_its_outputs(tmp_path: Path, mode: str) -> None:
     from nnsweep.models import load_model, register_live

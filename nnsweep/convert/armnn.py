@@ -121,13 +121,15 @@ class ArmNNConverter(Converter):
         added = tflite.add_fully_connected_bias(model)
         flattened = tflite.flatten_fully_connected(model)
         split = tflite.split_transpose_conv_bias(model)
-        if added or flattened or split:
+        grouped = tflite.split_grouped_convolutions(model)
+        if added or flattened or split or grouped:
             _log.debug(
                 "for Arm NN's parser: %d FULLY_CONNECTED given a zero bias, %d made 2-D and reshaped; "
-                "%d TRANSPOSE_CONV biases moved into an ADD",
+                "%d TRANSPOSE_CONV biases moved into an ADD; %d grouped CONV_2D split by group",
                 added,
                 flattened,
                 split,
+                grouped,
             )
             tflite.save(model, path)
         report = armnn_placement(path, config.backends)
