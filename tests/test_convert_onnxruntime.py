@@ -501,7 +501,10 @@ def test_static_int8_leaves_float_what_a_mask_fills_with_minus_infinity(tmp_path
     torch.manual_seed(0)
     bundle = load_model(register_live("masked_attention", _MaskedAttention().eval(), torch.randn(1, 8, 16)))
     cache = ArtifactCache(tmp_path)
-    artifact, hit = deploy.convert(bundle, DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8")), cache)
+    # 7-bit weights: on an x86 host without VNNI (AVX2 only), ORT's u8s8 kernels saturate their
+    # int16 sums, which costs this model about 10 dB whatever the mask (ORT's own advice there)
+    seven_bit = QuantConfig("static_int8", options={"reduce_range": True})
+    artifact, hit = deploy.convert(bundle, DeploymentConfig("onnxruntime", quant=seven_bit), cache)
     result = deploy.measure(ModelSnapshot.of(bundle), artifact, MeasureSettings(warmup=1, iters=3), cache_hit=hit)
     assert result.evaluation.fidelity.sqnr_db > 25
     entropy = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", calibration=Calibration.ENTROPY))
