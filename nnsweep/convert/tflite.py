@@ -95,6 +95,12 @@ def _add_buffer(model: schema.ModelT, data: np.ndarray) -> int:
     return len(model.buffers) - 1
 
 
+def _constant(model: schema.ModelT, tensor: schema.TensorT, dtype: type) -> np.ndarray:
+    """The values of a constant ``tensor`` (its buffer read as ``dtype``), in its shape."""
+    raw = np.asarray(model.buffers[tensor.buffer].data, dtype=np.uint8).tobytes()
+    return np.frombuffer(raw, dtype=dtype).reshape(tuple(int(d) for d in tensor.shape))
+
+
 def _add_tensor(subgraph: schema.SubGraphT, tensor: schema.TensorT) -> int:
     subgraph.tensors.append(tensor)
     return len(subgraph.tensors) - 1
@@ -257,8 +263,7 @@ def _addend(model: schema.ModelT, subgraph: schema.SubGraphT, inputs: list[int])
     scales = _scales(bias)
     if bias.type != schema.TensorType.INT32 or scales is None:
         raise ConversionError(f"cannot move a TRANSPOSE_CONV bias of type {bias.type} into an ADD")
-    raw = np.asarray(model.buffers[bias.buffer].data, dtype=np.uint8).tobytes()
-    values = np.frombuffer(raw, dtype=np.int32).astype(np.float64) * scales  # per channel or per tensor
+    values = _constant(model, bias, np.int32).astype(np.float64) * scales  # per channel or per tensor
     step = max(float(np.abs(values).max()), float(np.finfo(np.float32).tiny)) / 127.0
     addend = schema.TensorT()
     addend.shape = np.array([len(values)], dtype=np.int32)
@@ -311,8 +316,7 @@ def _slice_tensor(model: schema.ModelT, subgraph: schema.SubGraphT, index: int, 
     if dtype is None:
         raise ConversionError(f"cannot split a grouped CONV_2D with a tensor of type {tensor.type}")
     shape = tuple(int(d) for d in tensor.shape)
-    raw = np.asarray(model.buffers[tensor.buffer].data, dtype=np.uint8).tobytes()
-    values = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    values = _constant(model, tensor, dtype)
     rows = shape[0] // groups
     part = copy.copy(tensor)
     part.shape = np.array([rows, *shape[1:]], dtype=np.int32)
@@ -398,8 +402,7 @@ def symmetric_embedding_tables(model: schema.ModelT) -> int:
         if table.type != schema.TensorType.INT8 or scales is None or q.zeroPoint is None or not np.any(q.zeroPoint):
             continue
         buffer = model.buffers[table.buffer]
-        values = np.frombuffer(np.asarray(buffer.data, dtype=np.uint8).tobytes(), dtype=np.int8)
-        values = values.reshape(tuple(int(d) for d in table.shape)).astype(np.float64)
+        values = _constant(model, table, np.int8).astype(np.float64)
         axis = int(q.quantizedDimension or 0) if len(scales) > 1 else None
         shape = [-1 if d == axis else 1 for d in range(values.ndim)]
         zero = np.asarray(q.zeroPoint, dtype=np.float64)
