@@ -30,7 +30,7 @@ CASES = (
 
 
 def main() -> int:
-    from nnsweep.convert import tflite
+    from nnsweep.convert import armnn_tflite, tflite
     from nnsweep.convert.litert import export_tflite
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model
@@ -46,7 +46,7 @@ def main() -> int:
         # As the Arm NN converter does: symmetric activations for int8, explicit biases.
         export_tflite(bundle, config, out / name, symmetric_activations=mode != "fp32")
         model = tflite.load(out / name)
-        tflite.add_fully_connected_bias(model)
+        armnn_tflite.add_fully_connected_bias(model)
         tflite.save(model, out / name)
         index.append(name)
         print(name, flush=True)

@@ -22,7 +22,7 @@ from nnsweep.artifacts import deploy
 from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
 from nnsweep.bench.runners.armnn import report_from_dot, upstream_version
-from nnsweep.convert import tflite
+from nnsweep.convert import armnn_tflite, tflite
 from nnsweep.convert.armnn import armnn_placement, armnn_refusal
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
@@ -83,7 +83,7 @@ def test_parser_rejects_fully_connected_without_bias_until_the_converter_adds_on
     with pytest.raises(ConversionError, match="must be non-negative, received: -1"):
         armnn_placement(path, ("CpuRef",))
     model = tflite.load(path)
-    assert tflite.add_fully_connected_bias(model) == 1
+    assert armnn_tflite.add_fully_connected_bias(model) == 1
     tflite.save(model, path)
     assert armnn_placement(path, ("CpuRef",)).nodes_by_backend == {"CpuRef": 1}
     # And Arm NN computes the same as PyTorch with the zero bias.
@@ -106,7 +106,7 @@ def test_a_linear_layer_on_a_sequence_runs_once_its_fully_connected_is_made_2d(t
     with pytest.raises(ConversionError, match=r"does not match the inferred shape"):
         armnn_placement(path, ("CpuRef",))
     model = tflite.load(path)
-    assert tflite.flatten_fully_connected(model) == 1
+    assert armnn_tflite.flatten_fully_connected(model) == 1
     assert tflite.operators(model)[-2:] == ["FULLY_CONNECTED", "RESHAPE"]
     tflite.save(model, path)
     x = np.random.default_rng(0).standard_normal((1, 6, 8)).astype(np.float32)
@@ -144,7 +144,7 @@ def test_a_transposed_convolution_runs_once_its_bias_is_an_add(tmp_path: Path) -
     with pytest.raises(ConversionError, match=r"cannot take TRANSPOSE_CONV"):
         armnn_placement(path, ("CpuRef",))
     model = tflite.load(path)
-    assert tflite.split_transpose_conv_bias(model) == 1
+    assert armnn_tflite.split_transpose_conv_bias(model) == 1
     tflite.save(model, path)
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     _, outputs = measure_in_subprocess(
@@ -182,7 +182,7 @@ def test_a_grouped_convolution_is_computed_right_once_split_by_group(tmp_path: P
     wrong = on_armnn() - expected
     assert 10 * np.log10(np.sum(expected**2) / np.sum(wrong**2)) < 60  # the silent fault, as Arm NN 20.08 has it
     model = tflite.load(path)
-    assert tflite.split_grouped_convolutions(model) == 1
+    assert armnn_tflite.split_grouped_convolutions(model) == 1
     assert tflite.operators(model).count("CONV_2D") == 6 and "SPLIT" in tflite.operators(model)
     tflite.save(model, path)
     np.testing.assert_allclose(on_armnn(), expected, atol=1e-4)
@@ -263,8 +263,8 @@ def test_a_fully_connected_of_computed_weights_is_refused_saying_so(tmp_path: Pa
     with contextlib.redirect_stdout(io.StringIO()):
         litert_torch.convert(_ScoresOfTwoProjections().eval(), (torch.randn(1, 6, 8),)).export(str(path))
     model = tflite.load(path)  # as the converter leaves it for Arm NN
-    tflite.add_fully_connected_bias(model)
-    tflite.flatten_fully_connected(model)
+    armnn_tflite.add_fully_connected_bias(model)
+    armnn_tflite.flatten_fully_connected(model)
     tflite.save(model, path)
     with pytest.raises(
         ConversionError, match=r"^Arm NN 20\.08 takes a FULLY_CONNECTED only with constant weights; operator #\d+ "

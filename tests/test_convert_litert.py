@@ -23,7 +23,7 @@ from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.litert import LiteRTRunner, interpreter, placement
-from nnsweep.convert import tflite
+from nnsweep.convert import armnn_tflite, tflite
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import SpecError
@@ -80,8 +80,8 @@ def test_fully_connected_bias_is_added_and_changes_nothing_in_litert(tmp_path: P
     model = tflite.load(path)
     fc = model.subgraphs[0].operators[tflite.operators(model).index("FULLY_CONNECTED")]
     assert len(fc.inputs) < 3 or fc.inputs[2] == -1  # what litert-torch writes for a bias-less Linear
-    assert tflite.add_fully_connected_bias(model) == 1
-    assert tflite.add_fully_connected_bias(model) == 0  # idempotent
+    assert armnn_tflite.add_fully_connected_bias(model) == 1
+    assert armnn_tflite.add_fully_connected_bias(model) == 0  # idempotent
     fixed = tmp_path / "fixed.tflite"
     tflite.save(model, fixed)
     bias = tflite.load(fixed).subgraphs[0].operators[0].inputs[2]

@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 from nnsweep.bench._foreign import python_command
-from nnsweep.convert import tflite
+from nnsweep.convert import armnn_tflite, tflite
 from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.convert.litert import export_tflite
 from nnsweep.core import runtimes
@@ -118,10 +118,10 @@ class ArmNNConverter(Converter):
         # the value. With symmetric activations the zero point is 0 and padding is exact.
         spec = export_tflite(bundle, config, path, symmetric_activations=True, stages=self.stages)
         model = tflite.load(path)
-        added = tflite.add_fully_connected_bias(model)
-        flattened = tflite.flatten_fully_connected(model)
-        split = tflite.split_transpose_conv_bias(model)
-        grouped = tflite.split_grouped_convolutions(model)
+        added = armnn_tflite.add_fully_connected_bias(model)
+        flattened = armnn_tflite.flatten_fully_connected(model)
+        split = armnn_tflite.split_transpose_conv_bias(model)
+        grouped = armnn_tflite.split_grouped_convolutions(model)
         if added or flattened or split or grouped:
             _log.debug(
                 "for Arm NN's parser: %d FULLY_CONNECTED given a zero bias, %d made 2-D and reshaped; "
@@ -134,7 +134,7 @@ class ArmNNConverter(Converter):
             tflite.save(model, path)
         report = armnn_placement(path, config.backends)
         notes: tuple[str, ...] = ()
-        if resizes := tflite.half_pixel_resizes(model):
+        if resizes := armnn_tflite.half_pixel_resizes(model):
             # Measured: an Upsample(scale_factor=2, mode="bilinear") after a convolution, fp32,
             # 4.3 dB against PyTorch on Arm NN, 139 dB on LiteRT; align_corners=True: 137 dB.
             notes = (
