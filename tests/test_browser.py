@@ -167,7 +167,7 @@ def test_report_of_a_real_sweep_renders_offline(tmp_path: Path) -> None:
     # Measured trials, not hand-made ones: a short sweep of the built-in digits model on this machine.
     spec = tmp_path / "tiny.yaml"
     spec.write_text(
-        "name: tiny\nmodel: digits\nbudget: {trials: 4}\nmeasure: {warmup: 1, iters: 20}\n"
+        "name: tiny\nmodel: digits\nbudget: {trials: 4}\nmeasure: {warmup: 1, iters: 20, remeasure: 0}\n"
         "space: {runtime: [executorch, onnxruntime], quant: [fp32, static_int8], threads: [1]}\n"
     )
     cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(tmp_path / "cache"), "run", str(spec),

@@ -228,7 +228,7 @@ def test_a_machine_that_joins_with_converters_takes_conversions_and_ships_them_b
             "devices": ["host"],
             "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8", "static_int8"], "threads": [1]},
             "budget": {"trials": 4},
-            "measure": {"warmup": 1, "iters": 20},
+            "measure": {"warmup": 1, "iters": 20, "remeasure": 0},
         }
     )
     try:

@@ -94,7 +94,7 @@ SPEC = """name: locked
 model: {model}
 space: {{runtime: [onnxruntime], quant: [fp32, dynamic_int8], granularity: [per_tensor, per_channel]}}
 budget: {{trials: 3}}
-measure: {{warmup: 1, iters: {iters}}}
+measure: {{warmup: 1, iters: {iters}, remeasure: 0}}
 tracking: {{uri: sqlite:///mlflow.db}}
 """
 

@@ -60,7 +60,9 @@ class RecordingTracker:
         return {r.number: r.status for r in self.finished if r.device == device}
 
 
-def _spec(tmp_path: Path, trials: int, **space: object) -> object:
+def _spec(tmp_path: Path, trials: int, remeasure: int = 0, **space: object) -> object:
+    # remeasure 0 unless a test checks the end's fresh-process spread: 3 processes per front
+    # candidate and the baseline cost a sweep of digits about 15 s on a 2-core CI machine.
     base = {"runtime": ["executorch"], "quant": ["fp32", "static_int8"], "threads": [1]}
     base.update(space)
     return parse_spec(
@@ -68,7 +70,7 @@ def _spec(tmp_path: Path, trials: int, **space: object) -> object:
             "name": "t",
             "model": "digits",
             "budget": {"trials": trials},
-            "measure": {"warmup": 1, "iters": 20},
+            "measure": {"warmup": 1, "iters": 20, "remeasure": remeasure},
             "constraints": {"max_accuracy_drop": 0.01},
             "space": base,
         }
@@ -87,7 +89,7 @@ def test_a_baseline_on_the_front_is_measured_again_once_in_a_run_that_resumes(wo
     # Run again, the scheduler's baseline record (read before the last run's re-measured
     # figures) no longer equalled the front's, so "baseline not in front" held and the fp32
     # baseline was measured again twice, and printed twice.
-    spec = _spec(workdir, trials=2, runtime=["onnxruntime"], quant=["fp32", "dynamic_int8"])
+    spec = _spec(workdir, trials=2, remeasure=3, runtime=["onnxruntime"], quant=["fp32", "dynamic_int8"])
     for _ in range(2):
         (host,) = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
         numbers = [x.number for x in host.spread]
@@ -97,7 +99,9 @@ def test_a_baseline_on_the_front_is_measured_again_once_in_a_run_that_resumes(wo
 
 def test_sweep_measures_tells_and_reuses(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
     # 5 configurations: fp32, and static int8 x {per_tensor, per_channel} x {minmax, histogram}
-    spec = _spec(workdir, trials=4, granularity=["per_tensor", "per_channel"], calibration=["minmax", "histogram"])
+    spec = _spec(
+        workdir, trials=4, remeasure=3, granularity=["per_tensor", "per_channel"], calibration=["minmax", "histogram"]
+    )
     tracker = RecordingTracker()
     results = Sweep(spec, LocalExecutor(), tracker, workdir / "cache").run()  # type: ignore[arg-type]
     (host,) = results
@@ -271,7 +275,7 @@ def test_a_transient_failure_is_retried_and_measured_a_deterministic_one_recorde
             "name": "t2",
             "model": "digits",
             "budget": {"trials": 4},
-            "measure": {"warmup": 1, "iters": 20},
+            "measure": {"warmup": 1, "iters": 20, "remeasure": 0},
             "constraints": {"max_accuracy_drop": 0.01},
             "space": {"runtime": ["executorch"], "quant": ["static_int8", "fp32"], "threads": [1]},
         }

@@ -204,7 +204,7 @@ def _laptop(root: Path, name: str, model: str, server: MlflowServer, postgres: P
         "devices": ["host"],
         "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8"], "threads": [1]},
         "budget": {"trials": 2},
-        "measure": {"warmup": 2, "iters": 20},
+        "measure": {"warmup": 2, "iters": 20, "remeasure": 0},
         "tracking": {"uri": server.url, "experiment": name},
         "storage": postgres.url("optuna"),
     }

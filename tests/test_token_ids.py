@@ -144,7 +144,7 @@ def test_a_sweep_of_a_token_id_model_keeps_its_most_sensitive_layer_float_on_eve
         "name": "tokens",
         "space": {"runtime": runtimes, "quant": ["static_int8"], "float_layers": [1]},
         "budget": {"trials": 8},
-        "measure": {"warmup": 1, "iters": 10},
+        "measure": {"warmup": 1, "iters": 10, "remeasure": 0},
     }
     # a str cache_dir, as a notebook gives it, stopped the sweep with a TypeError
     (host,) = sweep(spec, net, example, tracking=False, cache_dir=str(tmp_path / "cache"))
