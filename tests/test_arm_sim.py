@@ -438,7 +438,9 @@ def test_sweep_over_host_and_the_emulated_board(
                 "threads": [1],
             },
             "budget": {"trials": 3},
-            "measure": {"warmup": 2, "iters": 30, "timeout_s": 900},
+            # no fresh-process re-measurement at the end: tests/test_examples.py runs it over a Ray node,
+            # and under qemu it would cost each device minutes of python start-ups
+            "measure": {"warmup": 2, "iters": 30, "timeout_s": 900, "remeasure": 0},
         }
     )
     tracker = MlflowTracker("sqlite:///mlflow.db", "armsim", "armsim")
@@ -567,7 +569,7 @@ def test_executorch_on_the_board_agrees_with_the_host(
                 "threads": [1],
             },
             "budget": {"trials": 3},
-            "measure": {"warmup": 2, "iters": 20, "timeout_s": 900},
+            "measure": {"warmup": 2, "iters": 20, "timeout_s": 900, "remeasure": 0},
         }
     )
     executor = RayExecutor(address=board.address)
