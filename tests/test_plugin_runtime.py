@@ -120,7 +120,8 @@ def test_a_plugin_runtime_is_probed_searched_and_measured(tmp_path: Path, plugin
     work = tmp_path / "work"
     work.mkdir()
     (work / "sweep.yaml").write_text(
-        "name: plug\nmodel: digits\nspace: {runtime: [pt2]}\nbudget: {trials: 3}\nmeasure: {warmup: 1, iters: 20, remeasure: 0}\n"
+        "name: plug\nmodel: digits\nspace: {runtime: [pt2]}\nbudget: {trials: 3}\n"
+        "measure: {warmup: 1, iters: 20, remeasure: 0}\n"
     )
     cache = tmp_path / "cache"
     cache.mkdir()
