@@ -62,7 +62,7 @@ class RecordingTracker:
 
 def _spec(tmp_path: Path, trials: int, remeasure: int = 0, **space: object) -> object:
     # remeasure 0 unless a test checks the end's fresh-process spread: 3 processes per front
-    # candidate and the baseline cost a sweep of digits about 15 s on a 2-core CI machine.
+    # candidate and the baseline cost a sweep of digits about 15 s on a 2-core machine like CI's.
     base = {"runtime": ["executorch"], "quant": ["fp32", "static_int8"], "threads": [1]}
     base.update(space)
     return parse_spec(

@@ -37,13 +37,6 @@ __all__ = [
     "split_transpose_conv_bias",
 ]
 
-_NUMPY_OF = {
-    schema.TensorType.FLOAT32: np.float32,
-    schema.TensorType.INT8: np.int8,
-    schema.TensorType.UINT8: np.uint8,
-    schema.TensorType.INT32: np.int32,
-}
-
 
 def add_fully_connected_bias(model: schema.ModelT) -> int:
     """Give every bias-less ``FULLY_CONNECTED`` an explicit zero bias; return how many.
@@ -245,7 +238,7 @@ def _groups(model: schema.ModelT, subgraph: schema.SubGraphT, op: schema.Operato
 def _slice_tensor(model: schema.ModelT, subgraph: schema.SubGraphT, index: int, j: int, groups: int) -> int:
     """Group ``j`` of ``groups`` of a constant tensor along its first dimension (filter or bias)."""
     tensor = subgraph.tensors[index]
-    dtype = _NUMPY_OF.get(tensor.type)
+    dtype = tflite.NUMPY_OF.get(tensor.type)
     if dtype is None:
         raise ConversionError(f"cannot split a grouped CONV_2D with a tensor of type {tensor.type}")
     shape = tuple(int(d) for d in tensor.shape)

@@ -28,6 +28,7 @@ from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 
 __all__ = [
+    "NUMPY_OF",
     "add_buffer",
     "add_tensor",
     "builtin_code",
@@ -48,7 +49,13 @@ _OP_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).items()
 # What a model's input or output may be and need no QUANTIZE or DEQUANTIZE at the edge: float,
 # or integers that are not quantized values (token ids in, the classes of an argmax out).
 _PLAIN_TYPES = (schema.TensorType.FLOAT32, schema.TensorType.INT32, schema.TensorType.INT64)
-_NUMPY_OF = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8}
+# The numpy type of each tensor type the edits read or write.
+NUMPY_OF = {
+    schema.TensorType.FLOAT32: np.float32,
+    schema.TensorType.INT8: np.int8,
+    schema.TensorType.UINT8: np.uint8,
+    schema.TensorType.INT32: np.int32,
+}
 
 
 def load(path: Path) -> schema.ModelT:
@@ -175,8 +182,8 @@ def int8_io(model: schema.ModelT) -> IOSpec:
     t_in, s_in, z_in = _io_tensor(subgraph, int(subgraph.inputs[0]), "input")
     t_out, s_out, z_out = _io_tensor(subgraph, int(subgraph.outputs[0]), "output")
     return IOSpec(
-        input_dtype=np.dtype(_NUMPY_OF[t_in.type]).name,
-        output_dtype=np.dtype(_NUMPY_OF[t_out.type]).name,
+        input_dtype=np.dtype(NUMPY_OF[t_in.type]).name,
+        output_dtype=np.dtype(NUMPY_OF[t_out.type]).name,
         input_scale=s_in,
         input_zero_point=z_in,
         output_scale=s_out,
