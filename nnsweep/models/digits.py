@@ -30,7 +30,7 @@ from torch import nn
 from nnsweep.models._bundle import Dataset, ModelBundle, Split
 from nnsweep.models._trained import trained_bundle
 
-__all__ = ["VARIANTS", "DigitsNet", "digits_dataset", "load_digits"]
+__all__ = ["VARIANTS", "DigitsNet", "bundled_digits", "digits_dataset", "load_digits"]
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +82,10 @@ VARIANTS: dict[str, str] = {"digits": "bn", "digits_gn": "gn"}
 def digits_dataset() -> Dataset:
     """The 1797 bundled 8x8 digits, scaled to [-1, 1], split 60/10/30 (train,
     calibration, evaluation), stratified, with a fixed seed."""
-    from sklearn.datasets import load_digits as sk_load_digits
-
-    raw = sk_load_digits()
-    x = (raw.images.astype(np.float32) / 16.0 - 0.5) / 0.5
+    images, target = bundled_digits()
+    x = (images.astype(np.float32) / 16.0 - 0.5) / 0.5
     x = x[:, None, :, :]
-    y = raw.target.astype(np.int64)
+    y = target.astype(np.int64)
     rng = np.random.RandomState(SEED)
     parts: list[list[int]] = [[], [], []]
     for label in range(10):
@@ -102,6 +100,32 @@ def digits_dataset() -> Dataset:
         calibration=Split(x[cal], y[cal]),
         evaluation=Split(x[ev], y[ev]),
     )
+
+
+def bundled_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits as ``load_digits()`` gives them: the images (N x 8 x 8,
+    float64, 0 to 16) and the labels.
+
+    Read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``) the way
+    ``load_digits`` reads it, without importing scikit-learn: that import pulls in SciPy and
+    cost about 3 s in every process that loads a digits model (each ``nnsweep`` command,
+    converter and measuring worker). Where the file is not found, ``load_digits`` itself.
+    """
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running its __init__
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = [Path(f) / "datasets" / "data" / "digits.csv.gz" for f in folders]
+    path = next((p for p in found if p.is_file()), None)
+    if path is None:
+        from sklearn.datasets import load_digits as sk_load_digits
+
+        raw = sk_load_digits()
+        return raw.images, raw.target
+    with gzip.open(path, mode="rt", encoding="utf-8") as text:
+        data = np.loadtxt(text, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
 
 def _train(model: nn.Module, data: Split, progress: Callable[[str], None] | None) -> None:
