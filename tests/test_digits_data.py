@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 
 def test_the_bundled_digits_are_what_load_digits_gives() -> None:
@@ -17,6 +18,18 @@ def test_the_bundled_digits_are_what_load_digits_gives() -> None:
     raw = load_digits()
     assert images.dtype == raw.images.dtype and np.array_equal(images, raw.images)
     assert target.dtype == raw.target.dtype and np.array_equal(target, raw.target)
+
+
+def test_without_the_file_load_digits_gives_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from sklearn.datasets import load_digits
+
+    from nnsweep.models.digits import bundled_digits
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # a scikit-learn laid out otherwise
+    images, target = bundled_digits()
+    assert np.array_equal(images, load_digits().images) and np.array_equal(target, load_digits().target)
 
 
 def test_the_digits_dataset_does_not_import_scikit_learn() -> None:

@@ -62,18 +62,8 @@ def _setup_logging(verbosity: int) -> None:
     # torch warns about its own pytree registrations on every import of torchao; not ours to act on.
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
     if verbosity == 0:
-        # Lines a user cannot act on, shown again with -v: MLflow creating a new database's
-        # tables, and Ray announcing the token authentication nnsweep asked its local cluster for
-        # (Ray's warning that token authentication is *off* still shows).
+        # MLflow says at INFO that it creates a new database's tables: nothing to act on (-v shows it).
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
-        logging.getLogger(_RAY_TOKEN_LOGGER).addFilter(_not_the_token_announcement)
-
-
-_RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-def _not_the_token_announcement(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureRep
 from nnsweep.agents._capabilities import converter_versions, refuse_version_skew
 from nnsweep.agents._node import local_token
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
+from nnsweep.convert._base import toolchain_records_to_debug_log
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError
 from nnsweep.execution._base import ConvertRequest, Executor, ModelSource
 from nnsweep.execution._converter import ConverterWorker, node_machine
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 
 CONVERTER_RESOURCE = "nnsweep-converter"
 NAMESPACE = "nnsweep"
+# Ray announces on stderr the token authentication nnsweep asked for: to the debug log, as
+# nnsweep logs the token's path itself (Ray's warning that authentication is off stays).
+_RAY_TOKEN_LOG = "ray._private.authentication.authentication_token_setup"
+_TOKEN_ANNOUNCED = "Token authentication is enabled for this Ray cluster"
 
 
 @contextlib.contextmanager
@@ -176,7 +181,7 @@ class RayExecutor(Executor):
 
         if not ray.is_initialized():
             self._started_ray = True  # from here on, shutdown() stops whatever ray.init got to start
-            with _keeping_stop_signals():
+            with _keeping_stop_signals(), toolchain_records_to_debug_log(log, _TOKEN_ANNOUNCED, _RAY_TOKEN_LOG):
                 self._init(ray)
 
     def _init(self, ray: Any) -> None:
