@@ -510,3 +510,38 @@ def test_static_int8_leaves_float_what_a_mask_fills_with_minus_infinity(tmp_path
     entropy = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8", calibration=Calibration.ENTROPY))
     with pytest.raises(ConversionError, match=r"^entropy calibration cannot make a histogram .*calibrate with minmax"):
         deploy.convert(bundle, entropy, cache)
+
+
+class _SuperResolution(torch.nn.Module):
+    """ESPCN-style: three convolutions with tanh between, then ``PixelShuffle`` (depth to space)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(1, 32, 5, padding=2)
+        self.c2 = torch.nn.Conv2d(32, 16, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(16, 4, 3, padding=1)
+        self.shuffle = torch.nn.PixelShuffle(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.shuffle(self.c3(torch.tanh(self.c2(torch.tanh(self.c1(x))))))
+
+
+def test_the_layer_ranking_scores_the_quantizers_arithmetic_not_the_hosts_int8_kernels(tmp_path: Path) -> None:
+    # Run with its QDQ pairs fused, ONNX Runtime's int8 kernels entered the ranking. On an x86
+    # host without VNNI their u8s8 sums saturate in int16: this model read 13 dB against fp32
+    # whole-model int8 there (33 dB unfused) and the ranking put c2 first, where LiteRT's
+    # (its quantized program in torch, on any host) puts c3. The two quantizers make the same
+    # decisions here (asymmetric 8-bit activations, symmetric per-channel int8 weights, minmax),
+    # so their rankings must agree on any host.
+    from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import ranking
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("super_resolution", _SuperResolution().eval(), torch.randn(1, 1, 24, 24)))
+    onnx_ranking, _ = ranking(bundle, "onnxruntime", Granularity.PER_CHANNEL, tmp_path)
+    litert_ranking, _ = ranking(bundle, "litert", Granularity.PER_CHANNEL, tmp_path)
+    assert onnx_ranking.ranked()[0] == litert_ranking.ranked()[0] == "c3"
+    assert abs(onnx_ranking.whole_int8_sqnr - litert_ranking.whole_int8_sqnr) < 1.0
+    litert_sqnr = {e.layer: e.quantize_one_sqnr for e in litert_ranking.layers}
+    for entry in onnx_ranking.layers:
+        assert abs(entry.quantize_one_sqnr - litert_sqnr[entry.layer]) < 1.0, entry

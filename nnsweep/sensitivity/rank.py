@@ -268,6 +268,10 @@ def scored_output(
     return torch.cat([flatten_outputs(module(c))[bundle.dataset.accuracy_output] for c in chunks])
 
 
+_UNFUSED_QDQ = "session.disable_quant_qdq"
+"""ONNX Runtime's session option that keeps QuantizeLinear/DequantizeLinear pairs as they are."""
+
+
 def onnxruntime_evaluator(
     bundle: ModelBundle, split: Split, per_channel: bool = False, reference: np.ndarray | None = None
 ) -> Evaluator:
@@ -276,6 +280,13 @@ def onnxruntime_evaluator(
     The model is exported once (:func:`nnsweep.convert.float_fallback.export_onnx_scoped`);
     each call quantizes it with the given layers excluded and runs one thread. ``reference``:
     the fp32 outputs on ``split`` (:func:`reference_outputs`, computed when not given).
+
+    The quantized model runs with its QDQ pairs left unfused (``session.disable_quant_qdq``):
+    each DequantizeLinear's float values go into a float operator, the arithmetic of the
+    quantizer's decisions and nothing else, as the PT2E rankings run their quantized
+    programs in torch. Fused, the host's int8 kernels would enter the ranking: on an x86 CPU
+    without VNNI their u8s8 products saturate in int16, which a device with VNNI or an Arm
+    CPU does not do (docs/mixed-precision.md).
     """
     import tempfile
     from pathlib import Path
@@ -297,6 +308,7 @@ def onnxruntime_evaluator(
         float_fallback.ort_quantize_static(source, target, samples, sorted(keep), per_channel)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
+        options.add_session_config_entry(_UNFUSED_QDQ, "1")  # the quantizer's arithmetic, not the host's kernels
         session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
         scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
