@@ -634,3 +634,35 @@ def test_a_model_nnsweep_cannot_take_is_one_line_saying_why(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nnsweep: error: --model:") and text in lines[0], lines
     assert not cache.exists() or not any(cache.rglob("*.onnx"))
+
+
+@pytest.mark.parametrize(
+    ("machine", "flags", "quant", "options", "hinted"),
+    [
+        ("x86_64", "fma avx2", "static_int8", {}, True),  # AVX2 only: ORT's u8s8 kernels saturate
+        ("x86_64", "avx2 avx512_vnni", "static_int8", {}, False),
+        ("x86_64", "avx2 avx_vnni", "static_int8", {}, False),
+        ("x86_64", "fma avx2", "static_int8", {"reduce_range": True}, False),  # the advice taken
+        ("x86_64", "fma avx2", "static_int8", {"weight_type": "uint8"}, False),  # u8u8 does not saturate
+        ("x86_64", "fma avx2", "fp32", {}, False),
+        ("aarch64", "fp asimd", "static_int8", {}, False),
+    ],
+)
+def test_bench_notes_the_saturating_int8_kernels_of_an_x86_cpu_without_vnni(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, machine: str, flags: str, quant: str, options: dict, hinted: bool
+) -> None:
+    import platform
+
+    from nnsweep.cli.bench import _saturation_hint
+    from nnsweep.core.config import DeploymentConfig, QuantConfig
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    config = DeploymentConfig("onnxruntime", quant=QuantConfig(quant, options=options))
+    hint = _saturation_hint(config, cpuinfo)
+    assert (hint is not None) == hinted
+    assert hint is None or "--reduce-range true" in hint
+    torch_config = DeploymentConfig("torch", quant=QuantConfig("static_int8"))
+    assert _saturation_hint(torch_config, cpuinfo) is None
+    assert _saturation_hint(config, tmp_path / "absent") is None
