@@ -395,6 +395,33 @@ def test_static_int8_on_x86_refuses_a_two_row_transposed_convolution_unless_it_i
     TorchConverter().convert(bundle, DeploymentConfig("torch", ("x86",), kept), tmp_path / "kept")
     qnnpack = DeploymentConfig("torch", ("qnnpack",), QuantConfig(QuantMode.STATIC_INT8, Granularity.PER_TENSOR))
     TorchConverter().convert(bundle, qnnpack, tmp_path / "qnnpack")
+    # the ranking scores such a layer through the kernels (their damage) and puts it first
+    from nnsweep.sensitivity.ranking import ranking
+
+    report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path / "ranking")
+    assert report.ranked()[0] == "2"
+
+
+def test_the_layer_ranking_scores_the_quantizers_arithmetic_not_the_hosts_int8_kernels(tmp_path: Path) -> None:
+    # torch's x86 qconfig gives activations 7 bits against the u8s8 kernels' int16 saturation on
+    # x86 CPUs without VNNI, but a tanh's output keeps its fixed full 8-bit range, and the next
+    # convolution saturated there: this model read 14.6 dB against fp32 whole-model int8 through
+    # the kernels on such a host, 26.6 dB on FX's reference model (the quantizer's arithmetic),
+    # which the ranking now scores on every host.
+    from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import ranking
+
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 32, 5, padding=2),
+        nn.Tanh(),
+        nn.Conv2d(32, 16, 3, padding=1),
+        nn.Tanh(),
+        nn.Conv2d(16, 4, 3, padding=1),
+    ).eval()
+    bundle = load_model(register_live("tanh_convolutions", net, torch.randn(1, 1, 24, 24)))
+    report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
+    assert report.whole_int8_sqnr > 22, report
 
 
 @pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])

@@ -31,6 +31,7 @@ __all__ = [
     "refuse_prelu",
     "refuse_wrong_conv_transpose",
     "strip_io_quantization",
+    "wrong_conv_transposes",
 ]
 
 # Engines whose kernels may overflow 16-bit intermediate sums with 8-bit activations on
@@ -204,15 +205,12 @@ def refuse_prelu(module: torch.nn.Module) -> None:
 _FBGEMM_ENGINES = frozenset({"x86", "fbgemm"})
 
 
-def refuse_wrong_conv_transpose(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> None:
-    """torch 2.14's x86 and fbgemm int8 ``ConvTranspose2d`` computes wrong values when its kernel
-    is two rows high, without padding and groups (a U-Net's ``ConvTranspose2d(c, c, 2, stride=2)``):
-    -12 to -17 dB against fp32 with torch's own FX flow and default mapping, where qnnpack gives
-    37 dB and a 3- or 4-row kernel 31 dB on x86. Such a layer left float (``float_layers``) is fine."""
+def wrong_conv_transposes(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> list[str]:
+    """The layers :func:`refuse_wrong_conv_transpose` refuses: ``engine``'s int8 computes them wrongly."""
     if engine not in _FBGEMM_ENGINES:
-        return
+        return []
     kept = set(float_layers)
-    wrong = [
+    return [
         name
         for name, sub in module.named_modules()
         if isinstance(sub, torch.nn.ConvTranspose2d)
@@ -221,6 +219,14 @@ def refuse_wrong_conv_transpose(module: torch.nn.Module, engine: str, float_laye
         and sub.groups == 1
         and name not in kept
     ]
+
+
+def refuse_wrong_conv_transpose(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> None:
+    """torch 2.14's x86 and fbgemm int8 ``ConvTranspose2d`` computes wrong values when its kernel
+    is two rows high, without padding and groups (a U-Net's ``ConvTranspose2d(c, c, 2, stride=2)``):
+    -12 to -17 dB against fp32 with torch's own FX flow and default mapping, where qnnpack gives
+    37 dB and a 3- or 4-row kernel 31 dB on x86. Such a layer left float (``float_layers``) is fine."""
+    wrong = wrong_conv_transposes(module, engine, float_layers)
     if wrong:
         version = torch.__version__.split("+")[0]
         raise ConversionError(

@@ -326,13 +326,23 @@ def torch_fx_evaluator(
     reference: np.ndarray | None = None,
 ) -> Evaluator:
     """An evaluator that quantizes with torch.ao FX (nnsweep's qconfigs, minmax) and scores on
-    ``split`` (``reference``: as :func:`onnxruntime_evaluator`'s)."""
+    ``split`` (``reference``: as :func:`onnxruntime_evaluator`'s).
+
+    It scores FX's reference model (``convert_to_reference_fx``: each quantized op as
+    dequantize, float op, quantize), the quantizer's arithmetic, not the host's int8 kernels:
+    on an x86 CPU without VNNI the x86 and fbgemm kernels' uint8 x int8 sums saturate in
+    int16 after an op with a fixed full 8-bit range (tanh, sigmoid), which a device with VNNI
+    or another engine does not do. The exception is a layer whose int8 kernel torch computes
+    wrongly on every CPU (:func:`nnsweep.convert.fx.wrong_conv_transposes`): while one is
+    int8, the kernels are scored, so the ranking shows its damage and puts it first.
+    """
     import copy
 
     import torch
+    from torch.ao.quantization.quantize_fx import convert_to_reference_fx
 
     from nnsweep.convert import float_fallback
-    from nnsweep.convert.fx import convert_quietly, refuse_prelu
+    from nnsweep.convert.fx import convert_quietly, refuse_prelu, wrong_conv_transposes
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
     from nnsweep.models._bundle import takes_batches
@@ -358,9 +368,11 @@ def torch_fx_evaluator(
             model = copy.deepcopy(bundle.module).eval()
             mapping = _qconfig_mapping(engine, quant)
             prepared = float_fallback.fx_prepare(model, mapping, sorted(keep), (bundle.example_input,))
+            kernels = bool(wrong_conv_transposes(model, engine, sorted(keep)))
             with torch.no_grad():
                 run(prepared, calibration)  # one batch: min/max observers see the same extremes as one by one
-                outputs = run(convert_quietly(prepared), inputs).numpy()
+                quantized = convert_quietly(prepared) if kernels else convert_to_reference_fx(prepared)
+                outputs = run(quantized, inputs).numpy()
         finally:
             torch.backends.quantized.engine = previous
         return score_outputs(outputs, fp32, split, scored_positions(bundle))

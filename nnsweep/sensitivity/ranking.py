@@ -154,8 +154,8 @@ def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path
         # ties in accuracy broken by the outputs' SQNR against fp32 (rank.SensitivityReport.ranked)
         "tie_break": "sqnr",
     }
-    if runtime == "onnxruntime":  # scored with its QDQ pairs unfused (rank.onnxruntime_evaluator); before, fused
-        settings["qdq"] = "unfused"
+    if runtime in ("onnxruntime", "torch"):  # the quantizer's arithmetic, not the host's kernels (rank.py)
+        settings["scored"] = "quantizer_arithmetic"
     key = stage_key(digest, "sensitivity", settings, runtime_toolchain(runtime))
     return cache_root / "sensitivity" / key[:2] / f"{key}.json"
 
