@@ -333,7 +333,7 @@ def torch_fx_evaluator(
     on an x86 CPU without VNNI the x86 and fbgemm kernels' uint8 x int8 sums saturate in
     int16 after an op with a fixed full 8-bit range (tanh, sigmoid), which a device with VNNI
     or another engine does not do. The exception is a layer whose int8 kernel torch computes
-    wrongly on every CPU (:func:`nnsweep.convert.fx.wrong_conv_transposes`): while one is
+    wrongly (:func:`nnsweep.convert.fx.wrong_conv_transposes`): while one is
     int8, the kernels are scored, so the ranking shows its damage and puts it first.
     """
     import copy
