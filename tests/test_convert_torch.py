@@ -505,6 +505,26 @@ def test_converting_says_nothing_of_torchs_quantized_tensor_deprecation() -> Non
     deprecation = "quantized tensor creation functions"
     assert deprecation in stderr_of("convert_fx")  # the warning this is about, still there
     assert deprecation not in stderr_of("convert_quietly")
+    # the layer ranking runs FX's reference model, which quantizes tensors as it runs
+    ranking = subprocess.run([sys.executable, "-c", _RANKING], capture_output=True, text=True, check=True)
+    assert deprecation not in ranking.stderr and ranking.stdout.strip() == "0", ranking.stderr
+
+
+_RANKING = """
+import tempfile, warnings
+from pathlib import Path
+import torch
+from torch import nn
+from nnsweep.core.config import Granularity
+from nnsweep.models import load_model, register_live
+from nnsweep.sensitivity.ranking import ranking
+
+warnings.simplefilter("always")
+net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3)).eval()
+bundle = load_model(register_live("two_convolutions", net, torch.randn(1, 1, 8, 8)))
+report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, Path(tempfile.mkdtemp()))
+print(len(report.ranked()) - 2)
+"""
 
 
 _DYNAMIC = """

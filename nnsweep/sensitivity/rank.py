@@ -342,7 +342,12 @@ def torch_fx_evaluator(
     from torch.ao.quantization.quantize_fx import convert_to_reference_fx
 
     from nnsweep.convert import float_fallback
-    from nnsweep.convert.fx import convert_quietly, refuse_prelu, wrong_conv_transposes
+    from nnsweep.convert.fx import (
+        convert_quietly,
+        no_quantized_tensor_deprecation,
+        refuse_prelu,
+        wrong_conv_transposes,
+    )
     from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
     from nnsweep.models._bundle import takes_batches
@@ -368,8 +373,8 @@ def torch_fx_evaluator(
             model = copy.deepcopy(bundle.module).eval()
             mapping = _qconfig_mapping(engine, quant)
             prepared = float_fallback.fx_prepare(model, mapping, sorted(keep), (bundle.example_input,))
-            kernels = bool(wrong_conv_transposes(model, engine, sorted(keep)))
-            with torch.no_grad():
+            kernels = bool(wrong_conv_transposes(bundle.module, engine, sorted(keep)))
+            with torch.no_grad(), no_quantized_tensor_deprecation():  # the reference model quantizes as it runs
                 run(prepared, calibration)  # one batch: min/max observers see the same extremes as one by one
                 quantized = convert_quietly(prepared) if kernels else convert_to_reference_fx(prepared)
                 outputs = run(quantized, inputs).numpy()
