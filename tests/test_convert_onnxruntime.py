@@ -25,25 +25,16 @@ from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.core.options import x86_without_vnni
 from nnsweep.models import ModelSnapshot
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 
 
-def _x86_without_vnni() -> bool:
-    """An x86 CPU without VNNI (AVX2 only, as some AMD EPYC machines this suite runs on)."""
-    import platform
-
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return "avx512_vnni" not in flags and "avx_vnni" not in flags
-
-
 # ONNX Runtime's advice for int8 on x86 without VNNI: 7-bit weights, against int16 saturation
 # in its u8s8 kernels. digits static int8 per channel on an AVX2 AMD EPYC: 15.9 dB SQNR with
 # full-range weights, 33.4 dB with reduce_range (the same accuracy within an image).
-INT8_OPTIONS = (("reduce_range", True),) if _x86_without_vnni() else ()
+INT8_OPTIONS = (("reduce_range", True),) if x86_without_vnni() else ()
 
 
 def _config(mode: str = "fp32", backends: tuple[str, ...] = ("cpu",), **quant: object) -> DeploymentConfig:

@@ -357,18 +357,12 @@ _CPUINFO = Path("/proc/cpuinfo")
 def _saturation_hint(config: Any, cpuinfo: Path) -> str | None:
     """What to measure beside an ONNX Runtime static int8 deployment with int8 weights on an x86
     CPU without VNNI, where its kernels saturate (docs/spec.md: digits 15.9 -> 33.4 dB SQNR)."""
-    import platform
+    from nnsweep.core.options import x86_without_vnni
 
     if config.runtime != "onnxruntime" or config.quant.mode.value != "static_int8":
         return None
     options = dict(config.quant.options)
-    if options.get("reduce_range") is True or options.get("weight_type") == "uint8":
-        return None
-    try:
-        flags = cpuinfo.read_text() if platform.machine() in ("x86_64", "AMD64") else "not x86"
-    except OSError:
-        return None
-    if "vnni" in flags or "flags" not in flags:  # avx512_vnni, avx_vnni; or not an x86 cpuinfo
+    if options.get("reduce_range") is True or options.get("weight_type") == "uint8" or not x86_without_vnni(cpuinfo):
         return None
     return (
         "this x86 CPU has no VNNI: ONNX Runtime's int8 kernels sum pairs of uint8 x int8 products in "

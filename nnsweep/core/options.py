@@ -11,11 +11,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from nnsweep.core.errors import SpecError
 from nnsweep.core.quant import OptionValue, QuantConfig, QuantMode, QuantOption
 
-__all__ = ["ONNXRUNTIME_OPTIONS", "ONNXRUNTIME_REFUSED", "RefusedOptions", "draw", "normalized", "shown"]
+__all__ = [
+    "ONNXRUNTIME_OPTIONS",
+    "ONNXRUNTIME_REFUSED",
+    "RefusedOptions",
+    "draw",
+    "normalized",
+    "shown",
+    "x86_without_vnni",
+]
 
 
 @dataclass(frozen=True)
@@ -147,3 +156,18 @@ ONNXRUNTIME_REFUSED = (
         "(check_static_quant_arguments); take uint8 activations or int8 weights",
     ),
 )
+
+
+def x86_without_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this machine is an x86 CPU without VNNI (AVX2 only), whose u8s8 int8 kernels add
+    products in pairs in int16 and can saturate: ``reduce_range``'s reason. False where
+    ``cpuinfo`` cannot be read or lists no CPU flags."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return False
+    return "flags" in text and "vnni" not in text  # avx512_vnni, avx_vnni
