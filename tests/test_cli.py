@@ -465,6 +465,46 @@ def test_sensitivity_says_when_the_split_tells_no_layer_apart(tmp_path: Path) ->
     assert first <= second  # the layer whose int8 distorts the outputs more comes first
 
 
+_RECURRENT = """
+import torch
+from torch import nn
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(12, 24, batch_first=True)
+        self.head = nn.Linear(24, 6)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def build():
+    torch.manual_seed(0)
+    return Recurrent().eval(), torch.randn(1, 10, 12)
+"""
+
+
+def test_float_layers_that_leave_nothing_int8_are_called_float_in_effect(tmp_path: Path) -> None:
+    # ONNX Runtime's static int8 does not quantize an LSTM: with the head kept float, the
+    # artifact is float whatever its mode says. The ranking marks the LSTM, bench says so.
+    (tmp_path / "recurrent.py").write_text(_RECURRENT)
+    common = ["--cache-dir", str(tmp_path / "cache")]
+    model = ["--model", "recurrent.py:build", "--runtime", "onnxruntime", "--quant", "static_int8"]
+    report = json.loads(_run([*common, "sensitivity", *model, "--json"], tmp_path).stdout)
+    assert {r["layer"]: r["inert"] for r in report["ranked"]} == {"head": False, "lstm": True}
+    table = _run([*common, "sensitivity", *model], tmp_path).stdout
+    assert "lstm" in table and "(int8 changes nothing: this quantizer leaves it float)" in table
+    kept = _run([*common, "bench", *model, "--float-layers", "1", "--iters", "5", "--json"], tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["config"]["quant"]["float_layers"] == ["head"]  # stdout stays JSON
+    note = "with 1 layer float, no layer left int8 changes the outputs (onnxruntime's quantizer leaves the rest"
+    assert note in kept.stderr and "VNNI" not in kept.stderr  # nothing int8: no kernel to saturate
+    whole = _run([*common, "bench", *model, "--iters", "5", "--json"], tmp_path)
+    assert whole.returncode == 0 and "float in effect" not in whole.stderr
+
+
 @pytest.mark.slow
 def test_a_quantizer_that_fails_on_the_model_is_one_line_and_no_ranking_is_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -280,3 +280,44 @@ def test_accuracy_ranks_and_the_outputs_sqnr_breaks_its_ties() -> None:
     # a report without SQNR (nan) keeps the candidates' order among ties
     old = sensitivity.SensitivityReport(0.9, 0.9, (L("a", 0.0, 0.9), L("b", 0.0, 0.9)), 1.0, 4)
     assert old.ranked() == ["a", "b"]
+
+
+def test_a_layer_whose_int8_changes_nothing_is_inert_and_not_left_int8() -> None:
+    # 139.7 dB is what an LSTM under ONNX Runtime's static int8 measured (float32 rounding):
+    # its quantizer leaves the LSTM float. nan: not measured, so not known to be inert.
+    L = sensitivity.LayerSensitivity
+    layers = (L("head", 0.0, 0.9, 0.0, 44.1), L("lstm", 0.0, 0.9, 0.0, 139.7), L("old", 0.0, 0.9))
+    assert [e.inert for e in layers] == [False, True, False]
+    report = sensitivity.SensitivityReport(0.9, 0.9, layers, 1.0, 5)
+    assert report.int8_left([]) == ["head", "old"]
+    assert report.int8_left(["head"]) == ["old"] and report.int8_left(["head", "old"]) == []
+    assert L("x", 0.0, 0.9, 0.0, sensitivity.INERT_SQNR_DB).inert
+    assert not L("x", 0.0, 0.9, 0.0, sensitivity.INERT_SQNR_DB - 0.1).inert
+
+
+def test_a_sweep_says_once_when_its_float_layers_leave_nothing_int8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.execution import ModelSource
+    from nnsweep.sensitivity import ranking
+    from nnsweep.sweep.host import HostSide
+
+    L = sensitivity.LayerSensitivity
+    measured = sensitivity.SensitivityReport(
+        0.9, 0.9, (L("head", 0.0, 0.9, 0.0, 44.1), L("lstm", 0.0, 0.9, 0.0, 139.7)), 1.0, 4
+    )
+    monkeypatch.setattr(ranking, "ranking", lambda *args, **kwargs: (measured, True))  # as read from the cache
+    told: list[str] = []
+    host = HostSide(ModelSource("recurrent.py:build", tmp_path), MeasureSettings(), notice=told.append)
+    host._bundle = object()  # type: ignore[assignment]  # the stand-in ranking never reads it
+    assert host.float_layers("onnxruntime", None, 0) == () and told == []
+    for _ in range(2):  # asked again for the same count: said once
+        assert host.float_layers("onnxruntime", None, 1) == ("head",)
+    assert host.float_layers("onnxruntime", None, 2) == ("head", "lstm")
+    assert told == [
+        "onnxruntime: with 1 layer float, no layer left int8 changes the outputs (onnxruntime's quantizer leaves"
+        " the rest float): the artifact is float in effect",
+        "onnxruntime: with 2 layers float, no layer left int8 changes the outputs (onnxruntime's quantizer leaves"
+        " the rest float): the artifact is float in effect",
+    ]

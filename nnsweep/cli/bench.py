@@ -300,9 +300,10 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     store = SnapshotStore(cache.models_dir)
     status = Status(enabled=not args.json)
     recipe = store.recipe(args.model, args.weights, args.input_shape)
+    float_note = None
     if args.float_layers:
         try:
-            config = _name_float_layers(args, config, cache_dir, status)
+            config, float_note = _name_float_layers(args, config, cache_dir, status)
         except SpecError as exc:
             status.clear()
             return _usage_error(exc, _BENCH_OPTIONS)
@@ -345,7 +346,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
         results().write(json.dumps(result.to_dict()) + "\n")
     else:
         results().write(_bench_summary(result) + "\n")
-    hint = _saturation_hint(config, _CPUINFO)
+    hint = float_note or _saturation_hint(config, _CPUINFO)  # nothing int8: no kernel saturates
     if hint is not None:
         sys.stderr.write(f"nnsweep bench: note: {hint}\n")
     return EXIT_OK
@@ -370,9 +371,12 @@ def _saturation_hint(config: Any, cpuinfo: Path) -> str | None:
     )
 
 
-def _name_float_layers(args: argparse.Namespace, config: Any, cache_dir: Path, status: Status) -> Any:
+def _name_float_layers(
+    args: argparse.Namespace, config: Any, cache_dir: Path, status: Status
+) -> tuple[Any, str | None]:
     """``config`` with its ``--float-layers`` K named: the K most sensitive layers of the
-    model by the runtime's own ranking (measured once, then read from the cache).
+    model by the runtime's own ranking (measured once, then read from the cache); and a note
+    when no layer left int8 changes the outputs (the artifact is float in effect).
 
     Raises:
         SpecError: K above the model's quantizable layers.
@@ -380,6 +384,7 @@ def _name_float_layers(args: argparse.Namespace, config: Any, cache_dir: Path, s
     import dataclasses
 
     from nnsweep.models import SnapshotStore, load_model
+    from nnsweep.sensitivity.rank import float_in_effect
     from nnsweep.sensitivity.ranking import cached_ranking, ranking
 
     store = SnapshotStore(cache_dir / "models")
@@ -398,7 +403,10 @@ def _name_float_layers(args: argparse.Namespace, config: Any, cache_dir: Path, s
     if args.float_layers > len(report.layers):
         raise SpecError("quant.float_layers", f"{args.float_layers} is above the model's {len(report.layers)} layers")
     names = tuple(report.ranked())[: args.float_layers]
-    return dataclasses.replace(config, quant=dataclasses.replace(config.quant, float_layers=names))
+    config = dataclasses.replace(config, quant=dataclasses.replace(config.quant, float_layers=names))
+    if report.int8_left(names):
+        return config, None
+    return config, f"{float_in_effect(config.runtime, len(names))}; compare it with --quant fp32"
 
 
 def _check_float_layer_count(bundle: Any, k: int) -> None:

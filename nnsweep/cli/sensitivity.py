@@ -111,6 +111,7 @@ def _json(
                 "layer": e.layer,
                 "cost": report.score(e, "quantize_one"),
                 "sqnr_db": e.quantize_one_sqnr if math.isfinite(e.quantize_one_sqnr) else None,
+                "inert": e.inert,  # its int8 changes nothing: the quantizer leaves it float
             }
             for e in report.ranked_entries("quantize_one")
         ],
@@ -133,6 +134,7 @@ def _table(what: str, granularity: Granularity | None, report: SensitivityReport
     ]
     lines += [
         f"  {i:3d}. {e.layer:<40} {report.score(e, 'quantize_one') * 100:+6.2f} points  {e.quantize_one_sqnr:6.1f} dB"
+        + ("  (int8 changes nothing: this quantizer leaves it float)" if e.inert else "")
         for i, e in enumerate(ranked, 1)
     ]
     if not ranked:

@@ -61,6 +61,11 @@ __all__ = [
 
 Method = Literal["float_one", "quantize_one"]
 CALIBRATION_SAMPLES = 128  # nnsweep's default: 8 batches of 16
+# At or above this SQNR (dB) against fp32, a layer quantized alone left the outputs as float
+# computes them: float32's rounding alone gives about 140 dB, int8 weights or activations
+# 60 dB at most. Such a layer is one the runtime's quantizer does not quantize (an LSTM under
+# ONNX Runtime's static int8), or one whose output does not reach the model's.
+INERT_SQNR_DB = 100.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,12 @@ class LayerSensitivity:
     quantize_one: float
     float_one_sqnr: float = math.nan
     quantize_one_sqnr: float = math.nan
+
+    @property
+    def inert(self) -> bool:
+        """Whether quantizing this layer alone changed the outputs no more than float32's
+        rounding does (SQNR at least :data:`INERT_SQNR_DB`): keeping it float buys nothing."""
+        return self.quantize_one_sqnr >= INERT_SQNR_DB
 
 
 @dataclass(frozen=True)
@@ -137,11 +148,26 @@ class SensitivityReport:
         """Layer paths in :meth:`ranked_entries`' order."""
         return [e.layer for e in self.ranked_entries(method)]
 
+    def int8_left(self, kept_float: Sequence[str]) -> list[str]:
+        """The layers outside ``kept_float`` whose int8 changes the outputs (not
+        :attr:`LayerSensitivity.inert`). Empty: an artifact keeping ``kept_float`` float is
+        float in effect, whatever its mode says."""
+        kept = set(kept_float)
+        return [e.layer for e in self.layers if e.layer not in kept and not e.inert]
+
     def all_tie(self, method: Method = "quantize_one") -> bool:
         """Whether two or more layers were measured and every one cost the same top-1: the
         calibration split does not tell them apart by accuracy (a model that int8 does not
         hurt there), so :meth:`ranked` orders them by output distortion alone."""
         return len({round(self.score(e, method), 9) for e in self.layers}) == 1 < len(self.layers)
+
+
+def float_in_effect(runtime: str, k: int) -> str:
+    """What to say when :meth:`SensitivityReport.int8_left` is empty after keeping ``k`` float."""
+    return (
+        f"with {k} layer{'s' if k != 1 else ''} float, no layer left int8 changes the outputs ({runtime}'s "
+        "quantizer leaves the rest float): the artifact is float in effect"
+    )
 
 
 def quantizable_layers(module: torch.nn.Module, example: torch.Tensor | None = None) -> list[str]:

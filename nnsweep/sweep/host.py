@@ -27,6 +27,7 @@ from nnsweep.sweep.lifecycle import Ticket
 if TYPE_CHECKING:
     from nnsweep.artifacts.cache import Artifact, ArtifactCache
     from nnsweep.models import ModelBundle, ModelSnapshot
+    from nnsweep.sensitivity.rank import SensitivityReport
 
 __all__ = ["HostSide", "host_twin"]
 
@@ -70,7 +71,8 @@ class HostSide:
         self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
         self._pool: ThreadPoolExecutor | None = None
         # per runtime and granularity: the ranked layers, or why the runtime cannot rank them
-        self._rankings: dict[tuple[str, Granularity | None], tuple[str, ...] | SpecError] = {}
+        self._rankings: dict[tuple[str, Granularity | None], SensitivityReport | SpecError] = {}
+        self._told_float: set[tuple[str, Granularity | None, int]] = set()  # float in effect, said once
 
     @property
     def bundle(self) -> ModelBundle:
@@ -95,7 +97,7 @@ class HostSide:
                 report, cached = ranking(
                     self.bundle, runtime, granularity, self.source.cache_root, progress=self._ranking_progress(runtime)
                 )
-                self._rankings[key] = tuple(report.ranked())
+                self._rankings[key] = report
                 if not cached:
                     tie = " (all tie in top-1 on the calibration split: by output SQNR)" if report.all_tie() else ""
                     self._tell(f"{runtime}: ranked {len(report.layers)} layers in {report.seconds:.0f} s{tie}")
@@ -105,7 +107,13 @@ class HostSide:
         found = self._rankings[key]
         if isinstance(found, SpecError):
             raise found
-        return found[:k]
+        names = tuple(found.ranked()[:k])
+        if k and (*key, k) not in self._told_float and not found.int8_left(names):
+            from nnsweep.sensitivity.rank import float_in_effect
+
+            self._told_float.add((*key, k))
+            self._tell(f"{runtime}: {float_in_effect(runtime, k)}")
+        return names
 
     def _tell(self, text: str) -> None:
         log.info("%s", text)
