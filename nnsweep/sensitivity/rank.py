@@ -43,11 +43,13 @@ if TYPE_CHECKING:
     from nnsweep.models import ModelBundle, Split
 
 __all__ = [
+    "INERT_SQNR_DB",
     "Evaluator",
     "LayerSensitivity",
     "Method",
     "Score",
     "SensitivityReport",
+    "float_in_effect",
     "keep_float",
     "measure",
     "onnxruntime_evaluator",
