@@ -148,3 +148,33 @@ def branch_on_the_sum():  # type: ignore[no-untyped-def]
 
     torch.manual_seed(0)
     return load_model(register_live("branch_on_the_sum", BranchOnTheSum().eval(), torch.randn(1, 8)))
+
+
+_RECURRENT = """
+import torch
+from torch import nn
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(12, 24, batch_first=True)
+        self.head = nn.Linear(24, 6)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def build():
+    torch.manual_seed(0)
+    return Recurrent().eval(), torch.randn(1, 10, 12)
+"""
+
+
+@pytest.fixture
+def recurrent(tmp_path: Path) -> Path:
+    """A model file (``recurrent.py:build``): ``nn.LSTM(12, 24)`` then a linear ``head`` on
+    1x10x12 inputs. ONNX Runtime's static int8 quantizes the head and leaves the LSTM float."""
+    path = tmp_path / "recurrent.py"
+    path.write_text(_RECURRENT)
+    return path

@@ -465,33 +465,12 @@ def test_sensitivity_says_when_the_split_tells_no_layer_apart(tmp_path: Path) ->
     assert first <= second  # the layer whose int8 distorts the outputs more comes first
 
 
-_RECURRENT = """
-import torch
-from torch import nn
-
-
-class Recurrent(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lstm = nn.LSTM(12, 24, batch_first=True)
-        self.head = nn.Linear(24, 6)
-
-    def forward(self, x):
-        return self.head(self.lstm(x)[0][:, -1])
-
-
-def build():
-    torch.manual_seed(0)
-    return Recurrent().eval(), torch.randn(1, 10, 12)
-"""
-
-
-def test_float_layers_that_leave_nothing_int8_are_called_float_in_effect(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_float_layers_that_leave_nothing_int8_are_called_float_in_effect(tmp_path: Path, recurrent: Path) -> None:
     # ONNX Runtime's static int8 does not quantize an LSTM: with the head kept float, the
     # artifact is float whatever its mode says. The ranking marks the LSTM, bench says so.
-    (tmp_path / "recurrent.py").write_text(_RECURRENT)
     common = ["--cache-dir", str(tmp_path / "cache")]
-    model = ["--model", "recurrent.py:build", "--runtime", "onnxruntime", "--quant", "static_int8"]
+    model = ["--model", f"{recurrent}:build", "--runtime", "onnxruntime", "--quant", "static_int8"]
     report = json.loads(_run([*common, "sensitivity", *model, "--json"], tmp_path).stdout)
     assert {r["layer"]: r["inert"] for r in report["ranked"]} == {"head": False, "lstm": True}
     table = _run([*common, "sensitivity", *model], tmp_path).stdout

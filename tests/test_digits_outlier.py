@@ -295,22 +295,17 @@ def test_a_layer_whose_int8_changes_nothing_is_inert_and_not_left_int8() -> None
     assert not L("x", 0.0, 0.9, 0.0, sensitivity.INERT_SQNR_DB - 0.1).inert
 
 
-def test_a_sweep_says_once_when_its_float_layers_leave_nothing_int8(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.slow
+def test_a_sweep_says_once_when_its_float_layers_leave_nothing_int8(tmp_path: Path, recurrent: Path) -> None:
     from nnsweep.bench import MeasureSettings
     from nnsweep.execution import ModelSource
-    from nnsweep.sensitivity import ranking
+    from nnsweep.sensitivity.ranking import ranking
     from nnsweep.sweep.host import HostSide
 
-    L = sensitivity.LayerSensitivity
-    measured = sensitivity.SensitivityReport(
-        0.9, 0.9, (L("head", 0.0, 0.9, 0.0, 44.1), L("lstm", 0.0, 0.9, 0.0, 139.7)), 1.0, 4
-    )
-    monkeypatch.setattr(ranking, "ranking", lambda *args, **kwargs: (measured, True))  # as read from the cache
     told: list[str] = []
-    host = HostSide(ModelSource("recurrent.py:build", tmp_path), MeasureSettings(), notice=told.append)
-    host._bundle = object()  # type: ignore[assignment]  # the stand-in ranking never reads it
+    host = HostSide(ModelSource(f"{recurrent}:build", tmp_path / "cache"), MeasureSettings(), notice=told.append)
+    host.load()
+    ranking(host.bundle, "onnxruntime", None, tmp_path / "cache")  # ranked before: the host reads it, says nothing
     assert host.float_layers("onnxruntime", None, 0) == () and told == []
     for _ in range(2):  # asked again for the same count: said once
         assert host.float_layers("onnxruntime", None, 1) == ("head",)
