@@ -12,6 +12,7 @@ is a model reference, e.g. ``nnsweep bench --model benchmarks/fidelity_models.py
     shared    three convolutions of which one is applied twice
     tconv     a strided convolution, then a transposed one
     twoheads  a trunk and two outputs: class logits and a sigmoid map
+    encoder   a linear embedding, nn.TransformerEncoder (two layers, one op to torch.fx), mean, head
 
 ``benchmarks/float_fidelity.py`` also runs four torchvision classifiers by reference
 (``torchvision:NAME``, loaded as nnsweep loads them for a user).
@@ -199,3 +200,20 @@ class TwoHeads(nn.Module):
 def twoheads() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return TwoHeads().eval(), torch.randn(1, 3, 32, 32)
+
+
+class Encoder(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.embed = nn.Linear(16, d)
+        layer = nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 5)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+def encoder() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return Encoder().eval(), torch.randn(1, 10, 16)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE / "fidelity_models.py"
-NAMES = ("attn", "shuffle", "dw1d", "unetish", "gru", "shared", "tconv", "twoheads")
+NAMES = ("attn", "shuffle", "dw1d", "unetish", "gru", "shared", "tconv", "twoheads", "encoder")
 # Short names of the torchvision classifiers, run as `--model torchvision:NAME` at 96x96
 # (hardswish and squeeze-excitation; SiLU and stochastic depth; chunk and channel shuffle;
 # residual adds and max pool).
