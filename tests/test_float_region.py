@@ -50,6 +50,15 @@ def test_between_keeps_the_largest_set_that_meets_float_nodes_only() -> None:
     assert between(set(), [2], producers.__getitem__, consumers.__getitem__) == set()
 
 
+def test_between_meets_ops_float_anyway_but_joins_through_its_own_members() -> None:
+    # x -> 1 (kept) -> 2 -> 3 (no int8 kernel) -> 4 -> out
+    producers = {1: [None], 2: [1], 3: [2], 4: [3]}
+    consumers = {1: [2], 2: [3], 3: [4], 4: [None]}
+    get_p, get_c = producers.__getitem__, consumers.__getitem__
+    assert between({1}, [2, 4], get_p, get_c) == set()  # 3 counts as int8: 2 feeds it
+    assert between({1}, [2, 4], get_p, get_c, float_too={3}) == {2}  # 4 touches no kept layer
+
+
 def test_every_op_lies_between_when_every_layer_is_float() -> None:
     graph = _graph()
     assert fx_float_region(graph, ALL) == _ops(graph)

@@ -71,6 +71,7 @@ def between(
     candidates: Iterable[N],
     producers: Callable[[N], Iterable[N | None]],
     consumers: Callable[[N], Iterable[N | None]],
+    float_too: Collection[N] = (),
 ) -> set[N]:
     """The largest subset of ``candidates`` whose members meet float nodes only, and are
     joined to ``inside`` through one another.
@@ -84,12 +85,15 @@ def between(
         producers: a node's non-constant inputs, by the node that makes each (None: a
             graph input).
         consumers: the nodes that read a node's outputs (None: a graph output).
+        float_too: nodes that are float whatever is kept (an op the quantizer has no int8
+            kernel for): a member may meet them, but is joined to ``inside`` only through
+            other members.
     """
-    region = set(candidates) - inside
+    region = set(candidates) - inside - set(float_too)
     changed = True
     while changed:
         changed = False
-        floating: set[N | None] = {None, *inside, *region}
+        floating: set[N | None] = {None, *inside, *float_too, *region}
         for node in list(region):
             if not all(p in floating for p in producers(node)) or not all(c in floating for c in consumers(node)):
                 region.discard(node)
@@ -167,8 +171,8 @@ def _fx_floating(graph_module: Any, keep_float: Collection[str], observers: Coll
     inside = _inside(ops, keep_float)
     if not inside:
         return set()
-    if observers:  # an FX-prepared graph
-        inside |= _fx_float_modules(graph_module, ops)
+    # an FX-prepared graph: the layers torch's static int8 has no kernel for are float
+    leaves = _fx_float_modules(graph_module, ops) - inside if observers else set()
 
     def producers(node: Any) -> Iterable[Any]:
         found = [_source(a, observers) for a in node.all_input_nodes]
@@ -177,7 +181,8 @@ def _fx_floating(graph_module: Any, keep_float: Collection[str], observers: Coll
     def consumers(node: Any) -> Iterable[Any]:
         return [None if u.op == "output" else u for u in _readers(node, observers)]
 
-    return inside | between(inside, (n for n in ops if not _weighted(graph_module, n)), producers, consumers)
+    candidates = (n for n in ops if not _weighted(graph_module, n))
+    return inside | leaves | between(inside, candidates, producers, consumers, float_too=leaves)
 
 
 def _source(node: Any, observers: Collection[Any]) -> Any:
