@@ -311,8 +311,8 @@ def test_a_sweep_says_once_when_its_float_layers_leave_nothing_int8(tmp_path: Pa
         assert host.float_layers("onnxruntime", None, 1) == ("head",)
     assert host.float_layers("onnxruntime", None, 2) == ("head", "lstm")
     assert told == [
-        "onnxruntime: with 1 layer float, no layer left int8 changes the outputs (onnxruntime's quantizer leaves"
-        " the rest float): the artifact is float in effect",
-        "onnxruntime: with 2 layers float, no layer left int8 changes the outputs (onnxruntime's quantizer leaves"
-        " the rest float): the artifact is float in effect",
+        "onnxruntime: with 1 layer float, no layer left int8 changes the outputs (onnxruntime's static int8 leaves"
+        " the rest float): a static int8 artifact is float in effect",
+        "onnxruntime: with 2 layers float, no layer left int8 changes the outputs (onnxruntime's static int8 leaves"
+        " the rest float): a static int8 artifact is float in effect",
     ]

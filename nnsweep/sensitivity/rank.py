@@ -152,8 +152,8 @@ class SensitivityReport:
 
     def int8_left(self, kept_float: Sequence[str]) -> list[str]:
         """The layers outside ``kept_float`` whose int8 changes the outputs (not
-        :attr:`LayerSensitivity.inert`). Empty: an artifact keeping ``kept_float`` float is
-        float in effect, whatever its mode says."""
+        :attr:`LayerSensitivity.inert`). Empty: a static int8 artifact keeping ``kept_float``
+        float is float in effect (the ranking quantizes statically: see :func:`float_in_effect`)."""
         kept = set(kept_float)
         return [e.layer for e in self.layers if e.layer not in kept and not e.inert]
 
@@ -165,10 +165,14 @@ class SensitivityReport:
 
 
 def float_in_effect(runtime: str, k: int) -> str:
-    """What to say when :meth:`SensitivityReport.int8_left` is empty after keeping ``k`` float."""
+    """What to say when :meth:`SensitivityReport.int8_left` is empty after keeping ``k`` float.
+
+    It is about static int8, the mode a ranking quantizes with: a dynamic int8 quantizer
+    may take layers the static one leaves (torch's dynamic int8 quantizes the linear layers
+    inside an ``nn.TransformerEncoder``, which its static int8 runs float)."""
     return (
         f"with {k} layer{'s' if k != 1 else ''} float, no layer left int8 changes the outputs ({runtime}'s "
-        "quantizer leaves the rest float): the artifact is float in effect"
+        "static int8 leaves the rest float): a static int8 artifact is float in effect"
     )
 
 
