@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +13,11 @@ from nnsweep.convert import float_fallback
 from nnsweep.convert.float_region import between, fx_float_region
 from nnsweep.convert.pt2e import export
 from nnsweep.core.config import Granularity, QuantConfig
+
+if TYPE_CHECKING:
+    from nnsweep.models import ModelBundle
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 class _Branches(torch.nn.Module):
@@ -135,10 +143,15 @@ class _CalledTwice(torch.nn.Module):
 
 
 def _fx_quantized(module: torch.nn.Module, name: str, keep: tuple[str, ...]) -> torch.nn.Module:
-    from nnsweep.convert.fx import quantize_fx, quantized_engine
     from nnsweep.models import load_model, register_live
 
-    bundle = load_model(register_live(name, module, torch.randn(1, 3, 8, 8)))
+    return _fx_quantize(load_model(register_live(name, module, torch.randn(1, 3, 8, 8))), keep)
+
+
+def _fx_quantize(bundle: ModelBundle, keep: tuple[str, ...]) -> torch.nn.Module:
+    """torch's static int8 of ``bundle`` (per tensor, x86), ``keep`` float."""
+    from nnsweep.convert.fx import quantize_fx, quantized_engine
+
     quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep)
     with quantized_engine("x86"):
         return quantize_fx(bundle, quant, "x86")
@@ -211,48 +224,23 @@ def test_the_models_own_inputs_and_outputs_count_as_float(runtime: str) -> None:
         torch.testing.assert_close(converted(x), module(x))
 
 
-class _Encoder(torch.nn.Module):
-    """A module torch.fx does not trace into (``nn.TransformerEncoder``), a mean of no module after it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Linear(16, 32)
-        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(32, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(x)).mean(1))
-
-
 def test_fx_ops_beside_a_module_torch_leaves_float_stay_float_with_its_neighbours() -> None:
     """torch's static int8 runs ``nn.TransformerEncoder`` float (FX does not trace into it).
     With the head kept float, the mean between the two was quantized (and with every layer
-    float, 28 dB against fp32 on a two-layer encoder): it is float now, and with the
+    float, 25.8 dB against fp32 on a two-layer encoder): it is float now, and with the
     embedding float too the outputs are fp32's."""
-    from nnsweep.convert.fx import quantized_engine
-    from nnsweep.models import load_model, register_live
+    from nnsweep.models import load_model
 
-    torch.manual_seed(0)
-    module = _Encoder().eval()
-    x = torch.randn(1, 10, 16)
-    bundle = load_model(register_live("fx_encoder", module, x))
-
-    def quantized(keep: tuple[str, ...]) -> torch.nn.Module:
-        from nnsweep.convert.fx import quantize_fx
-
-        quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep)
-        with quantized_engine("x86"):
-            return quantize_fx(bundle, quant, "x86")
-
-    whole = quantized(())
+    bundle = load_model(f"{BENCHMARKS / 'fidelity_models.py'}:encoder")  # the model of float_fidelity.py's row
+    module = bundle.module
+    whole = _fx_quantize(bundle, ())
     assert "mean" in whole.code and "quantize_per_tensor" in whole.code  # K = 0 unchanged
-    head_float = quantized(("head",))
+    head_float = _fx_quantize(bundle, ("head",))
     mean = next(n for n in head_float.graph.nodes if n.target == "mean")
     assert mean.args[0].target == "encoder"  # float, as torch runs it
     assert [u.target for u in mean.users] == ["head"]  # no quantize between
     assert "quantize_per_tensor" in head_float.code  # the embedding is still int8
-    every = quantized(("embed", "head"))
+    every = _fx_quantize(bundle, ("embed", "head"))
     assert "quantize_per_tensor" not in every.code
     batch = torch.randn(3, 10, 16)
     with torch.no_grad():

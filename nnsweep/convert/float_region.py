@@ -171,8 +171,7 @@ def _fx_floating(graph_module: Any, keep_float: Collection[str], observers: Coll
     inside = _inside(ops, keep_float)
     if not inside:
         return set()
-    # an FX-prepared graph: the layers torch's static int8 has no kernel for are float
-    leaves = _fx_float_modules(graph_module, ops) - inside if observers else set()
+    leaves = _fx_float_modules(graph_module, ops) - inside  # torch.fx's leaves; a PT2E graph has none
 
     def producers(node: Any) -> Iterable[Any]:
         found = [_source(a, observers) for a in node.all_input_nodes]
@@ -217,17 +216,14 @@ def _fx_float_modules(graph_module: Any, ops: Iterable[Any]) -> set[Any]:
     or an ``nn.MultiheadAttention`` is one such op, with no int8 kernel (``nn.LSTM`` and
     ``nn.GRU`` have dynamic ones only). It is float whatever ``float_layers`` says, so the
     ops between it and a layer kept float lie between float ops: left to the quantizer,
-    the mean between a two-layer encoder and its head held the outputs at 28 dB against
+    the mean between a two-layer encoder and its head held the outputs at 25.8 dB against
     fp32 with every layer float.
     """
+    layers = [n for n in ops if n.op == "call_module" and _weighted(graph_module, n)]
+    if not layers:  # torch.ao's config is built only for a graph that has such ops
+        return set()
     static = _static_int8_module_types()
-    return {
-        n
-        for n in ops
-        if n.op == "call_module"
-        and _weighted(graph_module, n)
-        and type(graph_module.get_submodule(n.target)) not in static
-    }
+    return {n for n in layers if type(graph_module.get_submodule(n.target)) not in static}
 
 
 @functools.cache
