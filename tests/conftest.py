@@ -168,13 +168,28 @@ class Recurrent(nn.Module):
 def build():
     torch.manual_seed(0)
     return Recurrent().eval(), torch.randn(1, 10, 12)
+
+
+class Bare(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(12, 24, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)[0][:, -1]
+
+
+def bare():
+    torch.manual_seed(0)
+    return Bare().eval(), torch.randn(1, 10, 12)
 """
 
 
 @pytest.fixture
 def recurrent(tmp_path: Path) -> Path:
     """A model file (``recurrent.py:build``): ``nn.LSTM(12, 24)`` then a linear ``head`` on
-    1x10x12 inputs. ONNX Runtime's static int8 quantizes the head and leaves the LSTM float."""
+    1x10x12 inputs. ONNX Runtime's static int8 quantizes the head and leaves the LSTM float.
+    ``recurrent.py:bare`` is the LSTM alone, which that int8 leaves float whole."""
     path = tmp_path / "recurrent.py"
     path.write_text(_RECURRENT)
     return path

@@ -481,7 +481,12 @@ def test_float_layers_that_leave_nothing_int8_are_called_float_in_effect(tmp_pat
     note = "with 1 layer float, no layer left int8 changes the outputs (onnxruntime's static int8 leaves the rest"
     assert note in kept.stderr and "VNNI" not in kept.stderr  # nothing int8: no kernel to saturate
     whole = _run([*common, "bench", *model, "--iters", "5", "--json"], tmp_path)
-    assert whole.returncode == 0 and "float in effect" not in whole.stderr
+    assert whole.returncode == 0 and "float in effect" not in whole.stderr  # its head runs int8
+    # the LSTM alone, whole model: no ranking is asked for, the measurement says it
+    bare = _run([*common, "bench", *model, "--iters", "5", "--json", "--model", f"{recurrent}:bare"], tmp_path)
+    assert bare.returncode == 0 and not json.loads(bare.stdout)["config"]["quant"].get("float_layers")
+    said = "onnxruntime static_int8: the outputs are within float32's rounding of fp32's ("
+    assert said in bare.stderr and "; compare it with --quant fp32" in bare.stderr and "VNNI" not in bare.stderr
     # the ranking is static int8's: ONNX Runtime's dynamic int8 quantizes the LSTM (DynamicQuantizeLSTM)
     dynamic = [*model[:-1], "dynamic_int8", "--float-layers", "1", "--iters", "5", "--json"]
     kept_dynamic = _run([*common, "bench", *dynamic], tmp_path)
@@ -678,16 +683,16 @@ def test_bench_notes_the_saturating_int8_kernels_of_an_x86_cpu_without_vnni(
 ) -> None:
     import platform
 
-    from nnsweep.cli.bench import _saturation_hint
+    from nnsweep.cli._bench_notes import saturation_hint
     from nnsweep.core.config import DeploymentConfig, QuantConfig
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     monkeypatch.setattr(platform, "machine", lambda: machine)
     config = DeploymentConfig("onnxruntime", quant=QuantConfig(quant, options=options))
-    hint = _saturation_hint(config, cpuinfo)
+    hint = saturation_hint(config, cpuinfo)
     assert (hint is not None) == hinted
     assert hint is None or "--reduce-range true" in hint
     torch_config = DeploymentConfig("torch", quant=QuantConfig("static_int8"))
-    assert _saturation_hint(torch_config, cpuinfo) is None
-    assert _saturation_hint(config, tmp_path / "absent") is None
+    assert saturation_hint(torch_config, cpuinfo) is None
+    assert saturation_hint(config, tmp_path / "absent") is None

@@ -6,6 +6,7 @@ Training takes about 10 s (one thread), so the tests that need the trained model
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -295,10 +296,42 @@ def test_a_layer_whose_int8_changes_nothing_is_inert_and_not_left_int8() -> None
     assert not L("x", 0.0, 0.9, 0.0, sensitivity.INERT_SQNR_DB - 0.1).inert
 
 
+def test_an_int8_artifact_that_measured_float_is_called_float_in_effect() -> None:
+    say = sensitivity.measured_float_in_effect
+    assert say("onnxruntime", "static_int8", sensitivity.INERT_SQNR_DB - 0.1) is None  # int8's noise
+    assert say("onnxruntime", "static_int8", float("nan")) is None  # not measured
+    note = say("onnxruntime", "static_int8", 139.6)
+    assert note == (
+        "onnxruntime static_int8: the outputs are within float32's rounding of fp32's (140 dB SQNR; int8 gives "
+        "60 dB at most): int8 changed nothing they show, the artifact is float in effect"
+    )
+    assert "identical to fp32's" in (say("torch", "dynamic_int8", float("inf")) or "")
+
+
+def test_a_sweep_says_once_per_runtime_and_mode_that_an_artifact_measured_float(tmp_path: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.core.config import DeploymentConfig
+    from nnsweep.models import ModelSnapshot
+    from nnsweep.sweep.rankings import LayerRankings
+
+    told: list[str] = []
+    rankings = LayerRankings("digits", tmp_path, notice=told.append)
+    snapshot = ModelSnapshot.of(digits)
+    static = DeploymentConfig(runtime="onnxruntime", quant={"mode": "static_int8"})
+    rankings.tell_if_float(static, 45.0, snapshot)  # int8 that shows: nothing to say
+    rankings.tell_if_float(DeploymentConfig(runtime="onnxruntime"), float("inf"), snapshot)  # fp32 is float
+    assert told == []
+    rankings.tell_if_float(static, 140.0, snapshot)
+    rankings.tell_if_float(dataclasses.replace(static, threads=2), 141.0, snapshot)  # the same runtime and mode
+    rankings.tell_if_float(DeploymentConfig(runtime="onnxruntime", quant={"mode": "dynamic_int8"}), 139.0, snapshot)
+    assert [line.split(":")[0] for line in told] == ["onnxruntime static_int8", "onnxruntime dynamic_int8"]
+
+
 @pytest.mark.slow
 def test_a_sweep_says_once_when_its_float_layers_leave_nothing_int8(tmp_path: Path, recurrent: Path) -> None:
     from nnsweep.bench import MeasureSettings
+    from nnsweep.core.config import DeploymentConfig
     from nnsweep.execution import ModelSource
+    from nnsweep.models import ModelSnapshot
     from nnsweep.sensitivity.ranking import ranking
     from nnsweep.sweep.host import HostSide
 
@@ -316,3 +349,8 @@ def test_a_sweep_says_once_when_its_float_layers_leave_nothing_int8(tmp_path: Pa
         "onnxruntime: with 2 layers float, no layer left int8 changes the outputs (onnxruntime's static int8 leaves"
         " the rest float): a static int8 artifact is float in effect",
     ]
+    # its measurement then says nothing more: the ranking said it first
+    quant = {"mode": "static_int8", "granularity": "per_tensor", "float_layers": ["head"]}  # what None ranks
+    kept = DeploymentConfig(runtime="onnxruntime", quant=quant)
+    host.rankings.tell_if_float(kept, 139.7, ModelSnapshot.of(host.bundle))
+    assert len(told) == 2

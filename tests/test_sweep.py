@@ -386,9 +386,9 @@ def test_a_new_device_starts_from_the_front_the_other_devices_found(workdir: Pat
 def test_a_sweep_says_while_it_ranks_a_runtimes_layers(workdir: Path, digits, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     # A ranking runs before a runtime's first float-layer trial and took minutes with nothing
     # shown (regnet_y_400mf through ExecuTorch: about 6 min a granularity).
-    from nnsweep.sweep.host import HostSide
+    from nnsweep.sweep.rankings import LayerRankings
 
-    monkeypatch.setattr(HostSide, "NOTICE_EVERY_S", 0.0)  # every progress line, not one per 15 s
+    monkeypatch.setattr(LayerRankings, "NOTICE_EVERY_S", 0.0)  # every progress line, not one per 15 s
     spec = _spec(workdir, trials=3, runtime=["onnxruntime"], quant=["static_int8"], float_layers=[0, 1])
     notes: list[str] = []
     converting_then: list[int] = []  # conversions started when the ranking began

@@ -19,6 +19,7 @@ from nnsweep.cli._args import (
     _positive_shape,
     _seconds,
 )
+from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
@@ -303,7 +304,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     float_note = None
     if args.float_layers:
         try:
-            config, float_note = _name_float_layers(args, config, cache_dir, status)
+            config, float_note = name_float_layers(args, config, cache_dir, status)
         except SpecError as exc:
             status.clear()
             return _usage_error(exc, _BENCH_OPTIONS)
@@ -346,77 +347,11 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
         results().write(json.dumps(result.to_dict()) + "\n")
     else:
         results().write(_bench_summary(result) + "\n")
-    hint = float_note or _saturation_hint(config, _CPUINFO)  # nothing int8: no kernel saturates
+    # Nothing int8: no kernel saturates.
+    hint = float_note or measured_float(config, result, snapshot) or saturation_hint(config, CPUINFO)
     if hint is not None:
         sys.stderr.write(f"nnsweep bench: note: {hint}\n")
     return EXIT_OK
-
-
-_CPUINFO = Path("/proc/cpuinfo")
-
-
-def _saturation_hint(config: Any, cpuinfo: Path) -> str | None:
-    """What to measure beside an ONNX Runtime static or dynamic int8 deployment with int8 weights
-    on an x86 CPU without VNNI, where its kernels saturate (docs/spec.md: digits static
-    15.9 -> 33.4 dB SQNR, a transformer encoder dynamic 5.3 -> 36.1 dB)."""
-    from nnsweep.core.options import x86_without_vnni
-
-    if config.runtime != "onnxruntime" or config.quant.mode.value not in ("static_int8", "dynamic_int8"):
-        return None
-    options = dict(config.quant.options)
-    if options.get("reduce_range") is True or options.get("weight_type") == "uint8" or not x86_without_vnni(cpuinfo):
-        return None
-    return (
-        "this x86 CPU has no VNNI: ONNX Runtime's int8 kernels sum pairs of uint8 x int8 products in "
-        "int16 here, which can saturate and cost accuracy; measure --reduce-range true (7-bit weights) beside it"
-    )
-
-
-def _name_float_layers(
-    args: argparse.Namespace, config: Any, cache_dir: Path, status: Status
-) -> tuple[Any, str | None]:
-    """``config`` with its ``--float-layers`` K named: the K most sensitive layers of the
-    model by the runtime's own ranking (measured once, then read from the cache); and a note
-    when no layer left int8 changes the outputs (the artifact is float in effect).
-
-    Raises:
-        SpecError: K above the model's quantizable layers.
-    """
-    import dataclasses
-
-    from nnsweep.core.quant import QuantMode
-    from nnsweep.models import SnapshotStore, load_model
-    from nnsweep.sensitivity.rank import float_in_effect
-    from nnsweep.sensitivity.ranking import cached_ranking, ranking
-
-    store = SnapshotStore(cache_dir / "models")
-    recipe = store.recipe(args.model, args.weights, args.input_shape)
-    snapshot = store.lookup(recipe) if recipe is not None else None
-    granularity = config.quant.granularity
-    report = cached_ranking(snapshot.digest, config.runtime, granularity, cache_dir) if snapshot else None
-    if report is None:
-        status.line(f"loading {args.model} ...", tty_only=True)
-        bundle = load_model(
-            args.model, cache_dir=cache_dir / "models", weights=args.weights, input_shape=args.input_shape
-        )
-        _check_float_layer_count(bundle, args.float_layers)
-        status.line(f"ranking the layers of {args.model} through {config.runtime}'s quantizer ...")
-        report, _ = ranking(bundle, config.runtime, granularity, cache_dir, progress=status.line)
-    if args.float_layers > len(report.layers):
-        raise SpecError("quant.float_layers", f"{args.float_layers} is above the model's {len(report.layers)} layers")
-    names = tuple(report.ranked())[: args.float_layers]
-    config = dataclasses.replace(config, quant=dataclasses.replace(config.quant, float_layers=names))
-    if report.int8_left(names) or config.quant.mode is not QuantMode.STATIC_INT8:  # the ranking's mode
-        return config, None
-    return config, f"{float_in_effect(config.runtime, len(names))}; compare it with --quant fp32"
-
-
-def _check_float_layer_count(bundle: Any, k: int) -> None:
-    from nnsweep.sensitivity.rank import quantizable_layers
-
-    n = len(quantizable_layers(bundle.module, bundle.example_input))
-    if k > n:
-        raise SpecError("quant.float_layers", f"{k} is above the model's {n} quantizable layers")
 
 
 _STOPPED = {

@@ -52,6 +52,7 @@ __all__ = [
     "float_in_effect",
     "keep_float",
     "measure",
+    "measured_float_in_effect",
     "onnxruntime_evaluator",
     "quantizable_layers",
     "reference_outputs",
@@ -173,6 +174,25 @@ def float_in_effect(runtime: str, k: int) -> str:
     return (
         f"with {k} layer{'s' if k != 1 else ''} float, no layer left int8 changes the outputs ({runtime}'s "
         "static int8 leaves the rest float): a static int8 artifact is float in effect"
+    )
+
+
+def measured_float_in_effect(runtime: str, mode: str, sqnr_db: float) -> str | None:
+    """What to say when an int8 artifact's outputs, measured against fp32's on the evaluation
+    inputs, differ from them by no more than float32's rounding (SQNR at least
+    :data:`INERT_SQNR_DB`, or identical); ``None`` otherwise (``nan``: not measured).
+
+    A measurement, so it holds for any mode and any count of float layers, the whole model
+    included: an ``nn.LSTM`` alone under ONNX Runtime's static int8, which has no int8 LSTM.
+    Callers leave out models whose outputs are constant (their fidelity tells nothing)."""
+    if not sqnr_db >= INERT_SQNR_DB:
+        return None
+    if math.isinf(sqnr_db):
+        measured = "identical to fp32's"
+    else:
+        measured = f"within float32's rounding of fp32's ({sqnr_db:.0f} dB SQNR; int8 gives 60 dB at most)"
+    return (
+        f"{runtime} {mode}: the outputs are {measured}: int8 changed nothing they show, the artifact is float in effect"
     )
 
 

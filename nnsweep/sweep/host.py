@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -19,15 +18,15 @@ from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.bench import MeasureSettings
 from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig, Granularity
-from nnsweep.core.errors import ConversionError, SpecError
+from nnsweep.core.errors import SpecError
 from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
 from nnsweep.execution import ModelSource
 from nnsweep.sweep.lifecycle import Ticket
+from nnsweep.sweep.rankings import LayerRankings
 
 if TYPE_CHECKING:
     from nnsweep.artifacts.cache import Artifact, ArtifactCache
     from nnsweep.models import ModelBundle, ModelSnapshot
-    from nnsweep.sensitivity.rank import SensitivityReport
 
 __all__ = ["HostSide", "host_twin"]
 
@@ -51,12 +50,9 @@ class HostSide:
         source: how the model is loaded (the same reference the workers load).
         settings: the sweep's measure settings.
         notice: told, in a line, what a long step outside the trials is doing (a runtime's
-            sensitivity ranking: minutes on a large model, before its first float-layer trial).
+            sensitivity ranking: minutes on a large model, before its first float-layer trial),
+            and when an int8 artifact is float in effect (:class:`LayerRankings`).
     """
-
-    # a ranking's progress is told at most this often (one line per quantize-and-evaluate
-    # run would be a line every second or two on a small model)
-    NOTICE_EVERY_S = 15.0
 
     def __init__(
         self, source: ModelSource, settings: MeasureSettings, notice: Callable[[str], None] | None = None
@@ -70,9 +66,7 @@ class HostSide:
         self.eager_accuracy = 1.0
         self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
         self._pool: ThreadPoolExecutor | None = None
-        # per runtime and granularity: the ranked layers, or why the runtime cannot rank them
-        self._rankings: dict[tuple[str, Granularity | None], SensitivityReport | SpecError] = {}
-        self._told_float: set[tuple[str, Granularity | None, int]] = set()  # float in effect, said once
+        self.rankings = LayerRankings(source.ref, source.cache_root, notice)
 
     @property
     def bundle(self) -> ModelBundle:
@@ -80,62 +74,12 @@ class HostSide:
         return self._bundle
 
     def float_layers(self, runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
-        """The ``k`` layers of the model that ``runtime`` keeps in float: its own sensitivity
-        ranking (:func:`nnsweep.sensitivity.ranking.ranking`: measured once per model, runtime
-        and granularity, then read from the cache).
+        """The ``k`` layers of the model that ``runtime`` keeps in float (:meth:`LayerRankings.float_layers`).
 
         Raises:
-            SpecError: the runtime's quantizer cannot rank this model's layers (the
-                ranking's :class:`ConversionError`, kept: asked again, it fails at once).
-                The coordinator records the trial as an invalid combination and goes on.
+            SpecError: the runtime's quantizer cannot rank this model's layers.
         """
-        from nnsweep.sensitivity.ranking import ranking
-
-        key = (runtime, granularity)
-        if key not in self._rankings:
-            try:
-                report, cached = ranking(
-                    self.bundle, runtime, granularity, self.source.cache_root, progress=self._ranking_progress(runtime)
-                )
-                self._rankings[key] = report
-                if not cached:
-                    tie = " (all tie in top-1 on the calibration split: by output SQNR)" if report.all_tie() else ""
-                    self._tell(f"{runtime}: ranked {len(report.layers)} layers in {report.seconds:.0f} s{tie}")
-            except ConversionError as exc:  # once: the next count of this runtime fails at once
-                log.warning("%s keeps no layers float for this model: %s", runtime, exc)
-                self._rankings[key] = SpecError(f"{runtime}.float_layers", str(exc))
-        found = self._rankings[key]
-        if isinstance(found, SpecError):
-            raise found
-        names = tuple(found.ranked()[:k])
-        if k and (*key, k) not in self._told_float and not found.int8_left(names):
-            from nnsweep.sensitivity.rank import float_in_effect
-
-            self._told_float.add((*key, k))
-            self._tell(f"{runtime}: {float_in_effect(runtime, k)}")
-        return names
-
-    def _tell(self, text: str) -> None:
-        log.info("%s", text)
-        if self.notice is not None:
-            self.notice(text)
-
-    def _ranking_progress(self, runtime: str) -> Callable[[str], None]:
-        """The progress of a ranking measured now (one read from the cache has none): what it
-        is, told at its first line; then each line logged, one every :attr:`NOTICE_EVERY_S` told."""
-        last: list[float] = []
-
-        def progress(text: str) -> None:
-            if not last:
-                ref = self.source.ref
-                self._tell(f"ranking the layers of {ref} through {runtime}'s quantizer (once per model) ...")
-                last.append(time.monotonic())
-            log.info("%s", text)
-            if self.notice is not None and time.monotonic() - last[0] >= self.NOTICE_EVERY_S:
-                last[0] = time.monotonic()
-                self.notice(text)
-
-        return progress
+        return self.rankings.float_layers(self.bundle, runtime, granularity, k)
 
     def check_float_layers(self, counts: tuple[int, ...]) -> None:
         """Refuse counts of float layers the model does not have.
@@ -251,6 +195,7 @@ class HostSide:
         assert reply.outputs is not None  # from the device, or from outputs() on this host
         assert self._snapshot is not None, "load() first"
         result = deploy.assemble(self._snapshot, a, reply.timing, reply.outputs, cache_hit=False)
+        self.rankings.tell_if_float(ticket.config, result.evaluation.fidelity.sqnr_db, self._snapshot)
         data = result.to_dict()
         metrics = metrics_from_result(data)
         # A compiler's figures are logged under their own names, never as measurements.
