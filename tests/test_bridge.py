@@ -87,6 +87,7 @@ def test_probe_reads_the_phone_and_pushes_the_tool(phone: Path, tmp_path: Path) 
     caps = _transport(tmp_path).probe("pixel")
     assert (caps.arch, caps.cores, caps.memory_mb) == ("aarch64", 8, 7680)
     assert caps.cpu == "Qualcomm Technologies, Inc SM8250"
+    assert caps.int8_flags == ("asimddp",)  # its Cortex-A77/A55 have the dot product, not i8mm
     assert caps.runtimes == {"torch": ("nnapi", "qnnpack")}
     assert caps.transport == "adb" and caps.machine == "adb:R58N123"
     assert (phone / "data/local/tmp/speed_benchmark_torch").exists()

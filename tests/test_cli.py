@@ -378,6 +378,7 @@ def test_devices_shows_the_exact_space_values_each_device_accepts(capsys: pytest
     assert "    onnxruntime: backends cpu\n" in text
     assert "calibration: entropy, minmax, percentile" in text  # onnxruntime's own calibrations
     assert f"threads: 1 to {os.cpu_count()}" in text
+    assert "    int8 flags: " in text  # this machine's, read from /proc/cpuinfo
     assert main(["devices", "--json"]) == 0
     (host,) = json.loads(capsys.readouterr().out)
     ort = host["space"]["runtime"]["onnxruntime"]

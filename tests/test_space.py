@@ -277,3 +277,68 @@ def test_each_runtime_space_size_counts_its_quantizer_options() -> None:
     assert values["quant_options"]["quant_format"]["values"] == ["qdq", "qoperator"]
     assert values["quant_options"]["weight_type"]["modes"] == ["dynamic_int8", "static_int8"]
     assert values["size"] == 154 and "int8 activations with uint8 weights" in values["refused_options"][0]
+
+
+X86_FLAGS = "fpu sse2 avx fma avx2 bmi2"
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "flags"),
+    [
+        (f"processor\t: 0\nflags\t\t: {X86_FLAGS}\n", ("avx2",)),
+        (f"flags\t\t: {X86_FLAGS} avx512f avx512_vnni\nflags\t\t: ignored\n", ("avx2", "avx512_vnni")),
+        (f"flags\t\t: {X86_FLAGS} avx_vnni avx_vnni_int8\n", ("avx2", "avx_vnni", "avx_vnni_int8")),
+        ("processor\t: 0\nFeatures\t: fp asimd asimddp i8mm sve\n", ("asimddp", "i8mm")),
+        ("processor\t: 0\nFeatures\t: fp asimd evtstrm crc32 cpuid\n", ()),  # a Cortex-A72
+        ("processor\t: 0\nHardware\t: BCM2835\n", None),  # no flags listed: unknown
+        ("", None),
+    ],
+)
+def test_int8_flags_read_what_decides_how_int8_runs(cpuinfo: str, flags: tuple[str, ...] | None) -> None:
+    from nnsweep.core.options import int8_flags
+
+    assert int8_flags(cpuinfo) == flags
+
+
+def test_a_sweep_says_before_it_starts_when_onnxruntime_int8_can_saturate_on_a_device() -> None:
+    from nnsweep.agents import Capabilities
+    from nnsweep.sweep.accepted import saturation_notice
+    from nnsweep.sweep.resume import Plan
+
+    def caps(device: str, arch: str, flags: tuple[str, ...] | None) -> Capabilities:
+        return Capabilities(device, device, arch, "cpu", 2, 4096, HOST, int8_flags=flags)
+
+    def space(quant: list[str], options: dict[str, list[object]] | None = None) -> DeviceSpace:
+        body: dict[str, object] = {"runtime": ["onnxruntime"], "quant": quant}
+        if options is not None:
+            body["quant_options"] = {"onnxruntime": options}
+        return device_space(parse_spec({"name": "s", "model": "digits", "space": body}), "d", HOST, cores=2)
+
+    int8 = space(["fp32", "static_int8"])
+    line = saturation_notice(caps("x86", "x86_64", ("avx2",)), int8)
+    assert line is not None and line.startswith("x86: ONNX Runtime's int8 kernels add uint8 x int8 products")
+    assert line.endswith("reduce_range: [false, true] to measure 7-bit weights beside them")
+    assert saturation_notice(caps("x86", "x86_64", ("avx2",)), space(["dynamic_int8"])) is not None
+    quiet = [
+        (caps("vnni", "x86_64", ("avx2", "avx512_vnni")), int8),  # VNNI adds into int32
+        (caps("pi", "aarch64", ()), int8),  # Arm's kernels have no such pairs
+        (caps("sim", "x86_64", None), int8),  # unknown: nothing is claimed
+        (caps("x86", "x86_64", ("avx2",)), space(["fp32"])),  # nothing int8
+        (caps("x86", "x86_64", ("avx2",)), space(["static_int8"], {"reduce_range": [False, True]})),  # measured beside
+        (caps("x86", "x86_64", ("avx2",)), space(["static_int8"], {"weight_type": ["int8", "uint8"]})),
+    ]
+    assert [saturation_notice(c, s) for c, s in quiet] == [None] * len(quiet)
+    plan = Plan({"x86": (caps("x86", "x86_64", ("avx2",)), int8), "pi": (caps("pi", "aarch64", ()), int8)}, None)
+    assert plan.notices() == [line]
+
+
+def test_capabilities_keep_the_int8_flags_and_read_old_records_as_unknown() -> None:
+    import json
+
+    from nnsweep.agents import Capabilities
+
+    caps = Capabilities("b", "b", "aarch64", "A76", 4, 4096, {"onnxruntime": ("cpu",)}, int8_flags=("asimddp",))
+    assert Capabilities.from_dict(json.loads(json.dumps(caps.to_dict()))) == caps
+    old = {k: v for k, v in caps.to_dict().items() if k != "int8_flags"}  # probed before the field
+    assert Capabilities.from_dict(old).int8_flags is None
+    assert caps.tags()["int8_flags"] == "asimddp" and Capabilities.from_dict(old).tags()["int8_flags"] == "unknown"

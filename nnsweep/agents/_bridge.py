@@ -27,6 +27,7 @@ from nnsweep.agents._tools import TOOLS, ToolRun
 from nnsweep.agents._transport import MeasureReply, MeasureRequest, Transport
 from nnsweep.bench import LatencyStats, Timing
 from nnsweep.core.errors import AgentLost, BenchmarkError, SpecError
+from nnsweep.core.options import int8_flags
 from nnsweep.spec import Bridge
 
 __all__ = ["AdbTransport", "BridgeTransport", "SshTransport", "bridge_transport"]
@@ -100,7 +101,8 @@ class BridgeTransport(Transport):
         memory = next(
             (int(line.split()[1]) // 1024 for line in meminfo.splitlines() if line.startswith("MemTotal:")), 0
         )
-        cpu = self._cpu_name()
+        cpuinfo = self.shell("cat", "/proc/cpuinfo")
+        cpu = _cpu_name(cpuinfo)
         self._install_tools()
         runtimes = {}
         for runtime, tool in self.tools.items():
@@ -119,14 +121,8 @@ class BridgeTransport(Transport):
             runtimes=runtimes,
             versions={},
             transport=self.name,
+            int8_flags=int8_flags(cpuinfo),
         )
-
-    def _cpu_name(self) -> str:
-        text = self.shell("cat", "/proc/cpuinfo")
-        for line in text.splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu part")):
-                return line.split(":", 1)[1].strip()
-        return "unknown"
 
     def backends(self, runtime: str) -> tuple[str, ...]:
         """The backends a device's tool can use for ``runtime``."""
@@ -280,3 +276,10 @@ def bridge_transport(bridge: Bridge) -> BridgeTransport:
         )
     assert bridge.target is not None  # the spec requires a host for ssh
     return SshTransport(bridge.target, dict(bridge.tools), ssh=bridge.executable or "ssh", **common)
+
+
+def _cpu_name(cpuinfo: str) -> str:
+    for line in cpuinfo.splitlines():
+        if line.lower().startswith(("model name", "hardware", "cpu part")):
+            return line.split(":", 1)[1].strip()
+    return "unknown"

@@ -31,6 +31,10 @@ class Capabilities:
             ``memory_mb``, with the memory (MB) it needs; they are not in ``runtimes``.
         refused: runtimes that load here but that the host will not send artifacts to,
             with why (:func:`refuse_version_skew`); they are not in ``runtimes``.
+        int8_flags: the CPU's flags that decide how int8 runs
+            (:func:`nnsweep.core.options.int8_flags`: AVX2 and VNNI on x86, dot product and
+            i8mm on Arm); ``None`` where unknown (an emulated CPU, whose ``/proc/cpuinfo`` is
+            the host's; an NPU; a probe from before the field).
     """
 
     device: str
@@ -45,6 +49,7 @@ class Capabilities:
     emulated: bool = False
     left_out: Mapping[str, int] = field(default_factory=dict)
     refused: Mapping[str, str] = field(default_factory=dict)
+    int8_flags: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -52,6 +57,7 @@ class Capabilities:
         d["versions"] = dict(self.versions)
         d["left_out"] = dict(self.left_out)
         d["refused"] = dict(self.refused)
+        d["int8_flags"] = None if self.int8_flags is None else list(self.int8_flags)
         return d
 
     @classmethod
@@ -69,6 +75,7 @@ class Capabilities:
             emulated=bool(d.get("emulated", False)),
             left_out={k: int(v) for k, v in d.get("left_out", {}).items()},
             refused={k: str(v) for k, v in d.get("refused", {}).items()},
+            int8_flags=None if d.get("int8_flags") is None else tuple(str(f) for f in d["int8_flags"]),
         )
 
     def summary(self) -> str:
@@ -87,6 +94,7 @@ class Capabilities:
             "transport": self.transport,
             "emulated": str(self.emulated).lower(),
             "runtimes": "; ".join(f"{rt}: {','.join(b)}" for rt, b in self.runtimes.items()),
+            "int8_flags": "unknown" if self.int8_flags is None else ",".join(self.int8_flags) or "none",
         }
 
 

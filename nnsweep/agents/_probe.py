@@ -51,6 +51,19 @@ def _cpuinfo_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _int8_flags(emulated: bool) -> tuple[str, ...] | None:
+    """This CPU's int8 flags; unknown under qemu-user, where ``/proc/cpuinfo`` is the host's."""
+    from nnsweep.core.options import int8_flags
+
+    if emulated:
+        return None
+    try:
+        with open("/proc/cpuinfo") as f:
+            return int8_flags(f.read())
+    except OSError:
+        return None
+
+
 def _memory_mb() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -175,6 +188,7 @@ def probe(device: str, machine: str | None = None) -> Capabilities:
         versions=versions,
         emulated=emulated,
         left_out=left_out,
+        int8_flags=_int8_flags(emulated),
     )
 
 

@@ -21,17 +21,14 @@ def saturation_hint(config: Any, cpuinfo: Path) -> str | None:
     """What to measure beside an ONNX Runtime static or dynamic int8 deployment with int8 weights
     on an x86 CPU without VNNI, where its kernels saturate (docs/spec.md: digits static
     15.9 -> 33.4 dB SQNR, a transformer encoder dynamic 5.3 -> 36.1 dB)."""
-    from nnsweep.core.options import x86_without_vnni
+    from nnsweep.core.options import SATURATION, unguarded_saturation, x86_without_vnni
 
-    if config.runtime != "onnxruntime" or config.quant.mode.value not in ("static_int8", "dynamic_int8"):
+    if config.runtime != "onnxruntime" or not x86_without_vnni(cpuinfo):
         return None
-    options = dict(config.quant.options)
-    if options.get("reduce_range") is True or options.get("weight_type") == "uint8" or not x86_without_vnni(cpuinfo):
+    options = {name: (value,) for name, value in config.quant.options}
+    if not unguarded_saturation((config.quant.mode,), options):
         return None
-    return (
-        "this x86 CPU has no VNNI: ONNX Runtime's int8 kernels sum pairs of uint8 x int8 products in "
-        "int16 here, which can saturate and cost accuracy; measure --reduce-range true (7-bit weights) beside it"
-    )
+    return f"this x86 CPU has no VNNI: {SATURATION}; measure --reduce-range true (7-bit weights) beside it"
 
 
 def measured_float(config: Any, result: Any, snapshot: Any) -> str | None:

@@ -50,12 +50,28 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         return EXIT_OK
     for c in caps:
         results().write(f"{c.device}: {c.summary()}, {c.memory_mb} MB, machine {c.machine}, transport {c.transport}\n")
+        results().write(_int8_line(c))
         results().write(_space_lines(accepted_values(c.runtimes, c.cores)))
         for runtime, need in c.left_out.items():
             results().write(f"    {runtime}: left out, its measuring process needs {need} MB with headroom\n")
         for runtime, why in c.refused.items():
             results().write(f"    {runtime}: refused, {why}\n")
     return EXIT_OK
+
+
+def _int8_line(caps: Any) -> str:
+    """The CPU flags that decide how int8 runs on the device, and what they mean for ONNX Runtime."""
+    from nnsweep.core.options import SATURATION, saturating_int8
+
+    if caps.int8_flags is None:
+        return "    int8 flags: unknown (an emulated or remote CPU that does not say)\n"
+    shown = ", ".join(caps.int8_flags) or "none (no AVX2, VNNI, dot product or i8mm)"
+    if not saturating_int8(caps.arch, caps.int8_flags):
+        return f"    int8 flags: {shown}\n"
+    line = f"    int8 flags: {shown} (no VNNI)\n"
+    if "onnxruntime" in caps.runtimes:
+        line += f"    {SATURATION}; sweep space.quant_options.onnxruntime.reduce_range: [false, true]\n"
+    return line
 
 
 def _space_lines(values: dict[str, Any]) -> str:

@@ -17,12 +17,17 @@ from nnsweep.core.errors import SpecError
 from nnsweep.core.quant import OptionValue, QuantConfig, QuantMode, QuantOption
 
 __all__ = [
+    "INT8_FLAGS",
     "ONNXRUNTIME_OPTIONS",
     "ONNXRUNTIME_REFUSED",
+    "SATURATION",
     "RefusedOptions",
     "draw",
+    "int8_flags",
     "normalized",
+    "saturating_int8",
     "shown",
+    "unguarded_saturation",
     "x86_without_vnni",
 ]
 
@@ -158,16 +163,60 @@ ONNXRUNTIME_REFUSED = (
 )
 
 
+# The CPU flags (as /proc/cpuinfo names them) that decide how int8 runs: x86's AVX2 and VNNI
+# (int8 dot products that add into int32, where AVX2's u8s8 kernels add pairs in int16),
+# Arm's dot product (asimddp) and 8-bit matrix multiply (i8mm).
+INT8_FLAGS = ("avx2", "avx512_vnni", "avx_vnni", "asimddp", "i8mm")
+
+
+def int8_flags(cpuinfo: str) -> tuple[str, ...] | None:
+    """The :data:`INT8_FLAGS` (and any other VNNI flag) that a ``/proc/cpuinfo`` text lists on
+    its first ``flags`` (x86) or ``Features`` (Arm) line; ``None``: it has no such line.
+
+    Example:
+        >>> int8_flags("flags : fpu sse2 avx2 fma"), int8_flags("processor : 0")
+        (('avx2',), None)
+    """
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() in ("flags", "features"):
+            listed = value.split()
+            return tuple(f for f in INT8_FLAGS if f in listed) + tuple(
+                sorted(f for f in set(listed) if "vnni" in f and f not in INT8_FLAGS)
+            )
+    return None
+
+
+def saturating_int8(arch: str, flags: tuple[str, ...] | None) -> bool:
+    """Whether an ``arch`` CPU with ``flags`` (:func:`int8_flags`) is an x86 CPU without VNNI,
+    whose u8s8 int8 kernels add products in pairs in int16 and can saturate: ``reduce_range``'s
+    reason. False where the flags are unknown (``None``)."""
+    return arch in ("x86_64", "AMD64") and flags is not None and not any("vnni" in f for f in flags)
+
+
 def x86_without_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this machine is an x86 CPU without VNNI (AVX2 only), whose u8s8 int8 kernels add
-    products in pairs in int16 and can saturate: ``reduce_range``'s reason. False where
-    ``cpuinfo`` cannot be read or lists no CPU flags."""
+    """:func:`saturating_int8` for this machine. False where ``cpuinfo`` cannot be read or
+    lists no CPU flags."""
     import platform
 
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return False
     try:
         text = cpuinfo.read_text()
     except OSError:
         return False
-    return "flags" in text and "vnni" not in text  # avx512_vnni, avx_vnni
+    return saturating_int8(platform.machine(), int8_flags(text))
+
+
+SATURATION = (
+    "ONNX Runtime's int8 kernels add uint8 x int8 products in pairs in int16 on an x86 CPU without VNNI, "
+    "which can saturate and cost accuracy"
+)
+
+
+def unguarded_saturation(modes: Sequence[QuantMode], options: Mapping[str, Sequence[OptionValue]]) -> bool:
+    """Whether an ONNX Runtime space (its ``modes`` and quantizer ``options``) holds int8
+    configurations that :data:`SATURATION` hits and none measured beside them that it does
+    not: static or dynamic int8 with int8 weights, without ``reduce_range: true`` (7-bit
+    weights) or ``weight_type: uint8``."""
+    int8 = any(m in (QuantMode.STATIC_INT8, QuantMode.DYNAMIC_INT8) for m in modes)
+    guarded = True in options.get("reduce_range", ()) or "uint8" in options.get("weight_type", ())
+    return int8 and not guarded

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nnsweep.agents import Capabilities
 from nnsweep.core import runtimes
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
 from nnsweep.core.errors import SpecError
 from nnsweep.spec import IntRange
 from nnsweep.sweep.space import DeviceSpace, RuntimeChoices, default_orders, space_size
 
-__all__ = ["accepted_values", "runtime_space_size"]
+__all__ = ["accepted_values", "runtime_space_size", "saturation_notice"]
 
 
 def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dict[str, Any]:
@@ -85,3 +86,20 @@ def runtime_space_size(name: str, backends: tuple[str, ...]) -> int | None:
         options={o.name: o.values for o in info.quant_options},
     )
     return space_size(DeviceSpace(device="", runtimes=(name,), choices={name: choices}, threads=(1,)))
+
+
+def saturation_notice(caps: Capabilities, space: DeviceSpace) -> str | None:
+    """What a sweep says before it starts when a device is an x86 CPU without VNNI and its space
+    holds ONNX Runtime int8 configurations that can saturate there, with nothing measured
+    beside them that does not (:func:`~nnsweep.core.options.unguarded_saturation`)."""
+    from nnsweep.core.options import SATURATION, saturating_int8, unguarded_saturation
+
+    choices = space.choices.get("onnxruntime")
+    if choices is None or not saturating_int8(caps.arch, caps.int8_flags):
+        return None
+    if not unguarded_saturation(choices.modes, choices.options):
+        return None
+    return (
+        f"{caps.device}: {SATURATION}; add space.quant_options.onnxruntime.reduce_range: [false, true] "
+        "to measure 7-bit weights beside them"
+    )

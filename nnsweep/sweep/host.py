@@ -73,6 +73,13 @@ class HostSide:
         assert self._bundle is not None, "load() first"
         return self._bundle
 
+    def tell(self, *lines: str) -> None:
+        """Say each of ``lines`` (logged, and to the sweep's notice)."""
+        for line in lines:
+            log.info("%s", line)
+            if self.notice is not None:
+                self.notice(line)
+
     def float_layers(self, runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
         """The ``k`` layers of the model that ``runtime`` keeps in float (:meth:`LayerRankings.float_layers`).
 

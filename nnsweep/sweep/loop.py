@@ -196,6 +196,7 @@ class Sweep:
                     layers_for=self.host.float_layers,
                     source=self.source,
                 )
+                self.host.tell(*plan.notices())
             except SpecError:
                 lock.release()
                 if new_state is not None:  # refused before anything was measured: leave nothing behind

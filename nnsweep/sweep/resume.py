@@ -56,6 +56,13 @@ class Plan:
     devices: Mapping[str, tuple[Capabilities, DeviceSpace]]
     sweep_id: str | None
 
+    def notices(self) -> list[str]:
+        """What the sweep says about its devices before it starts: an x86 CPU without VNNI
+        under ONNX Runtime int8 (:func:`~nnsweep.sweep.accepted.saturation_notice`)."""
+        from nnsweep.sweep.accepted import saturation_notice
+
+        return [line for caps, space in self.devices.values() if (line := saturation_notice(caps, space)) is not None]
+
 
 def check(
     spec: SweepSpec,
