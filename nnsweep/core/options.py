@@ -206,9 +206,9 @@ def x86_without_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return saturating_int8(platform.machine(), int8_flags(text))
 
 
+# What happens on an x86 CPU without VNNI (said after naming such a CPU).
 SATURATION = (
-    "ONNX Runtime's int8 kernels add uint8 x int8 products in pairs in int16 on an x86 CPU without VNNI, "
-    "which can saturate and cost accuracy"
+    "ONNX Runtime's int8 kernels add uint8 x int8 products in pairs in int16 here, which can saturate and cost accuracy"
 )
 
 

@@ -100,6 +100,6 @@ def saturation_notice(caps: Capabilities, space: DeviceSpace) -> str | None:
     if not unguarded_saturation(choices.modes, choices.options):
         return None
     return (
-        f"{caps.device}: {SATURATION}; add space.quant_options.onnxruntime.reduce_range: [false, true] "
-        "to measure 7-bit weights beside them"
+        f"{caps.device}: an x86 CPU without VNNI: {SATURATION}; add "
+        "space.quant_options.onnxruntime.reduce_range: [false, true] to measure 7-bit weights beside them"
     )
