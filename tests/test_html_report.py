@@ -409,6 +409,23 @@ def test_emulated_latencies_are_labelled_in_the_overview_and_counts() -> None:
     assert "(latency emulated)" not in text.split("rpi5:")[0]  # the host's best is a real measurement
 
 
+def test_int8_trials_measured_float_are_labelled_in_the_overview_and_counts() -> None:
+    devices = sample_devices()
+    rpi5 = next(d for d in devices if d.device == "rpi5")
+    floats = tuple(
+        dataclasses.replace(r, metrics={**r.metrics, "sqnr_db": 140.0}) if r.config.quant.mode.is_int8 else r
+        for r in rpi5.records
+    )
+    parsed = _Page()
+    swept = [dataclasses.replace(rpi5, records=floats) if d is rpi5 else d for d in devices]
+    parsed.feed(render_report(sample_spec(), swept))
+    text = parsed.visible
+    counted = sum(1 for r in floats if r.float_in_effect and r.status.measured)
+    assert counted and f"{counted} int8 float in effect (outputs within float32's rounding of fp32's)" in text
+    assert f"rpi5: {BEST['rpi5']} (float in effect)" in text  # its best is static int8
+    assert "float in effect" not in text.split("rpi5:")[0]  # the host's trials measured int8 noise
+
+
 def test_remeasured_figures_show_their_interval_and_flag_a_sweep_figure_off_by_10_percent(page_html: str) -> None:
     # the best (#1): sweep 0.0341 ms, re-measured median 0.0297 ms [0.0290, 0.0322]: +15 %, flagged
     assert '<span class="interval flag"' in page_html and "sweep read 0.0341 ms (+15%)" in page_html

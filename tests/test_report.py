@@ -54,6 +54,22 @@ def test_table_shows_status_and_reasons() -> None:
     assert text.splitlines()[0].split()[:4] == ["#", "configuration", "accuracy", "latency_p50_ms"]
 
 
+def test_an_int8_trial_measured_within_float_rounding_is_marked_float_in_effect() -> None:
+    from nnsweep.core.results import FLOAT_SQNR_DB
+
+    def trial(number: int, mode: str, sqnr: float | None) -> TrialRecord:
+        metrics = {"accuracy": 0.97, "latency_p50_ms": 0.5} | ({} if sqnr is None else {"sqnr_db": sqnr})
+        config = DeploymentConfig("onnxruntime", quant={"mode": mode})
+        return TrialRecord("s", "host", number, config, TrialStatus.OK, metrics=metrics)
+
+    lstm = trial(0, "static_int8", 136.7)  # an LSTM alone: ONNX Runtime's static int8 leaves it float
+    assert lstm.float_in_effect and trial(1, "dynamic_int8", 200.0).float_in_effect  # 200: identical outputs
+    assert not trial(2, "static_int8", FLOAT_SQNR_DB - 0.1).float_in_effect  # int8's noise
+    assert not trial(3, "fp32", 140.0).float_in_effect and not trial(4, "static_int8", None).float_in_effect
+    rows = render_table([lstm, trial(2, "static_int8", 33.0)], OBJ).splitlines()[2:]
+    assert rows[0].endswith("ok (float in effect)") and rows[1].rstrip().endswith("ok")
+
+
 def _on(device: str, number: int, threads: int, latency: float, feasible: bool = True) -> TrialRecord:
     from nnsweep.core.config import QuantConfig, QuantMode
 

@@ -195,6 +195,7 @@ def _results_text(spec: Any, results: Any) -> str:
         blocks.append(render_table(r.pareto, spec.objectives, title=title))
         if r.best is not None:
             label = " (latency emulated)" if r.best.emulated else " (latency estimated)" if r.best.estimated else ""
+            label += " (float in effect: its int8 changed nothing the outputs show)" if r.best.float_in_effect else ""
             blocks.append(f"Best on {r.device}: trial #{r.best.number} {r.best.config.label()}{label}")
             if r.choice.tied:
                 tied = ", ".join(f"#{n}" for n in r.choice.tied)

@@ -9,7 +9,12 @@ from typing import Any
 
 from nnsweep.core.config import DeploymentConfig
 
-__all__ = ["FailureKind", "TrialRecord", "TrialStatus", "failure_kind", "metrics_from_result"]
+__all__ = ["FLOAT_SQNR_DB", "FailureKind", "TrialRecord", "TrialStatus", "failure_kind", "metrics_from_result"]
+
+# At or above this SQNR (dB) against fp32, outputs differ from fp32's by no more than float
+# arithmetic does: float32's rounding alone gives about 140 dB, int8 weights or activations
+# 60 dB at most. An int8 trial measured there is float in effect (TrialRecord.float_in_effect).
+FLOAT_SQNR_DB = 100.0
 
 
 class TrialStatus(enum.StrEnum):
@@ -97,6 +102,13 @@ class TrialRecord:
     estimated: bool = False
     emulated: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def float_in_effect(self) -> bool:
+        """An int8 trial whose outputs measured within float32's rounding of fp32's (SQNR at
+        least :data:`FLOAT_SQNR_DB`): no int8 kernel changed what it computes."""
+        sqnr = self.metrics.get("sqnr_db")
+        return self.config.quant.mode.is_int8 and sqnr is not None and sqnr >= FLOAT_SQNR_DB
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -391,6 +391,7 @@ def _counts(records: Sequence[TrialRecord], front: Sequence[TrialRecord]) -> str
     infeasible = sum(1 for r in records if r.feasible is False)
     estimated = sum(1 for r in records if r.estimated and r.status.measured)
     emulated = sum(1 for r in records if r.emulated and r.status.measured)
+    floats = sum(1 for r in records if r.float_in_effect and r.status.measured)
     text = (
         f"{len(records)} trials: {by[TrialStatus.OK]} measured, {by[TrialStatus.REUSED]} reused an earlier "
         f"measurement, {by[TrialStatus.FAILED]} failed; {infeasible} infeasible; {len(front)} on the Pareto front"
@@ -399,6 +400,8 @@ def _counts(records: Sequence[TrialRecord], front: Sequence[TrialRecord]) -> str
         text += f"; {estimated} with compiler-estimated latency"
     if emulated:
         text += f"; {emulated} with latency timed under emulation (qemu-user)"
+    if floats:
+        text += f"; {floats} int8 float in effect (outputs within float32's rounding of fp32's)"
     return text + "."
 
 
@@ -407,4 +410,5 @@ def _best_line(d: DeviceTrials, spec: SweepSpec) -> str:
     if best is None:
         return f"{d.device}: none yet"
     note = " (latency estimated)" if best.estimated else " (latency emulated)" if best.emulated else ""
+    note += " (float in effect)" if best.float_in_effect else ""
     return f"{d.device}: #{best.number} {best.config.label()}{note}"

@@ -38,6 +38,8 @@ def render_table(records: Sequence[TrialRecord], objectives: Sequence[Objective]
             status += " (estimate)"
         if r.emulated:
             status += " (emulated)"
+        if r.float_in_effect:
+            status += " (float in effect)"
         if r.reason and r.status.value == "failed":
             status += f": {r.reason[:60]}"
         rows.append([str(r.number), r.config.label(), *(_fmt(r.metrics.get(m), m) for m in (*metrics, *extra)), status])

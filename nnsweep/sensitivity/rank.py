@@ -36,6 +36,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from nnsweep.core.results import FLOAT_SQNR_DB
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -68,7 +70,7 @@ CALIBRATION_SAMPLES = 128  # nnsweep's default: 8 batches of 16
 # computes them: float32's rounding alone gives about 140 dB, int8 weights or activations
 # 60 dB at most. Such a layer is one the runtime's quantizer does not quantize (an LSTM under
 # ONNX Runtime's static int8), or one whose output does not reach the model's.
-INERT_SQNR_DB = 100.0
+INERT_SQNR_DB = FLOAT_SQNR_DB
 
 
 @dataclass(frozen=True)
