@@ -386,6 +386,7 @@ def test_a_new_device_starts_from_the_front_the_other_devices_found(workdir: Pat
 def test_a_sweep_says_while_it_ranks_a_runtimes_layers(workdir: Path, digits, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     # A ranking runs before a runtime's first float-layer trial and took minutes with nothing
     # shown (regnet_y_400mf through ExecuTorch: about 6 min a granularity).
+    from nnsweep.core.options import x86_without_vnni
     from nnsweep.sweep.rankings import LayerRankings
 
     monkeypatch.setattr(LayerRankings, "NOTICE_EVERY_S", 0.0)  # every progress line, not one per 15 s
@@ -399,13 +400,17 @@ def test_a_sweep_says_while_it_ranks_a_runtimes_layers(workdir: Path, digits, mo
 
     sweep = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache", notice=notice)  # type: ignore[arg-type]
     results = sweep.run()
-    assert notes[0] == "ranking the layers of digits through onnxruntime's quantizer (once per model) ..."
+    # before the first trial, on an x86 CPU without VNNI (this CI's): its int8 kernels can saturate
+    vnni = [n for n in notes if "an x86 CPU without VNNI" in n]
+    assert vnni == ([notes[0]] if x86_without_vnni() else []), notes
+    first = len(vnni)
+    assert notes[first] == "ranking the layers of digits through onnxruntime's quantizer (once per model) ..."
     # the trials asked before it (fp32 and static int8, no layer float) were already converting
-    assert converting_then[0] >= 1, converting_then
+    assert converting_then[first] >= 1, converting_then
     assert any(n.startswith("onnxruntime: 1/") and n.endswith("quantize-and-evaluate runs") for n in notes), notes
     assert notes[-1].startswith("onnxruntime: ranked ") and " layers in " in notes[-1], notes
     mixed = [r for r in results[0].records if r.status is TrialStatus.OK and r.config.quant.float_layers]
     assert mixed, [(r.number, r.config.label()) for r in results[0].records]
     again: list[str] = []  # a second sweep of the model reads the ranking from the cache: nothing to say
     Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache", notice=again.append, fresh=True).run()  # type: ignore[arg-type]
-    assert again == []
+    assert again == vnni
