@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nnsweep.core.config import DeploymentConfig, Granularity
+from nnsweep.core.config import DeploymentConfig, Granularity, QuantMode
 from nnsweep.core.errors import ConversionError, SpecError
 
 if TYPE_CHECKING:
@@ -90,18 +90,18 @@ class LayerRankings:
     def tell_if_float(self, config: DeploymentConfig, sqnr_db: float, snapshot: ModelSnapshot) -> None:
         """Say, once per runtime and mode, that an int8 artifact measured float in effect
         (its outputs within float32's rounding of fp32's), unless the ranking said it first."""
-        from nnsweep.core.quant import QuantMode
         from nnsweep.sensitivity.rank import measured_float_in_effect
 
         quant = config.quant
         key = (config.runtime, quant.mode.value)
-        if not quant.mode.is_int8 or key in self._told_measured or snapshot.constant_outputs():
+        if not quant.mode.is_int8 or key in self._told_measured:
             return
         ranked = (config.runtime, quant.granularity or Granularity.PER_TENSOR, len(quant.float_layers))
         if quant.mode is QuantMode.STATIC_INT8 and ranked in self._told_float:
             return
         note = measured_float_in_effect(config.runtime, quant.mode.value, sqnr_db)
-        if note is not None:
+        # the snapshot's scan of its reference only when there is something to say
+        if note is not None and not snapshot.constant_outputs():
             self._told_measured.add(key)
             self._tell(note)
 
