@@ -96,6 +96,25 @@ def test_a_dense_output_is_compared_position_by_position_not_by_one_argmax_over_
     assert evaluate(np.array([[0.4, -0.6, -0.1, -0.2]]), mask, None, positions=(4,)).fidelity.top1_agreement == 0.75
 
 
+def test_a_taggers_steps_are_compared_step_by_step_along_its_last_axis() -> None:
+    # A sequence tagger's (T=5, classes=3) per sample, flattened step by step as runners give it.
+    rng = np.random.default_rng(1)
+    reference = rng.normal(size=(4, 5, 3))
+    deployed = reference.copy()
+    deployed[0, 2] = [0.0, 0.0, 0.0]
+    deployed[0, 2, reference[0, 2].argmin()] = 9.0  # one step of one sample takes another class
+    flat_out, flat_ref = deployed.reshape(4, -1), reference.reshape(4, -1)
+    agreement = evaluate(flat_out, flat_ref, None, positions=(5,), class_axes=(1,)).fidelity.top1_agreement
+    assert agreement == 1.0 - 1 / 20  # one of 20 steps
+    labels = reference.argmax(axis=2)  # (N, T) labels, one per step
+    assert evaluate(flat_ref, flat_ref, labels, positions=(5,), class_axes=(1,)).accuracy == 1.0
+    assert evaluate(flat_out, flat_ref, labels, positions=(5,), class_axes=(1,)).accuracy == 1.0 - 1 / 20
+    # read along the first axis, the same values are other classes: the layout matters
+    assert evaluate(flat_ref, flat_ref, labels, positions=(5,)).accuracy < 1.0
+    with pytest.raises(ValueError, match="2 class positions and 1 class axes for 2 outputs"):
+        evaluate(np.zeros((2, 4)), np.zeros((2, 4)), None, sizes=(2, 2), positions=(1, 1), class_axes=(0,))
+
+
 def test_nan_outputs_and_shape_mismatch_are_errors() -> None:
     ref = np.ones((2, 3))
     with pytest.raises(ValueError, match="NaN"):

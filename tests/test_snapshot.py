@@ -261,6 +261,47 @@ def test_labels_of_a_dense_output_are_one_per_pixel(tmp_path: Path) -> None:
         load_model(register_live("seg_bad", net, torch.randn(1, 3, 5, 6), per_sample))
 
 
+def _tagger() -> tuple[torch.nn.Module, np.ndarray]:
+    """A sequence tagger: (N, T=6, 4) features to (N, T, classes=3) logits, as a
+    batch-first recurrent or attention tagger gives them."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+    return net, np.random.default_rng(0).normal(size=(16, 6, 4)).astype(np.float32)
+
+
+def test_a_taggers_labels_tell_its_class_axis_and_the_snapshot_keeps_it(tmp_path: Path) -> None:
+    # (N, T) labels for a (T, classes) output were refused ("one per sample"); (N,) labels
+    # were scored against one argmax over all of T x classes.
+    from nnsweep.bench import evaluate
+    from nnsweep.core.errors import SpecError
+    from nnsweep.models import Dataset, register_live
+
+    net, x = _tagger()
+    with torch.no_grad():
+        steps = net(torch.from_numpy(x)).argmax(dim=2).numpy()  # (16, 6): one label per step
+    data = Dataset(calibration=Split(x), evaluation=Split(x, steps))
+    bundle = load_model(register_live("tagger", net, torch.from_numpy(x[:1]), data))
+    assert (bundle.positions, bundle.class_axes) == ((6,), (1,))
+    snap = ModelSnapshot.of(bundle)
+    assert snap.class_axes == (1,)
+    result = evaluate(snap.reference, snap.reference, steps, positions=snap.positions, class_axes=snap.class_axes)
+    assert result.accuracy == 1.0
+    store = SnapshotStore(tmp_path)
+    store.save("r" * 64, snap, {})
+    kept = store.lookup("r" * 64)
+    assert kept is not None and (kept.positions, kept.class_axes) == ((6,), (1,))
+    # (C=3, L=6) labels along the last axis: PyTorch's (N, C, L) layout, classes first
+    conv = torch.nn.Conv1d(4, 3, 1).eval()
+    xc = np.ascontiguousarray(x.transpose(0, 2, 1))  # (16, 4, 6)
+    per_step = Dataset(calibration=Split(xc), evaluation=Split(xc, steps))
+    first = load_model(register_live("conv_tagger", conv, torch.from_numpy(xc[:1]), per_step))
+    assert (first.positions, first.class_axes) == ((6,), ())
+    # labels that fit neither axis: one line naming both
+    wrong = Dataset(calibration=Split(x), evaluation=Split(x, np.zeros((16, 5), dtype=np.int64)))
+    with pytest.raises(SpecError, match=r"labels have 5 classes per sample; .* either axis"):
+        load_model(register_live("tagger_bad", net, torch.from_numpy(x[:1]), wrong))
+
+
 TWO_HEADS_ONE_ZERO = """
 import torch
 

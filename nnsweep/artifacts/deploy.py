@@ -241,6 +241,7 @@ def assemble(
             sizes=model.outputs or None,
             accuracy_output=model.accuracy_output,
             positions=model.positions or None,
+            class_axes=model.class_axes or None,
         )
     except ValueError as exc:
         raise BenchmarkError(f"unusable outputs: {exc}") from exc

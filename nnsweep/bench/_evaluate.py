@@ -64,6 +64,7 @@ def evaluate(
     sizes: tuple[int, ...] | None = None,
     accuracy_output: int = 0,
     positions: tuple[int, ...] | None = None,
+    class_axes: tuple[int, ...] | None = None,
 ) -> Evaluation:
     """Compare deployed ``outputs`` (N, classes) with the fp32 ``reference`` and ``labels``.
 
@@ -75,6 +76,7 @@ def evaluate(
         accuracy_output: which output's argmax is compared with ``labels``.
         positions: each output's class positions (:func:`predicted_classes`; ``None``: one
             per sample); ``labels`` then have that many per sample.
+        class_axes: each output's class axis (:func:`predicted_classes`; ``None``: 0).
 
     Raises:
         ValueError: shapes differ, or outputs contain NaN/inf.
@@ -89,14 +91,17 @@ def evaluate(
     if sum(widths) != out.shape[1]:
         raise ValueError(f"deployed outputs have {out.shape[1]} values per sample, the model's outputs {sum(widths)}")
     places = tuple(positions) if positions else (1,) * len(widths)
+    axes = tuple(class_axes) if class_axes else (0,) * len(widths)
     columns = output_columns(widths)
-    if len(places) != len(widths):
-        raise ValueError(f"{len(places)} class positions for {len(widths)} outputs")
-    parts = [_fidelity(out[:, cols], ref[:, cols], p) for cols, p in zip(columns, places, strict=True)]
+    if not len(places) == len(axes) == len(widths):
+        raise ValueError(f"{len(places)} class positions and {len(axes)} class axes for {len(widths)} outputs")
+    parts = [_fidelity(out[:, cols], ref[:, cols], p, a) for cols, p, a in zip(columns, places, axes, strict=True)]
     accuracy = None
     if labels is not None:
         scored = out[:, columns[accuracy_output]]
-        classes = predicted_classes(scored, positions=places[accuracy_output]).reshape(len(scored), -1)
+        classes = predicted_classes(
+            scored, positions=places[accuracy_output], class_axis=axes[accuracy_output]
+        ).reshape(len(scored), -1)
         truth = np.asarray(labels).reshape(len(labels), -1)
         if truth.shape != classes.shape:
             raise ValueError(f"the labels have {truth.shape[1]} classes per sample, the output {classes.shape[1]}")
@@ -107,7 +112,9 @@ def evaluate(
     )
 
 
-def predicted_classes(outputs: np.ndarray, like: np.ndarray | None = None, positions: int = 1) -> np.ndarray:
+def predicted_classes(
+    outputs: np.ndarray, like: np.ndarray | None = None, positions: int = 1, class_axis: int = 0
+) -> np.ndarray:
     """Each sample's class, or each of its positions' classes: what "top-1" compares, against
     labels or the fp32 model's classes.
 
@@ -124,6 +131,9 @@ def predicted_classes(outputs: np.ndarray, like: np.ndarray | None = None, posit
             ``outputs``.
         positions: how many positions each sample has a class at
             (:func:`~nnsweep.models.class_positions`).
+        class_axis: where each sample's classes are: 0, ``(classes, positions)``
+            flattened; 1, ``(positions, classes)`` (a tagger's ``(T, classes)``;
+            :func:`~nnsweep.models.labelled_layout`).
 
     Returns:
         (N,) classes, or (N, positions) when ``positions`` > 1.
@@ -131,7 +141,10 @@ def predicted_classes(outputs: np.ndarray, like: np.ndarray | None = None, posit
     out = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
     kind = out if like is None else np.asarray(like, dtype=np.float64).reshape(len(like), -1)
     positions = positions if out.shape[1] % positions == 0 else 1
-    if positions > 1:
+    if positions > 1 and class_axis == 1:
+        out = out.reshape(len(out), positions, -1).transpose(0, 2, 1)
+        kind = kind.reshape(len(kind), positions, -1).transpose(0, 2, 1)
+    elif positions > 1:
         out = out.reshape(len(out), -1, positions)
         kind = kind.reshape(len(kind), -1, positions)
     else:
@@ -145,7 +158,7 @@ def predicted_classes(outputs: np.ndarray, like: np.ndarray | None = None, posit
     return classes if positions > 1 else classes[:, 0]
 
 
-def _fidelity(out: np.ndarray, ref: np.ndarray, positions: int = 1) -> Fidelity:
+def _fidelity(out: np.ndarray, ref: np.ndarray, positions: int = 1, class_axis: int = 0) -> Fidelity:
     err = out - ref
     noise = float(np.sum(err**2))
     signal = float(np.sum(ref**2))
@@ -158,7 +171,8 @@ def _fidelity(out: np.ndarray, ref: np.ndarray, positions: int = 1) -> Fidelity:
     return Fidelity(
         top1_agreement=float(
             np.mean(
-                predicted_classes(out, like=ref, positions=positions) == predicted_classes(ref, positions=positions)
+                predicted_classes(out, like=ref, positions=positions, class_axis=class_axis)
+                == predicted_classes(ref, positions=positions, class_axis=class_axis)
             )
         ),
         max_abs_err=float(np.abs(err).max()),

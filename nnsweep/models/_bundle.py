@@ -19,9 +19,12 @@ __all__ = [
     "Split",
     "class_positions",
     "flatten_outputs",
+    "labelled_layout",
     "module_digest",
     "output_columns",
+    "output_shapes",
     "output_sizes",
+    "shape_positions",
 ]
 
 
@@ -29,7 +32,8 @@ __all__ = [
 class Split:
     """Inputs (N, ...) float32 (int32 or int64 token ids for a model that takes them), and
     labels (N,) int64 where the data is labelled ((N, H, W) for a dense output's classes,
-    one per position: :func:`class_positions`)."""
+    one per position: :func:`class_positions`; (N, T) for a sequence tagger's
+    ``(T, classes)``: :func:`labelled_layout`)."""
 
     inputs: np.ndarray
     labels: np.ndarray | None = None
@@ -95,7 +99,11 @@ class ModelBundle:
             computed for each. Empty: not known (treated as one output).
         positions: for each output, how many positions each have a class of their own
             (:func:`class_positions`): 1 for a classifier's ``(classes,)``, ``H * W`` for a
-            segmentation's ``(classes, H, W)``. Empty: 1 for every output.
+            segmentation's ``(classes, H, W)``, ``T`` for a tagger's ``(T, classes)``. Empty:
+            1 for every output.
+        class_axes: for each output, the axis of its per-sample shape that holds the
+            classes (:func:`labelled_layout`): 0 (first) but for a ``(T, classes)`` output
+            whose labels say so. Empty: 0 for every output.
     """
 
     name: str
@@ -105,6 +113,7 @@ class ModelBundle:
     digest: str
     outputs: tuple[int, ...] = ()
     positions: tuple[int, ...] = ()
+    class_axes: tuple[int, ...] = ()
 
 
 def module_digest(name: str, module: torch.nn.Module, example_input: torch.Tensor, *extra: Any) -> str:
@@ -235,11 +244,44 @@ def class_positions(result: Any, batch: int = 1) -> tuple[int, ...]:
     An output of three or more dimensions per sample is read as PyTorch lays out images:
     ``(classes, H, W)`` (or ``(classes, D, H, W)``), a class per pixel, as a segmentation
     model gives: ``H * W`` positions, whose top-1 is the argmax over the first dimension at
-    each. Any other output is one position (``(classes,)``; a ``(T, C)`` or ``(C, L)``
-    output is flattened, as its class axis is not known).
+    each. Any other output is one position (``(classes,)``). A ``(T, C)`` or ``(C, L)``
+    output is one position too (flattened) unless labels tell its class axis
+    (:func:`labelled_layout`).
     """
-    positions = []
-    for tensor in flatten_outputs(result):
-        per_sample = tuple(tensor.shape[1:]) if tensor.dim() and tensor.shape[0] == batch else ()
-        positions.append(int(np.prod(per_sample[1:])) if len(per_sample) >= 3 else 1)
-    return tuple(positions)
+    return tuple(shape_positions(shape) for shape in output_shapes(result, batch))
+
+
+def output_shapes(result: Any, batch: int = 1) -> tuple[tuple[int, ...], ...]:
+    """Each output's per-sample shape (the batch dimension dropped; ``()`` if it has none)."""
+    return tuple(
+        tuple(tensor.shape[1:]) if tensor.dim() and tensor.shape[0] == batch else ()
+        for tensor in flatten_outputs(result)
+    )
+
+
+def shape_positions(per_sample: tuple[int, ...]) -> int:
+    """The class positions of an output of ``per_sample`` shape, without labels (:func:`class_positions`)."""
+    return int(np.prod(per_sample[1:])) if len(per_sample) >= 3 else 1
+
+
+def labelled_layout(per_sample: tuple[int, ...], labels: int) -> tuple[int, int] | None:
+    """Where the classes of an output of ``per_sample`` shape are, given ``labels`` per sample.
+
+    Returns:
+        ``(positions, class axis)``: the positions each have a class, and the axis of the
+        per-sample shape that holds the classes (0: first, as PyTorch lays out
+        ``(classes, H, W)`` and ``(classes, L)``; 1: last, a ``(T, classes)`` sequence
+        tagger's). A 2-D output is told by its labels: ``T`` labels for ``(T, C)`` give one
+        class per step along the last axis, ``L`` for ``(C, L)`` one per position along the
+        first (first when both fit: a square output is read as PyTorch's losses read it).
+        ``None``: that many labels fit no position of this output.
+    """
+    if len(per_sample) == 2 and labels > 1:
+        first, last = per_sample
+        if labels == last:
+            return last, 0
+        if labels == first:
+            return first, 1
+        return None
+    positions = shape_positions(per_sample)
+    return (positions, 0) if labels == positions else None

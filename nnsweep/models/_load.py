@@ -21,7 +21,16 @@ from typing import Any
 import numpy as np
 
 from nnsweep.core.errors import SpecError
-from nnsweep.models._bundle import Dataset, ModelBundle, Split, class_positions, module_digest, output_sizes
+from nnsweep.models._bundle import (
+    Dataset,
+    ModelBundle,
+    Split,
+    labelled_layout,
+    module_digest,
+    output_shapes,
+    output_sizes,
+    shape_positions,
+)
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
 
@@ -146,18 +155,19 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         _recalibrate_batchnorm(module, data.calibration.inputs)
     module.eval()
     ref = f"torchvision:{name}"
-    sizes, positions = check_forward(ref, module, example)
+    sizes, shapes = check_forward(ref, module, example)
+    positions = tuple(shape_positions(shape) for shape in shapes)
     digest = module_digest(ref, module, example, data.evaluation.digest())
     return ModelBundle(ref, module, example, data, digest, sizes, positions)
 
 
-def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """Run the model once on its example input (batch 1): a wrong shape or output fails here,
     clearly and before any conversion, instead of after one.
 
     Returns:
-        The per-sample size of each output and its class positions (see
-        :attr:`ModelBundle.outputs` and :attr:`ModelBundle.positions`).
+        The per-sample size of each output (:attr:`ModelBundle.outputs`) and its per-sample
+        shape.
 
     Raises:
         SpecError: the forward pass fails, or returns something other than tensors.
@@ -173,7 +183,7 @@ def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...],
             "model", f"{ref} fails on its example input of shape {tuple(example.shape)}: {type(exc).__name__}: {first}"
         ) from None
     try:
-        return output_sizes(result), class_positions(result)
+        return output_sizes(result), output_shapes(result)
     except TypeError as exc:
         raise SpecError("model", f"{ref}: {exc}") from None
 
@@ -200,20 +210,39 @@ def _check_input_dtypes(ref: str, want: np.dtype[Any], dataset: Dataset) -> None
             )
 
 
-def _check_labels(ref: str, dataset: Dataset, positions: int) -> None:
-    """The evaluation labels give a class to each position of the scored output: one per
-    sample for a classifier, one per pixel for a segmentation (:func:`class_positions`)."""
+def _class_layout(
+    ref: str, dataset: Dataset, shapes: tuple[tuple[int, ...], ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Each output's class positions and class axes (:attr:`ModelBundle.positions`,
+    :attr:`ModelBundle.class_axes`), from its per-sample shape and, for the scored output,
+    its evaluation labels (:func:`labelled_layout`): one per sample for a classifier, one
+    per pixel for a segmentation, one per step for a tagger.
+
+    Raises:
+        SpecError: the labels fit no layout of the scored output.
+    """
+    positions = [shape_positions(shape) for shape in shapes]
+    axes = [0] * len(shapes)
     labels = dataset.evaluation.labels
     if labels is None or not len(labels):
-        return
+        return tuple(positions), ()
+    scored, shape = dataset.accuracy_output, shapes[dataset.accuracy_output]
     per_sample = int(np.prod(labels.shape[1:]))
-    if per_sample != positions:
-        kind = "one per sample" if positions == 1 else f"one per position of its (classes, H, W) output ({positions})"
+    layout = labelled_layout(shape, per_sample)
+    if layout is None:
+        if len(shape) == 2:
+            kind = f"one per sample, or one per position of its {shape} output along either axis"
+        elif positions[scored] == 1:
+            kind = "one per sample"
+        else:
+            kind = f"one per position of its (classes, H, W) output ({positions[scored]})"
         raise SpecError(
             "model",
             f"{ref}(): the Dataset's evaluation labels have {per_sample} classes per sample; the scored output "
             f"takes {kind}",
         )
+    positions[scored], axes[scored] = layout
+    return tuple(positions), tuple(axes) if any(axes) else ()
 
 
 def _randomise_zero_layers(module: Any) -> None:
@@ -345,7 +374,7 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     if example.numel() > MAX_INPUT_ELEMENTS:
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
     net.eval()
-    sizes, positions = check_forward(ref, net, example)
+    sizes, shapes = check_forward(ref, net, example)
     if dataset is None and token_ids:
         dataset = synthetic_ids(
             tuple(example.shape),
@@ -362,6 +391,6 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         check_ids(ref, net, dataset)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
-    _check_labels(ref, dataset, positions[dataset.accuracy_output])
+    positions, axes = _class_layout(ref, dataset, shapes)
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
-    return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions)
+    return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions, axes)

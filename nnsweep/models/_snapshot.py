@@ -49,7 +49,7 @@ __all__ = ["ModelSnapshot", "SnapshotStore", "reference_outputs"]
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 1
+_FORMAT = 2  # 2: class_axes
 # Samples per call of the eager model; one when it does not take batches (takes_batches).
 _REFERENCE_BATCH = 64
 _VERSIONED = ("nnsweep", "torch", "torchvision", "numpy")
@@ -91,6 +91,7 @@ class ModelSnapshot:
         outputs: per-sample size of each output (:attr:`ModelBundle.outputs`).
         accuracy_output: the output compared with the labels.
         positions: the class positions of each output (:attr:`ModelBundle.positions`).
+        class_axes: the class axis of each output (:attr:`ModelBundle.class_axes`).
     """
 
     name: str
@@ -100,6 +101,7 @@ class ModelSnapshot:
     outputs: tuple[int, ...]
     accuracy_output: int = 0
     positions: tuple[int, ...] = ()
+    class_axes: tuple[int, ...] = ()
 
     def constant_outputs(self) -> tuple[int, ...]:
         """The outputs whose fp32 values are the same for every evaluation input.
@@ -147,6 +149,7 @@ class ModelSnapshot:
             bundle.outputs,
             data.accuracy_output,
             bundle.positions,
+            bundle.class_axes,
         )
 
 
@@ -266,6 +269,7 @@ class SnapshotStore:
                 tuple(meta["outputs"]),
                 int(meta["accuracy_output"]),
                 tuple(int(p) for p in meta["positions"]),
+                tuple(int(a) for a in meta["class_axes"]),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # none kept, a file changed, or a torn write: load the model
@@ -295,6 +299,7 @@ class SnapshotStore:
             "outputs": list(snap.outputs),
             "accuracy_output": snap.accuracy_output,
             "positions": list(snap.positions),
+            "class_axes": list(snap.class_axes),
             "inputs": inputs,
         }
         try:

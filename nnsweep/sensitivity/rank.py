@@ -59,8 +59,8 @@ __all__ = [
     "quantizable_layers",
     "reference_outputs",
     "score_outputs",
+    "scored_layout",
     "scored_output",
-    "scored_positions",
     "torch_fx_evaluator",
 ]
 
@@ -288,21 +288,28 @@ def reference_outputs(bundle: ModelBundle, split: Split) -> np.ndarray:
     return everything[:, start : start + sizes[bundle.dataset.accuracy_output]]
 
 
-def scored_positions(bundle: ModelBundle) -> int:
-    """The class positions of ``bundle``'s scored output (:attr:`ModelBundle.positions`)."""
-    return bundle.positions[bundle.dataset.accuracy_output] if bundle.positions else 1
+def scored_layout(bundle: ModelBundle) -> tuple[int, int]:
+    """The class positions and class axis of ``bundle``'s scored output
+    (:attr:`ModelBundle.positions`, :attr:`ModelBundle.class_axes`)."""
+    scored = bundle.dataset.accuracy_output
+    return (
+        bundle.positions[scored] if bundle.positions else 1,
+        bundle.class_axes[scored] if bundle.class_axes else 0,
+    )
 
 
-def score_outputs(outputs: np.ndarray, reference: np.ndarray, split: Split, positions: int = 1) -> Score:
+def score_outputs(
+    outputs: np.ndarray, reference: np.ndarray, split: Split, positions: int = 1, class_axis: int = 0
+) -> Score:
     """Top-1 of ``outputs`` (the scored output, N x classes, at ``positions`` class positions
-    per sample) on ``split`` and their SQNR against ``reference``."""
+    per sample along ``class_axis``) on ``split`` and their SQNR against ``reference``."""
     import numpy as np
 
     from nnsweep.bench import evaluate, predicted_classes
 
     assert split.labels is not None
     out = np.asarray(outputs, dtype=np.float64).reshape(len(split), -1)
-    classes = predicted_classes(out, like=reference, positions=positions)
+    classes = predicted_classes(out, like=reference, positions=positions, class_axis=class_axis)
     accuracy = float((classes == np.asarray(split.labels).reshape(classes.shape)).mean())
     if not np.isfinite(out).all():  # an int8 overflow to inf: as far from fp32 as it gets
         return Score(accuracy, -math.inf)
@@ -367,7 +374,7 @@ def onnxruntime_evaluator(
         name = session.get_inputs()[0].name
         scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
         outs = [session.run(None, {name: split.inputs[i : i + 1]})[scored] for i in range(len(split))]
-        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, scored_positions(bundle))
+        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, *scored_layout(bundle))
 
     return evaluate
 
@@ -434,6 +441,6 @@ def torch_fx_evaluator(
                 outputs = run(quantized, inputs).numpy()
         finally:
             torch.backends.quantized.engine = previous
-        return score_outputs(outputs, fp32, split, scored_positions(bundle))
+        return score_outputs(outputs, fp32, split, *scored_layout(bundle))
 
     return evaluate

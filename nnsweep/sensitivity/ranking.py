@@ -44,8 +44,8 @@ from nnsweep.sensitivity.rank import (
     quantizable_layers,
     reference_outputs,
     score_outputs,
+    scored_layout,
     scored_output,
-    scored_positions,
 )
 
 if TYPE_CHECKING:
@@ -186,8 +186,9 @@ def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
     reference = reference_outputs(bundle, split)
     if split.labels is not None:
         return split, reference
+    positions, class_axis = scored_layout(bundle)
     return dataclasses.replace(
-        split, labels=predicted_classes(reference, positions=scored_positions(bundle))
+        split, labels=predicted_classes(reference, positions=positions, class_axis=class_axis)
     ), reference
 
 
@@ -264,6 +265,6 @@ def _pt2e_evaluator(
         with torch.no_grad():
             run(prepared, calibration)
             outputs = run(convert_pt2e(prepared), inputs).numpy()
-        return score_outputs(outputs, reference, split, scored_positions(bundle))
+        return score_outputs(outputs, reference, split, *scored_layout(bundle))
 
     return evaluate

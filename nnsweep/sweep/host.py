@@ -131,6 +131,7 @@ class HostSide:
                 sizes=snap.outputs or None,
                 accuracy_output=snap.accuracy_output,
                 positions=snap.positions or None,
+                class_axes=snap.class_axes or None,
             ).accuracy
             self.eager_accuracy = 1.0 if accuracy is None else float(accuracy)
 
