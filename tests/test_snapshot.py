@@ -298,8 +298,27 @@ def test_a_taggers_labels_tell_its_class_axis_and_the_snapshot_keeps_it(tmp_path
     assert (first.positions, first.class_axes) == ((6,), ())
     # labels that fit neither axis: one line naming both
     wrong = Dataset(calibration=Split(x), evaluation=Split(x, np.zeros((16, 5), dtype=np.int64)))
-    with pytest.raises(SpecError, match=r"labels have 5 classes per sample; .* either axis"):
+    with pytest.raises(SpecError, match=r"labels have 5 classes per sample; .* either axis of its \(6, 3\) output"):
         load_model(register_live("tagger_bad", net, torch.from_numpy(x[:1]), wrong))
+    # one label per sequence: one argmax over all of T x classes is no class
+    per_sequence = Dataset(calibration=Split(x), evaluation=Split(x, steps[:, 0]))
+    with pytest.raises(SpecError, match=r"labels have 1 classes per sample; .* \(6 or 3\)"):
+        load_model(register_live("tagger_one", net, torch.from_numpy(x[:1]), per_sequence))
+
+
+def test_labelled_layouts_of_outputs_of_every_rank() -> None:
+    from nnsweep.models import labelled_layout
+
+    assert labelled_layout((10,), 1) == (1, 0)  # a classifier
+    assert labelled_layout((1, 10), 1) == (1, 0)  # one that keeps a dimension of one
+    assert labelled_layout((12, 4), 12) == (12, 1)  # a tagger: (T, classes)
+    assert labelled_layout((4, 12), 12) == (12, 0)  # a 1-D convolution: (classes, L)
+    assert labelled_layout((5, 5), 5) == (5, 0)  # square: PyTorch's (C, L)
+    assert labelled_layout((12, 4), 1) is None
+    assert labelled_layout((12, 4), 48) is None
+    assert labelled_layout((4, 6, 8), 48) == (48, 0)  # a segmentation
+    assert labelled_layout((4, 6, 8), 1) is None
+    assert labelled_layout((10,), 10) is None
 
 
 TWO_HEADS_ONE_ZERO = """

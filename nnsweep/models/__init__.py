@@ -1,7 +1,7 @@
 """Models and data: the built-in ``digits`` family, torchvision classifiers by name,
 and user models given as ``package.module:function`` or ``path/to/file.py:function``."""
 
-from nnsweep.models._bundle import Dataset, ModelBundle, Split, class_positions
+from nnsweep.models._bundle import Dataset, ModelBundle, Split, class_positions, labelled_layout
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore
@@ -17,6 +17,7 @@ __all__ = [
     "check_input_shape",
     "check_reference",
     "class_positions",
+    "labelled_layout",
     "load_model",
     "register_live",
 ]

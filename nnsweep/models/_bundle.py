@@ -274,9 +274,11 @@ def labelled_layout(per_sample: tuple[int, ...], labels: int) -> tuple[int, int]
         tagger's). A 2-D output is told by its labels: ``T`` labels for ``(T, C)`` give one
         class per step along the last axis, ``L`` for ``(C, L)`` one per position along the
         first (first when both fit: a square output is read as PyTorch's losses read it).
+        One label per sample fits a 2-D output only if one of its axes is 1 (``(1, C)``):
+        one argmax over ``T x C`` values is no class.
         ``None``: that many labels fit no position of this output.
     """
-    if len(per_sample) == 2 and labels > 1:
+    if len(per_sample) == 2 and (labels > 1 or min(per_sample) > 1):
         first, last = per_sample
         if labels == last:
             return last, 0

@@ -231,7 +231,7 @@ def _class_layout(
     layout = labelled_layout(shape, per_sample)
     if layout is None:
         if len(shape) == 2:
-            kind = f"one per sample, or one per position of its {shape} output along either axis"
+            kind = f"one per position along either axis of its {shape} output ({shape[0]} or {shape[1]})"
         elif positions[scored] == 1:
             kind = "one per sample"
         else:
