@@ -306,6 +306,26 @@ def test_a_taggers_labels_tell_its_class_axis_and_the_snapshot_keeps_it(tmp_path
         load_model(register_live("tagger_one", net, torch.from_numpy(x[:1]), per_sequence))
 
 
+def test_without_labels_the_inputs_steps_tell_a_sequence_outputs_class_axis() -> None:
+    # Agreement with fp32 was one argmax over all of T x classes: a language model's
+    # largest logit anywhere in the sequence, not each token's.
+    from nnsweep.models import register_live, unlabelled_layout
+
+    net, x = _tagger()
+    tagger = load_model(register_live("tagger_free", net, torch.from_numpy(x[:1])))
+    assert (tagger.positions, tagger.class_axes) == ((6,), (1,))
+    conv = torch.nn.Conv1d(4, 3, 1).eval()
+    assert load_model(register_live("conv_free", conv, torch.randn(1, 4, 6))).positions == (6,)
+    lm = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Linear(8, 50)).eval()
+    ids = load_model(register_live("lm_free", lm, torch.randint(0, 50, (1, 7))))
+    assert (ids.positions, ids.class_axes) == ((7,), (1,))
+    assert unlabelled_layout((6, 4), (6, 4)) == (1, 0)  # fits both ways: one flattened argmax, as before
+    assert unlabelled_layout((3, 5), (6, 4)) == (1, 0)  # fits neither
+    assert unlabelled_layout((1, 10), (10,)) == (1, 0)
+    assert unlabelled_layout((10,), (10,)) == (1, 0)
+    assert unlabelled_layout((4, 6, 8), (3, 6, 8)) == (48, 0)
+
+
 def test_labelled_layouts_of_outputs_of_every_rank() -> None:
     from nnsweep.models import labelled_layout
 

@@ -1,7 +1,14 @@
 """Models and data: the built-in ``digits`` family, torchvision classifiers by name,
 and user models given as ``package.module:function`` or ``path/to/file.py:function``."""
 
-from nnsweep.models._bundle import Dataset, ModelBundle, Split, class_positions, labelled_layout
+from nnsweep.models._bundle import (
+    Dataset,
+    ModelBundle,
+    Split,
+    class_positions,
+    labelled_layout,
+    unlabelled_layout,
+)
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore
@@ -20,4 +27,5 @@ __all__ = [
     "labelled_layout",
     "load_model",
     "register_live",
+    "unlabelled_layout",
 ]

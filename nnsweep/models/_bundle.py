@@ -25,6 +25,7 @@ __all__ = [
     "output_shapes",
     "output_sizes",
     "shape_positions",
+    "unlabelled_layout",
 ]
 
 
@@ -262,6 +263,28 @@ def output_shapes(result: Any, batch: int = 1) -> tuple[tuple[int, ...], ...]:
 def shape_positions(per_sample: tuple[int, ...]) -> int:
     """The class positions of an output of ``per_sample`` shape, without labels (:func:`class_positions`)."""
     return int(np.prod(per_sample[1:])) if len(per_sample) >= 3 else 1
+
+
+def unlabelled_layout(per_sample: tuple[int, ...], input_shape: tuple[int, ...]) -> tuple[int, int]:
+    """Where the classes of an output of ``per_sample`` shape are, without labels, from the
+    per-sample shape of the model's input (:func:`labelled_layout` for the result).
+
+    A 2-D output whose first axis alone has the input's first axis's length runs along the
+    input's steps: a batch-first tagger's or language model's ``(T, classes)`` from ``(T,
+    features)`` or ``(T,)`` token ids, classes last. One whose last axis alone has the input's
+    last axis's length is a 1-D convolution's ``(classes, L)`` from ``(features, L)``, classes
+    first. Any other output, or one that fits both, has the layout
+    :func:`shape_positions` gives it (a 2-D one is then one flattened argmax).
+    """
+    if len(per_sample) == 2 and min(per_sample) > 1 and input_shape:
+        first, last = per_sample
+        along_first = first == input_shape[0] and last != input_shape[-1]
+        along_last = last == input_shape[-1] and first != input_shape[0]
+        if along_first:
+            return first, 1
+        if along_last:
+            return last, 0
+    return shape_positions(per_sample), 0
 
 
 def labelled_layout(per_sample: tuple[int, ...], labels: int) -> tuple[int, int] | None:

@@ -30,6 +30,7 @@ from nnsweep.models._bundle import (
     output_shapes,
     output_sizes,
     shape_positions,
+    unlabelled_layout,
 )
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
@@ -211,21 +212,23 @@ def _check_input_dtypes(ref: str, want: np.dtype[Any], dataset: Dataset) -> None
 
 
 def _class_layout(
-    ref: str, dataset: Dataset, shapes: tuple[tuple[int, ...], ...]
+    ref: str, dataset: Dataset, shapes: tuple[tuple[int, ...], ...], input_shape: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Each output's class positions and class axes (:attr:`ModelBundle.positions`,
-    :attr:`ModelBundle.class_axes`), from its per-sample shape and, for the scored output,
-    its evaluation labels (:func:`labelled_layout`): one per sample for a classifier, one
-    per pixel for a segmentation, one per step for a tagger.
+    :attr:`ModelBundle.class_axes`), from its per-sample shape and the input's
+    (:func:`unlabelled_layout`) and, for the scored output, its evaluation labels
+    (:func:`labelled_layout`): one per sample for a classifier, one per pixel for a
+    segmentation, one per step for a tagger.
 
     Raises:
         SpecError: the labels fit no layout of the scored output.
     """
-    positions = [shape_positions(shape) for shape in shapes]
-    axes = [0] * len(shapes)
+    layouts = [unlabelled_layout(shape, input_shape) for shape in shapes]
+    positions = [p for p, _ in layouts]
+    axes = [a for _, a in layouts]
     labels = dataset.evaluation.labels
     if labels is None or not len(labels):
-        return tuple(positions), ()
+        return tuple(positions), tuple(axes) if any(axes) else ()
     scored, shape = dataset.accuracy_output, shapes[dataset.accuracy_output]
     per_sample = int(np.prod(labels.shape[1:]))
     layout = labelled_layout(shape, per_sample)
@@ -391,6 +394,6 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         check_ids(ref, net, dataset)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
-    positions, axes = _class_layout(ref, dataset, shapes)
+    positions, axes = _class_layout(ref, dataset, shapes, tuple(example.shape[1:]))
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
     return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions, axes)

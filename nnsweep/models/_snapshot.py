@@ -49,7 +49,7 @@ __all__ = ["ModelSnapshot", "SnapshotStore", "reference_outputs"]
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 2  # 2: class_axes
+_FORMAT = 3  # 2: class_axes; 3: class axes told by the input's shape too
 # Samples per call of the eager model; one when it does not take batches (takes_batches).
 _REFERENCE_BATCH = 64
 _VERSIONED = ("nnsweep", "torch", "torchvision", "numpy")
