@@ -66,6 +66,7 @@ def test_measuring_until_stable_is_a_measure_setting_of_the_sweep() -> None:
     class Bundle:
         digest = "d"
         module = torch.nn.Linear(1, 1)
+        class_axes = ()
 
     plain = parse_spec(ISSUE_EXAMPLE)
     # A sweep measured to stability is another sweep; one that never asked keeps its old fingerprint.
@@ -81,12 +82,41 @@ def test_an_sqnr_constraint_is_its_own_part_of_the_fingerprint() -> None:
     class Bundle:
         digest = "d"
         module = torch.nn.Linear(1, 1)
+        class_axes = ()
 
     spec = parse_spec({**ISSUE_EXAMPLE, "constraints": {"max_accuracy_drop": 0.01, "min_sqnr_db": 30}})
     assert spec.min_sqnr_db == 30.0 and spec.max_accuracy_drop == 0.01
     # a sweep begun before the key existed (or without it) keeps its fingerprint and resumes
     assert fingerprint(parse_spec(ISSUE_EXAMPLE), Bundle())["constraints"] == "max_accuracy_drop=0.01"  # type: ignore[arg-type]
     assert fingerprint(spec, Bundle())["constraints"] == "max_accuracy_drop=0.01 min_sqnr_db=30"  # type: ignore[arg-type]
+
+
+def test_a_sweep_of_a_sequence_output_begun_before_its_class_axis_was_read_is_refused() -> None:
+    # Its trials scored one argmax over all of (T, classes): figures of another kind.
+    import torch
+
+    from nnsweep.sweep.state import SweepChanged, check_fingerprint, fingerprint
+
+    class Bundle:
+        digest = "d"
+        module = torch.nn.Linear(1, 1)
+        positions = (16,)
+        class_axes = (1,)
+
+    class Classifier(Bundle):
+        positions = (1,)
+        class_axes = ()
+
+    spec = parse_spec(ISSUE_EXAMPLE)
+    now = fingerprint(spec, Bundle())  # type: ignore[arg-type]
+    assert now["scoring"] == "positions=[16] class_axes=[1]"
+    before = {k: v for k, v in now.items() if k != "scoring"}
+    with pytest.raises(SweepChanged, match=r"how the outputs' classes are read \(None -> positions=\[16\]"):
+        check_fingerprint("m", before, now)
+    # a classifier's fingerprint has no such part: its sweeps resume as before
+    classifier = fingerprint(spec, Classifier())  # type: ignore[arg-type]
+    assert "scoring" not in classifier
+    check_fingerprint("m", before, classifier)
 
 
 def _mutated(path: list, value: object) -> dict:  # type: ignore[type-arg]

@@ -103,8 +103,9 @@ class ModelBundle:
             segmentation's ``(classes, H, W)``, ``T`` for a tagger's ``(T, classes)``. Empty:
             1 for every output.
         class_axes: for each output, the axis of its per-sample shape that holds the
-            classes (:func:`labelled_layout`): 0 (first) but for a ``(T, classes)`` output
-            whose labels say so. Empty: 0 for every output.
+            classes: 0 (first) but for a ``(T, classes)`` output whose labels or input say
+            so, 1 (:func:`labelled_layout`, :func:`unlabelled_layout`). Empty: 0 for every
+            output.
     """
 
     name: str
@@ -246,8 +247,8 @@ def class_positions(result: Any, batch: int = 1) -> tuple[int, ...]:
     ``(classes, H, W)`` (or ``(classes, D, H, W)``), a class per pixel, as a segmentation
     model gives: ``H * W`` positions, whose top-1 is the argmax over the first dimension at
     each. Any other output is one position (``(classes,)``). A ``(T, C)`` or ``(C, L)``
-    output is one position too (flattened) unless labels tell its class axis
-    (:func:`labelled_layout`).
+    output is one position too (flattened) unless labels or the input's shape tell its
+    class axis (:func:`labelled_layout`, :func:`unlabelled_layout`), which a model's load does.
     """
     return tuple(shape_positions(shape) for shape in output_shapes(result, batch))
 

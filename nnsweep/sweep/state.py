@@ -125,7 +125,18 @@ def fingerprint(spec: SweepSpec, bundle: ModelBundle) -> dict[str, str]:
         "constraints": f"max_accuracy_drop={spec.max_accuracy_drop}"
         + (f" min_sqnr_db={spec.min_sqnr_db:g}" if spec.min_sqnr_db is not None else ""),
         "space": hashlib.sha256(_canonical(_space(spec)).encode()).hexdigest(),
+        **_scoring(bundle),
     }
+
+
+def _scoring(bundle: ModelBundle) -> dict[str, str]:
+    """How a sequence output's classes are read (:attr:`ModelBundle.class_axes`), for a model
+    that has one: a sweep begun when one argmax over all of such an output was its class
+    holds figures of another kind. Other models' fingerprints have no such part, so their
+    sweeps resume as before."""
+    if not bundle.class_axes:
+        return {}
+    return {"scoring": f"positions={list(bundle.positions)} class_axes={list(bundle.class_axes)}"}
 
 
 def _space(spec: SweepSpec) -> dict[str, Any]:
@@ -145,6 +156,7 @@ _WHAT = {
     "objectives": "objectives",
     "constraints": "constraints",
     "space": "search space",
+    "scoring": "how the outputs' classes are read",
 }
 
 
