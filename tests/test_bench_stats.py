@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nnsweep.bench import LatencyStats, MeasureSettings, Runner, Timing, evaluate, time_runner
 from nnsweep.bench._stats import median_ci
@@ -230,3 +232,38 @@ def test_an_executorch_error_code_is_named(message: str, name: str) -> None:
     from nnsweep.bench._native_log import error_name
 
     assert error_name(message) == name
+
+
+_DIMS = st.integers(min_value=1, max_value=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shape=st.lists(_DIMS, min_size=1, max_size=4).map(tuple),
+    inputs=st.lists(_DIMS, min_size=1, max_size=3).map(tuple),
+    labels=st.integers(min_value=1, max_value=40),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_every_layout_reads_each_position_s_class_from_its_own_values(
+    shape: tuple[int, ...], inputs: tuple[int, ...], labels: int, seed: int
+) -> None:
+    # Whatever layout the labels or the input give an output, each position's class is the
+    # argmax of that position's values along the class axis, and labels fit it exactly.
+    from nnsweep.bench import predicted_classes
+    from nnsweep.models import labelled_layout, unlabelled_layout
+
+    values = np.random.default_rng(seed).normal(size=(3, *shape))
+    flat = values.reshape(3, -1)
+    layouts = [unlabelled_layout(shape, inputs)]
+    told = labelled_layout(shape, labels)
+    if told is not None:
+        assert told[0] == labels  # labels fit the layout they tell
+        layouts.append(told)
+    for positions, axis in layouts:
+        assert axis in (0, 1) and flat.shape[1] % positions == 0
+        classes = predicted_classes(flat, positions=positions, class_axis=axis).reshape(3, -1)
+        assert classes.shape == (3, positions)
+        if positions == 1 or flat.shape[1] == positions:
+            continue  # one argmax over everything, or one value per position (its sign)
+        grid = flat.reshape(3, positions, -1) if axis == 1 else flat.reshape(3, -1, positions).transpose(0, 2, 1)
+        assert (classes == grid.argmax(axis=2)).all()
