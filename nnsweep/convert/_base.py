@@ -29,6 +29,7 @@ __all__ = [
     "PartitionReport",
     "Placement",
     "Stages",
+    "native_output_to_debug_log",
     "native_stderr_to_debug_log",
     "package_warnings_to_debug_log",
     "printed_to_debug_log",
@@ -65,24 +66,42 @@ def native_stderr_to_debug_log(log: logging.Logger, source: str) -> Iterator[Non
     ``sys.stderr`` in the block goes there too, so keep the block short (an import, one
     call). Without a file descriptor 2 the block runs as it is.
     """
-    sys.stderr.flush()
+    with _descriptor_to_debug_log(2, log, source):
+        yield
+
+
+@contextlib.contextmanager
+def native_output_to_debug_log(log: logging.Logger, source: str) -> Iterator[None]:
+    """:func:`native_stderr_to_debug_log` for file descriptors 1 and 2 both: native code that
+    writes to stdout would otherwise reach the caller's (the CLI sends descriptor 1 to 2
+    while it works, so that stdout holds only its result). The TOSA reference model writes
+    a version warning on every run. Python's ``sys.stdout`` in the block goes to the log too."""
+    sys.stdout.flush()
+    with _descriptor_to_debug_log(1, log, source), _descriptor_to_debug_log(2, log, source):
+        yield
+
+
+@contextlib.contextmanager
+def _descriptor_to_debug_log(fd: int, log: logging.Logger, source: str) -> Iterator[None]:
+    stream = sys.stdout if fd == 1 else sys.stderr
+    stream.flush()
     try:
-        saved = os.dup(2)
+        saved = os.dup(fd)
     except OSError:
         yield
         return
     with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
+        os.dup2(sink.fileno(), fd)
         try:
             yield
         finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
+            stream.flush()
+            os.dup2(saved, fd)
             os.close(saved)
             sink.seek(0)
             written = sink.read().decode(errors="replace")
             if written.strip():
-                log.debug("%s wrote to stderr: %s", source, written[-2000:])
+                log.debug("%s wrote to %s: %s", source, "stdout" if fd == 1 else "stderr", written[-2000:])
 
 
 @contextlib.contextmanager
