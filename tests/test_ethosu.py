@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,18 +45,7 @@ def test_vela_compiles_the_whole_digits_model_and_its_estimates_are_recorded(u55
 
 
 def test_estimate_device_reports_estimated_latency_and_real_int8_accuracy(u55, digits) -> None:  # type: ignore[no-untyped-def]
-    request = MeasureRequest(
-        runtime="executorch",
-        artifact_name=u55.path.name,
-        artifact_bytes=u55.path.read_bytes(),
-        io=u55.io,
-        threads=1,
-        backends=u55.config.backends,
-        inputs=digits.dataset.evaluation.inputs,
-        settings=MeasureSettings(),
-        sidecars={name: path.read_bytes() for name, (path, _) in u55.sidecars.items()},
-        estimates=u55.estimates,
-    )
+    request = MeasureRequest.of(u55, digits.dataset.evaluation.inputs, MeasureSettings())
     reply = VelaEstimateTransport("ethos-u55-128").measure(request)
     assert reply.estimated and reply.timing.latency.p50 == u55.estimates["inference_time_ms"]
     assert "Vela estimate" in reply.source
@@ -139,3 +131,26 @@ def test_spec_npus_are_validated() -> None:
     with pytest.raises(SpecError, match="not in devices"):
         parse_spec({**base, "npus": {"u65": {"target": "ethos-u65-256"}}})
     assert json.dumps(sorted(spec.npus))
+
+
+@pytest.mark.integration
+def test_bench_estimates_an_ethos_u_deployment_and_says_it_is_an_estimate(tmp_path: Path, models_dir: Path) -> None:
+    # bench refused an NPU ("a sweep estimates it"): one configuration needed a spec with npus:.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    bench = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(cache), "bench", "--model", "digits"]
+    bench += ["--quant", "static_int8", "--backends", "ethos-u55-128"]
+    proc = subprocess.run([*bench, "--json"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["estimated"] is True and result["latency_source"].startswith("Vela estimate for ethos-u55-128")
+    assert result["latency_ms"]["p50"] == result["estimates"]["inference_time_ms"] > 0
+    assert result["estimates"]["npu_operators"] > 0 and result["estimates"]["cpu_operators"] == 0
+    assert result["accuracy"] > 0.9  # the integer TOSA graph's outputs, run on this machine
+    again = subprocess.run(bench, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "cache hit" in again.stdout
+    assert "Estimated inference time" in again.stdout and "not a measurement" in again.stdout
+    assert "TOSA reference model" in again.stdout
+    assert "Inference timings" not in again.stdout and "Peak memory footprint" not in again.stdout

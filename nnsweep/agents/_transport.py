@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from nnsweep.bench._machine_lock import MachineLock
 from nnsweep.bench._warm import WarmWorker, WorkerUnavailable
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import InfrastructureError
+
+if TYPE_CHECKING:
+    from nnsweep.artifacts.cache import Artifact
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,22 @@ class MeasureRequest:
     sidecars: Mapping[str, bytes] = field(default_factory=dict)
     estimates: Mapping[str, float] = field(default_factory=dict)
     fresh: bool = False  # in a fresh process, never one forked from a warm worker (re-measures)
+
+    @classmethod
+    def of(cls, artifact: Artifact, inputs: np.ndarray, settings: MeasureSettings) -> MeasureRequest:
+        """The request to measure ``artifact`` on ``inputs`` (its bytes and sidecars read now)."""
+        return cls(
+            runtime=artifact.config.runtime,
+            artifact_name=artifact.path.name,
+            artifact_bytes=artifact.path.read_bytes(),
+            io=artifact.io,
+            threads=artifact.config.threads,
+            backends=artifact.config.backends,
+            inputs=inputs,
+            settings=settings,
+            sidecars={name: path.read_bytes() for name, (path, _) in artifact.sidecars.items()},
+            estimates=dict(artifact.estimates),
+        )
 
 
 @dataclass(frozen=True)

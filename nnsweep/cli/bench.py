@@ -20,6 +20,7 @@ from nnsweep.cli._args import (
     _seconds,
 )
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
+from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines, npu_target
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
@@ -175,7 +176,6 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
 def _bench_config(args: argparse.Namespace) -> Any:
     from nnsweep.core.config import DeploymentConfig
-    from nnsweep.core.runtimes import ETHOS_U_TARGETS
 
     data: dict[str, Any] = {}
     if args.config is not None:
@@ -213,13 +213,6 @@ def _bench_config(args: argparse.Namespace) -> Any:
     source = "--config" if args.config is not None else None
     try:
         config = DeploymentConfig.from_dict(data)
-        if config.backends[:1] and config.backends[0] in ETHOS_U_TARGETS:
-            # Its ExecuTorch delegate is not in this machine's runtime: the .pte would not load.
-            raise SpecError(
-                "backends",
-                f"{config.backends[0]} is an NPU, not this machine: a sweep estimates it with Vela and runs its "
-                "TOSA graph for accuracy (npus: in the spec, see sweeps/ethos_u.yaml)",
-            )
         if args.float_layers and not config.quant.float_layers:
             raise SpecError("quant.float_layers", "keeps layers of an int8 model in float: give an int8 --quant")
         return config
@@ -333,10 +326,15 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
         else:
             hit = True
         snapshot.warn_if_constant()
-        # On a cache hit this process is still light (no torch, no thread): fork the measurement from it.
-        status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...", ticking=False)
-        fork = ForkHere.for_runtime(config.runtime)
-        result = deploy.measure(snapshot, artifact, settings, cache_hit=hit, worker=fork)
+        reply = None
+        if npu_target(config) is not None:  # no such NPU here: Vela's estimate, the TOSA graph's outputs
+            status.line(f"estimating; running its TOSA graph on {len(snapshot.evaluation)} inputs ...")
+            result, reply = estimate(snapshot, artifact, settings, cache_hit=hit)
+        else:
+            # On a cache hit this process is still light (no torch, no thread): fork the measurement from it.
+            status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...", ticking=False)
+            fork = ForkHere.for_runtime(config.runtime)
+            result = deploy.measure(snapshot, artifact, settings, cache_hit=hit, worker=fork)
     except TrialError as exc:
         status.clear()
         log.info("the failure's traceback (the toolchain's own, as its cause):", exc_info=exc)  # -v
@@ -344,9 +342,9 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
         return EXIT_FAILED
     status.clear()
     if args.json:
-        results().write(json.dumps(result.to_dict()) + "\n")
+        results().write(json.dumps(result.to_dict() | ({} if reply is None else estimate_fields(reply))) + "\n")
     else:
-        results().write(_bench_summary(result) + "\n")
+        results().write(_bench_summary(result, None if reply is None else estimate_lines(reply)) + "\n")
     # Nothing int8: no kernel saturates.
     hint = float_note or measured_float(config, result, snapshot) or saturation_hint(config, CPUINFO)
     if hint is not None:
@@ -370,10 +368,10 @@ def _p50_interval(t: Any) -> str:
     return f"p50 95% confidence interval: {low * 1000:.1f}-{high * 1000:.1f} us (+/-{half:.2f} %; {why})"
 
 
-def _bench_summary(result: Any) -> str:
-    """A summary a ``benchmark_model`` user would recognise, then the partition report."""
+def _bench_summary(result: Any, estimated: list[str] | None = None) -> str:
+    """A summary a ``benchmark_model`` user would recognise, then the partition report.
+    ``estimated``: the lines on speed and memory of an NPU's estimate, instead of the timings."""
     t, e, a = result.timing, result.evaluation, result.artifact
-    lat = t.latency
     lines = [
         "STARTING!",
         f"Model: {result.model} (digest {result.model_digest[:12]})",
@@ -381,16 +379,7 @@ def _bench_summary(result: Any) -> str:
         f"Artifact: {a.path} ({a.size_bytes:,} bytes; "
         + ("cache hit" if result.cache_hit else f"converted in {a.convert_s:.1f} s")
         + ")",
-        f"Num threads: [{t.threads}]  Loadavg (1 min): "
-        + ("n/a" if t.loadavg_1m is None else f"{t.loadavg_1m:.2f}")
-        + _others_text(t),
-        f"Init: {t.load_ms * 1000:.0f} us, First inference: {t.first_inference_ms * 1000:.0f} us, "
-        f"Timed runs: {lat.count}",
-        f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
-        f"p99 {lat.p99 * 1000:.1f}  std {lat.std * 1000:.1f}  min {lat.min * 1000:.1f}  max {lat.max * 1000:.1f}",
-        _p50_interval(t),
-        f"Peak memory footprint (MB): {t.peak_rss_mb:.1f} "
-        f"(process; {t.rss_before_load_mb:.1f} before loading the model)",
+        *(_timing_lines(t) if estimated is None else estimated),
     ]
     f = e.fidelity
     if e.accuracy is not None:
@@ -410,6 +399,23 @@ def _bench_summary(result: Any) -> str:
         )
     lines.append(a.partitions.render())
     return "\n".join(lines)
+
+
+def _timing_lines(t: Any) -> list[str]:
+    """The measured timings and memory, as ``benchmark_model`` prints them."""
+    lat = t.latency
+    return [
+        f"Num threads: [{t.threads}]  Loadavg (1 min): "
+        + ("n/a" if t.loadavg_1m is None else f"{t.loadavg_1m:.2f}")
+        + _others_text(t),
+        f"Init: {t.load_ms * 1000:.0f} us, First inference: {t.first_inference_ms * 1000:.0f} us, "
+        f"Timed runs: {lat.count}",
+        f"Inference timings in us: mean {lat.mean * 1000:.1f}  p50 {lat.p50 * 1000:.1f}  p90 {lat.p90 * 1000:.1f}  "
+        f"p99 {lat.p99 * 1000:.1f}  std {lat.std * 1000:.1f}  min {lat.min * 1000:.1f}  max {lat.max * 1000:.1f}",
+        _p50_interval(t),
+        f"Peak memory footprint (MB): {t.peak_rss_mb:.1f} "
+        f"(process; {t.rss_before_load_mb:.1f} before loading the model)",
+    ]
 
 
 def _others_text(t: Any) -> str:

@@ -154,19 +154,7 @@ class HostSide:
         return self.measure_request(config)
 
     def measure_request(self, config: DeploymentConfig) -> MeasureRequest:
-        a = self._artifacts[config.digest()]
-        return MeasureRequest(
-            runtime=a.config.runtime,
-            artifact_name=a.path.name,
-            artifact_bytes=a.path.read_bytes(),
-            io=a.io,
-            threads=a.config.threads,
-            backends=a.config.backends,
-            inputs=self.bundle.dataset.evaluation.inputs,
-            settings=self.settings,
-            sidecars={name: path.read_bytes() for name, (path, _) in a.sidecars.items()},
-            estimates=dict(a.estimates),
-        )
+        return MeasureRequest.of(self._artifacts[config.digest()], self.bundle.dataset.evaluation.inputs, self.settings)
 
     def submit_outputs(self, config: DeploymentConfig) -> Future[Any]:
         """:meth:`outputs` on this host's evaluation thread."""
