@@ -9,23 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.errors import BenchmarkError
-from nnsweep.core.runtimes import ETHOS_U_TARGETS
+from nnsweep.core.runtimes import npu_target
 
 if TYPE_CHECKING:
     from nnsweep.agents import MeasureReply
     from nnsweep.artifacts.cache import Artifact
     from nnsweep.artifacts.deploy import DeploymentResult
     from nnsweep.bench import MeasureSettings
-    from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import ModelSnapshot
 
-__all__ = ["estimate", "estimate_fields", "estimate_lines", "npu_target"]
-
-
-def npu_target(config: DeploymentConfig) -> str | None:
-    """The Ethos-U ``config`` deploys to, or ``None`` for this machine's own runtimes."""
-    first = config.backends[:1]
-    return first[0] if first and first[0] in ETHOS_U_TARGETS else None
+__all__ = ["estimate", "estimate_fields", "estimate_lines"]
 
 
 def estimate(

@@ -20,7 +20,7 @@ from nnsweep.cli._args import (
     _seconds,
 )
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
-from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines, npu_target
+from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
@@ -327,7 +327,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
             hit = True
         snapshot.warn_if_constant()
         reply = None
-        if npu_target(config) is not None:  # no such NPU here: Vela's estimate, the TOSA graph's outputs
+        if runtimes.npu_target(config) is not None:  # no such NPU here: Vela's estimate, the TOSA graph's outputs
             status.line(f"estimating; running its TOSA graph on {len(snapshot.evaluation)} inputs ...")
             result, reply = estimate(snapshot, artifact, settings, cache_hit=hit)
         else:

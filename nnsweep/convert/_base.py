@@ -76,7 +76,6 @@ def native_output_to_debug_log(log: logging.Logger, source: str) -> Iterator[Non
     writes to stdout would otherwise reach the caller's (the CLI sends descriptor 1 to 2
     while it works, so that stdout holds only its result). The TOSA reference model writes
     a version warning on every run. Python's ``sys.stdout`` in the block goes to the log too."""
-    sys.stdout.flush()
     with _descriptor_to_debug_log(1, log, source), _descriptor_to_debug_log(2, log, source):
         yield
 

@@ -29,7 +29,7 @@ from nnsweep.convert.partition import LimitedPartitioner, report_from_program
 from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
-from nnsweep.core.runtimes import ETHOS_U_TARGETS
+from nnsweep.core.runtimes import npu_target
 from nnsweep.models import ModelBundle
 
 __all__ = ["BACKEND_IDS", "ExecuTorchConverter", "float_conv1d_as_conv2d", "xnnpack_quantizer"]
@@ -146,7 +146,7 @@ class ExecuTorchConverter(Converter):
     """
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
-        if config.backends[0] in ETHOS_U_TARGETS:
+        if npu_target(config) is not None:
             from nnsweep.convert.ethosu import convert_ethos_u
 
             return convert_ethos_u(bundle, config, out_dir, self.stages)

@@ -40,6 +40,7 @@ __all__ = [
     "listed_names",
     "load_object",
     "names",
+    "npu_target",
     "probe",
 ]
 
@@ -177,7 +178,7 @@ class RuntimeInfo:
                 "quant.interface",
                 f"{self.name} has no quantized-in/out ('full') interface for {q.mode.value}; use 'core'",
             )
-        if q.float_layers and config.backends[:1] and config.backends[0] in ETHOS_U_TARGETS:
+        if q.float_layers and npu_target(config) is not None:
             raise SpecError("quant.float_layers", f"{config.backends[0]} runs int8 only: no layer can stay float on it")
         if q.float_layers and self.mixed_precision is not None:
             can = ", ".join(info.name for info in _load().values() if info.mixed_precision is None) or "none"
@@ -233,6 +234,14 @@ ETHOS_U_TARGETS = (
     "ethos-u85-1024",
     "ethos-u85-2048",
 )
+
+
+def npu_target(config: Deployment) -> str | None:
+    """The Ethos-U NPU ``config``'s backend order starts with, or ``None``."""
+    first = config.backends[:1]
+    return first[0] if first and first[0] in ETHOS_U_TARGETS else None
+
+
 # Arm NN's backends in its own preference order (the seeds' "GpuAcc, CpuAcc, CpuRef");
 # CpuRef, the reference kernels, runs every layer Arm NN parses.
 ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")

@@ -227,24 +227,23 @@ def _class_layout(
     positions = [p for p, _ in layouts]
     axes = [a for _, a in layouts]
     labels = dataset.evaluation.labels
-    if labels is None or not len(labels):
-        return tuple(positions), tuple(axes) if any(axes) else ()
-    scored, shape = dataset.accuracy_output, shapes[dataset.accuracy_output]
-    per_sample = int(np.prod(labels.shape[1:]))
-    layout = labelled_layout(shape, per_sample)
-    if layout is None:
-        if len(shape) == 2:
-            kind = f"one per position along either axis of its {shape} output ({shape[0]} or {shape[1]})"
-        elif positions[scored] == 1:
-            kind = "one per sample"
-        else:
-            kind = f"one per position of its (classes, H, W) output ({positions[scored]})"
-        raise SpecError(
-            "model",
-            f"{ref}(): the Dataset's evaluation labels have {per_sample} classes per sample; the scored output "
-            f"takes {kind}",
-        )
-    positions[scored], axes[scored] = layout
+    if labels is not None and len(labels):
+        scored, shape = dataset.accuracy_output, shapes[dataset.accuracy_output]
+        per_sample = int(np.prod(labels.shape[1:]))
+        layout = labelled_layout(shape, per_sample)
+        if layout is None:
+            if len(shape) == 2:
+                kind = f"one per position along either axis of its {shape} output ({shape[0]} or {shape[1]})"
+            elif positions[scored] == 1:
+                kind = "one per sample"
+            else:
+                kind = f"one per position of its (classes, H, W) output ({positions[scored]})"
+            raise SpecError(
+                "model",
+                f"{ref}(): the Dataset's evaluation labels have {per_sample} classes per sample; the scored output "
+                f"takes {kind}",
+            )
+        positions[scored], axes[scored] = layout
     return tuple(positions), tuple(axes) if any(axes) else ()
 
 
