@@ -200,6 +200,30 @@ def test_the_sensitivity_evaluators_score_the_accuracy_output(tmp_path: Path, ru
     assert all_float.sqnr_db > whole_int8.sqnr_db  # of the scored output against fp32's
 
 
+def test_the_onnxruntime_evaluator_takes_its_folder_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exported and quantized models of an ONNX Runtime ranking go when the evaluator
+    goes: each `nnsweep sensitivity` left its folder in /tmp, a model's size each time."""
+    import gc
+    import tempfile
+
+    from nnsweep.core.quant import Granularity
+    from nnsweep.models import load_model
+    from nnsweep.sensitivity.ranking import evaluator
+
+    (tmp_path / "heads.py").write_text(TWO_HEADS)
+    bundle = load_model(f"{tmp_path}/heads.py:build")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    evaluate = evaluator(bundle, "onnxruntime", Granularity.PER_TENSOR)
+    evaluate(frozenset({"boxes"}))
+    (folder,) = scratch.glob("nnsweep-sensitivity-*")
+    assert {p.name for p in folder.iterdir()} == {"model.onnx", "quantized.onnx"}
+    del evaluate
+    gc.collect()
+    assert not folder.exists()
+
+
 def test_a_model_with_two_inputs_is_refused_saying_what_to_do(tmp_path: Path) -> None:
     from nnsweep.models import load_model
 

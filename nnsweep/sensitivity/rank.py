@@ -348,8 +348,14 @@ def onnxruntime_evaluator(
     programs in torch. Fused, the host's int8 kernels would enter the ranking: on an x86 CPU
     without VNNI their u8s8 products saturate in int16, which a device with VNNI or an Arm
     CPU does not do (docs/mixed-precision.md).
+
+    The exported and quantized models live in a temporary folder that goes with the
+    evaluator: it is removed when the evaluator is collected, or at the latest when the
+    interpreter exits.
     """
+    import shutil
     import tempfile
+    import weakref
     from pathlib import Path
 
     import numpy as np
@@ -376,6 +382,7 @@ def onnxruntime_evaluator(
         outs = [session.run(None, {name: split.inputs[i : i + 1]})[scored] for i in range(len(split))]
         return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, *scored_layout(bundle))
 
+    weakref.finalize(evaluate, shutil.rmtree, workdir, ignore_errors=True)
     return evaluate
 
 
