@@ -522,7 +522,8 @@ from nnsweep.sensitivity.ranking import ranking
 warnings.simplefilter("always")
 net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3)).eval()
 bundle = load_model(register_live("two_convolutions", net, torch.randn(1, 1, 8, 8)))
-report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, Path(tempfile.mkdtemp()))
+with tempfile.TemporaryDirectory() as cache:
+    report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, Path(cache))
 print(len(report.ranked()) - 2)
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,6 +130,15 @@ def test_a_machine_joins_to_convert_with_a_cpu_per_slot() -> None:
         join_command("10.0.0.1:6379", None)
 
 
+@pytest.fixture
+def ray_tmp() -> Iterator[str]:
+    """A private folder for Ray's session files and its "current cluster" pointer, removed
+    afterwards; short, under /tmp: Unix socket names are limited."""
+    path = tempfile.mkdtemp(prefix="nr", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -155,14 +166,13 @@ def _connect(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 @pytest.mark.ray
 @pytest.mark.integration
 @pytest.mark.slow
-def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_strangers(tmp_path: Path) -> None:
+def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_strangers(tmp_path: Path, ray_tmp: str) -> None:
     """`nnsweep agent head` with no ~/.ray: a 0600 token appears, a client without it is refused."""
     home, stranger = tmp_path / "home", tmp_path / "stranger"
     home.mkdir()
     stranger.mkdir()
-    # Ray's session files and its "current cluster" pointer go to a private temp dir (a short
-    # path: Unix socket names are limited), so nothing of another cluster on this machine is touched.
-    ray_tmp = tempfile.mkdtemp(prefix="nr", dir="/tmp")
+    # Ray's session files and its "current cluster" pointer go to a private temp dir, so
+    # nothing of another cluster on this machine is touched.
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     base["RAY_TMPDIR"] = ray_tmp
     port = _free_port()
@@ -241,7 +251,7 @@ def test_start_failure_reads_the_raylets_reason_from_this_starts_logs(tmp_path: 
 @pytest.mark.ray
 @pytest.mark.integration
 @pytest.mark.slow
-def test_a_join_whose_agent_starts_too_slowly_says_why_in_one_line(tmp_path: Path) -> None:
+def test_a_join_whose_agent_starts_too_slowly_says_why_in_one_line(tmp_path: Path, ray_tmp: str) -> None:
     """A board too slow to start Ray's dashboard agent in 15 s (ray-project/ray#65983), made here by a
     sitecustomize that delays that one process: `ray start` says only "timed out", nnsweep says why."""
     slow = tmp_path / "slow"
@@ -252,7 +262,7 @@ def test_a_join_whose_agent_starts_too_slowly_says_why_in_one_line(tmp_path: Pat
     token = tmp_path / "auth_token"
     ensure_token(token)
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    base["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nr", dir="/tmp")  # short: Unix socket names are limited
+    base["RAY_TMPDIR"] = ray_tmp
     port = _free_port()
     cli = [sys.executable, "-m", "nnsweep.cli", "agent"]
     head_log = (tmp_path / "head.log").open("wb")
@@ -303,7 +313,7 @@ finally:
 @pytest.mark.ray
 @pytest.mark.integration
 @pytest.mark.slow
-def test_the_local_executors_cluster_leaves_a_token_agent_head_accepts(tmp_path: Path) -> None:
+def test_the_local_executors_cluster_leaves_a_token_agent_head_accepts(tmp_path: Path, ray_tmp: str) -> None:
     """A fresh HOME, the default Ray executor's own local cluster (`nnsweep run`'s): the token Ray
     uses is 0600 in a 0700 folder, and `nnsweep agent head`'s check accepts it afterwards.
 
@@ -312,7 +322,7 @@ def test_the_local_executors_cluster_leaves_a_token_agent_head_accepts(tmp_path:
     home = tmp_path / "home"
     home.mkdir()
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    base["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nr", dir="/tmp")  # short: Unix socket names are limited
+    base["RAY_TMPDIR"] = ray_tmp
     proc = subprocess.Popen(
         [sys.executable, "-c", _LOCAL_CLUSTER],
         env=dict(base, HOME=str(home)),

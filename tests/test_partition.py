@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,14 +77,14 @@ def test_min_nodes_above_every_partition_delegates_nothing(unlimited) -> None:  
     assert set(report.nodes_by_backend) == {"portable"}
 
 
-def test_dropping_a_partition_that_holds_a_kept_whole_op_still_lowers(digits_gn) -> None:  # type: ignore[no-untyped-def]
+def test_dropping_a_partition_that_holds_a_kept_whole_op_still_lowers(digits_gn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """XNNPACK keeps aten.linear whole; a limit that drops the classifier's partition must
     leave a graph the portable kernels can run (found by a sweep: max 2, min 5 nodes)."""
     from nnsweep.artifacts import deploy
     from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.core.config import DeploymentConfig
 
-    cache = ArtifactCache(Path(tempfile.mkdtemp()))
+    cache = ArtifactCache(tmp_path / "cache")
     config = DeploymentConfig("executorch", ("xnnpack",), partitions=PartitionLimits(2, 5))
     artifact, _ = deploy.convert(digits_gn, config, cache)
     assert artifact.partitions.count <= 2
