@@ -65,7 +65,7 @@ def test_full_interface_takes_int8_and_matches_core(digits, shared_cache) -> Non
     assert abs(full.accuracy - core.accuracy) <= 0.005
 
 
-@pytest.mark.parametrize("mode", ["fp16", "dynamic_int8", "qat_int8"])
+@pytest.mark.parametrize("mode", ["fp16", "dynamic_int8", pytest.param("qat_int8", marks=pytest.mark.slow)])
 def test_other_modes_convert_and_keep_accuracy(digits, shared_cache, fp32, mode: str) -> None:  # type: ignore[no-untyped-def]
     _, ev = _accuracy(digits, shared_cache, DeploymentConfig("executorch", ("xnnpack",), QuantConfig(mode)))
     assert ev.accuracy >= fp32[1].accuracy - 0.02

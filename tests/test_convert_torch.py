@@ -492,6 +492,7 @@ assert converted(*example).shape == (1, 2, 6, 6)
 """
 
 
+@pytest.mark.slow
 def test_converting_says_nothing_of_torchs_quantized_tensor_deprecation() -> None:
     # torch 2.14 warns when convert_fx builds a quantized module (once per process, from C++:
     # a fresh process each); every `nnsweep run`, bench and ranking through torch printed it

@@ -55,6 +55,7 @@ def _dropped_in_one_call(program: torch.export.ExportedProgram, limits: Partitio
     return partitioner.dropped
 
 
+@pytest.mark.slow
 def test_the_default_limits_give_the_bytes_of_one_call(program: torch.export.ExportedProgram) -> None:
     assert _lowered(program, DEFAULT, object()) == _in_one_call(
         program, LimitedPartitioner(XnnpackPartitioner(), DEFAULT)
@@ -91,6 +92,7 @@ def test_a_variant_dropping_an_op_kept_whole_is_lowered_with_every_op_decomposed
     assert sorted(partitioner.dropped) == sorted(_dropped_in_one_call(program, TEN_NODES))
 
 
+@pytest.mark.slow
 def test_only_the_last_few_edge_programs_are_kept(
     program: torch.export.ExportedProgram, caplog: pytest.LogCaptureFixture
 ) -> None:
