@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from nnsweep.bench import LatencyStats, MeasureSettings, Runner, Timing, evaluate, time_runner
 from nnsweep.bench._stats import median_ci
+from nnsweep.cli.bench import quality_lines
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import SpecError
 
@@ -113,6 +114,14 @@ def test_a_taggers_steps_are_compared_step_by_step_along_its_last_axis() -> None
     assert evaluate(flat_out, flat_ref, labels, positions=(5,), class_axes=(1,)).accuracy == 1.0 - 1 / 20
     # read along the first axis, the same values are other classes: the layout matters
     assert evaluate(flat_ref, flat_ref, labels, positions=(5,)).accuracy < 1.0
+    # bench's summary says the figures are per step, not per sequence
+    per_step = evaluate(flat_out, flat_ref, labels, positions=(5,), class_axes=(1,))
+    assert per_step.positions == 5
+    accuracy, fidelity = quality_lines(per_step)
+    assert accuracy == "Accuracy (top-1 at each of 5 positions, 4 evaluation samples): 95.00 %"
+    assert fidelity.startswith("Fidelity vs fp32: top-1 agreement 95.0 % (per position), ")
+    accuracy, fidelity = quality_lines(evaluate(flat_ref[:, :3], flat_ref[:, :3], labels[:, 0]))
+    assert accuracy.startswith("Accuracy (top-1, 4 evaluation samples): ") and "per position" not in fidelity
     with pytest.raises(ValueError, match="2 class positions and 1 class axes for 2 outputs"):
         evaluate(np.zeros((2, 4)), np.zeros((2, 4)), None, sizes=(2, 2), positions=(1, 1), class_axes=(0,))
 

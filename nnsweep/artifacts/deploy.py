@@ -164,6 +164,7 @@ class DeploymentResult:
             "fidelity": e.fidelity.to_dict(),
             "fidelity_per_output": [f.to_dict() for f in e.per_output],
             "eval_samples": e.samples,
+            "eval_positions": e.positions,  # classes per sample compared, each on its own (a tagger's steps)
             "partitions": self.artifact.partitions.to_dict(),
             "cache_hit": self.cache_hit,
             "convert_s": self.artifact.convert_s,

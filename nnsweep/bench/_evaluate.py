@@ -47,13 +47,16 @@ class Evaluation:
 
     For a model with several outputs, ``fidelity`` is the worst over them (each metric
     on its own) and ``per_output`` holds each output's; accuracy comes from one output
-    (the first unless the model's dataset names another).
+    (the first unless the model's dataset names another). ``positions``: how many classes
+    that output gives per sample, each compared on its own (a classifier's 1, a tagger's
+    ``T``, a segmentation's ``H x W``).
     """
 
     accuracy: float | None
     fidelity: Fidelity
     samples: int
     per_output: tuple[Fidelity, ...] = ()
+    positions: int = 1
 
 
 def evaluate(
@@ -108,7 +111,11 @@ def evaluate(
         accuracy = float(np.mean(classes == truth))
     fidelity = parts[0] if len(parts) == 1 else Fidelity.worst(parts)
     return Evaluation(
-        accuracy=accuracy, fidelity=fidelity, samples=len(out), per_output=tuple(parts) if len(parts) > 1 else ()
+        accuracy=accuracy,
+        fidelity=fidelity,
+        samples=len(out),
+        per_output=tuple(parts) if len(parts) > 1 else (),
+        positions=places[accuracy_output],
     )
 
 

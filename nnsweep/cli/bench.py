@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nnsweep.cli._args import (
     _MAX_ITERS,
@@ -24,6 +24,9 @@ from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
+
+if TYPE_CHECKING:
+    from nnsweep.bench._evaluate import Evaluation
 
 # DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
 _BENCH_OPTIONS = {
@@ -371,7 +374,7 @@ def _p50_interval(t: Any) -> str:
 def _bench_summary(result: Any, estimated: list[str] | None = None) -> str:
     """A summary a ``benchmark_model`` user would recognise, then the partition report.
     ``estimated``: the lines on speed and memory of an NPU's estimate, instead of the timings."""
-    t, e, a = result.timing, result.evaluation, result.artifact
+    t, a = result.timing, result.artifact
     lines = [
         "STARTING!",
         f"Model: {result.model} (digest {result.model_digest[:12]})",
@@ -381,15 +384,27 @@ def _bench_summary(result: Any, estimated: list[str] | None = None) -> str:
         + ")",
         *(_timing_lines(t) if estimated is None else estimated),
     ]
+    lines += quality_lines(result.evaluation)
+    lines.append(a.partitions.render())
+    return "\n".join(lines)
+
+
+def quality_lines(e: Evaluation) -> list[str]:
+    """Accuracy and fidelity as the summary prints them. An output with a class at each of
+    several positions (a tagger's steps, a segmentation's pixels) says that top-1 is per
+    position, so 95 % reads as 95 % of the steps, not of the sequences."""
     f = e.fidelity
+    each = f" at each of {e.positions} positions" if e.positions > 1 else ""
     if e.accuracy is not None:
-        lines.append(f"Accuracy (top-1, {e.samples} evaluation samples): {e.accuracy * 100:.2f} %")
+        lines = [f"Accuracy (top-1{each}, {e.samples} evaluation samples): {e.accuracy * 100:.2f} %"]
     else:
-        lines.append(f"Accuracy: n/a (no labelled data; fidelity on {e.samples} inputs)")
+        lines = [f"Accuracy: n/a (no labelled data; fidelity on {e.samples} inputs)"]
     sqnr = "inf (identical)" if f.sqnr_db == float("inf") else f"{f.sqnr_db:.1f} dB"
+    per_position = " (per position)" if e.positions > 1 else ""
     lines.append(
-        f"Fidelity vs fp32: top-1 agreement {f.top1_agreement * 100:.1f} %, max abs err {f.max_abs_err:.3g}, "
-        f"mean abs err {f.mean_abs_err:.3g}, SQNR {sqnr}" + (" (worst of the outputs)" if e.per_output else "")
+        f"Fidelity vs fp32: top-1 agreement {f.top1_agreement * 100:.1f} %{per_position}, "
+        f"max abs err {f.max_abs_err:.3g}, mean abs err {f.mean_abs_err:.3g}, SQNR {sqnr}"
+        + (" (worst of the outputs)" if e.per_output else "")
     )
     for i, part in enumerate(e.per_output):
         part_sqnr = "inf (identical)" if part.sqnr_db == float("inf") else f"{part.sqnr_db:.1f} dB"
@@ -397,8 +412,7 @@ def _bench_summary(result: Any, estimated: list[str] | None = None) -> str:
             f"  output {i}: top-1 agreement {part.top1_agreement * 100:.1f} %, max abs err {part.max_abs_err:.3g}, "
             f"mean abs err {part.mean_abs_err:.3g}, SQNR {part_sqnr}"
         )
-    lines.append(a.partitions.render())
-    return "\n".join(lines)
+    return lines
 
 
 def _timing_lines(t: Any) -> list[str]:
