@@ -62,13 +62,19 @@ arm-sim-build:
 	else NNSWEEP_ARM_SIM_AGENT=$${NNSWEEP_ARM_SIM_AGENT:-lite} bash device_agents/arm_sim.sh build; fi
 
 # Every test, including the slow, integration, Ray and emulation ones (this is what CI runs).
+# The self-contained tests run in TEST_WORKERS processes at once (pytest-xdist); the ones that
+# start Ray, servers, whole sweeps or the board run after them one at a time, as on a user's
+# machine: nothing else runs beside a cluster's join or a sweep's measurements.
+TEST_WORKERS ?= 2
+ONE_AT_A_TIME := integration or ray or emulation
 test: install system-deps arm-sim-build
 	$(BIN)/ruff check nnsweep dashboards tests benchmarks
-	$(BIN)/python -m pytest --durations=30
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not ($(ONE_AT_A_TIME))" --durations=20
+	$(BIN)/python -m pytest -m "$(ONE_AT_A_TIME)" --durations=30
 
 # The fast unit tests only, for the edit-test loop.
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow and not integration and not ray"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not ($(ONE_AT_A_TIME))"
 
 lint: install
 	$(BIN)/ruff check nnsweep dashboards tests benchmarks
