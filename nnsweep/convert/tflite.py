@@ -47,7 +47,8 @@ __all__ = [
 _IDENTIFIER = b"TFL3"
 _OP_NAMES = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
 # What a model's input or output may be and need no QUANTIZE or DEQUANTIZE at the edge: float,
-# or integers that are not quantized values (token ids in, the classes of an argmax out).
+# or integers that are not quantized values (token ids in, the classes of an argmax out);
+# unquantized uint8 (pixels in) is plain too (:func:`_plain`).
 _PLAIN_TYPES = (schema.TensorType.FLOAT32, schema.TensorType.INT32, schema.TensorType.INT64)
 # The numpy type of each tensor type the edits read or write.
 NUMPY_OF = {
@@ -160,6 +161,13 @@ def symmetric_embedding_tables(model: schema.ModelT) -> int:
     return fixed
 
 
+def _plain(tensor: schema.TensorT) -> bool:
+    """Whether a model's input or output is values as they are, with no QUANTIZE or DEQUANTIZE
+    to add: float, integers (:data:`_PLAIN_TYPES`), or uint8 without quantization parameters
+    (a camera's pixels, which the model casts to float itself)."""
+    return tensor.type in _PLAIN_TYPES or (tensor.type == schema.TensorType.UINT8 and quant_scales(tensor) is None)
+
+
 def _io_tensor(subgraph: schema.SubGraphT, index: int, what: str) -> tuple[schema.TensorT, float, int]:
     tensor = subgraph.tensors[index]
     scales = quant_scales(tensor)
@@ -179,6 +187,11 @@ def int8_io(model: schema.ModelT) -> IOSpec:
     subgraph = model.subgraphs[0]
     if len(subgraph.inputs) != 1 or len(subgraph.outputs) != 1:
         raise ConversionError("the full interface needs a model with one input and one output: use interface core")
+    if _plain(subgraph.tensors[int(subgraph.inputs[0])]):
+        raise ConversionError(
+            "the model's input is not quantized (a float input, token ids or pixels it casts itself); the full "
+            "interface takes a quantized one: use interface core"
+        )
     t_in, s_in, z_in = _io_tensor(subgraph, int(subgraph.inputs[0]), "input")
     t_out, s_out, z_out = _io_tensor(subgraph, int(subgraph.outputs[0]), "output")
     return IOSpec(
@@ -220,9 +233,9 @@ def float_interface(model: schema.ModelT) -> None:
     q_in = int(subgraph.inputs[0])
     # An end already float (a first or last layer kept in float, quant.float_layers) or integer (an
     # argmax's classes) stays as it is.
-    q_outs = [int(t) for t in subgraph.outputs if subgraph.tensors[int(t)].type not in _PLAIN_TYPES]
-    # A float input (its first layer kept in float) or token ids (an embedding's lookup)
-    plain_input = subgraph.tensors[q_in].type in _PLAIN_TYPES
+    q_outs = [int(t) for t in subgraph.outputs if not _plain(subgraph.tensors[int(t)])]
+    # A float input (its first layer kept in float), token ids (an embedding's lookup) or pixels
+    plain_input = _plain(subgraph.tensors[q_in])
     if not plain_input:
         _io_tensor(subgraph, q_in, "input")
     for q_out in q_outs:
