@@ -119,10 +119,15 @@ def convert_ethos_u(
     target = config.backends[0]
     if not bundle.example_input.is_floating_point():
         # The Arm passes cast the ids to int32 and leave the lookup (aten.index_select) to the
-        # CPU, which Vela does not estimate: refused before the conversion, not after it.
+        # CPU, as they leave a pixel model's cast to float (dim_order_ops._to_dim_order_copy);
+        # Vela does not estimate the CPU: refused before the conversion, not after it.
+        dtype = str(bundle.example_input.dtype).removeprefix("torch.")
+        kind, cpu_op = (
+            ("uint8 pixels", "cast to float") if dtype == "uint8" else (f"token ids ({dtype})", "embedding lookup")
+        )
         raise ConversionError(
-            f"the model takes token ids ({str(bundle.example_input.dtype).removeprefix('torch.')}); their "
-            f"embedding lookup runs on the CPU beside {target}, and Vela estimates NPU partitions only"
+            f"the model takes {kind}; their {cpu_op} runs on the CPU beside {target}, "
+            "and Vela estimates NPU partitions only"
         )
     with tempfile.TemporaryDirectory(prefix="nnsweep-vela-") as tmp:
         intermediates = Path(tmp)

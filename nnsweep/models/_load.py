@@ -32,6 +32,7 @@ from nnsweep.models._bundle import (
     shape_positions,
     unlabelled_layout,
 )
+from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
 
@@ -143,7 +144,7 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         warnings.filterwarnings("ignore", "The default weight initialization", FutureWarning)
         module = torchvision.models.get_model(name, weights=None)
     shape = check_input_shape(tuple(input_shape or (1, 3, 224, 224)), "input_shape")
-    example, data = _synthetic_data(shape)
+    example, data = _synthetic_data(f"torchvision:{name}", module, shape)
     if weights is not None:
         if not weights.is_file():
             raise SpecError("weights", f"file {str(weights)!r} does not exist")
@@ -189,15 +190,50 @@ def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...],
         raise SpecError("model", f"{ref}: {exc}") from None
 
 
-def _synthetic_data(shape: tuple[int, ...]) -> tuple[Any, Dataset]:
-    """Seeded Gaussian inputs for models that come without data (no labels: no accuracy)."""
+def _synthetic_data(ref: str, module: Any, shape: tuple[int, ...], dtype: str = "float32") -> tuple[Any, Dataset]:
+    """Seeded inputs for models that come without data (no labels: no accuracy), and the
+    example input among them: Gaussian floats, pixels over 0-255, or ids below the model's
+    vocabulary, by the input's ``dtype``."""
     import numpy as np
     import torch
 
-    rng = np.random.RandomState(0)
-    cal = rng.standard_normal((_SYNTHETIC_CALIBRATION, *shape[1:])).astype(np.float32)
-    ev = rng.standard_normal((_SYNTHETIC_EVALUATION, *shape[1:])).astype(np.float32)
-    return torch.from_numpy(ev[:1].copy()), Dataset(calibration=Split(cal), evaluation=Split(ev))
+    if dtype in ID_DTYPES:
+        vocab = vocabulary(ref, module)
+        data = synthetic_ids(shape, np.dtype(dtype), vocab, _SYNTHETIC_CALIBRATION, _SYNTHETIC_EVALUATION)
+    elif dtype == PIXEL_DTYPE:
+        data = synthetic_pixels(shape, _SYNTHETIC_CALIBRATION, _SYNTHETIC_EVALUATION)
+    else:
+        rng = np.random.RandomState(0)
+        cal = rng.standard_normal((_SYNTHETIC_CALIBRATION, *shape[1:])).astype(np.float32)
+        ev = rng.standard_normal((_SYNTHETIC_EVALUATION, *shape[1:])).astype(np.float32)
+        data = Dataset(calibration=Split(cal), evaluation=Split(ev))
+    return torch.from_numpy(data.evaluation.inputs[:1].copy()), data
+
+
+def _input_dtype(ref: str, example: Any) -> str:
+    """The example input's dtype, if nnsweep deploys models that take it: float32, uint8
+    pixels (:mod:`nnsweep.models._pixels`) or int32/int64 token ids.
+
+    Raises:
+        SpecError: another dtype, saying which ones nnsweep takes.
+    """
+    import torch
+
+    dtype = str(example.dtype).removeprefix("torch.")
+    if dtype in ID_DTYPES or dtype == PIXEL_DTYPE or example.dtype == torch.float32:
+        return dtype
+    if not example.is_floating_point():
+        raise SpecError(
+            "model",
+            f"{ref}(): the example input is {dtype}; nnsweep deploys models that take float32 "
+            "(images, audio, features), uint8 pixels or int32/int64 token ids",
+        )
+    raise SpecError(  # float64 met float32 calibration data with a traceback
+        "model",
+        f"{ref}(): the example input is {dtype}; nnsweep deploys float32 "
+        "models (its fp32 baseline) and makes float16 and int8 itself: give the model and its input as float32 "
+        "(model.float(), example.float())",
+    )
 
 
 def _check_input_dtypes(ref: str, want: np.dtype[Any], dataset: Dataset) -> None:
@@ -358,36 +394,14 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
         )
     if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
-    dtype = str(example.dtype).removeprefix("torch.")
+    dtype = _input_dtype(ref, example)
     token_ids = dtype in ID_DTYPES
-    if not token_ids and not example.is_floating_point():
-        raise SpecError(
-            "model",
-            f"{ref}(): the example input is {dtype}; nnsweep deploys models "
-            "that take float32 (images, audio, features) or int32/int64 token ids",
-        )
-    if not token_ids and example.dtype != torch.float32:  # float64 met float32 calibration data with a traceback
-        raise SpecError(
-            "model",
-            f"{ref}(): the example input is {dtype}; nnsweep deploys float32 "
-            "models (its fp32 baseline) and makes float16 and int8 itself: give the model and its input as float32 "
-            "(model.float(), example.float())",
-        )
     if example.numel() > MAX_INPUT_ELEMENTS:
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
     net.eval()
     sizes, shapes = check_forward(ref, net, example)
-    if dataset is None and token_ids:
-        dataset = synthetic_ids(
-            tuple(example.shape),
-            np.dtype(dtype),
-            vocabulary(ref, net),
-            _SYNTHETIC_CALIBRATION,
-            _SYNTHETIC_EVALUATION,
-        )
-        example = torch.from_numpy(dataset.evaluation.inputs[:1].copy())
-    elif dataset is None:
-        example, dataset = _synthetic_data(tuple(example.shape))
+    if dataset is None:
+        example, dataset = _synthetic_data(ref, net, tuple(example.shape), dtype)
     _check_input_dtypes(ref, np.dtype(dtype), dataset)
     if token_ids:
         check_ids(ref, net, dataset)
