@@ -31,7 +31,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Split:
-    """Inputs (N, ...) float32 (int32 or int64 token ids for a model that takes them), and
+    """Inputs (N, ...) float32 (uint8 pixels, or int32 or int64 token ids, for a model that takes them), and
     labels (N,) int64 where the data is labelled ((N, H, W) for a dense output's classes,
     one per position: :func:`class_positions`; (N, T) for a sequence tagger's
     ``(T, classes)``: :func:`labelled_layout`)."""
