@@ -88,8 +88,10 @@ def _input_dtype(runtime: str, path: Path) -> str:
         ("onnxruntime", "static_int8", 15.0, "tensor(uint8)"),
         ("onnxruntime", "fp16", 40.0, "tensor(uint8)"),
         ("executorch", "static_int8", 20.0, "uint8"),
+        ("executorch", "fp16", 40.0, "uint8"),  # the model's x.float() gives half (convert/half.py)
         ("litert", "static_int8", 20.0, "uint8"),
         ("torch", "static_int8", 15.0, None),  # TorchScript: the cast is in the traced graph
+        ("torch", "fp16", 40.0, None),
     ],
 )
 def test_a_pixel_model_deploys_taking_uint8(

@@ -3,10 +3,12 @@ export an fp16 artifact from PyTorch (ExecuTorch, torch)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 __all__ = ["HalfPrecision"]
 
@@ -14,7 +16,9 @@ __all__ = ["HalfPrecision"]
 class HalfPrecision(nn.Module):
     """Runs ``model`` in fp16 and takes and returns float32, like ONNX Runtime's
     ``keep_io_types``: a float input is cast to half, every output back to float32.
-    Token ids (an integer input) go in as they are: an embedding looks them up."""
+    Token ids and uint8 pixels (an integer input) go in as they are; where the model casts an
+    integer tensor to float32 itself (``x.float() / 255``), the cast gives half
+    (:class:`_IntegerCastsGiveHalf`)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -23,5 +27,33 @@ class HalfPrecision(nn.Module):
     def forward(self, x: torch.Tensor) -> Any:
         from torch.utils import _pytree
 
+        with _IntegerCastsGiveHalf():
+            outputs = self.model(x.half() if x.is_floating_point() else x)
         # Every output back to float32, whatever the structure (a tuple or dict of outputs).
-        return _pytree.tree_map(lambda t: t.float(), self.model(x.half() if x.is_floating_point() else x))
+        return _pytree.tree_map(lambda t: t.float(), outputs)
+
+
+class _IntegerCastsGiveHalf(TorchFunctionMode):
+    """Inside the half model, ``t.float()``, ``t.to(torch.float32)`` and ``t.type(torch.float32)``
+    of an *integer* tensor give float16.
+
+    A pixel model scales its uint8 frame with ``x.float() / 255``: in a half model that float32
+    tensor meets half weights, and the conversion fails ("Input type (float) and bias type
+    (c10::Half) should be the same"). A cast of a float tensor to float32 (an upcast the model
+    asks for, as some normalisations do) is left as written. The mode acts while the converter
+    traces (``torch.export``, ``torch.jit.trace``), so the artifact holds the half cast."""
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _CASTS and args and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point():
+            if func is torch.Tensor.float:
+                return args[0].half()
+            args = tuple(torch.float16 if a is torch.float32 else a for a in args)
+            if kwargs.get("dtype") is torch.float32:
+                kwargs = {**kwargs, "dtype": torch.float16}
+        return func(*args, **kwargs)
+
+
+_CASTS = frozenset({torch.Tensor.float, torch.Tensor.to, torch.Tensor.type})
