@@ -3,6 +3,10 @@ casts inside the model give half, read from the exported graph."""
 
 from __future__ import annotations
 
+import copy
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -66,3 +70,48 @@ def test_the_rule_holds_only_inside_the_wrapper() -> None:
     ids = torch.arange(4)
     HalfPrecision(_Scale("float")).eval()(ids.to(torch.uint8))
     assert ids.float().dtype is torch.float32
+
+
+class _Normalised(torch.nn.Module):
+    """A camera model that makes its normalisation constants as it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+        std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+        return self.conv((x.float() / 255 - mean) / std)
+
+
+def test_a_float_constant_the_model_makes_is_half_and_the_default_dtype_comes_back() -> None:
+    pixels = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)
+    model = _Normalised().eval()
+    half = HalfPrecision(copy.deepcopy(model)).eval()  # .half() is in place
+    program = torch.export.export(half, (pixels,), strict=False)
+    constants = [n.meta["val"].dtype for n in program.graph.nodes if n.op == "placeholder" and n.name.startswith("c_")]
+    assert constants == [torch.float16, torch.float16]
+    assert torch.get_default_dtype() is torch.float32
+    reference = model(pixels)
+    assert (half(pixels) - reference).abs().max() < 1e-2 * reference.abs().max()
+
+
+def test_the_default_dtype_comes_back_when_the_model_fails() -> None:
+    class Fails(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("the model's own error")
+
+    with pytest.raises(ValueError, match="the model's own error"):
+        HalfPrecision(Fails())(torch.zeros(2))
+    assert torch.get_default_dtype() is torch.float32
+
+
+def test_a_warning_of_the_trace_names_the_models_line_not_the_wrappers() -> None:
+    pixels = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.jit.trace(HalfPrecision(_Normalised()).eval(), pixels, check_trace=False)
+    constants = [w for w in caught if "registered as constants" in str(w.message)]
+    assert len(constants) == 2
+    assert {Path(w.filename).name for w in constants} == {Path(__file__).name}
