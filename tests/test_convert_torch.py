@@ -368,38 +368,82 @@ def _own_flow_sqnr(net: nn.Module, x: torch.Tensor, engine: str) -> float:
         torch.backends.quantized.engine = previous
 
 
-def test_static_int8_on_x86_refuses_a_two_row_transposed_convolution_unless_it_is_kept_float(tmp_path: Path) -> None:
+def _upsampler(kernel: int | tuple[int, int], padding: int = 0) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.ConvTranspose2d(16, 16, kernel, stride=2, padding=padding)).eval()
+
+
+@pytest.mark.parametrize("engine", ["x86", "fbgemm"])
+def test_the_transposed_convolution_probe_agrees_with_torchs_own_flow_on_this_cpu(engine: str) -> None:
+    # The fault is the CPU's code path: torch 2.14's x86 engine computed a two-row kernel at
+    # -13 to -17 dB on one x86 CPU (no AVX-512 VNNI) and at 31 dB on another (an AMD EPYC
+    # with it), where fbgemm was wrong on both. The probe tells this machine's case.
+    from nnsweep.convert.fx import _shape, conv_transpose_probe_db
+
+    x = torch.randn(8, 16, 8, 8)
+    for kernel in (2, (2, 3)):
+        layer = _upsampler(kernel)
+        assert (conv_transpose_probe_db(engine, _shape(layer[0])) < 10) == (_own_flow_sqnr(layer, x, engine) < 10)
+    # what the refusal leaves alone, on any CPU: qnnpack, and kernels with more rows or padding
+    assert _own_flow_sqnr(_upsampler(2), x, "qnnpack") > 30
+    assert _own_flow_sqnr(_upsampler(4, padding=1), x, engine) > 25
+    assert _own_flow_sqnr(_upsampler(2, padding=1), x, engine) > 25
+
+
+def _decoder(out_channels: int = 8) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    up = nn.ConvTranspose2d(16, out_channels, 2, stride=2)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), up).eval(), torch.randn(1, 3, 8, 8)
+
+
+def test_where_the_probe_fails_static_int8_refuses_a_two_row_transposed_convolution_unless_kept_float(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nnsweep.convert import fx
     from nnsweep.convert.torch import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
 
-    def upsampler(kernel: int | tuple[int, int], padding: int = 0) -> nn.Module:
-        torch.manual_seed(0)
-        return nn.Sequential(nn.ConvTranspose2d(16, 16, kernel, stride=2, padding=padding)).eval()
-
-    x = torch.randn(8, 16, 8, 8)
-    # torch's own flow: when the first passes 20 dB, the refusal can go; the others are why it is narrow
-    assert _own_flow_sqnr(upsampler(2), x, "x86") < 0
-    assert _own_flow_sqnr(upsampler((2, 3)), x, "x86") < 0
-    assert _own_flow_sqnr(upsampler(2), x, "qnnpack") > 30
-    assert _own_flow_sqnr(upsampler(4, padding=1), x, "x86") > 25
-    assert _own_flow_sqnr(upsampler(2, padding=1), x, "x86") > 25
-
-    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.ConvTranspose2d(16, 8, 2, stride=2)).eval()
-    bundle = load_model(register_live("upsampler", net, torch.randn(1, 3, 8, 8)))
+    monkeypatch.setattr(fx, "conv_transpose_probe_db", lambda engine, shape: -14.0)  # a CPU that gets it wrong
+    bundle = load_model(register_live("upsampler", *_decoder()))
     for name in ("refused", "kept", "qnnpack"):
         (tmp_path / name).mkdir()
-    with pytest.raises(ConversionError, match=r"x86 int8 ConvTranspose2d computes wrong values .*: 2; keep them float"):
+    with pytest.raises(
+        ConversionError, match=r"x86 int8 ConvTranspose2d computes wrong values on this CPU .*: 2; keep them float"
+    ):
         TorchConverter().convert(bundle, STATIC_X86, tmp_path / "refused")
     kept = QuantConfig(QuantMode.STATIC_INT8, Granularity.PER_CHANNEL, float_layers=("2",))
     TorchConverter().convert(bundle, DeploymentConfig("torch", ("x86",), kept), tmp_path / "kept")
-    qnnpack = DeploymentConfig("torch", ("qnnpack",), QuantConfig(QuantMode.STATIC_INT8, Granularity.PER_TENSOR))
-    TorchConverter().convert(bundle, qnnpack, tmp_path / "qnnpack")
-    # the ranking scores such a layer through the kernels (their damage) and puts it first
+    TorchConverter().convert(bundle, STATIC_QNNPACK, tmp_path / "qnnpack")
+    monkeypatch.setattr(fx, "conv_transpose_probe_db", lambda engine, shape: 31.0)  # a CPU that gets it right
+    assert fx.wrong_conv_transposes(bundle.module, "x86") == []
+
+
+@pytest.mark.parametrize("out_channels", [8, 16])  # on an AMD EPYC with VNNI, x86 was wrong for 8, right for 16
+def test_on_this_cpu_a_two_row_transposed_convolution_is_refused_exactly_where_its_kernel_is_wrong(
+    out_channels: int, tmp_path: Path
+) -> None:
+    from nnsweep.convert.fx import _shape, conv_transpose_probe_db
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
     from nnsweep.sensitivity.ranking import ranking
 
-    report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path / "ranking")
-    assert report.ranked()[0] == "2"
+    net, example = _decoder(out_channels)
+    bundle = load_model(register_live(f"upsampler_{out_channels}", net, example))
+    if conv_transpose_probe_db("x86", _shape(net[2])) < 10:
+        with pytest.raises(ConversionError, match=r"computes wrong values on this CPU"):
+            TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+        # the ranking scores such a layer through the kernels (their damage) and puts it first
+        report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path / "ranking")
+        assert report.ranked()[0] == "2"
+    else:
+        TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+        ts = torch.jit.load(str(tmp_path / "model.pt"))
+        x = torch.randn(8, 3, 8, 8)
+        with torch.no_grad():
+            noise = (ts(x) - net(x)).pow(2).mean()
+            assert 10 * torch.log10(net(x).pow(2).mean() / noise) > 20
 
 
 def test_the_layer_ranking_scores_the_quantizers_arithmetic_not_the_hosts_int8_kernels(tmp_path: Path) -> None:

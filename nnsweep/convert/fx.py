@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -201,12 +202,17 @@ def refuse_prelu(module: torch.nn.Module) -> None:
         )
 
 
-# The engines whose int8 ConvTranspose2d computes wrong values for the kernels below (torch 2.14).
+# The engines whose int8 ConvTranspose2d computes wrong values for the kernels below (torch 2.14)
+# on some x86 CPUs and some layer shapes: on one without AVX-512 VNNI for every shape tried; on
+# an AMD EPYC with it, fbgemm for every shape and x86 for all but 16 -> 16 channels.
 _FBGEMM_ENGINES = frozenset({"x86", "fbgemm"})
+# Below this SQNR against fp32, a probe of the layer is computed wrongly (right: about 31 dB; wrong: -17 to -2).
+_PROBE_FLOOR_DB = 10.0
 
 
 def wrong_conv_transposes(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> list[str]:
-    """The layers :func:`refuse_wrong_conv_transpose` refuses: ``engine``'s int8 computes them wrongly."""
+    """The layers :func:`refuse_wrong_conv_transpose` refuses: ``engine``'s int8 computes them
+    wrongly on this machine (:func:`conv_transpose_probe_db` of each one's shape)."""
     if engine not in _FBGEMM_ENGINES:
         return []
     kept = set(float_layers)
@@ -218,20 +224,70 @@ def wrong_conv_transposes(module: torch.nn.Module, engine: str, float_layers: Se
         and tuple(sub.padding) == (0, 0)
         and sub.groups == 1
         and name not in kept
+        and conv_transpose_probe_db(engine, _shape(sub)) < _PROBE_FLOOR_DB
     ]
 
 
+def _shape(layer: torch.nn.ConvTranspose2d) -> tuple[Any, ...]:
+    """What of a transposed convolution the probe rebuilds: all that picks the kernel's code path."""
+    return (
+        layer.in_channels,
+        layer.out_channels,
+        tuple(layer.kernel_size),
+        tuple(layer.stride),
+        tuple(layer.output_padding),
+        tuple(layer.dilation),
+        layer.bias is not None,
+    )
+
+
+@functools.cache
+def conv_transpose_probe_db(engine: str, shape: tuple[Any, ...]) -> float:
+    """The SQNR against fp32 of a ``ConvTranspose2d`` of ``shape`` (:func:`_shape`; seeded
+    weights, eight 8x8 inputs) through torch's own FX int8 flow with ``engine``'s default
+    mapping, on this machine's kernels: about 0.1 s, once per shape and process. The fault is
+    the CPU's code path for the shape: the same torch computes one layer wrongly on one x86
+    CPU and rightly on another."""
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import prepare_fx
+
+    in_channels, out_channels, kernel, stride, output_padding, dilation, bias = shape
+    generator = torch.Generator().manual_seed(0)
+    layer = torch.nn.ConvTranspose2d(
+        in_channels, out_channels, kernel, stride, output_padding=output_padding, dilation=dilation, bias=bias
+    )
+    probe = torch.nn.Sequential(layer).eval()
+    with torch.no_grad():
+        for parameter in probe.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
+    x = torch.randn(8, in_channels, 8, 8, generator=generator)
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's deprecations of its own FX flow
+            prepared = prepare_fx(copy.deepcopy(probe), get_default_qconfig_mapping(engine), (x[:1],))
+            prepared(x)
+            noise = (convert_quietly(prepared)(x) - probe(x)).pow(2).mean()
+            return float(10 * torch.log10(probe(x).pow(2).mean() / noise))
+    finally:
+        torch.backends.quantized.engine = previous
+
+
 def refuse_wrong_conv_transpose(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> None:
-    """torch 2.14's x86 and fbgemm int8 ``ConvTranspose2d`` computes wrong values when its kernel
-    is two rows high, without padding and groups (a U-Net's ``ConvTranspose2d(c, c, 2, stride=2)``):
-    -12 to -17 dB against fp32 with torch's own FX flow and default mapping, where qnnpack gives
-    37 dB and a 3- or 4-row kernel 31 dB on x86. Such a layer left float (``float_layers``) is fine."""
+    """torch 2.14's x86 and fbgemm int8 ``ConvTranspose2d`` computes wrong values on some x86
+    CPUs when its kernel is two rows high, without padding and groups (a U-Net's
+    ``ConvTranspose2d(c, c, 2, stride=2)``): -17 to -2 dB against fp32 with torch's own FX flow
+    and default mapping, where qnnpack gives 37 dB and a 3- or 4-row kernel 31 dB on x86. Such a
+    layer is refused where this machine's kernels get a probe of its shape wrong
+    (:func:`conv_transpose_probe_db`); left float (``float_layers``) it is fine."""
     wrong = wrong_conv_transposes(module, engine, float_layers)
     if wrong:
         version = torch.__version__.split("+")[0]
         raise ConversionError(
-            f"torch {version}'s {engine} int8 ConvTranspose2d computes wrong values with a kernel two rows high and "
-            f"no padding (-16 dB against fp32 where qnnpack gives 37 dB): {', '.join(wrong[:3])}"
+            f"torch {version}'s {engine} int8 ConvTranspose2d computes wrong values on this CPU with a kernel two "
+            f"rows high and no padding (probed: below {_PROBE_FLOOR_DB:.0f} dB against fp32, where qnnpack gives "
+            f"37 dB): {', '.join(wrong[:3])}"
             f"{' ...' if len(wrong) > 3 else ''}; keep them float (float_layers), put qnnpack first in torch's "
             "backends, or deploy with another runtime"
         )
