@@ -19,6 +19,7 @@ from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
 from nnsweep.bench.runners.torch import TorchScriptRunner, pick_engine
 from nnsweep.convert import IOSpec
+from nnsweep.convert.fx import own_flow_sqnr_db
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.models import ModelBundle, ModelSnapshot
@@ -349,25 +350,6 @@ def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_pa
         ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
 
 
-def _own_flow_sqnr(net: nn.Module, x: torch.Tensor, engine: str) -> float:
-    """torch's own FX int8 flow with its default mapping for ``engine``: the output SQNR in dB."""
-    from torch.ao.quantization import get_default_qconfig_mapping
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-
-    previous = torch.backends.quantized.engine
-    torch.backends.quantized.engine = engine
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # torch's deprecations of its own FX flow
-            prepared = prepare_fx(copy.deepcopy(net), get_default_qconfig_mapping(engine), (x[:1],))
-            for i in range(len(x)):
-                prepared(x[i : i + 1])
-            noise = (convert_fx(prepared)(x) - net(x)).pow(2).mean()
-            return float(10 * torch.log10(net(x).pow(2).mean() / noise))
-    finally:
-        torch.backends.quantized.engine = previous
-
-
 def _upsampler(kernel: int | tuple[int, int], padding: int = 0) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.ConvTranspose2d(16, 16, kernel, stride=2, padding=padding)).eval()
@@ -383,11 +365,11 @@ def test_the_transposed_convolution_probe_agrees_with_torchs_own_flow_on_this_cp
     x = torch.randn(8, 16, 8, 8)
     for kernel in (2, (2, 3)):
         layer = _upsampler(kernel)
-        assert (conv_transpose_probe_db(engine, _shape(layer[0])) < 10) == (_own_flow_sqnr(layer, x, engine) < 10)
+        assert (conv_transpose_probe_db(engine, _shape(layer[0])) < 10) == (own_flow_sqnr_db(layer, x, engine) < 10)
     # what the refusal leaves alone, on any CPU: qnnpack, and kernels with more rows or padding
-    assert _own_flow_sqnr(_upsampler(2), x, "qnnpack") > 30
-    assert _own_flow_sqnr(_upsampler(4, padding=1), x, engine) > 25
-    assert _own_flow_sqnr(_upsampler(2, padding=1), x, engine) > 25
+    assert own_flow_sqnr_db(_upsampler(2), x, "qnnpack") > 30
+    assert own_flow_sqnr_db(_upsampler(4, padding=1), x, engine) > 25
+    assert own_flow_sqnr_db(_upsampler(2, padding=1), x, engine) > 25
 
 
 def _decoder(out_channels: int = 8) -> tuple[nn.Module, torch.Tensor]:

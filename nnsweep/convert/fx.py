@@ -24,8 +24,10 @@ from nnsweep.models import ModelBundle
 from nnsweep.models._bundle import takes_batches
 
 __all__ = [
+    "conv_transpose_probe_db",
     "convert_quietly",
     "no_quantized_tensor_deprecation",
+    "own_flow_sqnr_db",
     "qconfig_mapping",
     "quantize_fx",
     "quantized_engine",
@@ -248,9 +250,6 @@ def conv_transpose_probe_db(engine: str, shape: tuple[Any, ...]) -> float:
     mapping, on this machine's kernels: about 0.1 s, once per shape and process. The fault is
     the CPU's code path for the shape: the same torch computes one layer wrongly on one x86
     CPU and rightly on another."""
-    from torch.ao.quantization import get_default_qconfig_mapping
-    from torch.ao.quantization.quantize_fx import prepare_fx
-
     in_channels, out_channels, kernel, stride, output_padding, dilation, bias = shape
     generator = torch.Generator().manual_seed(0)
     layer = torch.nn.ConvTranspose2d(
@@ -260,16 +259,25 @@ def conv_transpose_probe_db(engine: str, shape: tuple[Any, ...]) -> float:
     with torch.no_grad():
         for parameter in probe.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
-    x = torch.randn(8, in_channels, 8, 8, generator=generator)
+    return own_flow_sqnr_db(probe, torch.randn(8, in_channels, 8, 8, generator=generator), engine)
+
+
+def own_flow_sqnr_db(net: torch.nn.Module, x: torch.Tensor, engine: str) -> float:
+    """The output SQNR against fp32, in dB, of ``net`` through torch's own FX int8 flow with
+    ``engine``'s default mapping, calibrated and evaluated on ``x``: what this machine's
+    kernels for ``engine`` make of it."""
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import prepare_fx
+
     previous = torch.backends.quantized.engine
     torch.backends.quantized.engine = engine
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's deprecations of its own FX flow
-            prepared = prepare_fx(copy.deepcopy(probe), get_default_qconfig_mapping(engine), (x[:1],))
+            prepared = prepare_fx(copy.deepcopy(net), get_default_qconfig_mapping(engine), (x[:1],))
             prepared(x)
-            noise = (convert_quietly(prepared)(x) - probe(x)).pow(2).mean()
-            return float(10 * torch.log10(probe(x).pow(2).mean() / noise))
+            noise = (convert_quietly(prepared)(x) - net(x)).pow(2).mean()
+            return float(10 * torch.log10(net(x).pow(2).mean() / noise))
     finally:
         torch.backends.quantized.engine = previous
 
