@@ -247,7 +247,8 @@ def _shape(layer: torch.nn.ConvTranspose2d) -> tuple[Any, ...]:
 def conv_transpose_probe_db(engine: str, shape: tuple[Any, ...]) -> float:
     """The SQNR against fp32 of a ``ConvTranspose2d`` of ``shape`` (:func:`_shape`; seeded
     weights, eight 8x8 inputs) through torch's own FX int8 flow with ``engine``'s default
-    mapping, on this machine's kernels: about 0.1 s, once per shape and process. The fault is
+    mapping, on this machine's kernels, once per shape and process (0.02 s; the first about 1.6 s
+    with its imports, measured on a 2-core x86 machine). The fault is
     the CPU's code path for the shape: the same torch computes one layer wrongly on one x86
     CPU and rightly on another."""
     in_channels, out_channels, kernel, stride, output_padding, dilation, bias = shape
