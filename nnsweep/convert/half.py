@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree
 
 __all__ = ["HalfPrecision"]
 
@@ -20,39 +21,60 @@ class HalfPrecision(nn.Module):
     """Runs ``model`` in fp16 and takes and returns float32, like ONNX Runtime's
     ``keep_io_types``: a float input is cast to half, every output back to float32.
     Token ids and uint8 pixels (an integer input) go in as they are. What the model makes in
-    float32 as it runs is made in half, as its weights and buffers are: a cast of an integer
-    tensor (``x.float() / 255``, :class:`_IntegerCastsGiveHalf`) and a float constant of the
-    default dtype (``torch.tensor([0.485, 0.456, 0.406])``, a normalisation's mean), whose
-    float32 would otherwise promote the activations and meet half weights. The default dtype
-    is float16 only while the model runs (the converters trace one model at a time)."""
+    float32 as it runs is made in half, as its weights and buffers are, or meets the half
+    activations in half (:class:`_HalfRules`): a cast of an integer tensor (``x.float() / 255``),
+    a float constant of the default dtype (``torch.tensor([0.485, 0.456, 0.406])``, a
+    normalisation's mean), and a float32 tensor the model builds on purpose (sinusoidal
+    positions from ``torch.arange(n, dtype=torch.float32)``), whose float32 would otherwise
+    promote the activations and meet half weights. The default dtype is float16 only while
+    the model runs (the converters trace one model at a time)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model.half()
 
     def forward(self, x: torch.Tensor) -> Any:
-        from torch.utils import _pytree
-
         default = torch.get_default_dtype()
-        torch.set_default_dtype(torch.float16)  # constants the model makes as it runs
+        caught: list[warnings.WarningMessage] = []
         try:
-            with _IntegerCastsGiveHalf():
-                outputs = self.model(x.half() if x.is_floating_point() else x)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.set_default_dtype(torch.float16)  # constants the model makes as it runs
+                with _HalfRules(caught):
+                    outputs = self.model(x.half() if x.is_floating_point() else x)
         finally:
             torch.set_default_dtype(default)
+            _show(caught)
         # Every output back to float32, whatever the structure (a tuple or dict of outputs).
         return _pytree.tree_map(lambda t: t.float(), outputs)
 
 
-class _IntegerCastsGiveHalf(TorchFunctionMode):
-    """Inside the half model, ``t.float()``, ``t.to(torch.float32)`` and ``t.type(torch.float32)``
-    of an *integer* tensor give float16.
+class _HalfRules(TorchFunctionMode):
+    """Inside the half model, what the model computes in float32 comes back to half:
 
-    A pixel model scales its uint8 frame with ``x.float() / 255``: in a half model that float32
-    tensor meets half weights, and the conversion fails ("Input type (float) and bias type
-    (c10::Half) should be the same"). A cast of a float tensor to float32 (an upcast the model
-    asks for, as some normalisations do) is left as written. The mode acts while the converter
-    traces (``torch.export``, ``torch.jit.trace``), so the artifact holds the half cast."""
+    * ``t.float()``, ``t.to(torch.float32)`` and ``t.type(torch.float32)`` of an *integer*
+      tensor give float16. A pixel model scales its uint8 frame with ``x.float() / 255``: in a
+      half model that float32 tensor meets half weights, and the conversion fails ("Input
+      type (float) and bias type (c10::Half) should be the same").
+    * An op given both float16 and float32 tensors gets the float32 ones in half: sinusoidal
+      positions built with ``dtype=torch.float32`` and added to the half activations, a float32
+      attention mask, the product of a norm's float32 scale with its half input. PyTorch
+      would promote the result to float32, which then meets half weights (``mat1 and mat2 must
+      have the same dtype``) or, in ExecuTorch, fails only when the artifact runs.
+
+    What the model computes in float32 on its own is left as written: a float upcast (a norm's
+    variance in float32, which half could overflow), and the float32 chain that builds
+    positions; only where it meets the half network is it cast. In-place ops and ``out=`` are
+    left alone (their float32 operand is the one written to), and so are explicit casts
+    (``to``, ``type``, ``type_as``). The mode acts while the converter traces
+    (``torch.export``, ``torch.jit.trace``), so the artifact holds the half casts.
+
+    Warnings are recorded into ``caught`` (the wrapper shows them when the model has run),
+    those raised by an op named at the model's line rather than at this file's."""
+
+    def __init__(self, caught: list[warnings.WarningMessage]) -> None:
+        super().__init__()
+        self._caught = caught
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -64,13 +86,41 @@ class _IntegerCastsGiveHalf(TorchFunctionMode):
             args = tuple(torch.float16 if a is torch.float32 else a for a in args)
             if kwargs.get("dtype") is torch.float32:
                 kwargs = {**kwargs, "dtype": torch.float16}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = func(*args, **kwargs)
-        for w in caught:  # a warning raised in C++ (the trace's) names the innermost Python frame: this one
-            filename, lineno = _model_frame() if w.filename == __file__ else (w.filename, w.lineno)
-            warnings.warn_explicit(w.message, w.category, filename, lineno)
+        elif _meets_half(func, args, kwargs):
+            args, kwargs = _pytree.tree_map_only(torch.Tensor, _to_half, (args, kwargs))
+        seen = len(self._caught)
+        result = func(*args, **kwargs)
+        # A warning raised in C++ (the trace's) names the innermost Python frame: this one.
+        for w in self._caught[seen:]:
+            if w.filename == __file__:
+                w.filename, w.lineno = _model_frame()
         return result
+
+
+def _meets_half(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``func`` is given both float16 and float32 tensors and may have the float32 ones
+    in half: not an explicit cast, nor an op that writes into one of its operands."""
+    name = getattr(func, "__name__", "")
+    writes = name == "__setitem__" or (name.startswith("__i") and name.endswith("__"))
+    writes = writes or (name.endswith("_") and not name.endswith("__")) or "out" in kwargs
+    if writes or func in _CASTS or func is torch.Tensor.type_as:
+        return False
+    dtypes = {t.dtype for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    return torch.float16 in dtypes and torch.float32 in dtypes
+
+
+def _to_half(t: torch.Tensor) -> torch.Tensor:
+    return t.half() if t.dtype is torch.float32 else t
+
+
+def _show(caught: list[warnings.WarningMessage]) -> None:
+    """Shows the warnings of one run of the model as the filters say, with a registry per file
+    for the run, as ``warnings.warn`` keeps one per module: a line the model runs in a loop (a
+    layer called once per block) warns once, not once per call."""
+    registries: dict[str, dict[Any, Any]] = {}
+    for w in caught:
+        registry = registries.setdefault(w.filename, {})
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=registry, source=w.source)
 
 
 def _model_frame() -> tuple[str, int]:
