@@ -272,3 +272,24 @@ def test_the_fp32_baseline_accuracy_reads_the_scored_output_alone(tmp_path: Path
     host = HostSide(ModelSource(f"{tmp_path}/heads.py:{builder}", tmp_path / "cache"), MeasureSettings())
     host.load()
     assert host.eager_accuracy == 1.0
+
+
+def test_an_argmax_output_is_judged_by_its_agreement_not_an_sqnr_of_class_numbers() -> None:
+    # probabilities (width 3) and their argmax (width 1); the deployment flips one id of four
+    ref = np.array([[0.7, 0.2, 0.1, 0], [0.1, 0.8, 0.1, 1], [0.2, 0.2, 0.6, 2], [0.6, 0.3, 0.1, 0]])
+    out = ref.copy()
+    out[:, :3] += 0.001
+    out[3, :3] = [0.3, 0.6, 0.1]
+    out[3, 3] = 1
+    e = evaluate(out, ref, None, sizes=(3, 1))
+    ids = e.per_output[1]
+    assert ids.top1_agreement == 0.75 and ids.sqnr_db < 10  # as computed, but not the model's SQNR
+    assert e.fidelity.sqnr_db == e.per_output[0].sqnr_db
+    assert e.fidelity.top1_agreement == 0.75
+    # Only ids: their SQNR is the only one there is.
+    only = evaluate(out[:, 3:], ref[:, 3:], None)
+    assert only.fidelity.sqnr_db == ids.sqnr_db
+    # A real-valued output of one value (a regression) still counts.
+    score = np.array([[0.25], [1.5], [2.0], [3.75]])
+    both = evaluate(np.hstack([out[:, :3], score + 1.5]), np.hstack([ref[:, :3], score]), None, sizes=(3, 1))
+    assert both.fidelity.sqnr_db == both.per_output[1].sqnr_db

@@ -31,13 +31,16 @@ class Fidelity:
         return d
 
     @classmethod
-    def worst(cls, parts: list[Fidelity]) -> Fidelity:
-        """The worst of several outputs' fidelities, metric by metric."""
+    def worst(cls, parts: list[Fidelity], ids: list[bool] | None = None) -> Fidelity:
+        """The worst of several outputs' fidelities, metric by metric. The SQNR is the worst
+        of the outputs ``ids`` does not mark (class ids, whose agreement says how close they
+        are: an SQNR of numbers that name classes measures nothing), unless it marks all."""
+        measured = [p for p, is_ids in zip(parts, ids or [False] * len(parts), strict=True) if not is_ids]
         return cls(
             top1_agreement=min(p.top1_agreement for p in parts),
             max_abs_err=max(p.max_abs_err for p in parts),
             mean_abs_err=max(p.mean_abs_err for p in parts),
-            sqnr_db=min(p.sqnr_db for p in parts),
+            sqnr_db=min(p.sqnr_db for p in measured or parts),
         )
 
 
@@ -46,7 +49,8 @@ class Evaluation:
     """Top-1 accuracy on the evaluation split (``None`` without labels) and fidelity.
 
     For a model with several outputs, ``fidelity`` is the worst over them (each metric
-    on its own) and ``per_output`` holds each output's; accuracy comes from one output
+    on its own; the SQNR over those that are not class ids, :meth:`Fidelity.worst`) and
+    ``per_output`` holds each output's; accuracy comes from one output
     (the first unless the model's dataset names another). ``positions``: how many classes
     that output gives per sample, each compared on its own (a classifier's 1, a tagger's
     ``T``, a segmentation's ``H x W``).
@@ -109,7 +113,14 @@ def evaluate(
         if truth.shape != classes.shape:
             raise ValueError(f"the labels have {truth.shape[1]} classes per sample, the output {classes.shape[1]}")
         accuracy = float(np.mean(classes == truth))
-    fidelity = parts[0] if len(parts) == 1 else Fidelity.worst(parts)
+    # One value per class position, a whole number on every input: class ids (a model that
+    # ends in argmax, as predicted_classes reads it). Its agreement, not an SQNR, says how
+    # close it is.
+    ids = [
+        width == p and bool(np.all(ref[:, cols] == np.round(ref[:, cols])))
+        for cols, width, p in zip(columns, widths, places, strict=True)
+    ]
+    fidelity = parts[0] if len(parts) == 1 else Fidelity.worst(parts, ids)
     return Evaluation(
         accuracy=accuracy,
         fidelity=fidelity,

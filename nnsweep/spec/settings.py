@@ -160,7 +160,8 @@ class SweepSpec:
             fp32 baseline (``None``: no constraint).
         min_sqnr_db: each output's SQNR against the fp32 model must be at least this many
             dB (``None``: no constraint); the constraint for models whose outputs are not
-            classes (an image, a regression).
+            classes (an image, a regression). An output of class ids beside others does not
+            count (:meth:`nnsweep.bench.Fidelity.worst`).
         space: the search space.
         budget: per-device trial budget.
         warmup, iters, min_duration_s, timeout_s: measurement settings.
