@@ -160,7 +160,7 @@ def test_quantized_two_output_model_reports_each_head(tmp_path: Path) -> None:
         tmp_path, "--model", "heads.py:build", "--runtime", "onnxruntime", "--quant", "static_int8", "--iters", "20"
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "(worst of the outputs)" in proc.stdout
+    assert "(worst of the outputs; class ids by their agreement only)" in proc.stdout
     assert "output 0:" in proc.stdout and "output 1:" in proc.stdout
     full = _bench(
         tmp_path,

@@ -404,7 +404,7 @@ def quality_lines(e: Evaluation) -> list[str]:
     lines.append(
         f"Fidelity vs fp32: top-1 agreement {f.top1_agreement * 100:.1f} %{per_position}, "
         f"max abs err {f.max_abs_err:.3g}, mean abs err {f.mean_abs_err:.3g}, SQNR {sqnr}"
-        + (" (worst of the outputs)" if e.per_output else "")
+        + (" (worst of the outputs; class ids by their agreement only)" if e.per_output else "")
     )
     for i, part in enumerate(e.per_output):
         part_sqnr = "inf (identical)" if part.sqnr_db == float("inf") else f"{part.sqnr_db:.1f} dB"
