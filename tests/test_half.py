@@ -226,3 +226,17 @@ def test_a_model_with_float32_positions_deploys_in_fp16_and_runs(runtime: str, t
     )
     assert result.evaluation.fidelity.sqnr_db > 40.0
     assert result.evaluation.fidelity.top1_agreement >= 0.9
+
+
+def test_class_ids_the_model_returns_stay_integers() -> None:
+    class Classify(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            probabilities = self.linear(x).softmax(-1)
+            return probabilities, probabilities.argmax(-1)
+
+    probabilities, ids = HalfPrecision(Classify()).eval()(torch.randn(2, 4))
+    assert probabilities.dtype is torch.float32 and ids.dtype is torch.int64

@@ -19,7 +19,7 @@ __all__ = ["HalfPrecision"]
 
 class HalfPrecision(nn.Module):
     """Runs ``model`` in fp16 and takes and returns float32, like ONNX Runtime's
-    ``keep_io_types``: a float input is cast to half, every output back to float32.
+    ``keep_io_types``: a float input is cast to half, every float output back to float32.
     Token ids and uint8 pixels (an integer input) go in as they are. What the model makes in
     float32 as it runs is made in half, as its weights and buffers are, or meets the half
     activations in half (:class:`_HalfRules`): a cast of an integer tensor (``x.float() / 255``),
@@ -45,8 +45,9 @@ class HalfPrecision(nn.Module):
         finally:
             torch.set_default_dtype(default)
             _show(caught)
-        # Every output back to float32, whatever the structure (a tuple or dict of outputs).
-        return _pytree.tree_map(lambda t: t.float(), outputs)
+        # Every float output back to float32, whatever the structure (a tuple or dict of
+        # outputs); class ids (an argmax) stay integers, as the fp32 model gives them.
+        return _pytree.tree_map_only(torch.Tensor, _to_float32, outputs)
 
 
 class _HalfRules(TorchFunctionMode):
@@ -111,6 +112,10 @@ def _meets_half(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
 
 def _to_half(t: torch.Tensor) -> torch.Tensor:
     return t.half() if t.dtype is torch.float32 else t
+
+
+def _to_float32(t: torch.Tensor) -> torch.Tensor:
+    return t.float() if t.is_floating_point() else t
 
 
 def _show(caught: list[warnings.WarningMessage]) -> None:
