@@ -37,7 +37,7 @@ from nnsweep.convert.float_region import (
     onnx_float_region,
     onnx_nodes_in,
 )
-from nnsweep.convert.fx_shapes import fold_shape_arithmetic
+from nnsweep.convert.fx_values import drop_non_float_observers, fold_shape_arithmetic
 
 if TYPE_CHECKING:
     import numpy as np
@@ -233,12 +233,13 @@ def fx_prepare(
     engine's ``mapping``, with ``keep_float`` and the ops between them left float:
     :func:`fx_keep_float` on the mapping, then
     :func:`~nnsweep.convert.float_region.fx_drop_float_observers` on the prepared model.
-    Arithmetic on input shapes is made constant first
-    (:func:`~nnsweep.convert.fx_shapes.fold_shape_arithmetic`)."""
+    Arithmetic on input shapes is made constant first, and observers of values that are
+    not float tensors are taken out (:mod:`nnsweep.convert.fx_values`)."""
     from torch.ao.quantization.quantize_fx import prepare_fx, prepare_qat_fx
 
     prepare = prepare_qat_fx if qat else prepare_fx
     prepared = prepare(fold_shape_arithmetic(model, example), fx_keep_float(mapping, keep_float), example)
+    drop_non_float_observers(prepared, example)
     fx_drop_float_observers(prepared, keep_float)
     return prepared
 

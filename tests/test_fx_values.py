@@ -1,14 +1,16 @@
-"""Arithmetic on input shapes before torch's FX quantization (``nnsweep/convert/fx_shapes.py``):
-folded into constants where it meets a tensor, the model left alone where it does not."""
+"""Values torch's FX quantization takes for float activations (``nnsweep/convert/fx_values.py``):
+arithmetic on input shapes folded into constants where it meets a tensor, the model left
+alone where it does not; observers of integer tensors taken out."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import fx, nn
 
-from nnsweep.convert.fx_shapes import fold_shape_arithmetic
+from nnsweep.convert.fx_values import drop_non_float_observers, fold_shape_arithmetic
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
 
 
@@ -112,3 +114,61 @@ def test_torch_static_int8_converts_attention_scaled_by_its_shape_with_and_witho
         noise = (got - expected).pow(2).mean()
         assert float(10 * torch.log10(expected.pow(2).mean() / noise)) > 20.0
     assert quantized_ops[1] < quantized_ops[0]  # the layer kept float by its name
+
+
+class _TopTokens(nn.Module):
+    """Keeps the four best-scored tokens: topk indices, gather, flip, index_select by a buffer."""
+
+    def __init__(self, dim: int = 12) -> None:
+        super().__init__()
+        self.score = nn.Linear(dim, 1)
+        self.proj = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, 4)
+        self.register_buffer("order", torch.arange(3, -1, -1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        index = self.score(x).squeeze(-1).topk(4, dim=1).indices
+        picked = torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+        picked = torch.index_select(torch.flip(picked, dims=[1]), 1, self.order)
+        return self.head(torch.relu(self.proj(picked)).mean(1))
+
+
+@pytest.mark.filterwarnings("ignore:Please use quant_min and quant_max:UserWarning")  # torch's default mapping
+def test_observers_of_integer_indices_are_taken_out_and_the_float_ones_kept() -> None:
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize import _is_activation_post_process
+    from torch.ao.quantization.quantize_fx import prepare_fx
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 10, 12)
+    prepared = prepare_fx(_TopTokens().eval(), get_default_qconfig_mapping("x86"), (x,))
+
+    def observed() -> list[str]:
+        return [
+            n.args[0].name
+            for n in prepared.graph.nodes
+            if n.op == "call_module" and _is_activation_post_process(prepared.get_submodule(n.target))
+        ]
+
+    before = observed()
+    assert drop_non_float_observers(prepared, (x,)) == ["getattr_1", "unsqueeze"]  # topk's indices, unsqueezed
+    assert observed() == [name for name in before if name not in ("getattr_1", "unsqueeze")]
+    prepared(x)  # calibrates: every observer left sees a float tensor
+
+
+def test_torch_static_int8_converts_a_model_that_gathers_by_topk_indices(tmp_path: Path) -> None:
+    # Before: "Quantize only works on Float Tensor, got Long".
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("top_tokens", _TopTokens().eval(), torch.randn(1, 10, 12)))
+    config = DeploymentConfig("torch", ("x86",), QuantConfig(QuantMode.STATIC_INT8))
+    result = TorchConverter().convert(bundle, config, tmp_path)
+    deployed = torch.jit.load(str(tmp_path / result.filename))
+    x = torch.from_numpy(bundle.dataset.evaluation.inputs[:8])
+    with torch.no_grad():
+        expected = bundle.module(x)
+        got = torch.cat([deployed(sample[None]) for sample in x])
+    noise = (got - expected).pow(2).mean()
+    assert float(10 * torch.log10(expected.pow(2).mean() / noise)) > 20.0

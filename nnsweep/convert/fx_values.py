@@ -1,0 +1,193 @@
+"""Values torch's FX quantization takes for float activations and that are not.
+
+FX's ``prepare_fx`` puts an observer after every op its mapping quantizes, whatever the op
+gives. Two kinds of value then fail calibration or conversion:
+
+* **Arithmetic on input shapes.** torch.fx traces ``x.shape`` and ``x.size(-1)`` as graph
+  nodes, so a model that computes with them (attention's ``scores * (d // heads) ** -0.5``,
+  a mean ``x.sum(1) / x.shape[1]``) has Python numbers flowing through nodes FX observes
+  ("'float' object has no attribute 'numel'"). A deployment's input shape is fixed (every
+  converter exports for the example's shape), so such values are constants of the
+  deployment: :func:`fold_shape_arithmetic` traces the model, evaluates the shape nodes
+  once on the example input and writes their values into the graph
+  (``scores * 0.3535...``), which ``prepare_fx`` then traces as any model. Only models
+  that compute with a shape are traced beforehand: tracing a model first inlines its own
+  (non-``torch.nn``) submodules, so a graph without such arithmetic is left for
+  ``prepare_fx`` to trace as it always has.
+* **Integer tensors.** The indices of ``topk`` or ``argsort``, and what shape ops make of
+  them (``unsqueeze``, ``expand``), are observed too, and converting quantizes them
+  ("Quantize only works on Float Tensor, got Long"). :func:`drop_non_float_observers` runs
+  the prepared model once on the example input, and takes out each observer that saw
+  anything but a float tensor: ``convert_fx`` then leaves that value as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import fx
+
+__all__ = ["drop_non_float_observers", "fold_shape_arithmetic"]
+
+log = logging.getLogger(__name__)
+
+_SHAPE_METHODS = frozenset({"size", "dim", "numel"})
+# What computes with a shape and a tensor together: the ops FX's prepare observes.
+_ARITHMETIC = frozenset(
+    {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.pow}
+    | {torch.add, torch.sub, torch.mul, torch.div, torch.pow}
+)
+_ARITHMETIC_METHODS = frozenset({"add", "sub", "mul", "div", "pow", "__add__", "__mul__", "__truediv__"})
+
+
+def fold_shape_arithmetic(model: torch.nn.Module, example: tuple[Any, ...]) -> torch.nn.Module:
+    """``model``, or a ``GraphModule`` of it in which every value computed from input
+    shapes alone is a constant, when some such value meets a tensor in arithmetic.
+
+    Args:
+        model: the module about to be prepared (not changed).
+        example: the inputs the deployment is exported for.
+
+    Returns:
+        ``model`` itself when nothing needs folding, or torch.fx cannot trace it (``prepare_fx``
+        then traces it and says what it cannot); else the folded ``GraphModule``, with the
+        same submodules under the same names and ``model``'s training mode.
+    """
+    try:
+        traced = fx.symbolic_trace(copy.deepcopy(model))
+    except Exception:  # torch.fx cannot trace it: prepare_fx traces it again and says why
+        return model
+    derived = _shape_nodes(traced.graph)
+    if not any(_meets_tensor(node, derived) for node in derived):
+        return model
+    values = _values(traced, derived, example)
+    constants = {n: tuple(v) if isinstance(v, torch.Size) else v for n, v in values.items()}
+
+    def constant(node: fx.Node) -> Any:
+        return constants.get(node, node)
+
+    for user in traced.graph.nodes:
+        if user not in derived:
+            user.args = fx.node.map_arg(user.args, constant)
+            user.kwargs = fx.node.map_arg(user.kwargs, constant)
+    traced.graph.eliminate_dead_code()
+    traced.recompile()
+    log.debug("shape arithmetic folded into constants: %d nodes", len(derived))
+    return traced
+
+
+def _shape_nodes(graph: fx.Graph) -> set[fx.Node]:
+    """The nodes whose value comes from input shapes only: a shape, a size, a dimension
+    count, and Python arithmetic on those."""
+    derived: set[fx.Node] = set()
+    for node in graph.nodes:
+        read = node.op == "call_method" and node.target in _SHAPE_METHODS
+        read = read or (node.op == "call_function" and node.target is getattr and node.args[1:2] == ("shape",))
+        computed = (
+            node.op == "call_function"
+            and bool(node.all_input_nodes)
+            and all(n in derived for n in node.all_input_nodes)
+            and getattr(node.target, "__module__", None) in ("_operator", "builtins", "math")
+        )
+        if read or computed:
+            derived.add(node)
+    return derived
+
+
+def _meets_tensor(node: fx.Node, derived: set[fx.Node]) -> bool:
+    """Whether ``node``'s value is an operand of arithmetic with something not from shapes."""
+    for user in node.users:
+        if user in derived:
+            continue
+        if (user.op == "call_function" and user.target in _ARITHMETIC) or (
+            user.op == "call_method" and user.target in _ARITHMETIC_METHODS
+        ):
+            return True
+    return False
+
+
+def _values(traced: fx.GraphModule, derived: set[fx.Node], example: tuple[Any, ...]) -> dict[fx.Node, Any]:
+    """Each of ``derived``'s values on ``example``."""
+    values: dict[fx.Node, Any] = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            value = super().run_node(n)
+            if n in derived:
+                values[n] = value
+            return value
+
+    with _evaluating(traced):
+        Recorder(traced).run(*example)
+    return values
+
+
+def drop_non_float_observers(prepared: fx.GraphModule, example: tuple[Any, ...]) -> list[str]:
+    """Remove, in place, the observers of an FX-prepared model (``prepare_fx`` or
+    ``prepare_qat_fx``) that see anything but a float tensor on ``example``: integer
+    indices, a Python number. Returns the names of the values they observed.
+
+    An observer the example never reaches is kept."""
+    from torch.ao.quantization.quantize import _is_activation_post_process
+
+    graph = prepared.graph
+    observers = {
+        str(n.target): n
+        for n in graph.nodes
+        if n.op == "call_module" and _is_activation_post_process(prepared.get_submodule(str(n.target)))
+    }
+    originals = {name: prepared.get_submodule(name) for name in observers}
+    seen = {name: _Kind() for name in observers}
+    for name, kind in seen.items():
+        setattr(prepared, name, kind)
+    try:
+        with _evaluating(prepared):
+            prepared(*example)
+    finally:
+        for name, original in originals.items():
+            setattr(prepared, name, original)
+    dropped = []
+    for name, node in observers.items():
+        if seen[name].reached and not seen[name].float_tensor:
+            dropped.append(node.args[0].name if isinstance(node.args[0], fx.Node) else name)
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+    if dropped:
+        graph.lint()
+        prepared.recompile()
+        prepared.delete_all_unused_submodules()
+        log.debug("observers of values that are not float tensors taken out: %s", ", ".join(dropped))
+    return dropped
+
+
+class _Kind(torch.nn.Module):
+    """Stands in for an observer for one run: passes its input on and notes what it was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = False
+        self.float_tensor = True
+
+    def forward(self, value: Any) -> Any:
+        self.reached = True
+        self.float_tensor = self.float_tensor and isinstance(value, torch.Tensor) and value.is_floating_point()
+        return value
+
+
+@contextlib.contextmanager
+def _evaluating(module: torch.nn.Module) -> Iterator[None]:
+    """``module`` in eval mode and without gradients, its mode restored after: the values
+    read do not depend on the mode, and a training-mode BatchNorm refuses a batch of one."""
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        module.train(training)
