@@ -48,6 +48,7 @@ from nnsweep.convert._base import (
     quant_settings,
     toolchain_records_to_debug_log,
 )
+from nnsweep.convert.bags import unbag_embeddings
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
@@ -83,6 +84,7 @@ _STATIC_OPS = sorted((set(QLinearOpsRegistry) | set(QDQRegistry)) - {"InstanceNo
 def _export(bundle: ModelBundle, path: Path) -> None:
     """The float model as one self-contained ONNX file (batch 1, as the example input)."""
     model = copy.deepcopy(bundle.module).eval()  # export must not touch the bundle's module
+    unbag_embeddings(model)  # torch.onnx writes a bag as a Loop, which the fp16 conversion cannot type
     with package_warnings_to_debug_log(_log, "onnxscript", "onnx_ir"):
         program = torch.onnx.export(
             model, (bundle.example_input,), dynamo=True, opset_version=_OPSET, external_data=False, verbose=False

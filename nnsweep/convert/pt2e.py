@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from nnsweep.convert._base import Stages, quant_settings, toolchain_records_to_debug_log
+from nnsweep.convert.bags import unbag_embeddings
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
@@ -72,8 +73,11 @@ def dense_constants(model: nn.Module) -> int:
 
 def export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torch.export.ExportedProgram:
     """``torch.export`` of ``model`` (its zero-stride constants made dense first, in place:
-    :func:`dense_constants`), with a dynamic batch dimension or for the example's batch."""
+    :func:`dense_constants`, and its ``nn.EmbeddingBag`` layers an embedding and a reduction:
+    :func:`~nnsweep.convert.bags.unbag_embeddings`), with a dynamic batch dimension or for
+    the example's batch."""
     dense_constants(model)
+    unbag_embeddings(model)
     if dynamic_batch:
         # Export specialises a size-1 dimension, so trace with two samples. A model whose
         # shapes specialise on batch 1 fails here, and the callers fall back to batch 1:
