@@ -55,10 +55,12 @@ def test_shape_arithmetic_meeting_a_tensor_becomes_constants_of_the_example_shap
     torch.manual_seed(0)
     model, x = _ScaledAttention().eval(), torch.randn(1, 6, 16)
     folded = fold_shape_arithmetic(model, (x,))
-    assert _shape_reads(folded) == 0
+    assert _shape_reads(folded) == 1  # x.shape, for its batch size
     assert dict(folded.named_modules()).keys() >= {"qkv", "head"}  # the layers keep their names
     assert "0.3535" in folded.code and "/ 6" in folded.code
     assert torch.equal(folded(x), model(x))
+    batch = torch.randn(3, 6, 16)  # the batch size stays a value of the graph: QAT and the ranking run batches
+    assert torch.allclose(folded(batch), model(batch), atol=1e-6)
 
 
 def test_a_model_that_reads_shapes_only_to_reshape_is_left_as_it_is() -> None:
@@ -172,3 +174,18 @@ def test_torch_static_int8_converts_a_model_that_gathers_by_topk_indices(tmp_pat
         got = torch.cat([deployed(sample[None]) for sample in x])
     noise = (got - expected).pow(2).mean()
     assert float(10 * torch.log10(expected.pow(2).mean() / noise)) > 20.0
+
+
+def test_torch_qat_int8_fine_tunes_attention_scaled_by_its_shape_on_batches(tmp_path: Path) -> None:
+    # The batch size is not folded: QAT fine-tunes on batches of 32 where the model takes them
+    # (a fold of every shape made it reshape 32 samples as 1).
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.models import load_model, register_live
+    from nnsweep.models._bundle import takes_batches
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("scaled_attention_qat", _ScaledAttention().eval(), torch.randn(1, 6, 16)))
+    assert takes_batches(bundle)
+    config = DeploymentConfig("torch", ("x86",), QuantConfig(QuantMode.QAT_INT8, qat_epochs=1))
+    result = TorchConverter().convert(bundle, config, tmp_path)
+    assert result.partitions.nodes_by_backend["x86"] > 0

@@ -48,7 +48,13 @@ _ARITHMETIC_METHODS = frozenset({"add", "sub", "mul", "div", "pow", "__add__", "
 
 def fold_shape_arithmetic(model: torch.nn.Module, example: tuple[Any, ...]) -> torch.nn.Module:
     """``model``, or a ``GraphModule`` of it in which every value computed from input
-    shapes alone is a constant, when some such value meets a tensor in arithmetic.
+    shapes alone, and the same for a batch of two, is a constant, when some such value
+    meets a tensor in arithmetic.
+
+    A value that depends on the batch size (``x.shape[0]``) stays in the graph, so that the
+    model still takes a batch where it took one (QAT fine-tunes and the layer ranking
+    evaluates on batches); where the model cannot run a batch of two, its callers use one
+    sample a call, and every shape value is folded.
 
     Args:
         model: the module about to be prepared (not changed).
@@ -63,23 +69,40 @@ def fold_shape_arithmetic(model: torch.nn.Module, example: tuple[Any, ...]) -> t
         traced = fx.symbolic_trace(copy.deepcopy(model))
     except Exception:  # torch.fx cannot trace it: prepare_fx traces it again and says why
         return model
-    derived = _shape_nodes(traced.graph)
+    graph = traced.graph
+    derived = _shape_nodes(graph)
     if not any(_meets_tensor(node, derived) for node in derived):
         return model
     values = _values(traced, derived, example)
-    constants = {n: tuple(v) if isinstance(v, torch.Size) else v for n, v in values.items()}
+    try:
+        batched = _values(traced, derived, tuple(_two(x) for x in example))
+    except Exception:  # the model takes one sample a call: every shape is the example's
+        batched = values
+    constants = {n: tuple(v) if isinstance(v, torch.Size) else v for n, v in values.items() if _same(v, batched.get(n))}
 
     def constant(node: fx.Node) -> Any:
         return constants.get(node, node)
 
-    for user in traced.graph.nodes:
-        if user not in derived:
+    for user in graph.nodes:
+        if user not in constants:
             user.args = fx.node.map_arg(user.args, constant)
             user.kwargs = fx.node.map_arg(user.kwargs, constant)
-    traced.graph.eliminate_dead_code()
+    for node in reversed(list(graph.nodes)):  # the shape nodes nothing reads any more
+        if node in derived and not node.users:
+            graph.erase_node(node)
     traced.recompile()
-    log.debug("shape arithmetic folded into constants: %d nodes", len(derived))
+    log.debug("shape arithmetic folded into constants: %d nodes", len(constants))
     return traced
+
+
+def _two(x: Any) -> Any:
+    """``x`` as a batch of two samples (a tensor input twice along its first dimension)."""
+    return torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two shape values are equal (a number, a size or a tuple of them)."""
+    return type(a) is type(b) and bool(a == b)
 
 
 def _shape_nodes(graph: fx.Graph) -> set[fx.Node]:
