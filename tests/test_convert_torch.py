@@ -359,17 +359,22 @@ def _upsampler(kernel: int | tuple[int, int], padding: int = 0) -> nn.Module:
 def test_the_transposed_convolution_probe_agrees_with_torchs_own_flow_on_this_cpu(engine: str) -> None:
     # The fault is the CPU's code path: torch 2.14's x86 engine computed a two-row kernel at
     # -13 to -17 dB on one x86 CPU (no AVX-512 VNNI) and at 31 dB on another (an AMD EPYC
-    # with it), where fbgemm was wrong on both. The probe tells this machine's case.
+    # with it), where fbgemm was wrong on both; on the EPYC, x86 was wrong for every layer
+    # whose channels change (1-D too). The probe tells this machine's case.
     from nnsweep.convert.fx import _shape, conv_transpose_probe_db
 
     x = torch.randn(8, 16, 8, 8)
     for kernel in (2, (2, 3)):
         layer = _upsampler(kernel)
         assert (conv_transpose_probe_db(engine, _shape(layer[0])) < 10) == (own_flow_sqnr_db(layer, x, engine) < 10)
-    # what the refusal leaves alone, on any CPU: qnnpack, and kernels with more rows or padding
-    assert own_flow_sqnr_db(_upsampler(2), x, "qnnpack") > 30
-    assert own_flow_sqnr_db(_upsampler(4, padding=1), x, engine) > 25
-    assert own_flow_sqnr_db(_upsampler(2, padding=1), x, engine) > 25
+    for layer, signal in [
+        (nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1), x),
+        (nn.ConvTranspose2d(16, 16, 4, stride=2, padding=1, groups=4), x),
+        (nn.ConvTranspose1d(16, 8, 8, stride=4, padding=2), torch.randn(8, 16, 16)),
+    ]:
+        net = nn.Sequential(layer).eval()
+        assert (conv_transpose_probe_db(engine, _shape(layer)) < 10) == (own_flow_sqnr_db(net, signal, engine) < 10)
+    assert own_flow_sqnr_db(_upsampler(2), x, "qnnpack") > 30  # what the refusal points to, on any CPU
 
 
 def _decoder(out_channels: int = 8) -> tuple[nn.Module, torch.Tensor]:
@@ -391,7 +396,8 @@ def test_where_the_probe_fails_static_int8_refuses_a_two_row_transposed_convolut
     for name in ("refused", "kept", "qnnpack"):
         (tmp_path / name).mkdir()
     with pytest.raises(
-        ConversionError, match=r"x86 int8 ConvTranspose2d computes wrong values on this CPU .*: 2; keep them float"
+        ConversionError,
+        match=r"x86 int8 transposed convolution computes wrong values on this CPU .*: 2; keep them float",
     ):
         TorchConverter().convert(bundle, STATIC_X86, tmp_path / "refused")
     kept = QuantConfig(QuantMode.STATIC_INT8, Granularity.PER_CHANNEL, float_layers=("2",))
@@ -426,6 +432,42 @@ def test_on_this_cpu_a_two_row_transposed_convolution_is_refused_exactly_where_i
         with torch.no_grad():
             noise = (ts(x) - net(x)).pow(2).mean()
             assert 10 * torch.log10(net(x).pow(2).mean() / noise) > 20
+
+
+@pytest.mark.parametrize(
+    "up",
+    [
+        nn.ConvTranspose1d(16, 8, 8, stride=4, padding=2),  # an audio decoder's: x86 wrong on an EPYC with VNNI
+        nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1),
+    ],
+    ids=["1d", "2d_3x3"],
+)
+def test_on_this_cpu_any_transposed_convolution_is_refused_exactly_where_its_kernel_is_wrong(
+    up: nn.Module, tmp_path: Path
+) -> None:
+    from nnsweep.convert.fx import _shape, conv_transpose_probe_db
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    conv = nn.Conv1d(4, 16, 3, padding=1) if isinstance(up, nn.ConvTranspose1d) else nn.Conv2d(4, 16, 3, padding=1)
+    net = nn.Sequential(conv, nn.ReLU(), up).eval()
+    example = torch.randn(1, 4, 16) if isinstance(up, nn.ConvTranspose1d) else torch.randn(1, 4, 8, 8)
+    bundle = load_model(register_live(f"transposed_{type(up).__name__}", net, example))
+    if conv_transpose_probe_db("x86", _shape(up)) < 10:
+        with pytest.raises(ConversionError, match=r"transposed convolution computes wrong values on this CPU .*: 2;"):
+            TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+    else:
+        TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+    kept = QuantConfig(QuantMode.STATIC_INT8, Granularity.PER_CHANNEL, float_layers=("2",))
+    (tmp_path / "kept").mkdir()
+    TorchConverter().convert(bundle, DeploymentConfig("torch", ("x86",), kept), tmp_path / "kept")
+    ts = torch.jit.load(str(tmp_path / "kept" / "model.pt"))
+    x = torch.randn(8, *example.shape[1:])
+    with torch.no_grad():
+        noise = (ts(x) - net(x)).pow(2).mean()
+        assert 10 * torch.log10(net(x).pow(2).mean() / noise) > 20
 
 
 def test_the_layer_ranking_scores_the_quantizers_arithmetic_not_the_hosts_int8_kernels(tmp_path: Path) -> None:

@@ -204,12 +204,14 @@ def refuse_prelu(module: torch.nn.Module) -> None:
         )
 
 
-# The engines whose int8 ConvTranspose2d computes wrong values for the kernels below (torch 2.14)
-# on some x86 CPUs and some layer shapes: on one without AVX-512 VNNI for every shape tried; on
-# an AMD EPYC with it, fbgemm for every shape and x86 for all but 16 -> 16 channels.
+# The engines whose int8 transposed convolutions compute wrong values (torch 2.14) on some x86
+# CPUs for some layer shapes: on one without AVX-512 VNNI, every two-row 2-D kernel tried; on an
+# AMD EPYC with it, x86 every layer whose input and output channels differ (1-D and 2-D, any
+# kernel), and fbgemm every two-row 2-D kernel.
 _FBGEMM_ENGINES = frozenset({"x86", "fbgemm"})
-# Below this SQNR against fp32, a probe of the layer is computed wrongly (right: about 31 dB; wrong: -17 to -2).
+# Below this SQNR against fp32, a probe of the layer is computed wrongly (right: 30-45 dB; wrong: -17 to 7).
 _PROBE_FLOOR_DB = 10.0
+_TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d)
 
 
 def wrong_conv_transposes(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> list[str]:
@@ -221,23 +223,22 @@ def wrong_conv_transposes(module: torch.nn.Module, engine: str, float_layers: Se
     return [
         name
         for name, sub in module.named_modules()
-        if isinstance(sub, torch.nn.ConvTranspose2d)
-        and sub.kernel_size[0] == 2
-        and tuple(sub.padding) == (0, 0)
-        and sub.groups == 1
+        if type(sub) in _TRANSPOSED
         and name not in kept
         and conv_transpose_probe_db(engine, _shape(sub)) < _PROBE_FLOOR_DB
     ]
 
 
-def _shape(layer: torch.nn.ConvTranspose2d) -> tuple[Any, ...]:
+def _shape(layer: torch.nn.ConvTranspose1d | torch.nn.ConvTranspose2d) -> tuple[Any, ...]:
     """What of a transposed convolution the probe rebuilds: all that picks the kernel's code path."""
     return (
         layer.in_channels,
         layer.out_channels,
         tuple(layer.kernel_size),
         tuple(layer.stride),
+        tuple(layer.padding) if isinstance(layer.padding, tuple) else layer.padding,
         tuple(layer.output_padding),
+        layer.groups,
         tuple(layer.dilation),
         layer.bias is not None,
     )
@@ -245,22 +246,33 @@ def _shape(layer: torch.nn.ConvTranspose2d) -> tuple[Any, ...]:
 
 @functools.cache
 def conv_transpose_probe_db(engine: str, shape: tuple[Any, ...]) -> float:
-    """The SQNR against fp32 of a ``ConvTranspose2d`` of ``shape`` (:func:`_shape`; seeded
-    weights, eight 8x8 inputs) through torch's own FX int8 flow with ``engine``'s default
-    mapping, on this machine's kernels, once per shape and process (0.02 s; the first about 1.6 s
-    with its imports, measured on a 2-core x86 machine). The fault is
-    the CPU's code path for the shape: the same torch computes one layer wrongly on one x86
-    CPU and rightly on another."""
-    in_channels, out_channels, kernel, stride, output_padding, dilation, bias = shape
+    """The SQNR against fp32 of a ``ConvTranspose1d`` or ``ConvTranspose2d`` of ``shape``
+    (:func:`_shape`; seeded weights, eight inputs of 16 steps or 8x8) through torch's own FX
+    int8 flow with ``engine``'s default mapping, on this machine's kernels, once per shape and
+    process (0.02 s; the first about 1.6 s with its imports, measured on a 2-core x86 machine).
+    The fault is the CPU's code path for the shape: the same torch computes one layer wrongly
+    on one x86 CPU and rightly on another."""
+    in_channels, out_channels, kernel, stride, padding, output_padding, groups, dilation, bias = shape
     generator = torch.Generator().manual_seed(0)
-    layer = torch.nn.ConvTranspose2d(
-        in_channels, out_channels, kernel, stride, output_padding=output_padding, dilation=dilation, bias=bias
+    two_d = len(kernel) == 2
+    layer_type = torch.nn.ConvTranspose2d if two_d else torch.nn.ConvTranspose1d
+    layer = layer_type(
+        in_channels,
+        out_channels,
+        kernel,
+        stride,
+        padding=padding,
+        output_padding=output_padding,
+        groups=groups,
+        bias=bias,
+        dilation=dilation,
     )
     probe = torch.nn.Sequential(layer).eval()
     with torch.no_grad():
         for parameter in probe.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
-    return own_flow_sqnr_db(probe, torch.randn(8, in_channels, 8, 8, generator=generator), engine)
+    size = (8, 8) if two_d else (16,)
+    return own_flow_sqnr_db(probe, torch.randn(8, in_channels, *size, generator=generator), engine)
 
 
 def own_flow_sqnr_db(net: torch.nn.Module, x: torch.Tensor, engine: str) -> float:
@@ -284,19 +296,22 @@ def own_flow_sqnr_db(net: torch.nn.Module, x: torch.Tensor, engine: str) -> floa
 
 
 def refuse_wrong_conv_transpose(module: torch.nn.Module, engine: str, float_layers: Sequence[str] = ()) -> None:
-    """torch 2.14's x86 and fbgemm int8 ``ConvTranspose2d`` computes wrong values on some x86
-    CPUs when its kernel is two rows high, without padding and groups (a U-Net's
-    ``ConvTranspose2d(c, c, 2, stride=2)``): -17 to -2 dB against fp32 with torch's own FX flow
-    and default mapping, where qnnpack gives 37 dB and a 3- or 4-row kernel 31 dB on x86. Such a
-    layer is refused where this machine's kernels get a probe of its shape wrong
-    (:func:`conv_transpose_probe_db`); left float (``float_layers``) it is fine."""
+    """torch 2.14's x86 and fbgemm int8 transposed convolutions compute wrong values on some
+    x86 CPUs for some layer shapes, with torch's own FX flow and default mapping too: -17 to
+    7 dB against fp32 where qnnpack gives 36-45 dB. Which shapes depends on the CPU (on one, a
+    U-Net's two-row ``ConvTranspose2d(c, c, 2, stride=2)`` on both engines; on another, the
+    x86 engine's every layer whose input and output channels differ, 1-D or 2-D). So each
+    ``ConvTranspose1d`` and ``ConvTranspose2d`` is probed on this machine
+    (:func:`conv_transpose_probe_db`), and one it gets wrong is refused; left float
+    (``float_layers``) it is fine."""
     wrong = wrong_conv_transposes(module, engine, float_layers)
     if wrong:
         version = torch.__version__.split("+")[0]
+        what = "these layers' shapes" if len(wrong) > 1 else "this layer's shape"
         raise ConversionError(
-            f"torch {version}'s {engine} int8 ConvTranspose2d computes wrong values on this CPU with a kernel two "
-            f"rows high and no padding (probed: below {_PROBE_FLOOR_DB:.0f} dB against fp32, where qnnpack gives "
-            f"37 dB): {', '.join(wrong[:3])}"
+            f"torch {version}'s {engine} int8 transposed convolution computes wrong values on this CPU for "
+            f"{what} (probed: below {_PROBE_FLOOR_DB:.0f} dB "
+            f"against fp32, where qnnpack gives 36-45 dB): {', '.join(wrong[:3])}"
             f"{' ...' if len(wrong) > 3 else ''}; keep them float (float_layers), put qnnpack first in torch's "
             "backends, or deploy with another runtime"
         )
