@@ -8,7 +8,9 @@ nnsweep: attention scaled by its runtime shape and written with ``einsum``; an L
 embedding net with reflect padding; a classifier returning probabilities and their
 ``argmax``; a ``cumsum`` gate; a weight-normalised dilated ``Conv1d`` stack; a Swin-style
 shifted-window block; a MobileViT-style ``unfold``/``fold`` block; learned top-k token
-selection; an SSD-style detector head; an ``nn.EmbeddingBag`` tower; and three sequence
+selection; an SSD-style detector head; an ``nn.EmbeddingBag`` tower; an audio decoder
+(``ConvTranspose1d``), prototypes by ``cdist``, a spatial transformer (``grid_sample``), a
+bicubic upsampler, max and logsumexp pooling; and three sequence
 models that build float32 on purpose (sinusoidal positions, rotary positions with a
 float32 RMS norm, PyTorch's own float32 causal mask), for fp16. ``text_mask`` takes two
 inputs, which nnsweep refuses (exit 2).
@@ -20,6 +22,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 
@@ -364,3 +367,104 @@ class Causal(torch.nn.Module):
 def causal():
     torch.manual_seed(0)
     return Causal().eval(), torch.randn(1, 16, 8)
+
+
+class AudioDecoder(nn.Module):
+    """A waveform decoder: ConvTranspose1d upsampling (stride 4), ELU, a Softplus gain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Conv1d(8, 16, 3, padding=1)
+        self.up = nn.ConvTranspose1d(16, 8, 8, stride=4, padding=2)
+        self.out = nn.Conv1d(8, 1, 5, padding=2)
+
+    def forward(self, x):
+        h = F.elu(self.inp(x))
+        return self.out(F.elu(self.up(h))) * F.softplus(h.mean(dim=(1, 2), keepdim=True))
+
+
+class Prototypes(nn.Module):
+    """Few-shot style: an embedding, distances to learned prototypes with cdist, -distance as logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.PixelUnshuffle(2),
+            nn.Conv2d(32, 16, 3),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.protos = nn.Parameter(torch.randn(6, 16))
+
+    def forward(self, x):
+        return -torch.cdist(self.body(x), self.protos)
+
+
+class SpatialTransformer(nn.Module):
+    """A spatial transformer: affine parameters from a small localiser, affine_grid, grid_sample, a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loc = nn.Sequential(nn.Conv2d(1, 4, 3, stride=2), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 7 * 7, 6))
+        nn.init.zeros_(self.loc[-1].weight)
+        with torch.no_grad():
+            self.loc[-1].bias.copy_(torch.tensor([1.0, 0.1, 0.0, -0.1, 1.0, 0.0]))
+        self.cls = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+    def forward(self, x):
+        theta = self.loc(x).view(-1, 2, 3)
+        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+        return self.cls(F.grid_sample(x, grid, align_corners=False))
+
+
+class Bicubic(nn.Module):
+    """Super-resolution-ish: bicubic upsampling of the input plus a learned residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.SiLU(), nn.Conv2d(16, 3, 3, padding=1))
+
+    def forward(self, x):
+        up = F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False)
+        return up + F.interpolate(self.body(x), scale_factor=2, mode="nearest")
+
+
+class PoolHead(nn.Module):
+    """A sequence classifier pooling by max and logsumexp over time, SELU in between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(10, 24)
+        self.head = nn.Linear(48, 5)
+
+    def forward(self, x):
+        h = F.selu(self.proj(x))
+        return self.head(torch.cat([h.max(dim=1).values, torch.logsumexp(h, dim=1)], -1))
+
+
+def audio():
+    torch.manual_seed(0)
+    return AudioDecoder().eval(), torch.randn(1, 8, 32)
+
+
+def prototypes():
+    torch.manual_seed(0)
+    return Prototypes().eval(), torch.randn(1, 1, 12, 12)
+
+
+def stn():
+    torch.manual_seed(0)
+    return SpatialTransformer().eval(), torch.randn(1, 1, 16, 16)
+
+
+def bicubic():
+    torch.manual_seed(0)
+    return Bicubic().eval(), torch.randn(1, 3, 16, 16)
+
+
+def poolhead():
+    torch.manual_seed(0)
+    return PoolHead().eval(), torch.randn(1, 20, 10)
