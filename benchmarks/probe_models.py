@@ -18,12 +18,19 @@ inputs, which nnsweep refuses (exit 2).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
+
+
+def _seeded(model_type: type[nn.Module], *shape: int) -> tuple[nn.Module, torch.Tensor]:
+    """``model_type()`` in eval mode with seed 0, and a seeded random example of ``shape``."""
+    torch.manual_seed(0)
+    return model_type().eval(), torch.randn(*shape)
 
 
 class EinsumAttention(torch.nn.Module):
@@ -94,24 +101,10 @@ class CumsumGate(torch.nn.Module):
         return self.out(F.silu(h).amax(1))
 
 
-def einsum():
-    torch.manual_seed(0)
-    return EinsumAttention().eval(), torch.randn(1, 12, 8)
-
-
-def embedder():
-    torch.manual_seed(0)
-    return Embedder().eval(), torch.randn(1, 3, 24, 24)
-
-
-def argmax():
-    torch.manual_seed(0)
-    return ArgmaxHead().eval(), torch.randn(1, 20)
-
-
-def cumsum():
-    torch.manual_seed(0)
-    return CumsumGate().eval(), torch.randn(1, 20, 6)
+einsum = functools.partial(_seeded, EinsumAttention, 1, 12, 8)
+embedder = functools.partial(_seeded, Embedder, 1, 3, 24, 24)
+argmax = functools.partial(_seeded, ArgmaxHead, 1, 20)
+cumsum = functools.partial(_seeded, CumsumGate, 1, 20, 6)
 
 
 class WeightNormAudio(torch.nn.Module):
@@ -193,24 +186,10 @@ class Gathered(torch.nn.Module):
         return self.head(F.gelu(self.proj(picked), approximate="tanh").mean(1))
 
 
-def weightnorm():
-    torch.manual_seed(0)
-    return WeightNormAudio().eval(), torch.randn(1, 1, 64)
-
-
-def swin():
-    torch.manual_seed(0)
-    return ShiftedWindows().eval(), torch.randn(1, 3, 16, 16)
-
-
-def unfold():
-    torch.manual_seed(0)
-    return Unfolded().eval(), torch.randn(1, 3, 8, 8)
-
-
-def gathered():
-    torch.manual_seed(0)
-    return Gathered().eval(), torch.randn(1, 10, 12)
+weightnorm = functools.partial(_seeded, WeightNormAudio, 1, 1, 64)
+swin = functools.partial(_seeded, ShiftedWindows, 1, 3, 16, 16)
+unfold = functools.partial(_seeded, Unfolded, 1, 3, 8, 8)
+gathered = functools.partial(_seeded, Gathered, 1, 10, 12)
 
 
 class TextWithMask(torch.nn.Module):
@@ -268,9 +247,7 @@ def text_mask():
     return TextWithMask().eval(), (torch.randint(0, 100, (1, 12)), torch.ones(1, 12))
 
 
-def detector():
-    torch.manual_seed(0)
-    return Detector().eval(), torch.randn(1, 3, 32, 32)
+detector = functools.partial(_seeded, Detector, 1, 3, 32, 32)
 
 
 def embbag():
@@ -297,9 +274,7 @@ class Sinus(torch.nn.Module):
         return self.head(h.mean(dim=1))
 
 
-def sinus():
-    torch.manual_seed(0)
-    return Sinus().eval(), torch.randn(1, 16, 8)
+sinus = functools.partial(_seeded, Sinus, 1, 16, 8)
 
 
 class Rope(torch.nn.Module):
@@ -341,9 +316,7 @@ class Rope(torch.nn.Module):
         return self.head(h.mean(1))
 
 
-def rope():
-    torch.manual_seed(0)
-    return Rope().eval(), torch.randn(1, 16, 8)
+rope = functools.partial(_seeded, Rope, 1, 16, 8)
 
 
 class Causal(torch.nn.Module):
@@ -364,9 +337,7 @@ class Causal(torch.nn.Module):
         return self.head(h[:, -1])
 
 
-def causal():
-    torch.manual_seed(0)
-    return Causal().eval(), torch.randn(1, 16, 8)
+causal = functools.partial(_seeded, Causal, 1, 16, 8)
 
 
 class AudioDecoder(nn.Module):
@@ -445,26 +416,14 @@ class PoolHead(nn.Module):
         return self.head(torch.cat([h.max(dim=1).values, torch.logsumexp(h, dim=1)], -1))
 
 
-def audio():
+audio = functools.partial(_seeded, AudioDecoder, 1, 8, 32)
+prototypes = functools.partial(_seeded, Prototypes, 1, 1, 12, 12)
+stn = functools.partial(_seeded, SpatialTransformer, 1, 1, 16, 16)
+bicubic = functools.partial(_seeded, Bicubic, 1, 3, 16, 16)
+poolhead = functools.partial(_seeded, PoolHead, 1, 20, 10)
+
+
+def _seeded(model_type: type[nn.Module], *shape: int) -> tuple[nn.Module, torch.Tensor]:
+    """``model_type()`` in eval mode with seed 0, and a seeded random example of ``shape``."""
     torch.manual_seed(0)
-    return AudioDecoder().eval(), torch.randn(1, 8, 32)
-
-
-def prototypes():
-    torch.manual_seed(0)
-    return Prototypes().eval(), torch.randn(1, 1, 12, 12)
-
-
-def stn():
-    torch.manual_seed(0)
-    return SpatialTransformer().eval(), torch.randn(1, 1, 16, 16)
-
-
-def bicubic():
-    torch.manual_seed(0)
-    return Bicubic().eval(), torch.randn(1, 3, 16, 16)
-
-
-def poolhead():
-    torch.manual_seed(0)
-    return PoolHead().eval(), torch.randn(1, 20, 10)
+    return model_type().eval(), torch.randn(*shape)
