@@ -116,10 +116,7 @@ def evaluate(
     # One value per class position, a whole number on every input: class ids (a model that
     # ends in argmax, as predicted_classes reads it). Its agreement, not an SQNR, says how
     # close it is.
-    ids = [
-        width == p and bool(np.all(ref[:, cols] == np.round(ref[:, cols])))
-        for cols, width, p in zip(columns, widths, places, strict=True)
-    ]
+    ids = [width == p and _whole_numbers(ref[:, cols]) for cols, width, p in zip(columns, widths, places, strict=True)]
     fidelity = parts[0] if len(parts) == 1 else Fidelity.worst(parts, ids)
     return Evaluation(
         accuracy=accuracy,
@@ -169,11 +166,16 @@ def predicted_classes(
         out, kind = out[:, :, None], kind[:, :, None]
     if out.shape[1] != 1:
         classes = out.argmax(axis=1)
-    elif np.all(kind == np.round(kind)):
+    elif _whole_numbers(kind):
         classes = np.round(out[:, 0]).astype(np.int64)
     else:
         classes = (out[:, 0] > 0).astype(np.int64)
     return classes if positions > 1 else classes[:, 0]
+
+
+def _whole_numbers(values: np.ndarray) -> bool:
+    """Whether every value is a whole number: how an output of class ids is told apart."""
+    return bool(np.all(values == np.round(values)))
 
 
 def _fidelity(out: np.ndarray, ref: np.ndarray, positions: int = 1, class_axis: int = 0) -> Fidelity:

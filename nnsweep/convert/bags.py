@@ -39,8 +39,6 @@ class _EmbeddingThenReduce(nn.Module):
     def __init__(self, bag: nn.EmbeddingBag) -> None:
         super().__init__()
         self.weight = bag.weight
-        self.mode = bag.mode
-        self.padding_idx = bag.padding_idx
         self.bag_options: dict[str, Any] = {
             "max_norm": bag.max_norm,
             "norm_type": bag.norm_type,
@@ -56,16 +54,17 @@ class _EmbeddingThenReduce(nn.Module):
     ) -> torch.Tensor:
         if offsets is not None or ids.dim() != 2 or self.bag_options["max_norm"] is not None:
             return F.embedding_bag(ids, self.weight, offsets, per_sample_weights=per_sample_weights, **self.bag_options)
+        mode, padding_idx = self.bag_options["mode"], self.bag_options["padding_idx"]
         rows = F.embedding(ids, self.weight)
         if per_sample_weights is not None:
             rows = rows * per_sample_weights.unsqueeze(-1)
-        if self.padding_idx is None:
-            if self.mode == "sum":
+        if padding_idx is None:
+            if mode == "sum":
                 return rows.sum(1)
-            return rows.mean(1) if self.mode == "mean" else rows.amax(1)
-        keep = (ids != self.padding_idx).unsqueeze(-1)
-        if self.mode == "max":
+            return rows.mean(1) if mode == "mean" else rows.amax(1)
+        keep = (ids != padding_idx).unsqueeze(-1)
+        if mode == "max":
             most = rows.masked_fill(~keep, float("-inf")).amax(1)
             return torch.where(keep.any(1), most, torch.zeros_like(most))
         total = (rows * keep).sum(1)
-        return total if self.mode == "sum" else total / keep.sum(1).clamp(min=1)
+        return total if mode == "sum" else total / keep.sum(1).clamp(min=1)
