@@ -354,3 +354,15 @@ def test_a_sweep_says_once_when_its_float_layers_leave_nothing_int8(tmp_path: Pa
     kept = DeploymentConfig(runtime="onnxruntime", quant=quant)
     host.rankings.tell_if_float(kept, 139.7, ModelSnapshot.of(host.bundle))
     assert len(told) == 2
+
+
+def test_a_parametrized_weight_is_its_layer_not_a_layer_of_its_own() -> None:
+    """weight_norm keeps the weight's factors (g, v, both of two or more dimensions) in a
+    parametrization module that the forward calls; the convolution that owns it is the layer."""
+    from torch.nn.utils.parametrizations import spectral_norm, weight_norm
+
+    model = torch.nn.Sequential(
+        weight_norm(torch.nn.Conv1d(1, 4, 3)), torch.nn.ReLU(), spectral_norm(torch.nn.Conv1d(4, 2, 3))
+    ).eval()
+    assert sensitivity.quantizable_layers(model, torch.randn(1, 1, 16)) == ["0", "2"]
+    assert sensitivity.quantizable_layers(model) == ["0", "2"]

@@ -205,7 +205,9 @@ def quantizable_layers(module: torch.nn.Module, example: torch.Tensor | None = N
     of its own (a parameter of two or more dimensions it holds directly, not through a
     child): ``nn.MultiheadAttention``'s input projection, a custom attention's
     ``F.linear``. Embeddings are not layers here: no int8 mode of nnsweep quantizes
-    their lookups.
+    their lookups. Nor is a parametrization (``weight_norm``, ``spectral_norm``,
+    ``torch.nn.utils.parametrize``): its module holds the weight's factors and computes
+    the weight of the layer that owns it, which is the layer.
 
     With ``example`` (a batch-1 input), only the layers that one forward pass calls:
     a layer that is defined but never called, such as ``nn.MultiheadAttention``'s
@@ -214,14 +216,22 @@ def quantizable_layers(module: torch.nn.Module, example: torch.Tensor | None = N
     not even name its nodes. Its parent, which is called, is a layer instead.
     """
     from torch import nn
+    from torch.nn.utils.parametrize import ParametrizationList
+
+    from nnsweep.convert.float_region import in_modules
 
     kinds = (nn.modules.conv._ConvNd, nn.Linear)
     lookups = (nn.Embedding, nn.EmbeddingBag)
+    factors = tuple(name for name, sub in module.named_modules() if isinstance(sub, ParametrizationList))
 
     def weighted(sub: nn.Module) -> bool:
         return not isinstance(sub, lookups) and any(p.dim() >= 2 for p in sub.parameters(recurse=False))
 
-    named = [(name, sub) for name, sub in module.named_modules() if name and (isinstance(sub, kinds) or weighted(sub))]
+    named = [
+        (name, sub)
+        for name, sub in module.named_modules()
+        if name and not in_modules(name, factors) and (isinstance(sub, kinds) or weighted(sub))
+    ]
     if example is None:
         return [name for name, _ in named]
     import torch

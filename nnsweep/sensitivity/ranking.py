@@ -148,9 +148,10 @@ def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path
         "granularity": granularity.value,
         "method": "quantize_one",
         "samples": CALIBRATION_SAMPLES,
-        # which layers are candidates (rank.quantizable_layers): 2, the layers the forward
-        # calls, attention blocks included (1 listed uncalled ones, such as out_proj)
-        "candidates": 2,
+        # which layers are candidates (rank.quantizable_layers): 3, the layers the forward
+        # calls, attention blocks included, parametrizations not (2 listed weight_norm's
+        # factors as layers; 1 listed uncalled ones, such as out_proj)
+        "candidates": 3,
         # ties in accuracy broken by the outputs' SQNR against fp32 (rank.SensitivityReport.ranked)
         "tie_break": "sqnr",
     }
