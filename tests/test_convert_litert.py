@@ -231,6 +231,36 @@ def test_static_int8_names_the_gru_litert_torch_cannot_annotate(tmp_path: Path, 
     )
 
 
+class _WindowAttention(nn.Module):
+    """Attention over 2x2 windows (as Swin partitions them): with a dynamic batch, the
+    attention's sizes are arithmetic on the batch size (``4 * batch``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, 8, 2, stride=2)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x).permute(0, 2, 3, 1)
+        b, hh, ww, c = h.shape
+        win = h.reshape(b, hh // 2, 2, ww // 2, 2, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, c)
+        return self.head(self.attn(win, win, win, need_weights=False)[0].reshape(b, -1, c).mean(1))
+
+
+@pytest.mark.slow
+def test_the_ranking_of_window_attention_falls_back_to_one_sample_a_call(tmp_path: Path) -> None:
+    # litert-torch's quantizer observed the batch size in "4 * batch" as if it were a tensor:
+    # "'int' object has no attribute 'numel'", and the ranking was refused.
+    from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import ranking
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("windows", _WindowAttention().eval(), torch.randn(1, 3, 8, 8)))
+    report, _ = ranking(bundle, "litert", Granularity.PER_CHANNEL, tmp_path)
+    assert sorted(report.ranked()) == ["attn", "embed", "head"]
+
+
 def test_armnn_refuses_dynamic_int8_naming_its_version_and_the_layer() -> None:
     with pytest.raises(SpecError, match=r"Arm NN 20\.08 has no hybrid layers: .*FULLY_CONNECTED"):
         DeploymentConfig("armnn", quant=QuantConfig("dynamic_int8"))

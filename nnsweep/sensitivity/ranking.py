@@ -229,12 +229,21 @@ def _pt2e_evaluator(
     calibration = torch.from_numpy(split.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
     model = copy.deepcopy(bundle.module).eval()
-    try:  # one batch each to calibrate and score: digits_outlier 122 -> 33 s (executorch), 127 -> 9 s (litert)
-        if not takes_batches(bundle):
-            raise ValueError("the model takes one sample a call")
-        graph, batched = export(model, bundle.example_input, dynamic_batch=True), True
-    except Exception:  # a model whose shapes specialise on batch 1, or that mixes the samples
-        graph, batched = export(model, bundle.example_input, dynamic_batch=False), False
+    # One batch each to calibrate and score (digits_outlier 122 -> 33 s on executorch, 127
+    # -> 9 s on litert), unless the model takes one sample a call or its shapes specialise
+    # on batch 1; then one sample a call, on a batch-1 program.
+    graph: torch.export.ExportedProgram | None = None
+    if takes_batches(bundle):
+        try:
+            graph = export(model, bundle.example_input, dynamic_batch=True)
+        except Exception:  # toolchain code: the batch-1 program below
+            log.debug("the model does not export with a dynamic batch: ranking one sample a call")
+    one_sample: list[torch.export.ExportedProgram] = []  # exported when first needed
+
+    def one_sample_graph() -> torch.export.ExportedProgram:
+        if not one_sample:
+            one_sample.append(export(model, bundle.example_input, dynamic_batch=False))
+        return one_sample[0]
 
     if runtime == "executorch":
         from nnsweep.convert.executorch import xnnpack_quantizer
@@ -255,17 +264,26 @@ def _pt2e_evaluator(
         def prepare(module: torch.nn.Module, chosen: object) -> torch.nn.Module:
             return litert.prepare(module, chosen, model)
 
-    def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return scored_output(module, x, bundle, batched)
-
-    def evaluate(keep: frozenset[str]) -> Score:
+    def evaluate_on(program: torch.export.ExportedProgram, batched: bool, keep: frozenset[str]) -> Score:
         chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
-        module = copy.deepcopy(graph).module(check_guards=False)
+        module = copy.deepcopy(program).module(check_guards=False)
         with printed_to_debug_log(log, f"{runtime} quantizer"):  # litert-torch's annotators print
             prepared = prepare(module, chosen)
         with torch.no_grad():
-            run(prepared, calibration)
-            outputs = run(convert_pt2e(prepared), inputs).numpy()
+            scored_output(prepared, calibration, bundle, batched)
+            outputs = scored_output(convert_pt2e(prepared), inputs, bundle, batched).numpy()
         return score_outputs(outputs, reference, split, *scored_layout(bundle))
+
+    def evaluate(keep: frozenset[str]) -> Score:
+        nonlocal graph
+        if graph is not None:
+            try:
+                return evaluate_on(graph, True, keep)
+            except Exception as exc:  # toolchain code: the batch-1 program below
+                # litert-torch's quantizer observes a dynamic batch's sizes as if they were
+                # tensors (a Swin block's window partition): "'int' object has no attribute 'numel'"
+                log.debug("the dynamic-batch program does not quantize (%s): ranking one sample a call", exc)
+                graph = None
+        return evaluate_on(one_sample_graph(), False, keep)
 
     return evaluate
