@@ -119,7 +119,8 @@ def onnx_float_region(model: Any, keep_float: Collection[str]) -> list[str]:
     Add and two Muls; ONNX Runtime's pre-processing splits HardSwish into HardSigmoid and
     Mul). A node with a weight reads an initializer of two or more dimensions, unless it
     is an op of the root module (named ``/<node>``: the root's own parameters are
-    constants, as in :func:`_weighted`). Nodes
+    constants, as in :func:`_weighted`) or an embedding's ``Gather`` (no layer to keep
+    float by name, so with its neighbours float its table stays float too). Nodes
     without a name cannot be excluded by name: name them first
     (:func:`~nnsweep.convert.float_fallback.name_unnamed_nodes`).
     """
@@ -142,14 +143,19 @@ def onnx_float_region(model: Any, keep_float: Collection[str]) -> list[str]:
 
     def consumers(i: int) -> Iterable[int | None]:
         out: list[int | None] = []
-        for o in nodes[i].output:
-            out.extend([None] if o in graph_outputs else readers.get(o, []))
+        for o in nodes[i].output:  # a graph output may be read by other nodes too
+            out.extend([*readers.get(o, []), None] if o in graph_outputs else readers.get(o, []))
         return out
 
     inside = {i for i, n in enumerate(nodes) if n.name in names}
 
-    def layer(n: Any) -> bool:  # a weight read inside a module; the root's ("/node_add") are constants
-        return bool(weights.intersection(n.input)) and not n.name.startswith(SCOPE_SEPARATOR)
+    def layer(n: Any) -> bool:
+        # a weight read inside a module; the root's ("/node_add") are constants, and an
+        # embedding's lookup is no layer (rank.quantizable_layers), though ONNX Runtime
+        # quantizes its table
+        if n.op_type == "Gather" or n.name.startswith(SCOPE_SEPARATOR):
+            return False
+        return bool(weights.intersection(n.input))
 
     candidates = (i for i, n in enumerate(nodes) if n.op_type != "Constant" and n.name and not layer(n))
     region = between(inside, candidates, producers, consumers)
