@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.convert._base import toolchain_records_to_debug_log
+from nnsweep.convert.bags import unbag_embeddings
 from nnsweep.convert.float_region import (
     SCOPE_SEPARATOR,
     fx_drop_float_observers,
@@ -87,8 +88,10 @@ def export_onnx_scoped(module: torch.nn.Module, example: torch.Tensor, path: Pat
     import onnx
     import torch
 
+    model = copy.deepcopy(module).eval()
+    unbag_embeddings(model)  # as the converter's own export: torch.onnx writes a bag as a Loop
     program = torch.onnx.export(
-        copy.deepcopy(module).eval(),
+        model,
         (example,),
         dynamo=True,
         opset_version=_OPSET,
