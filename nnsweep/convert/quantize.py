@@ -15,6 +15,7 @@ from torch import nn
 
 from nnsweep.core.config import QuantConfig
 from nnsweep.models import ModelBundle
+from nnsweep.models._bundle import flatten_outputs
 from nnsweep.models._snapshot import reference_outputs
 
 __all__ = ["QAT_LR", "calibration_samples", "qat_finetune"]
@@ -43,9 +44,10 @@ def qat_finetune(
 ) -> None:
     """Fine-tune a fake-quantized ``model`` in place for ``quant.qat_epochs`` epochs.
 
-    With labelled training data the loss is cross-entropy; otherwise the model
-    distills from the fp32 model's logits on the calibration inputs (MSE), so QAT
-    also works for models that come without data.
+    With labelled training data the loss is cross-entropy on the scored output (the
+    dataset's ``accuracy_output``); otherwise the model distills from the fp32 model's
+    outputs on the calibration inputs (MSE over every output, side by side), so QAT
+    also works for models that come without data, and for models with several outputs.
 
     Args:
         model: the prepared (fake-quantized) model; the caller switches train/eval
@@ -54,6 +56,14 @@ def qat_finetune(
         batch_size: 1 for graphs exported with a fixed batch of one.
     """
     forward = forward or model
+    scored = bundle.dataset.accuracy_output
+
+    def logits(x: torch.Tensor) -> torch.Tensor:  # the output top-1 is read from
+        return flatten_outputs(forward(x))[scored]
+
+    def rows(x: torch.Tensor) -> torch.Tensor:  # every output, one row per sample, as reference_outputs
+        return torch.cat([leaf.reshape(len(x), -1).float() for leaf in flatten_outputs(forward(x))], dim=1)
+
     train = bundle.dataset.train
     if train is not None and train.labels is not None:
         x_all = torch.from_numpy(train.inputs)
@@ -73,12 +83,12 @@ def qat_finetune(
         for start in range(0, len(order), _QAT_BATCH):
             idx = order[start : start + _QAT_BATCH]
             opt.zero_grad()
-            outs = torch.cat([forward(x_all[idx[k : k + step]]) for k in range(0, len(idx), step)])
+            chunks = [x_all[idx[k : k + step]] for k in range(0, len(idx), step)]
             if y_all is not None:
-                loss = nn.functional.cross_entropy(outs, y_all[idx])
+                loss = nn.functional.cross_entropy(torch.cat([logits(c) for c in chunks]), y_all[idx])
             else:
                 assert target_logits is not None
-                loss = nn.functional.mse_loss(outs.reshape(len(idx), -1), target_logits[idx])
+                loss = nn.functional.mse_loss(torch.cat([rows(c) for c in chunks]), target_logits[idx])
             loss.backward()
             opt.step()
 
