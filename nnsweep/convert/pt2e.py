@@ -115,12 +115,69 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
         move_exported_model_to_train(prepared)
         qat_finetune(prepared, bundle, quant, batch_size=batch)
         move_exported_model_to_eval(prepared)
+        observe_ranges_again(prepared, bundle, quant, batch)
     else:
         prepared = calibrated(
             model, bundle, quant, lambda graph: prepare_pt2e(untie_shared_parameters(graph), quantizer)
         )
     converted: nn.Module = convert_pt2e(prepared)
     return converted
+
+
+def observe_ranges_again(prepared: nn.Module, bundle: ModelBundle, quant: QuantConfig, batch: int) -> int:
+    """After QAT's fine-tuning, observe the ranges of the moving-average fake-quantizers again
+    over the calibration samples as static int8 does (the running min and max of what reaches
+    each, float), not as their moving average did; return how many were observed again.
+
+    A moving average (0.01 of each new batch) suits weights that change while they train;
+    for activations after a short fine-tuning it holds on to the first batch it saw. Worse,
+    where PT2E shares one fake-quantizer between several tensors (the inputs of a
+    concatenation), each call moves the range 1 % towards its own, so the range stays the
+    first tensor's: on an SSD-style box decoder, ``cat([xy - wh / 2, xy + wh / 2])`` kept
+    ``[-0.61, 1.0]`` for boxes up to 1.95, and the boxes read 16.1 dB against fp32 after
+    QAT where static int8 gives 44.7 dB. The fine-tuned weights and the per-channel weight
+    ranges are kept.
+    """
+    from torchao.quantization.pt2e.fake_quantize import FakeQuantizeBase
+    from torchao.quantization.pt2e.observer import MovingAverageMinMaxObserver
+
+    ranges: dict[FakeQuantizeBase, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def seen(module: FakeQuantizeBase, args: tuple[torch.Tensor, ...]) -> None:
+        low, high = args[0].detach().min(), args[0].detach().max()
+        if module in ranges:
+            low, high = torch.minimum(low, ranges[module][0]), torch.maximum(high, ranges[module][1])
+        ranges[module] = (low, high)
+
+    quantizers = [
+        m
+        for m in prepared.modules()
+        if isinstance(m, FakeQuantizeBase)
+        and type(getattr(m, "activation_post_process", None)) is MovingAverageMinMaxObserver
+    ]
+    hooks = [m.register_forward_pre_hook(seen) for m in quantizers]
+    for m in quantizers:  # float through them, as static calibration sees the model
+        m.disable_observer()
+        m.disable_fake_quant()
+    try:
+        samples = torch.cat(list(calibration_samples(bundle, quant)))
+        step = len(samples) if batch != 1 else 1
+        with torch.no_grad():
+            for start in range(0, len(samples), step):
+                prepared(samples[start : start + step])
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for m in quantizers:
+            m.enable_fake_quant()
+    for m, (low, high) in ranges.items():
+        observer = m.activation_post_process
+        observer.min_val.copy_(low)
+        observer.max_val.copy_(high)
+        scale, zero_point = observer.calculate_qparams()
+        m.scale.resize_(scale.shape).copy_(scale)
+        m.zero_point.resize_(zero_point.shape).copy_(zero_point)
+    return len(ranges)
 
 
 def untie_shared_parameters(graph: nn.Module) -> torch.fx.GraphModule:
