@@ -661,3 +661,26 @@ def test_a_trace_through_torchs_own_shape_checks_notes_nothing(tmp_path: Path) -
         artifact, _ = deploy.convert(bundle, config, ArtifactCache(tmp_path))
     assert not [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
     assert not [n for n in artifact.partitions.notes if "kept one branch" in n]
+
+
+@pytest.mark.parametrize("mode", ["static_int8", "qat_int8"])
+def test_a_weight_norm_layer_is_quantized_as_its_weight_and_the_model_is_left_as_it_was(mode: str) -> None:
+    # torch.ao's QAT takes a layer's own class only: "qat.Conv1d.from_float only works for
+    # Conv1d, got ParametrizedConv1d". Removing the parametrization from a deep copy edits the
+    # class the copy shares with the user's model: the model then had no 'weight'.
+    from torch.nn.utils.parametrizations import weight_norm
+
+    from nnsweep.convert.fx import quantize_fx, quantized_engine
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    model = nn.Sequential(weight_norm(nn.Conv1d(1, 8, 5, padding=2)), nn.ReLU(), nn.Conv1d(8, 2, 3)).eval()
+    bundle = load_model(register_live(f"weight_norm_{mode}", model, torch.randn(1, 1, 32)))
+    before = model(bundle.example_input).detach()
+    with quantized_engine("x86"):
+        converted = quantize_fx(bundle, QuantConfig(mode), "x86")
+    assert ".quantized." in type(converted.get_submodule("0")).__module__  # an int8 convolution (with its ReLU)
+    torch.testing.assert_close(model(bundle.example_input).detach(), before)
+    assert hasattr(model[0], "parametrizations")
+    got = converted(bundle.example_input)
+    assert float((got - before).pow(2).mean() / before.pow(2).mean()) < 0.01  # within 20 dB

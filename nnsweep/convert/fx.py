@@ -171,7 +171,8 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     """
     refuse_prelu(bundle.module)
     refuse_wrong_conv_transpose(bundle.module, engine, quant.float_layers)
-    model = copy.deepcopy(bundle.module)
+    model = copy.deepcopy(bundle.module).eval()
+    bake_parametrizations(model)
     example = (bundle.example_input,)
     mapping = qconfig_mapping(engine, quant)
     if quant.mode is QuantMode.QAT_INT8:
@@ -187,6 +188,33 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     converted = convert_quietly(prepared)
     _inline_scalar_qparams(converted)
     return converted
+
+
+def bake_parametrizations(model: torch.nn.Module) -> int:
+    """Replace, in place, each parametrized tensor of ``model`` (``weight_norm``,
+    ``spectral_norm``, ``torch.nn.utils.parametrize``) by its value, a plain parameter;
+    return how many. Call on a copy in eval mode.
+
+    A parametrization is a training-time form of the weight: deployed, the weight is its
+    value. torch.ao's QAT swaps each layer for its QAT class with ``from_float``, which
+    takes the layer's own class only: a ``weight_norm`` convolution failed ("qat.Conv1d.from_float
+    only works for Conv1d, got ParametrizedConv1d").
+    """
+    from torch.nn.utils import parametrize
+
+    baked = 0
+    for module in list(model.modules()):
+        if not parametrize.is_parametrized(module):
+            continue
+        # Removing a parametrization edits the module's class, which a deep copy shares with
+        # the model it was copied from: give the copy a class of its own first.
+        cls = type(module)
+        own = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        module.__class__ = type(cls.__name__, cls.__bases__, own)
+        for name in list(module.parametrizations.keys()):  # type: ignore[union-attr,operator]
+            parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+            baked += 1
+    return baked
 
 
 def refuse_prelu(module: torch.nn.Module) -> None:
