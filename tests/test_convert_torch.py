@@ -684,3 +684,36 @@ def test_a_weight_norm_layer_is_quantized_as_its_weight_and_the_model_is_left_as
     assert hasattr(model[0], "parametrizations")
     got = converted(bundle.example_input)
     assert float((got - before).pow(2).mean() / before.pow(2).mean()) < 0.01  # within 20 dB
+
+
+class _Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.inp(x)).mean(1))
+
+
+def test_qat_leaves_a_module_torch_runs_float_without_fake_quantizers(tmp_path: Path) -> None:
+    # prepare_qat_fx swapped the encoder's Linear layers for QAT ones, which convert_fx (it
+    # converts the traced ops) left behind: TorchScript then failed ("Module 'FakeQuantize'
+    # has no attribute 'activation_post_process'").
+    from nnsweep.convert.fx import quantize_fx, quantized_engine
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    model = _Encoder().eval()
+    bundle = load_model(register_live("qat_encoder", model, torch.randn(1, 6, 8)))
+    with quantized_engine("x86"):
+        converted = quantize_fx(bundle, QuantConfig("qat_int8"), "x86")
+    assert not [name for name, m in converted.named_modules() if "FakeQuantize" in type(m).__name__]
+    assert ".quantized." in type(converted.get_submodule("inp")).__module__  # the traced layers are int8
+    from nnsweep.convert.torch import TorchConverter
+
+    result = TorchConverter().convert(bundle, DeploymentConfig("torch", ("x86",), QuantConfig("qat_int8")), tmp_path)
+    deployed = torch.jit.load(str(tmp_path / result.filename))
+    torch.testing.assert_close(deployed(bundle.example_input), converted(bundle.example_input))

@@ -34,6 +34,7 @@ from nnsweep.convert.float_region import (
     SCOPE_SEPARATOR,
     fx_drop_float_observers,
     fx_float_region,
+    fx_untraced_float_modules,
     in_modules,
     onnx_float_region,
     onnx_nodes_in,
@@ -241,7 +242,10 @@ def fx_prepare(
     from torch.ao.quantization.quantize_fx import prepare_fx, prepare_qat_fx
 
     prepare = prepare_qat_fx if qat else prepare_fx
-    prepared = prepare(fold_shape_arithmetic(model, example), fx_keep_float(mapping, keep_float), example)
+    mapping = fx_keep_float(mapping, keep_float)
+    if qat:  # what torch runs float anyway keeps its float layers (not QAT's swapped ones)
+        fx_keep_float(mapping, fx_untraced_float_modules(model))
+    prepared = prepare(fold_shape_arithmetic(model, example), mapping, example)
     drop_non_float_observers(prepared, example)
     fx_drop_float_observers(prepared, keep_float)
     return prepared

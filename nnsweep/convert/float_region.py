@@ -36,6 +36,7 @@ __all__ = [
     "between",
     "fx_drop_float_observers",
     "fx_float_region",
+    "fx_untraced_float_modules",
     "in_modules",
     "onnx_float_region",
     "onnx_nodes_in",
@@ -235,6 +236,37 @@ def _fx_float_modules(graph_module: Any, ops: Iterable[Any]) -> set[Any]:
         return set()
     static = _static_int8_module_types()
     return {n for n in layers if type(graph_module.get_submodule(n.target)) not in static}
+
+
+def fx_untraced_float_modules(model: Any) -> list[str]:
+    """The paths of the modules of ``model`` that torch.fx does not trace into and torch.ao's
+    static int8 has no kernel for (an ``nn.TransformerEncoder``, an ``nn.MultiheadAttention``
+    outside one; :func:`_fx_float_modules`), with every module inside them: torch runs them
+    float whatever ``float_layers`` says.
+
+    ``prepare_qat_fx`` still swaps the layers inside such a module for their QAT versions
+    (an encoder's ``nn.Linear`` for ``qat.Linear``, with its weight's fake-quantizer), and
+    ``convert_fx``, which converts the traced ops only, leaves them there: TorchScript then
+    failed on the converted model ("Module 'FakeQuantize' has no attribute
+    'activation_post_process'"). Left without a qconfig, they stay the float modules
+    torch runs.
+    """
+    import torch
+
+    tracer = torch.fx.Tracer()
+    static = _static_int8_module_types()
+    paths: list[str] = []
+    for path, module in model.named_modules():
+        if not path or in_modules(path, paths):
+            continue
+        if (
+            tracer.is_leaf_module(module, path)
+            and type(module) not in static
+            and any(True for _ in module.parameters())
+        ):
+            paths.append(path)
+    inside = [p for p, _ in model.named_modules() if p and in_modules(p, paths) and p not in paths]
+    return paths + inside
 
 
 @functools.cache
