@@ -203,25 +203,31 @@ def test_the_models_own_inputs_and_outputs_count_as_float(runtime: str) -> None:
     torch.manual_seed(0)
     module = _Ends().eval()
     x = torch.randn(1, 1, 8, 6)
-    if runtime == "torch":
-        from nnsweep.convert.fx import quantize_fx, quantized_engine
-        from nnsweep.models import load_model, register_live
-
-        quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=("head", "proj"))
-        with quantized_engine("x86"):
-            converted = quantize_fx(load_model(register_live("ends", module, x)), quant, "x86")
-        assert "quantize_per_tensor" not in converted.code
-    else:
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-        graph = export(module, x, dynamic_batch=False).module(check_guards=False)
-        assert fx_float_region(graph, ("head", "proj")) == _ops(graph)
-        prepared = prepare_pt2e(graph, _quantizer(runtime, ("head", "proj")))
-        prepared(x)
-        converted = convert_pt2e(prepared)
-        assert not [n for n in converted.graph.nodes if "quantize" in str(n.target)]
+    converted = _quantized_with_nothing_int8("ends", module, x, runtime, ("head", "proj"))
     with torch.no_grad():
         torch.testing.assert_close(converted(x), module(x))
+
+
+def _quantized_with_nothing_int8(
+    name: str, module: torch.nn.Module, x: torch.Tensor, runtime: str, keep: tuple[str, ...]
+) -> torch.nn.Module:
+    """``module`` static int8 on ``runtime`` (calibrated on ``x``) with ``keep`` float,
+    checked to quantize nothing: every op of its PT2E graph lies in the float region."""
+    if runtime == "torch":
+        from nnsweep.models import load_model, register_live
+
+        converted = _fx_quantize(load_model(register_live(name, module, x)), keep)
+        assert "quantize_per_tensor" not in converted.code
+        return converted
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    graph = export(module, x, dynamic_batch=False).module(check_guards=False)
+    assert fx_float_region(graph, keep) == _ops(graph)
+    prepared = prepare_pt2e(graph, _quantizer(runtime, keep))
+    prepared(x)
+    converted = convert_pt2e(prepared)
+    assert not [n for n in converted.graph.nodes if "quantize" in str(n.target)]
+    return converted
 
 
 def test_fx_ops_beside_a_module_torch_leaves_float_stay_float_with_its_neighbours() -> None:
@@ -281,24 +287,10 @@ def test_the_root_modules_own_parameters_are_constants_between_float_layers(runt
         assert add in onnx_float_region(model, keep)
         assert add not in onnx_float_region(model, ("head",))  # fed by the int8 inp: the quantizer's
         return
-    if runtime == "torch":
-        from nnsweep.convert.fx import quantize_fx, quantized_engine
-        from nnsweep.models import load_model, register_live
-
-        quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep)
-        with quantized_engine("x86"):
-            converted = quantize_fx(load_model(register_live("positions", module, x)), quant, "x86")
-        assert "quantize_per_tensor" not in converted.code
-    else:
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
+    if runtime != "torch":
         graph = export(module, x, dynamic_batch=False).module(check_guards=False)
-        assert fx_float_region(graph, keep) == _ops(graph)
-        assert "add" not in fx_float_region(graph, ("head",))
-        prepared = prepare_pt2e(graph, _quantizer(runtime, keep))
-        prepared(x)
-        converted = convert_pt2e(prepared)
-        assert not [n for n in converted.graph.nodes if "quantize" in str(n.target)]
+        assert "add" not in fx_float_region(graph, ("head",))  # fed by the int8 inp: the quantizer's
+    converted = _quantized_with_nothing_int8("positions", module, x, runtime, keep)
     with torch.no_grad():
         torch.testing.assert_close(converted(x), module(x))
 

@@ -18,7 +18,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["unbag_embeddings"]
+__all__ = ["unbag_embeddings", "unbagged_copy"]
+
+
+def unbagged_copy(model: nn.Module) -> nn.Module:
+    """The converter's own copy of ``model`` to export: deep, in eval mode, each bag taken
+    apart (:func:`unbag_embeddings`); ``model`` is not touched."""
+    import copy
+
+    module = copy.deepcopy(model).eval()
+    unbag_embeddings(module)
+    return module
 
 
 def unbag_embeddings(model: nn.Module) -> int:

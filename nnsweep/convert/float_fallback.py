@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.convert._base import toolchain_records_to_debug_log
-from nnsweep.convert.bags import unbag_embeddings
+from nnsweep.convert.bags import unbagged_copy
 from nnsweep.convert.float_region import (
     SCOPE_SEPARATOR,
     fx_drop_float_observers,
@@ -84,15 +84,12 @@ def export_onnx_scoped(module: torch.nn.Module, example: torch.Tensor, path: Pat
         example: a batch-1 input.
         path: the ``.onnx`` file to write (weights inside).
     """
-    import copy
 
     import onnx
     import torch
 
-    model = copy.deepcopy(module).eval()
-    unbag_embeddings(model)  # as the converter's own export: torch.onnx writes a bag as a Loop
     program = torch.onnx.export(
-        model,
+        unbagged_copy(module),  # as the converter's own export: torch.onnx writes a bag as a Loop
         (example,),
         dynamo=True,
         opset_version=_OPSET,

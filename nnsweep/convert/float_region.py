@@ -256,17 +256,11 @@ def fx_untraced_float_modules(model: Any) -> list[str]:
     tracer = torch.fx.Tracer()
     static = _static_int8_module_types()
     paths: list[str] = []
-    for path, module in model.named_modules():
-        if not path or in_modules(path, paths):
-            continue
-        if (
-            tracer.is_leaf_module(module, path)
-            and type(module) not in static
-            and any(True for _ in module.parameters())
-        ):
+    for path, module in model.named_modules():  # a module before the modules inside it
+        untraced = tracer.is_leaf_module(module, path) and type(module) not in static
+        if path and (in_modules(path, paths) or (untraced and next(module.parameters(), None) is not None)):
             paths.append(path)
-    inside = [p for p, _ in model.named_modules() if p and in_modules(p, paths) and p not in paths]
-    return paths + inside
+    return paths
 
 
 @functools.cache

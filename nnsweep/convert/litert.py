@@ -19,7 +19,6 @@ on the converting machine (:func:`nnsweep.bench.runners.litert.placement`).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import shutil
@@ -42,7 +41,7 @@ from nnsweep.convert._base import (
     toolchain_records_to_debug_log,
 )
 from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
-from nnsweep.convert.bags import unbag_embeddings
+from nnsweep.convert.bags import unbagged_copy
 from nnsweep.convert.pt2e import calibrated
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
@@ -78,8 +77,8 @@ def litert_quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_qu
 
 
 def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: bool) -> litert_torch.model.Model:
-    module = copy.deepcopy(bundle.module).eval()  # conversion must not touch the bundle's module
-    unbag_embeddings(module)  # litert-torch has no lowering for embedding_bag
+    # conversion must not touch the bundle's module; litert-torch has no lowering for embedding_bag
+    module = unbagged_copy(bundle.module)
     args = (bundle.example_input,)
     if quant.mode is QuantMode.FP32:
         return litert_torch.convert(module, args)

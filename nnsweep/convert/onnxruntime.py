@@ -8,7 +8,6 @@ placement ONNX Runtime chose on the converting machine, not a guess.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import logging
 import shutil
@@ -48,7 +47,7 @@ from nnsweep.convert._base import (
     quant_settings,
     toolchain_records_to_debug_log,
 )
-from nnsweep.convert.bags import unbag_embeddings
+from nnsweep.convert.bags import unbagged_copy
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
@@ -83,8 +82,9 @@ _STATIC_OPS = sorted((set(QLinearOpsRegistry) | set(QDQRegistry)) - {"InstanceNo
 
 def _export(bundle: ModelBundle, path: Path) -> None:
     """The float model as one self-contained ONNX file (batch 1, as the example input)."""
-    model = copy.deepcopy(bundle.module).eval()  # export must not touch the bundle's module
-    unbag_embeddings(model)  # torch.onnx writes a bag as a Loop, which the fp16 conversion cannot type
+    # export must not touch the bundle's module; torch.onnx writes a bag as a Loop, which the
+    # fp16 conversion cannot type
+    model = unbagged_copy(bundle.module)
     with package_warnings_to_debug_log(_log, "onnxscript", "onnx_ir"):
         program = torch.onnx.export(
             model, (bundle.example_input,), dynamo=True, opset_version=_OPSET, external_data=False, verbose=False

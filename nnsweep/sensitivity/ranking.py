@@ -23,6 +23,7 @@ data a sweep judges accuracy with:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -238,12 +239,10 @@ def _pt2e_evaluator(
             graph = export(model, bundle.example_input, dynamic_batch=True)
         except Exception:  # toolchain code: the batch-1 program below
             log.debug("the model does not export with a dynamic batch: ranking one sample a call")
-    one_sample: list[torch.export.ExportedProgram] = []  # exported when first needed
 
+    @functools.cache  # exported when first needed
     def one_sample_graph() -> torch.export.ExportedProgram:
-        if not one_sample:
-            one_sample.append(export(model, bundle.example_input, dynamic_batch=False))
-        return one_sample[0]
+        return export(model, bundle.example_input, dynamic_batch=False)
 
     if runtime == "executorch":
         from nnsweep.convert.executorch import xnnpack_quantizer
