@@ -13,7 +13,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from nnsweep.convert import lowering
 from nnsweep.convert.executorch import _program
-from nnsweep.convert.partition import LimitedPartitioner
+from nnsweep.convert.partition import EVERY_OP, LimitedPartitioner
 from nnsweep.core.config import PartitionLimits, QuantConfig
 from nnsweep.models import ModelBundle
 
@@ -22,11 +22,11 @@ ONE_PARTITION = PartitionLimits(max_delegated_partitions=1)  # digits_gn: drops 
 TEN_NODES = PartitionLimits(min_nodes_per_partition=10)  # digits_gn: drops every partition, the linear's too
 
 
-class _KeepsWhole(LimitedPartitioner):
+def _keeping_whole(limits: PartitionLimits) -> LimitedPartitioner:
     """The limits, with the backend's ops kept whole: what the reused edge program holds."""
-
-    def ops_to_not_decompose(self, ep: torch.export.ExportedProgram) -> tuple[list[object], object]:
-        return self.inner.ops_to_not_decompose(ep)  # type: ignore[no-any-return]
+    partitioner = LimitedPartitioner(XnnpackPartitioner(), limits)
+    partitioner.decompose = frozenset()
+    return partitioner
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +70,11 @@ def test_a_variant_reuses_the_edge_program_and_lowers_as_one_call_would(
     with caplog.at_level(logging.DEBUG, logger=lowering.__name__):
         variant = _lowered(program, ONE_PARTITION, key)
     assert "edge program reused" in caplog.text and "lowering again" not in caplog.text
-    assert variant == _in_one_call(program, _KeepsWhole(XnnpackPartitioner(), ONE_PARTITION))
+    assert variant == _in_one_call(program, _keeping_whole(ONE_PARTITION))
     assert variant != first  # the limit took effect
 
 
-def test_a_variant_dropping_an_op_kept_whole_is_lowered_with_every_op_decomposed(
+def test_a_variant_dropping_an_op_kept_whole_decomposes_that_op_and_lowers_as_one_call_would(
     program: torch.export.ExportedProgram, caplog: pytest.LogCaptureFixture
 ) -> None:
     key = object()
@@ -82,14 +82,59 @@ def test_a_variant_dropping_an_op_kept_whole_is_lowered_with_every_op_decomposed
     partitioner = LimitedPartitioner(XnnpackPartitioner(), TEN_NODES)
     with caplog.at_level(logging.DEBUG, logger=lowering.__name__):
         edge = lowering.lower(program, [partitioner], key)
-    assert "lowering again with every op decomposed" in caplog.text
+    assert "decomposing them" in caplog.text and "every op" not in caplog.text
+    assert partitioner.decompose and partitioner.decompose != EVERY_OP  # the linear's call, by name
     targets = [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"]
     assert not any("linear" in t for t in targets) and any("addmm" in t for t in targets)  # what portable runs
+    one_call = LimitedPartitioner(XnnpackPartitioner(), TEN_NODES)
+    one_call.decompose = partitioner.decompose
+    assert bytes(edge.to_executorch().buffer) == _in_one_call(program, one_call)
+    # the report counts the lowering that was kept, not the one given up
+    assert sorted(partitioner.dropped) == sorted(_dropped_in_one_call(program, TEN_NODES))
+
+
+def test_an_op_kept_whole_that_cannot_be_named_decomposes_every_op(
+    program: torch.export.ExportedProgram, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lowering, "call_of", lambda node: None)  # as if torch.export had not recorded the call
+    partitioner = LimitedPartitioner(XnnpackPartitioner(), TEN_NODES)
+    with caplog.at_level(logging.DEBUG, logger=lowering.__name__):
+        edge = lowering.lower(program, [partitioner], None)
+    assert "lowering again with every op decomposed" in caplog.text and partitioner.decompose == EVERY_OP
     assert bytes(edge.to_executorch().buffer) == _in_one_call(
         program, LimitedPartitioner(XnnpackPartitioner(), TEN_NODES)
     )
-    # the report counts the lowering that was kept, not the one given up
-    assert sorted(partitioner.dropped) == sorted(_dropped_in_one_call(program, TEN_NODES))
+
+
+class _Tokens(torch.nn.Module):
+    """A convolution's feature map read as tokens (B, L, C) by a linear layer, as MobileViT
+    and ViT stems do, then a cumulative sum XNNPACK does not take and a 2-D linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.mix = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = torch.relu(self.conv(x)).flatten(2).transpose(1, 2)
+        return self.head(self.mix(tokens).cumsum(1)[:, -1])  # type: ignore[no-any-return]
+
+
+def test_a_dropped_head_is_decomposed_while_a_kept_3d_linear_stays_whole() -> None:
+    # Decomposing every op turns the 3-D linear into bmm, which XNNPACK's ConvertToLinearPass
+    # refuses ("t() expects a tensor with <= 2 dimensions"): the variant failed to convert.
+    from executorch.runtime import Runtime
+
+    torch.manual_seed(0)
+    model, example = _Tokens().eval(), torch.randn(1, 3, 6, 6)
+    partitioner = LimitedPartitioner(XnnpackPartitioner(), ONE_PARTITION)
+    edge = lowering.lower(torch.export.export(model, (example,)), [partitioner], None)
+    assert partitioner.dropped == [2]  # the head's linear and its weight's permute
+    outside = [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"]
+    assert any("addmm" in t for t in outside) and not any("linear" in t for t in outside)
+    method = Runtime.get().load_program(bytes(edge.to_executorch().buffer)).load_method("forward")
+    torch.testing.assert_close(method.execute([example])[0], model(example), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow

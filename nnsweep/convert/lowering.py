@@ -11,9 +11,13 @@ only partitions and lowers again.
 
 The bytes are those of ``to_edge_transform_and_lower`` with the backends' own ops kept
 whole. When a limit drops a partition holding such an op (``aten.linear`` has no portable
-kernel), that check fails; the variant is then lowered from an edge program in which
-every op is decomposed (what :class:`~nnsweep.convert.partition.LimitedPartitioner`
-asks for when limits are in force), so the portable kernels can run what was dropped.
+kernel), that check fails; the variant is then lowered again with those calls' ops
+decomposed (:attr:`~nnsweep.convert.partition.LimitedPartitioner.decompose`), so the
+portable kernels can run what was dropped and the kept partitions keep their ops whole.
+Only when that does not settle (a call ``torch.export`` did not record, or a third
+lowering still drops such an op) is every op decomposed. Decomposing every op is not
+always lowerable: XNNPACK's ``ConvertToLinearPass`` refuses a 3-D linear decomposed to
+``bmm`` (a MobileViT-style block, ``benchmarks/probe_models.py:unfold``).
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
+from executorch.exir.operator.util import _QUANT_PRIMITIVES
+from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 from executorch.exir.program._program import (  # to_edge_transform_and_lower's own steps
     _can_skip_using_EDGE_DO_NOT_DECOMP,
     _gen_edge_manager_for_partitioners,
     _remove_invalid_ops_for_not_decompose,
-    _sanity_check_graph_for_non_decomp_ops,
 )
 from torch.export import ExportedProgram
 
-from nnsweep.convert.partition import LimitedPartitioner
+from nnsweep.convert.partition import EVERY_OP, Decompose, LimitedPartitioner, call_of
 
 __all__ = ["EDGE_PROGRAMS_KEPT", "forget", "lower"]
 
@@ -46,6 +51,9 @@ EDGE_PROGRAMS_KEPT = 2
 _CONFIG = EdgeCompileConfig(_check_ir_validity=False)
 _METHOD = "forward"
 _kept: OrderedDict[Hashable, EdgeProgramManager] = OrderedDict()
+# Lowerings with the dropped partitions' ops decomposed by name before every op is: a
+# partition dropped in one lowering may hold other ops kept whole in the next.
+_NAMED_RETRIES = 3
 
 
 def lower(program: ExportedProgram, partitioners: Sequence[LimitedPartitioner], key: Hashable | None) -> Any:
@@ -60,16 +68,24 @@ def lower(program: ExportedProgram, partitioners: Sequence[LimitedPartitioner], 
     if not partitioners:
         return to_edge_transform_and_lower(program, partitioner=[], compile_config=_CONFIG)
     edge = _edge_program(program, [p.inner for p in partitioners], key)
-    lowered = edge
-    with _quiet_xnnpack():
-        for partitioner in partitioners:
-            lowered = lowered.to_backend({_METHOD: partitioner})
-    if _claimed_ops_left(lowered.exported_program(), partitioners):
-        log.debug("a dropped partition holds an op kept whole: lowering again with every op decomposed")
-        for partitioner in partitioners:
-            partitioner.dropped.clear()  # the report of the lowering that counts
-        return to_edge_transform_and_lower(program, partitioner=list(partitioners), compile_config=_CONFIG)
-    return lowered
+    _start_again(partitioners, frozenset())  # the backends' ops kept whole, as in the edge program
+    lowered = _to_backend(edge, partitioners)
+    left = _kept_whole_left(lowered.exported_program(), partitioners)
+    named: frozenset[Hashable] = frozenset()
+    for _ in range(_NAMED_RETRIES):
+        if not left or None in left:  # None: a call torch.export did not record
+            break
+        named |= left
+        log.debug("dropped partitions hold ops kept whole (%s): decomposing them", sorted(map(str, left)))
+        _start_again(partitioners, named)
+        edge = _gen_edge_manager_for_partitioners({_METHOD: list(partitioners)}, {_METHOD: program}, _CONFIG, None)
+        lowered = _to_backend(edge, partitioners)
+        left = _kept_whole_left(lowered.exported_program(), partitioners)
+    if not left:
+        return lowered
+    log.debug("lowering again with every op decomposed")
+    _start_again(partitioners, EVERY_OP)
+    return to_edge_transform_and_lower(program, partitioner=list(partitioners), compile_config=_CONFIG)
 
 
 def forget() -> None:
@@ -91,17 +107,40 @@ def _edge_program(program: ExportedProgram, inner: list[Any], key: Hashable | No
     return edge
 
 
-def _claimed_ops_left(program: ExportedProgram, partitioners: Sequence[LimitedPartitioner]) -> bool:
-    """Whether an op some backend kept whole is still outside every delegate (ExecuTorch's own check)."""
+def _start_again(partitioners: Sequence[LimitedPartitioner], decompose: Decompose) -> None:
     for partitioner in partitioners:
-        ops, check = partitioner.inner.ops_to_not_decompose(program)
-        if not _can_skip_using_EDGE_DO_NOT_DECOMP(partitioner.inner, program):
+        partitioner.decompose = decompose
+        partitioner.dropped.clear()  # the report of the lowering that counts
+
+
+def _to_backend(edge: EdgeProgramManager, partitioners: Sequence[LimitedPartitioner]) -> EdgeProgramManager:
+    lowered = edge
+    with _quiet_xnnpack():
+        for partitioner in partitioners:
+            lowered = lowered.to_backend({_METHOD: partitioner})
+    return lowered
+
+
+def _kept_whole_left(program: ExportedProgram, partitioners: Sequence[LimitedPartitioner]) -> frozenset[Hashable]:
+    """The calls (:func:`~nnsweep.convert.partition.call_of`) of ops some backend kept whole
+    that are still outside every delegate: what ExecuTorch's own check after lowering
+    refuses, since the portable kernels cannot run them."""
+    quant_primitives = {aten_to_edge(op) for op in _QUANT_PRIMITIVES}
+    left: set[Hashable] = set()
+    for partitioner in partitioners:
+        ops, check = partitioner.ops_to_not_decompose(program)
+        if not _can_skip_using_EDGE_DO_NOT_DECOMP(partitioner, program):
             ops = _remove_invalid_ops_for_not_decompose(ops)
-        try:
-            _sanity_check_graph_for_non_decomp_ops(_METHOD, program, set(ops), check, generate_error=True)
-        except RuntimeError:
-            return True
-    return False
+        whole = {aten_to_edge(op) for op in ops} | set(ops)
+        left.update(
+            call_of(node)
+            for node in program.graph.nodes
+            if node.op == "call_function"
+            and node.target in whole
+            and node.target not in quant_primitives
+            and (check is None or check(node))
+        )
+    return frozenset(left)
 
 
 @contextlib.contextmanager

@@ -10,17 +10,32 @@ takes runs on ExecuTorch's portable CPU kernels.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, Final, Literal
 
 from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
+from torch.fx import Node
 
 from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.config import PartitionLimits
 
-__all__ = ["LimitedPartitioner", "report_from_program"]
+__all__ = ["EVERY_OP", "Decompose", "LimitedPartitioner", "call_of", "report_from_program"]
 
 _TAG = "delegation_tag"
+
+
+def call_of(node: Node) -> Hashable:
+    """The call in the user's traced forward that ``node`` comes from (``torch.export``
+    records it as ``torch_fn``, e.g. ``("linear_2", "builtin_function_or_method.linear")``;
+    it survives decomposition and lowering). ``None`` when not recorded."""
+    return node.meta.get("torch_fn")
+
+
+# LimitedPartitioner.decompose: every op the backend keeps whole is decomposed.
+EVERY_OP: Final = "every op"
+# Which ops a backend keeps whole are decomposed anyway: those of these calls, or EVERY_OP.
+Decompose = frozenset[Hashable] | Literal["every op"]
 
 
 class LimitedPartitioner(Partitioner):
@@ -32,6 +47,11 @@ class LimitedPartitioner(Partitioner):
 
     Attributes:
         dropped: sizes of the partitions this wrapper gave back, per call.
+        decompose: with limits in force, which of the ops the backend keeps whole (such
+            as XNNPACK's ``aten.linear``) are decomposed before partitioning:
+            :data:`EVERY_OP` (the default, as one ``to_edge_transform_and_lower`` call
+            needs, since a dropped partition may hold one) or the ops of the calls named
+            (:func:`call_of`; none at all for :mod:`nnsweep.convert.lowering`'s first lowering).
     """
 
     def __init__(self, inner: Partitioner, limits: PartitionLimits) -> None:
@@ -40,17 +60,26 @@ class LimitedPartitioner(Partitioner):
         self.inner = inner
         self.limits = limits
         self.dropped: list[int] = []
+        self.decompose: Decompose = EVERY_OP
 
     def ops_to_not_decompose(self, ep: ExportedProgram) -> Any:
         # A backend may keep ops such as aten.linear whole because it will take them;
         # if a limit then drops that partition, nothing could run the op (the portable
         # kernels need it decomposed). Decomposition happens before partitioning, so
-        # with limits in force every op is decomposed (the backend takes the pieces).
-        # nnsweep.convert.lowering first tries the backend's own edge program (ops kept
-        # whole) and comes here only when a dropped partition holds such an op.
-        if self.limits.is_default:
-            return self.inner.ops_to_not_decompose(ep)
-        return ([], None)
+        # nnsweep.convert.lowering first lowers with the backend's ops kept whole, then
+        # names the ops a dropped partition held (``decompose``), then, if naming them
+        # was not enough, decomposes every op (the backend takes the pieces).
+        ops, check = self.inner.ops_to_not_decompose(ep)
+        if self.limits.is_default or not self.decompose:
+            return ops, check
+        if self.decompose == EVERY_OP:
+            return ([], None)
+        calls = self.decompose
+
+        def kept_whole(node: Node) -> bool:
+            return (check is None or check(node)) and call_of(node) not in calls
+
+        return ops, kept_whole
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         return self.inner.transform_for_pre_decomposition(exported_program)
