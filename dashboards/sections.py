@@ -337,7 +337,7 @@ def sensitivity_table(runtime: str, granularity: str, report: SensitivityReport)
     )
     return (
         f'<div class="card sensitivity" data-runtime="{esc(runtime)}">'
-        f"<h3>Layer sensitivity: {esc(runtime)}, static int8 {esc(granularity)}</h3>"
+        f"<h3>Layer sensitivity: {esc(runtime)}, {esc(report.mode.replace('_', ' '))} {esc(granularity)}</h3>"
         f"<p>Top-1 on the calibration split: every layer int8 {report.whole_int8:.2%}, the candidate layers "
         f"float {report.all_float:.2%}. A configuration with float_layers K keeps the first K float.</p>"
         '<table><thead><tr><th scope="col">K</th><th scope="col">layer</th>'

@@ -350,6 +350,47 @@ def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_pa
         ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
 
 
+class _ShapeLoop(nn.Module):
+    """A model torch.fx cannot trace: it iterates over its input's shape, as
+    ``F.affine_grid(theta, list(x.shape))`` in a spatial transformer does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.mid, self.head = nn.Linear(6, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = 1.0
+        for size in x.shape[1:]:
+            scale = scale / size
+        return self.head(torch.relu(self.mid(torch.relu(self.inp(x * scale)))))  # type: ignore[no-any-return]
+
+
+def test_a_model_fx_cannot_trace_is_ranked_through_dynamic_int8(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before, the ranking (torch.ao FX) refused it, and so did `--quant dynamic_int8
+    # --float-layers K`, though torch's dynamic int8 converts it (quantize_dynamic is eager).
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import cached_ranking, ranking
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("shape_loop", _ShapeLoop().eval(), torch.randn(1, 6)))
+    with caplog.at_level("WARNING"):
+        report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
+    assert "torch.fx cannot trace this model" in caplog.text
+    assert report.mode == "dynamic_int8" and sorted(report.ranked()) == ["head", "inp", "mid"]
+    assert not any(e.inert for e in report.layers)  # each linear layer is quantized: its int8 shows
+    kept = cached_ranking(bundle.digest, "torch", Granularity.PER_CHANNEL, tmp_path)
+    assert kept is not None and kept.mode == "dynamic_int8"
+    first = report.ranked()[0]
+    quant = QuantConfig(mode=QuantMode.DYNAMIC_INT8, granularity=Granularity.PER_CHANNEL, float_layers=(first,))
+    config = DeploymentConfig("torch", ("x86",), quant)
+    result = TorchConverter().convert(bundle, config, tmp_path)
+    assert result.partitions.nodes_by_backend["x86"] == 2  # the two other linear layers
+    _assert_deployed_matches_eager(bundle, tmp_path / result.filename, atol=0.05)
+
+
 def _upsampler(kernel: int | tuple[int, int], padding: int = 0) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.ConvTranspose2d(16, 16, kernel, stride=2, padding=padding)).eval()

@@ -43,7 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--weights", type=Path, help="state dict for a torchvision model (default: random weights)")
     parser.add_argument("--input-shape", type=_positive_shape, help="input shape for user models, e.g. 1,3,224,224")
     parser.add_argument("--runtime", required=True, help="onnxruntime, torch, executorch, litert or armnn")
-    parser.add_argument("--quant", default="static_int8", help="the int8 mode (the ranking quantizes statically)")
+    parser.add_argument(
+        "--quant",
+        default="static_int8",
+        help="the int8 mode (the ranking quantizes statically; torch, on a model torch.fx cannot trace, dynamically)",
+    )
     parser.add_argument("--granularity", help="per_tensor or per_channel weights (default: the runtime's own)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(handler=run)
@@ -103,6 +107,7 @@ def _json(
         "model": args.model,
         "runtime": args.runtime,
         "granularity": granularity.value if granularity else None,
+        "mode": report.mode,  # the int8 mode the layers were quantized in
         "whole_int8": report.whole_int8,
         "all_float": report.all_float,
         # an SQNR of inf (outputs identical to fp32's) is null: JSON has no infinity
@@ -127,7 +132,7 @@ def _table(what: str, granularity: Granularity | None, report: SensitivityReport
     g = f" {granularity.value}" if granularity else ""
     ranked = report.ranked_entries("quantize_one")
     lines = [
-        f"{what} (static int8{g}), top-1 on the calibration split:",
+        f"{what} ({report.mode.replace('_', ' ')}{g}), top-1 on the calibration split:",
         f"  all layers int8 {report.whole_int8:.2%}; the candidate layers float {report.all_float:.2%}",
         "  layers by what quantizing each alone costs, top-1 then the outputs' SQNR against fp32"
         " (keep the first K in float: --float-layers K):",

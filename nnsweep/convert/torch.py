@@ -58,7 +58,7 @@ from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantC
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 
-__all__ = ["TorchConverter"]
+__all__ = ["TorchConverter", "quantize_dynamic_linears", "without_mha_fastpath"]
 
 _log = logging.getLogger(__name__)
 _ARTIFACT = "model.pt"
@@ -211,7 +211,7 @@ def _bundle_input(module: torch.jit.ScriptModule, shape: tuple[int, ...], io: IO
     augment_model_with_bundled_inputs(module, [(InflatableArg(value=stub, fmt=expr),)])
 
 
-def _quantize_dynamic(bundle: ModelBundle, quant: QuantConfig) -> nn.Module:
+def quantize_dynamic_linears(bundle: ModelBundle, quant: QuantConfig) -> nn.Module:
     """``quantize_dynamic`` on the Linear layers of a copy of the model, less those kept in
     float (``quant.float_layers``, by module path) and those PyTorch marks as not dynamically
     quantizable: ``nn.MultiheadAttention`` hands its ``out_proj.weight`` to
@@ -234,7 +234,7 @@ def _quantize_dynamic(bundle: ModelBundle, quant: QuantConfig) -> nn.Module:
 
 
 @contextlib.contextmanager
-def _without_mha_fastpath(needed: bool) -> Iterator[None]:
+def without_mha_fastpath(needed: bool) -> Iterator[None]:
     """When ``needed`` (dynamic int8), trace the slow path of ``nn.TransformerEncoderLayer``
     and ``nn.MultiheadAttention``.
 
@@ -307,7 +307,7 @@ class TorchConverter(Converter):
             if quant.mode is QuantMode.FP16:
                 model = HalfPrecision(copy.deepcopy(bundle.module)).eval()
             elif quant.mode is QuantMode.DYNAMIC_INT8:
-                model = _quantize_dynamic(bundle, quant)
+                model = quantize_dynamic_linears(bundle, quant)
             elif quant.mode.is_static and engine is not None:
                 graph_module = quantize_fx(bundle, quant, engine)
                 if quant.interface is Interface.FULL:
@@ -316,7 +316,7 @@ class TorchConverter(Converter):
             else:
                 model = copy.deepcopy(bundle.module).eval()
             dynamic = quant.mode is QuantMode.DYNAMIC_INT8
-            with torch.no_grad(), _without_mha_fastpath(dynamic), warnings.catch_warnings(record=True) as caught:
+            with torch.no_grad(), without_mha_fastpath(dynamic), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("default")
                 # torch.jit is deprecated in favour of ExecuTorch; TorchScript is still what Mobile/NNAPI load.
                 warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)

@@ -121,6 +121,8 @@ class SensitivityReport:
         layers: one entry per candidate, in the candidates' order.
         seconds: wall time of the measurement.
         evaluations: how many quantize-and-evaluate runs it took.
+        mode: the int8 mode the layers were quantized in: ``static_int8``, or torch's
+            ``dynamic_int8`` for a model torch.fx cannot trace.
     """
 
     whole_int8: float
@@ -130,6 +132,7 @@ class SensitivityReport:
     evaluations: int
     whole_int8_sqnr: float = math.nan
     all_float_sqnr: float = math.nan
+    mode: str = "static_int8"
 
     def score(self, entry: LayerSensitivity, method: Method) -> float:
         """Accuracy recovered (``float_one``) or lost (``quantize_one``) by ``entry``'s layer."""
@@ -458,6 +461,43 @@ def torch_fx_evaluator(
                 outputs = run(quantized, inputs).numpy()
         finally:
             torch.backends.quantized.engine = previous
+        return score_outputs(outputs, fp32, split, *scored_layout(bundle))
+
+    return evaluate
+
+
+def torch_dynamic_evaluator(
+    bundle: ModelBundle,
+    split: Split,
+    per_channel: bool = False,
+    engine: str = "x86",
+    reference: np.ndarray | None = None,
+) -> Evaluator:
+    """An evaluator that quantizes with torch's dynamic int8, as its converter does
+    (``quantize_dynamic`` on the linear layers, in eager mode: nothing is traced), and
+    scores on ``split`` (``reference``: as :func:`onnxruntime_evaluator`'s). The ranking of
+    a model torch.fx cannot trace, which torch converts in dynamic int8 only. The kernels
+    are the host's dynamic linear ones: int8 weights, activations quantized on each call
+    from their own range, so no fixed range to saturate.
+    """
+
+    import torch
+
+    from nnsweep.convert.fx import quantized_engine
+    from nnsweep.convert.torch import quantize_dynamic_linears, without_mha_fastpath
+    from nnsweep.core.config import Granularity, QuantConfig, QuantMode
+    from nnsweep.models._bundle import takes_batches
+
+    granularity = Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR
+    inputs = torch.from_numpy(split.inputs)
+    fp32 = reference_outputs(bundle, split) if reference is None else reference
+    batched = takes_batches(bundle)
+
+    def evaluate(keep: frozenset[str]) -> Score:
+        quant = QuantConfig(mode=QuantMode.DYNAMIC_INT8, granularity=granularity, float_layers=tuple(sorted(keep)))
+        with quantized_engine(engine), torch.no_grad(), without_mha_fastpath(True):
+            model = quantize_dynamic_linears(bundle, quant)
+            outputs = scored_output(model, inputs, bundle, batched).numpy()
         return score_outputs(outputs, fp32, split, *scored_layout(bundle))
 
     return evaluate

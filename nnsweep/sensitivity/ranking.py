@@ -14,7 +14,9 @@ the fp32 model), not the evaluation split, so choosing the layers does not tune 
 data a sweep judges accuracy with:
 
 * ``onnxruntime``: ONNX Runtime's ``quantize_static`` (QDQ), ``nodes_to_exclude``;
-* ``torch``: torch.ao FX with nnsweep's qconfig mapping (x86 engine);
+* ``torch``: torch.ao FX with nnsweep's qconfig mapping (x86 engine); a model torch.fx
+  cannot trace (which torch's static int8 cannot convert either) through torch's
+  dynamic int8, ``quantize_dynamic`` on its linear layers;
 * ``executorch``: ExecuTorch's XNNPACK PT2E quantizer; ``litert``, ``armnn``:
   litert-torch's PT2E quantizer (symmetric activations for Arm NN). Both run the
   quantized (fake-quant) program in torch: the quantizer's decisions, not the
@@ -23,6 +25,7 @@ data a sweep judges accuracy with:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -73,6 +76,7 @@ def report_to_dict(report: SensitivityReport) -> dict[str, object]:
         "evaluations": report.evaluations,
         "whole_int8_sqnr": report.whole_int8_sqnr,
         "all_float_sqnr": report.all_float_sqnr,
+        "mode": report.mode,
     }
 
 
@@ -87,6 +91,7 @@ def report_from_dict(data: dict[str, object]) -> SensitivityReport:
         int(data["evaluations"]),  # type: ignore[call-overload]
         float(data.get("whole_int8_sqnr", "nan")),  # type: ignore[arg-type]
         float(data.get("all_float_sqnr", "nan")),  # type: ignore[arg-type]
+        str(data.get("mode", "static_int8")),
     )
 
 
@@ -129,6 +134,8 @@ def ranking(
         with rnn_export_warning_silenced():
             evaluate = evaluator(bundle, runtime, granularity)  # exports the model
             report = measure(layers, counted, methods=quantize_one)
+        if isinstance(evaluate, _TorchEvaluator):
+            report = dataclasses.replace(report, mode=evaluate.mode)
     except NnsweepError:
         raise
     except Exception as exc:  # toolchain code: its quantizer cannot take this model
@@ -180,8 +187,6 @@ def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
     """The calibration split, labelled, and the fp32 model's scored output on it. The labels are
     its own, else the fp32 model's top-1 (the score is then top-1 agreement with fp32, as
     ``nnsweep bench`` reports for such models)."""
-    import dataclasses
-
     from nnsweep.bench import predicted_classes
 
     split = bundle.dataset.calibration
@@ -204,8 +209,44 @@ def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Ev
     if runtime == "onnxruntime":
         return rank.onnxruntime_evaluator(bundle, split, per_channel, reference=reference)
     if runtime == "torch":
-        return rank.torch_fx_evaluator(bundle, split, per_channel, reference=reference)
+        return _TorchEvaluator(bundle, split, per_channel, reference)
     return _pt2e_evaluator(bundle, split, runtime, per_channel, reference)
+
+
+class _TorchEvaluator:
+    """torch.ao FX's static int8, as torch's converter quantizes statically; for a model
+    torch.fx cannot trace (a loop over a shape, a branch on a value), torch's static and
+    QAT int8 cannot convert it either, and its dynamic int8 ranks the layers instead.
+
+    Attributes:
+        mode: the int8 mode of the evaluations so far.
+    """
+
+    def __init__(self, bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> None:
+        from nnsweep.sensitivity import rank
+
+        self._args = (bundle, split, per_channel)
+        self._reference = reference
+        self._evaluate = rank.torch_fx_evaluator(bundle, split, per_channel, reference=reference)
+        self.mode = "static_int8"
+
+    def __call__(self, keep: frozenset[str]) -> Score:
+        from torch.fx.proxy import TraceError
+
+        from nnsweep.sensitivity import rank
+
+        if self.mode == "static_int8":
+            try:
+                return self._evaluate(keep)
+            except TraceError as exc:
+                log.warning(
+                    "torch.fx cannot trace this model (%s): torch's layers are ranked through its dynamic "
+                    "int8 (quantize_dynamic, the linear layers), the one int8 mode it converts the model in",
+                    first_line(exc, 100),
+                )
+                self._evaluate = rank.torch_dynamic_evaluator(*self._args, reference=self._reference)
+                self.mode = "dynamic_int8"
+        return self._evaluate(keep)
 
 
 def _pt2e_evaluator(
