@@ -10,7 +10,11 @@ embedding net with reflect padding; a classifier returning probabilities and the
 shifted-window block; a MobileViT-style ``unfold``/``fold`` block; learned top-k token
 selection; an SSD-style detector head; an ``nn.EmbeddingBag`` tower; an audio decoder
 (``ConvTranspose1d``), prototypes by ``cdist``, a spatial transformer (``grid_sample``), a
-bicubic upsampler, max and logsumexp pooling; and three sequence
+bicubic upsampler, max and logsumexp pooling; a decoder block on
+``F.scaled_dot_product_attention(is_causal=True)``, a ``Conv3d`` video classifier, a
+GroupNorm/InstanceNorm U-Net with ``align_corners=True`` upsampling, Mish with dilated
+convolutions and ``AdaptiveAvgPool2d((3, 3))``, a conformer convolution module (GLU,
+depthwise ``Conv1d``, ``chunk``); and three sequence
 models that build float32 on purpose (sinusoidal positions, rotary positions with a
 float32 RMS norm, PyTorch's own float32 causal mask), for fp16. ``text_mask`` takes two
 inputs, which nnsweep refuses (exit 2).
@@ -423,7 +427,106 @@ bicubic = functools.partial(_seeded, Bicubic, 1, 3, 16, 16)
 poolhead = functools.partial(_seeded, PoolHead, 1, 20, 10)
 
 
-def _seeded(model_type: type[nn.Module], *shape: int) -> tuple[nn.Module, torch.Tensor]:
-    """``model_type()`` in eval mode with seed 0, and a seeded random example of ``shape``."""
-    torch.manual_seed(0)
-    return model_type().eval(), torch.randn(*shape)
+class Sdpa(nn.Module):
+    """A decoder block on F.scaled_dot_product_attention with is_causal, pre-norm, GELU MLP."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.inp = nn.Linear(12, dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.head = nn.Linear(dim, 7)
+
+    def forward(self, x):
+        h = self.inp(x)
+        b, n, d = h.shape
+        q, k, v = self.qkv(self.norm1(h)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = h + self.proj(att.transpose(1, 2).reshape(b, n, d))
+        h = h + self.mlp(self.norm2(h))
+        return self.head(h[:, -1])
+
+
+class Video(nn.Module):
+    """A tiny video classifier: Conv3d, BatchNorm3d, ReLU, a (2+1)D block, AdaptiveAvgPool3d."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU())
+        self.spatial = nn.Conv3d(8, 8, (1, 3, 3), padding=(0, 1, 1))
+        self.temporal = nn.Conv3d(8, 16, (3, 1, 1), padding=(1, 0, 0))
+        self.pool = nn.AdaptiveAvgPool3d(1)
+        self.head = nn.Linear(16, 6)
+
+    def forward(self, x):
+        h = self.stem(x)
+        h = F.relu(self.temporal(F.relu(self.spatial(h))))
+        return self.head(self.pool(h).flatten(1))
+
+
+class GnUnet(nn.Module):
+    """A two-level U-Net with GroupNorm and InstanceNorm, bilinear upsampling (align_corners=True), a skip concat."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.SiLU())
+        self.down = nn.Sequential(
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.InstanceNorm2d(16, affine=True), nn.SiLU()
+        )
+        self.dec = nn.Sequential(nn.Conv2d(24, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.SiLU())
+        self.out = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        e = self.enc(x)
+        d = self.down(e)
+        u = F.interpolate(d, size=e.shape[-2:], mode="bilinear", align_corners=True)
+        return self.out(self.dec(torch.cat([e, u], 1)))
+
+
+class MishPool(nn.Module):
+    """Mish activations, dilated convolutions, AdaptiveAvgPool2d to 3x3, a flattened head with dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 12, 3, padding=2, dilation=2),
+            nn.Mish(),
+            nn.Conv2d(12, 12, 3, padding=1, groups=12),
+            nn.Hardswish(),
+            nn.AdaptiveAvgPool2d((3, 3)),
+        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(12 * 9, 5))
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+class Conformer(nn.Module):
+    """A conformer convolution module: pointwise conv to 2C, GLU, depthwise Conv1d, BatchNorm1d, Swish, pointwise."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.pw1 = nn.Conv1d(dim, 2 * dim, 1)
+        self.dw = nn.Conv1d(dim, dim, 7, padding=3, groups=dim)
+        self.bn = nn.BatchNorm1d(dim)
+        self.pw2 = nn.Conv1d(dim, dim, 1)
+        self.head = nn.Linear(dim, 4)
+
+    def forward(self, x):  # (B, T, C)
+        h = self.norm(x).transpose(1, 2)
+        h = F.glu(self.pw1(h), dim=1)
+        h = self.pw2(F.silu(self.bn(self.dw(h))))
+        a, b = torch.chunk(h, 2, dim=1)
+        h = torch.cat([b, a], 1).transpose(1, 2) + x
+        return self.head(h.mean(1))
+
+
+sdpa = functools.partial(_seeded, Sdpa, 1, 10, 12)
+video = functools.partial(_seeded, Video, 1, 3, 4, 12, 12)
+gnunet = functools.partial(_seeded, GnUnet, 1, 3, 16, 16)
+mishpool = functools.partial(_seeded, MishPool, 1, 3, 16, 16)
+conformer = functools.partial(_seeded, Conformer, 1, 20, 16)
