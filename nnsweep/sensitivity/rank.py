@@ -480,7 +480,6 @@ def torch_dynamic_evaluator(
     are the host's dynamic linear ones: int8 weights, activations quantized on each call
     from their own range, so no fixed range to saturate.
     """
-
     import torch
 
     from nnsweep.convert.fx import quantized_engine
