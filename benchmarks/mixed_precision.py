@@ -43,6 +43,7 @@ from nnsweep.convert import float_fallback
 from nnsweep.models import ModelBundle, Split
 from nnsweep.models.digits_outlier import load_digits_outlier
 from nnsweep.sensitivity import rank as sensitivity
+from nnsweep.sensitivity import torch_evaluators
 
 WARMUP = 20
 _ET_THREADS_SET: list[int] = []
@@ -216,7 +217,7 @@ def _sensitivities(bundle: ModelBundle) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, evaluator in (
         ("ort", sensitivity.onnxruntime_evaluator(bundle, split)),
-        ("torch", sensitivity.torch_fx_evaluator(bundle, split)),
+        ("torch", torch_evaluators.torch_fx_evaluator(bundle, split)),
     ):
         report = sensitivity.measure(layers, evaluator)
         out[name] = {

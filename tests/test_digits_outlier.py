@@ -16,6 +16,7 @@ from nnsweep.convert import float_fallback, float_region
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import BUILTIN, check_reference
 from nnsweep.sensitivity import rank as sensitivity
+from nnsweep.sensitivity import torch_evaluators
 
 OUTLIER_PAIR = frozenset({"blocks.2.dw", "blocks.2.pw1"})
 
@@ -90,7 +91,7 @@ def test_outlier_channels_are_in_the_trained_model(outlier) -> None:  # type: ig
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_torch_int8_drops_and_the_pair_kept_float_recovers(outlier, per_channel: bool) -> None:  # type: ignore[no-untyped-def]
     fp32 = _top1(outlier.module, outlier)
-    evaluate = sensitivity.torch_fx_evaluator(outlier, outlier.dataset.evaluation, per_channel=per_channel)
+    evaluate = torch_evaluators.torch_fx_evaluator(outlier, outlier.dataset.evaluation, per_channel=per_channel)
     assert evaluate(frozenset()).accuracy < fp32 - 0.01
     assert evaluate(OUTLIER_PAIR).accuracy > fp32 - 0.01
     # One end of the outlier tensor alone repairs nothing: the other end still quantizes it.
@@ -100,7 +101,7 @@ def test_torch_int8_drops_and_the_pair_kept_float_recovers(outlier, per_channel:
 @pytest.mark.slow
 def test_quantize_one_ranks_the_outlier_pair_first(outlier) -> None:  # type: ignore[no-untyped-def]
     candidates = ["blocks.1.pw1", "blocks.2.dw", "blocks.2.pw1", "blocks.2.pw2"]
-    evaluate = sensitivity.torch_fx_evaluator(outlier, outlier.dataset.calibration)
+    evaluate = torch_evaluators.torch_fx_evaluator(outlier, outlier.dataset.calibration)
     report = sensitivity.measure(candidates, evaluate, methods=("quantize_one",))
     assert set(sensitivity.keep_float(report, 2)) == OUTLIER_PAIR
 

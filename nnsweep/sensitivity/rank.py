@@ -18,8 +18,9 @@ alone exposes both ends. Both are measured so the claim can be checked per model
 
 The toolchain enters through an *evaluator*: a function from the set of layers kept
 float to a :class:`Score`, top-1 accuracy and the SQNR of the outputs against fp32's.
-:func:`onnxruntime_evaluator` and :func:`torch_fx_evaluator` build them. Nothing heavy
-is imported at module level.
+:func:`onnxruntime_evaluator` builds ONNX Runtime's, :mod:`nnsweep.sensitivity.torch_evaluators`
+torch's, :mod:`nnsweep.sensitivity.ranking` the PT2E runtimes'. Nothing heavy is imported
+at module level.
 
 Accuracy ranks; the SQNR breaks its ties. Top-1 on a calibration split of 128 samples
 moves in steps of 0.8 points, and quantizing one layer alone often flips no answer (a
@@ -61,7 +62,6 @@ __all__ = [
     "score_outputs",
     "scored_layout",
     "scored_output",
-    "torch_fx_evaluator",
 ]
 
 Method = Literal["float_one", "quantize_one"]
@@ -396,107 +396,4 @@ def onnxruntime_evaluator(
         return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, *scored_layout(bundle))
 
     weakref.finalize(evaluate, shutil.rmtree, workdir, ignore_errors=True)
-    return evaluate
-
-
-def torch_fx_evaluator(
-    bundle: ModelBundle,
-    split: Split,
-    per_channel: bool = False,
-    engine: str = "x86",
-    reference: np.ndarray | None = None,
-) -> Evaluator:
-    """An evaluator that quantizes with torch.ao FX (nnsweep's qconfigs, minmax) and scores on
-    ``split`` (``reference``: as :func:`onnxruntime_evaluator`'s).
-
-    It scores FX's reference model (``convert_to_reference_fx``: each quantized op as
-    dequantize, float op, quantize), the quantizer's arithmetic, not the host's int8 kernels:
-    on an x86 CPU without VNNI the x86 and fbgemm kernels' uint8 x int8 sums saturate in
-    int16 after an op with a fixed full 8-bit range (tanh, sigmoid), which a device with VNNI
-    or another engine does not do. The exception is a layer whose int8 kernel torch computes
-    wrongly (:func:`nnsweep.convert.fx.wrong_conv_transposes`): while one is
-    int8, the kernels are scored, so the ranking shows its damage and puts it first.
-    """
-    import copy
-
-    import torch
-    from torch.ao.quantization.quantize_fx import convert_to_reference_fx
-
-    from nnsweep.convert import float_fallback
-    from nnsweep.convert.fx import (
-        convert_quietly,
-        no_quantized_tensor_deprecation,
-        refuse_prelu,
-        wrong_conv_transposes,
-    )
-    from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
-    from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import takes_batches
-
-    quant = QuantConfig(
-        mode=QuantMode.STATIC_INT8,
-        granularity=Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR,
-        calibration=Calibration.MINMAX,
-    )
-    calibration = torch.from_numpy(bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES])
-    inputs = torch.from_numpy(split.inputs)
-    fp32 = reference_outputs(bundle, split) if reference is None else reference
-    batched = takes_batches(bundle)  # else one sample a call
-    refuse_prelu(bundle.module)  # as the converter does: a ranking through a wrong int8 PReLU would mislead
-
-    def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return scored_output(module, x, bundle, batched)
-
-    def evaluate(keep: frozenset[str]) -> Score:
-        previous = torch.backends.quantized.engine
-        torch.backends.quantized.engine = engine
-        try:
-            model = copy.deepcopy(bundle.module).eval()
-            mapping = _qconfig_mapping(engine, quant)
-            prepared = float_fallback.fx_prepare(model, mapping, sorted(keep), (bundle.example_input,))
-            kernels = bool(wrong_conv_transposes(bundle.module, engine, sorted(keep)))
-            with torch.no_grad(), no_quantized_tensor_deprecation():  # the reference model quantizes as it runs
-                run(prepared, calibration)  # one batch: min/max observers see the same extremes as one by one
-                quantized = convert_quietly(prepared) if kernels else convert_to_reference_fx(prepared)
-                outputs = run(quantized, inputs).numpy()
-        finally:
-            torch.backends.quantized.engine = previous
-        return score_outputs(outputs, fp32, split, *scored_layout(bundle))
-
-    return evaluate
-
-
-def torch_dynamic_evaluator(
-    bundle: ModelBundle,
-    split: Split,
-    per_channel: bool = False,
-    engine: str = "x86",
-    reference: np.ndarray | None = None,
-) -> Evaluator:
-    """An evaluator that quantizes with torch's dynamic int8, as its converter does
-    (``quantize_dynamic`` on the linear layers, in eager mode: nothing is traced), and
-    scores on ``split`` (``reference``: as :func:`onnxruntime_evaluator`'s). The ranking of
-    a model torch.fx cannot trace, which torch converts in dynamic int8 only. The kernels
-    are the host's dynamic linear ones: int8 weights, activations quantized on each call
-    from their own range, so no fixed range to saturate.
-    """
-    import torch
-
-    from nnsweep.convert.fx import quantized_engine
-    from nnsweep.convert.torch import quantize_dynamic_linears, without_mha_fastpath
-    from nnsweep.core.config import Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import takes_batches
-
-    granularity = Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR
-    inputs = torch.from_numpy(split.inputs)
-    fp32 = reference_outputs(bundle, split) if reference is None else reference
-    batched = takes_batches(bundle)
-
-    def evaluate(keep: frozenset[str]) -> Score:
-        quant = QuantConfig(mode=QuantMode.DYNAMIC_INT8, granularity=granularity, float_layers=tuple(sorted(keep)))
-        with quantized_engine(engine), torch.no_grad(), without_mha_fastpath(True):
-            model = quantize_dynamic_linears(bundle, quant)
-            outputs = scored_output(model, inputs, bundle, batched).numpy()
-        return score_outputs(outputs, fp32, split, *scored_layout(bundle))
-
     return evaluate

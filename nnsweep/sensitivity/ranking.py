@@ -51,6 +51,7 @@ from nnsweep.sensitivity.rank import (
     scored_layout,
     scored_output,
 )
+from nnsweep.sensitivity.torch_evaluators import TorchEvaluator
 
 if TYPE_CHECKING:
     import numpy as np
@@ -134,7 +135,7 @@ def ranking(
         with rnn_export_warning_silenced():
             evaluate = evaluator(bundle, runtime, granularity)  # exports the model
             report = measure(layers, counted, methods=quantize_one)
-        if isinstance(evaluate, _TorchEvaluator):
+        if isinstance(evaluate, TorchEvaluator):
             report = dataclasses.replace(report, mode=evaluate.mode)
     except NnsweepError:
         raise
@@ -209,44 +210,8 @@ def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Ev
     if runtime == "onnxruntime":
         return rank.onnxruntime_evaluator(bundle, split, per_channel, reference=reference)
     if runtime == "torch":
-        return _TorchEvaluator(bundle, split, per_channel, reference)
+        return TorchEvaluator(bundle, split, per_channel, reference)
     return _pt2e_evaluator(bundle, split, runtime, per_channel, reference)
-
-
-class _TorchEvaluator:
-    """torch.ao FX's static int8, as torch's converter quantizes statically; for a model
-    torch.fx cannot trace (a loop over a shape, a branch on a value), torch's static and
-    QAT int8 cannot convert it either, and its dynamic int8 ranks the layers instead.
-
-    Attributes:
-        mode: the int8 mode of the evaluations so far.
-    """
-
-    def __init__(self, bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> None:
-        from nnsweep.sensitivity import rank
-
-        self._args = (bundle, split, per_channel)
-        self._reference = reference
-        self._evaluate = rank.torch_fx_evaluator(bundle, split, per_channel, reference=reference)
-        self.mode = "static_int8"
-
-    def __call__(self, keep: frozenset[str]) -> Score:
-        from torch.fx.proxy import TraceError
-
-        from nnsweep.sensitivity import rank
-
-        if self.mode == "static_int8":
-            try:
-                return self._evaluate(keep)
-            except TraceError as exc:
-                log.warning(
-                    "torch.fx cannot trace this model (%s): torch's layers are ranked through its dynamic "
-                    "int8 (quantize_dynamic, the linear layers), the one int8 mode it converts the model in",
-                    first_line(exc, 100),
-                )
-                self._evaluate = rank.torch_dynamic_evaluator(*self._args, reference=self._reference)
-                self.mode = "dynamic_int8"
-        return self._evaluate(keep)
 
 
 def _pt2e_evaluator(
