@@ -116,7 +116,7 @@ class ArmNNConverter(Converter):
         # Arm NN 20.08 pads a quantized PAD with the integer 0, not the zero point, which shifts
         # every padded border (int8 digits: 10.6 % top-1); its parser has no PADV2 to state
         # the value. With symmetric activations the zero point is 0 and padding is exact.
-        spec = export_tflite(bundle, config, path, symmetric_activations=True, stages=self.stages)
+        spec, mended = export_tflite(bundle, config, path, symmetric_activations=True, stages=self.stages)
         model = tflite.load(path)
         added = armnn_tflite.add_fully_connected_bias(model)
         flattened = armnn_tflite.flatten_fully_connected(model)
@@ -133,11 +133,11 @@ class ArmNNConverter(Converter):
             )
             tflite.save(model, path)
         report = armnn_placement(path, config.backends)
-        notes: tuple[str, ...] = ()
+        notes: tuple[str, ...] = mended
         if resizes := armnn_tflite.half_pixel_resizes(model):
             # Measured: an Upsample(scale_factor=2, mode="bilinear") after a convolution, fp32,
             # 4.3 dB against PyTorch on Arm NN, 139 dB on LiteRT; align_corners=True: 137 dB.
-            notes = (
+            notes += (
                 f"{resizes} bilinear resize(s) sample at half-pixel centers (align_corners=False), which "
                 f"{_release()} ignores: their outputs are shifted (see the fidelity)",
             )

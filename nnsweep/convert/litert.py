@@ -126,8 +126,10 @@ def export_tflite(
     *,
     symmetric_activations: bool = False,
     stages: Stages | None = None,
-) -> IOSpec:
-    """Write ``bundle``'s model as ``.tflite`` to ``path`` for ``config``'s quantization and interface.
+) -> tuple[IOSpec, tuple[str, ...]]:
+    """Write ``bundle``'s model as ``.tflite`` to ``path`` for ``config``'s quantization and
+    interface; return its interface and the notes of what was mended in litert-torch's file
+    (:func:`nnsweep.convert.tflite.consistent_bias_scales`).
 
     What litert-torch writes is a stage (``litert.tflite``, per quantization less the interface
     and per ``symmetric_activations``): the backend order and the partition limits do not
@@ -166,13 +168,15 @@ def export_tflite(
         if tflite.symmetric_embedding_tables(model):
             tflite.save(model, path)
     if not quant.mode.is_static:  # fp32 and dynamic-range models take and return float32
-        return IOSpec()
+        return IOSpec(), ()
     model = tflite.load(path)
+    notes = tuple(tflite.consistent_bias_scales(model))
     if quant.interface is Interface.FULL:
-        return tflite.int8_io(model)
+        tflite.save(model, path)
+        return tflite.int8_io(model), notes
     tflite.float_interface(model)
     tflite.save(model, path)
-    return IOSpec()
+    return IOSpec(), notes
 
 
 class LiteRTConverter(Converter):
@@ -189,10 +193,10 @@ class LiteRTConverter(Converter):
             ConversionError: the model cannot be deployed this way; the message says why.
         """
         path = out_dir / _FILENAME
-        spec = export_tflite(bundle, config, path, stages=self.stages)
+        spec, notes = export_tflite(bundle, config, path, stages=self.stages)
         try:
             with native_stderr_to_debug_log(_log, "LiteRT's interpreter"):  # "Created ... XNNPACK delegate"
                 report = placement(interpreter(path, config.backends, 1), config.backends)
         except (ValueError, RuntimeError) as exc:
             raise ConversionError(f"LiteRT cannot load the converted model: {exc}") from exc
-        return ConversionResult(filename=path.name, partitions=report, io=spec)
+        return ConversionResult(filename=path.name, partitions=report, io=spec, model_notes=notes)

@@ -13,6 +13,10 @@ read and write the model, so no TensorFlow is needed. The primitives here (:func
 - :func:`symmetric_embedding_tables`: the converter's dynamic-range mode quantizes an
   embedding's table asymmetrically, which LiteRT's ``EMBEDDING_LOOKUP`` refuses at load
   ("zero_point == 0 was not true"); requantize it symmetrically.
+- :func:`consistent_bias_scales`: the int8 kernels compute a bias as if its scale were the
+  op's input scale times its weight scale; litert-torch 0.10 wrote one bias whose scale
+  is not (a requantization before the op dropped, the bias left as if it were not), so
+  the deployed model added 2.5x that bias; requantize such a bias.
 - :func:`int8_io`: the quantization of a ``full`` model's input and output.
 """
 
@@ -159,6 +163,55 @@ def symmetric_embedding_tables(model: schema.ModelT) -> int:
         q.zeroPoint = np.zeros(len(q.scale), dtype=np.int64)
         fixed += 1
     return fixed
+
+
+# op -> (input, weights, bias) positions of its operands
+_BIASED = {
+    schema.BuiltinOperator.CONV_2D: (0, 1, 2),
+    schema.BuiltinOperator.CONV_3D: (0, 1, 2),
+    schema.BuiltinOperator.DEPTHWISE_CONV_2D: (0, 1, 2),
+    schema.BuiltinOperator.FULLY_CONNECTED: (0, 1, 2),
+    schema.BuiltinOperator.TRANSPOSE_CONV: (2, 1, 3),
+}
+
+
+def consistent_bias_scales(model: schema.ModelT) -> list[str]:
+    """Requantize every int32 bias whose scale is not its op's input scale times its
+    weight scale (per output channel); return a note per bias requantized.
+
+    TFLite's int8 kernels never read a bias's own scale: they add its integers as if
+    they were in units of ``input_scale * weight_scale``. A bias written for another
+    input scale is then added scaled by the ratio of the two. The bias keeps its values
+    (dequantized and rounded again at the scale the kernels assume; at most half a step
+    of ``input_scale * weight_scale`` each).
+    """
+    notes = []
+    for subgraph in model.subgraphs:
+        for number, op in enumerate(subgraph.operators):
+            positions = _BIASED.get(builtin_code(model, op))
+            inputs = list(op.inputs)
+            if positions is None or len(inputs) <= positions[2] or inputs[positions[2]] < 0:
+                continue
+            data, weights, bias = (subgraph.tensors[inputs[i]] for i in positions)
+            data_scale, weight_scales, bias_scales = quant_scales(data), quant_scales(weights), quant_scales(bias)
+            if bias.type != schema.TensorType.INT32 or data_scale is None or weight_scales is None:
+                continue
+            if bias_scales is None or len(data_scale) != 1 or model.buffers[bias.buffer].data is None:
+                continue  # a bias computed at run time, or an input quantized per channel
+            wanted = data_scale[0] * weight_scales
+            if np.allclose(bias_scales, wanted, rtol=1e-4, atol=0):
+                continue
+            values = constant(model, bias, np.int32).astype(np.float64) * bias_scales
+            requantized = np.clip(np.round(values / wanted), np.iinfo(np.int32).min, np.iinfo(np.int32).max)
+            model.buffers[bias.buffer].data = np.frombuffer(requantized.astype(np.int32).tobytes(), dtype=np.uint8)
+            added = float(np.median(wanted / bias_scales))  # what the kernels add, per unit of bias
+            bias.quantization.scale = np.atleast_1d(wanted).astype(np.float32)
+            bias.quantization.zeroPoint = np.zeros(len(bias.quantization.scale), dtype=np.int64)
+            notes.append(
+                f"{_OP_NAMES[builtin_code(model, op)]} #{number}: litert-torch wrote its bias for another input "
+                f"scale than its input's, so the int8 kernels would have added {added:.3g}x the bias; requantized"
+            )
+    return notes
 
 
 def _plain(tensor: schema.TensorT) -> bool:
