@@ -84,7 +84,6 @@ def export_onnx_scoped(module: torch.nn.Module, example: torch.Tensor, path: Pat
         example: a batch-1 input.
         path: the ``.onnx`` file to write (weights inside).
     """
-
     import onnx
     import torch
 

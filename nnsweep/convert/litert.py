@@ -172,7 +172,8 @@ def export_tflite(
     model = tflite.load(path)
     notes = tuple(tflite.consistent_bias_scales(model))
     if quant.interface is Interface.FULL:
-        tflite.save(model, path)
+        if notes:
+            tflite.save(model, path)
         return tflite.int8_io(model), notes
     tflite.float_interface(model)
     tflite.save(model, path)

@@ -188,7 +188,8 @@ def consistent_bias_scales(model: schema.ModelT) -> list[str]:
     notes = []
     for subgraph in model.subgraphs:
         for number, op in enumerate(subgraph.operators):
-            positions = _BIASED.get(builtin_code(model, op))
+            code = builtin_code(model, op)
+            positions = _BIASED.get(code)
             inputs = list(op.inputs)
             if positions is None or len(inputs) <= positions[2] or inputs[positions[2]] < 0:
                 continue
@@ -208,7 +209,7 @@ def consistent_bias_scales(model: schema.ModelT) -> list[str]:
             bias.quantization.scale = np.atleast_1d(wanted).astype(np.float32)
             bias.quantization.zeroPoint = np.zeros(len(bias.quantization.scale), dtype=np.int64)
             notes.append(
-                f"{_OP_NAMES[builtin_code(model, op)]} #{number}: litert-torch wrote its bias for another input "
+                f"{_OP_NAMES[code]} #{number}: litert-torch wrote its bias for another input "
                 f"scale than its input's, so the int8 kernels would have added {added:.3g}x the bias; requantized"
             )
     return notes

@@ -9,6 +9,7 @@ Nothing heavy is imported at module level.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -43,9 +44,8 @@ class TorchEvaluator:
     """
 
     def __init__(self, bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> None:
-        self._args = (bundle, split, per_channel)
-        self._reference = reference
         self._evaluate = torch_fx_evaluator(bundle, split, per_channel, reference=reference)
+        self._fallback = functools.partial(torch_dynamic_evaluator, bundle, split, per_channel, reference=reference)
         self.mode = "static_int8"
 
     def __call__(self, keep: frozenset[str]) -> Score:
@@ -60,7 +60,7 @@ class TorchEvaluator:
                     "int8 (quantize_dynamic, the linear layers), the one int8 mode it converts the model in",
                     first_line(exc, 100),
                 )
-                self._evaluate = torch_dynamic_evaluator(*self._args, reference=self._reference)
+                self._evaluate = self._fallback()
                 self.mode = "dynamic_int8"
         return self._evaluate(keep)
 
