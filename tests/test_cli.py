@@ -639,6 +639,20 @@ def scripted():
 
 def double():
     return torch.nn.Linear(4, 2).double().eval(), torch.randn(1, 4, dtype=torch.float64)
+
+
+def half_weights():
+    return torch.nn.Linear(4, 2).half().eval(), torch.randn(1, 4)
+
+
+def exported():
+    x = torch.randn(1, 4)
+    return torch.export.export(torch.nn.Linear(4, 2).eval(), (x,)), x
+
+
+def exported_module():
+    x = torch.randn(1, 4)
+    return torch.export.export(torch.nn.Linear(4, 2).eval(), (x,)).module(), x
 """
 
 
@@ -648,6 +662,9 @@ def double():
         ("one_hot", "takes integer inputs but has no nn.Embedding, so nnsweep cannot tell which values are valid"),
         ("scripted", "returned a TorchScript module (TopLevelTracedModule): nnsweep converts through torch.export"),
         ("double", "the example input is float64; nnsweep deploys float32 models (its fp32 baseline)"),
+        ("half_weights", "the parameter weight is float16; nnsweep deploys float32 models"),
+        ("exported", "returned a torch.export program: nnsweep exports the model itself"),
+        ("exported_module", "returned the module of a torch.export program: nnsweep exports the model itself"),
     ],
 )
 @pytest.mark.parametrize("command", ["bench", "sensitivity"])

@@ -32,6 +32,7 @@ from nnsweep.models._bundle import (
     shape_positions,
     unlabelled_layout,
 )
+from nnsweep.models._module_form import check_parameter_dtypes, deployable_module
 from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
@@ -41,6 +42,8 @@ __all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "registe
 # nnsweep.models.digits.VARIANTS and digits_outlier.NAME; kept here so checking stays light
 BUILTIN = ("digits", "digits_gn", "digits_outlier")
 
+# files users save models in (weights, whole pickled modules, exported or converted programs)
+_SAVED_SUFFIXES = (".pt", ".pth", ".pt2", ".bin", ".safetensors", ".ckpt", ".onnx", ".tflite", ".pte")
 _SYNTHETIC_CALIBRATION = 32
 _SYNTHETIC_EVALUATION = 16
 _BN_RECALIBRATION_BATCHES = 8
@@ -59,6 +62,12 @@ def check_reference(ref: str) -> str:
     if ref in BUILTIN:
         return "builtin"
     head, sep, func = ref.rpartition(":")
+    if not sep and ref.lower().endswith(_SAVED_SUFFIXES):
+        raise SpecError(
+            "model",
+            f"{ref!r} is a saved file, not a model reference: nnsweep needs the Python nn.Module; write a "
+            "file.py:function that builds the module (loading the saved weights into it) and returns it",
+        )
     if not sep or not head or not func:
         raise SpecError(
             "model",
@@ -370,14 +379,7 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
             raise SpecError("model", f"{ref}() returned {type(dataset).__name__} as data; use nnsweep.models.Dataset")
     else:
         net, example = result, None
-    if not isinstance(net, torch.nn.Module):
-        raise SpecError("model", f"{ref}() returned {type(net).__name__}, not a torch.nn.Module")
-    if isinstance(net, torch.jit.ScriptModule):
-        raise SpecError(
-            "model",
-            f"{ref}() returned a TorchScript module ({type(net).__name__}): nnsweep converts through "
-            "torch.export, which needs the Python nn.Module; return the module before torch.jit.script or trace",
-        )
+    net = deployable_module(ref, net)
     if example is None:
         if input_shape is not None:
             check_input_shape(tuple(input_shape), "input_shape")
@@ -395,10 +397,10 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
     dtype = _input_dtype(ref, example)
+    check_parameter_dtypes(ref, net)
     token_ids = dtype in ID_DTYPES
     if example.numel() > MAX_INPUT_ELEMENTS:
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
-    net.eval()
     sizes, shapes = check_forward(ref, net, example)
     if dataset is None:
         example, dataset = _synthetic_data(ref, net, tuple(example.shape), dtype)

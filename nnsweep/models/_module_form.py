@@ -1,0 +1,97 @@
+"""The module a model function returned, in the form nnsweep deploys: a Python ``nn.Module``
+in float32, in eval mode.
+
+Training and serving code wraps models: ``torch.compile`` returns an ``OptimizedModule``
+whose ``_orig_mod`` is the module (torch's FX quantizer and TorchScript cannot take the
+wrapper; ``torch.export`` and the ONNX exporter see through it), and a module may hold
+compiled submodules. Those wrappers are taken off, so every runtime converts the same
+module and the layers keep the names the user wrote. What nnsweep cannot deploy is refused
+with what to return instead: a TorchScript module, the module of a ``torch.export``
+program (its graph has no submodules to name or to quantize per layer, and its ``eval()``
+raises), and parameters in another float dtype.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from nnsweep.core.errors import SpecError
+
+__all__ = ["check_parameter_dtypes", "deployable_module"]
+
+
+def deployable_module(ref: str, net: Any) -> Any:
+    """``net`` with ``torch.compile``'s wrappers taken off, checked and in eval mode (its
+    parameters' dtype is checked after the example input's: :func:`check_parameter_dtypes`).
+
+    Raises:
+        SpecError: ``net`` is not a module nnsweep can convert, saying what to return instead.
+    """
+    import torch
+
+    if _is_export_program(net):
+        raise SpecError("model", f"{ref}() returned a torch.export program: {_EXPORTED}")
+    if not isinstance(net, torch.nn.Module):
+        raise SpecError("model", f"{ref}() returned {type(net).__name__}, not a torch.nn.Module")
+    net = _uncompiled(net)
+    if isinstance(net, torch.jit.ScriptModule):
+        raise SpecError(
+            "model",
+            f"{ref}() returned a TorchScript module ({type(net).__name__}): nnsweep converts through "
+            "torch.export, which needs the Python nn.Module; return the module before torch.jit.script or trace",
+        )
+    try:
+        net.eval()
+    except NotImplementedError as exc:  # ExportedProgram.module() replaces eval() with this
+        if isinstance(net, torch.fx.GraphModule):
+            raise SpecError("model", f"{ref}() returned the module of a torch.export program: {_EXPORTED}") from None
+        raise SpecError("model", f"{ref}(): the module's eval() raised NotImplementedError: {exc}") from None
+    return net
+
+
+_EXPORTED = (
+    "nnsweep exports the model itself and names and quantizes "
+    "its layers by their module paths, which an exported graph no longer has: return the nn.Module "
+    "that torch.export was given"
+)
+
+
+def _is_export_program(net: Any) -> bool:
+    """Whether ``net`` is a ``torch.export.ExportedProgram`` (without importing torch.export)."""
+    exported = sys.modules.get("torch.export.exported_program")
+    return exported is not None and isinstance(net, exported.ExportedProgram)
+
+
+def _uncompiled(net: Any) -> Any:
+    """``net`` with every ``torch.compile`` wrapper replaced by the module it wraps, itself
+    and its submodules (the wrapper's ``_orig_mod``: the same parameters)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # imported by torch.compile
+    if eval_frame is None:
+        return net
+    wrapper = eval_frame.OptimizedModule
+    while isinstance(net, wrapper):
+        net = net._orig_mod
+    for parent in list(net.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, wrapper):
+                inner = child
+                while isinstance(inner, wrapper):
+                    inner = inner._orig_mod
+                setattr(parent, name, inner)
+    return net
+
+
+def check_parameter_dtypes(ref: str, net: Any) -> None:
+    """Every floating parameter is float32: a ``model.half()`` fed float32 examples fails in
+    its first layer with a dtype message that does not say where the fix is."""
+    import torch
+
+    for name, parameter in net.named_parameters():
+        if parameter.is_floating_point() and parameter.dtype != torch.float32:
+            dtype = str(parameter.dtype).removeprefix("torch.")
+            raise SpecError(
+                "model",
+                f"{ref}(): the parameter {name} is {dtype}; nnsweep deploys float32 models (its fp32 baseline) "
+                "and makes float16 and int8 itself: give the model as float32 (model.float())",
+            )
