@@ -1,5 +1,7 @@
 """What a model function may return as its module: ``torch.compile``'s wrappers are taken off,
-a saved file given as the model is refused with what to write instead."""
+pruning masks and hook-based weight norms become plain weights, torch's FX int8 refuses
+forward hooks it would drop, and a saved file given as the model is refused with what to
+write instead."""
 
 from __future__ import annotations
 
@@ -40,6 +42,28 @@ def compiled():
     return torch.compile(_net()), torch.ones(1, 3, 12, 12)
 
 
+def pruned():
+    import torch.nn.utils.prune as prune
+
+    net = _net()
+    prune.l1_unstructured(net.backbone[0], "weight", 0.5)
+    prune.l1_unstructured(net.head, "weight", 0.5)
+    return net, torch.ones(1, 3, 12, 12)
+
+
+def weight_normed():
+    net = _net()
+    net.backbone[0] = torch.nn.utils.weight_norm(net.backbone[0])
+    net.head = torch.nn.utils.weight_norm(net.head)
+    return net, torch.ones(1, 3, 12, 12)
+
+
+def hooked():
+    net = _net()
+    net.backbone[0].register_forward_hook(lambda module, inputs, output: output * 0.5)
+    return net, torch.ones(1, 3, 12, 12)
+
+
 def compiled_inside():
     net = _net()
     net.backbone = torch.compile(net.backbone)
@@ -72,6 +96,62 @@ def test_torch_converts_a_compiled_model(models: Path, tmp_path: Path, capsys: p
     assert main([*args, "--quant", "fp32", "--iters", "3", "--warmup", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["fidelity"]["sqnr_db"] > 100
+
+
+@pytest.mark.parametrize("builder", ["pruned", "weight_normed"])
+def test_pruning_masks_and_hook_weight_norms_are_made_plain_weights(models: Path, builder: str) -> None:
+    import torch
+
+    module, example = _user_function(models, builder)()
+    with torch.no_grad():
+        expected = module(example)
+    bundle = load_model(f"{models}:{builder}")
+    assert not any(m._forward_pre_hooks for m in bundle.module.modules())
+    assert sorted(bundle.module.state_dict()) == ["backbone.0.bias", "backbone.0.weight", "head.bias", "head.weight"]
+    with torch.no_grad():
+        torch.testing.assert_close(bundle.module(example), expected)
+
+
+def test_a_live_pruned_model_keeps_its_masks(models: Path) -> None:
+    from nnsweep.models import register_live
+
+    module, example = _user_function(models, "pruned")()
+    bundle = load_model(register_live("pruned_net", module, example))
+    assert "head.weight_mask" in module.state_dict()  # the user's module, as it was
+    assert "head.weight_mask" not in bundle.module.state_dict()
+
+
+@pytest.mark.parametrize("quant", ["static_int8", "qat_int8"])
+def test_torch_int8_converts_a_pruned_model(
+    models: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], quant: str
+) -> None:
+    # before: "cannot assign 'torch.FloatTensor' as parameter 'weight'" (ExecuTorch and LiteRT:
+    # "Expected get_attr node, got call_function")
+    args = ["--cache-dir", str(tmp_path / "cache"), "bench", "--model", f"{models}:pruned", "--runtime", "torch"]
+    assert main([*args, "--quant", quant, "--iters", "3", "--warmup", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fidelity"]["sqnr_db"] > 20
+
+
+def test_torch_int8_refuses_a_model_with_forward_hooks(
+    models: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch.fx does not run hooks: the int8 model had 11.8 dB and no top-1 agreement (a
+    # hook halving a convolution's output), where the runtimes that export it had 46-48 dB
+    args = ["--cache-dir", str(tmp_path / "cache"), "bench", "--model", f"{models}:hooked", "--runtime", "torch"]
+    assert main([*args, "--quant", "static_int8", "--iters", "3", "--warmup", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "torch's FX int8 quantizer drops forward hooks, which backbone.0 has" in err
+    assert main([*args, "--quant", "dynamic_int8", "--iters", "3", "--warmup", "1"]) == 0
+
+
+def _user_function(path: Path, name: str):  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"models_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 @pytest.mark.parametrize("name", ["model.pt", "weights.pth", "program.pt2", "MODEL.ONNX", "net.tflite"])

@@ -8,7 +8,8 @@ compiled submodules. Those wrappers are taken off, so every runtime converts the
 module and the layers keep the names the user wrote. What nnsweep cannot deploy is refused
 with what to return instead: a TorchScript module, the module of a ``torch.export``
 program (its graph has no submodules to name or to quantize per layer, and its ``eval()``
-raises), and parameters in another float dtype.
+raises), and parameters in another float dtype. Pruning masks and hook-based weight norms
+are made plain weights (:func:`_frozen`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def deployable_module(ref: str, net: Any) -> Any:
         if isinstance(net, torch.fx.GraphModule):
             raise SpecError("model", f"{ref}() returned the module of a torch.export program: {_EXPORTED}") from None
         raise SpecError("model", f"{ref}(): the module's eval() raised NotImplementedError: {exc}") from None
-    return net
+    return _frozen(net)
 
 
 _EXPORTED = (
@@ -79,6 +80,51 @@ def _uncompiled(net: Any) -> Any:
                 while isinstance(inner, wrapper):
                     inner = inner._orig_mod
                 setattr(parent, name, inner)
+    return net
+
+
+def _frozen(net: Any) -> Any:
+    """``net`` with the training-time forms of its weights made plain: ``torch.nn.utils.prune``'s
+    masks and the hook-based ``weight_norm`` and ``spectral_norm`` (each a forward pre-hook that
+    computes the weight before every call) replaced by the weight they compute, as
+    ``prune.remove`` and ``remove_weight_norm`` leave it for deployment. On a copy when there is
+    one: a live model's masks stay the user's. Call in eval mode: a spectral norm's hook
+    iterates its vectors in training mode.
+
+    torch.export keeps the hook's computation in the graph, and ExecuTorch's and litert-torch's
+    int8 flows then met a weight made by ops ("Expected get_attr node, got call_function");
+    torch's FX quantizer replaced the pruned weight ("cannot assign 'torch.FloatTensor' as
+    parameter 'weight'"). ``torch.nn.utils.parametrize``'s forms are left to the converters
+    (:func:`nnsweep.convert.fx.bake_parametrizations`), which take them.
+    """
+    import copy
+
+    import torch
+    from torch.nn.utils import prune
+    from torch.nn.utils.spectral_norm import SpectralNorm, remove_spectral_norm
+    from torch.nn.utils.weight_norm import WeightNorm, remove_weight_norm
+
+    def hooked() -> list[tuple[Any, Any]]:
+        return [
+            (module, hook)
+            for module in net.modules()
+            for hook in module._forward_pre_hooks.values()
+            if isinstance(hook, prune.BasePruningMethod | WeightNorm | SpectralNorm)
+        ]
+
+    if not hooked():
+        return net
+    with torch.no_grad():  # each hook's weight as a plain tensor: one computed with grad cannot be copied
+        for module, hook in hooked():
+            hook(module, ())
+    net = copy.deepcopy(net)
+    for module, hook in hooked():
+        if isinstance(hook, prune.BasePruningMethod):
+            prune.remove(module, hook._tensor_name)
+        elif isinstance(hook, WeightNorm):
+            remove_weight_norm(module, hook.name)
+        else:
+            remove_spectral_norm(module, hook.name)
     return net
 
 

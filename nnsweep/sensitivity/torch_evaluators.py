@@ -92,6 +92,7 @@ def torch_fx_evaluator(
     from nnsweep.convert.fx import (
         convert_quietly,
         no_quantized_tensor_deprecation,
+        refuse_hooks,
         refuse_prelu,
         wrong_conv_transposes,
     )
@@ -109,6 +110,7 @@ def torch_fx_evaluator(
     fp32 = reference_outputs(bundle, split) if reference is None else reference
     batched = takes_batches(bundle)  # else one sample a call
     refuse_prelu(bundle.module)  # as the converter does: a ranking through a wrong int8 PReLU would mislead
+    refuse_hooks(bundle.module)  # and through a graph without the model's hooks
 
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return scored_output(module, x, bundle, batched)
