@@ -64,6 +64,16 @@ def hooked():
     return net, torch.ones(1, 3, 12, 12)
 
 
+class Random(Net):
+    def forward(self, x):
+        return self.head(torch.nn.functional.dropout(self.backbone(x), 0.2, training=True).mean((2, 3)))
+
+
+def random_outputs():
+    torch.manual_seed(0)
+    return Random().eval(), torch.ones(1, 3, 12, 12)
+
+
 def compiled_inside():
     net = _net()
     net.backbone = torch.compile(net.backbone)
@@ -142,6 +152,17 @@ def test_torch_int8_refuses_a_model_with_forward_hooks(
     err = capsys.readouterr().err
     assert "torch's FX int8 quantizer drops forward hooks, which backbone.0 has" in err
     assert main([*args, "--quant", "dynamic_int8", "--iters", "3", "--warmup", "1"]) == 0
+
+
+@pytest.mark.parametrize(("builder", "warned"), [("random_outputs", True), ("plain", False), ("pruned", False)])
+def test_a_model_whose_outputs_change_between_calls_is_warned_of(
+    models: Path, caplog: pytest.LogCaptureFixture, builder: str, warned: bool
+) -> None:
+    with caplog.at_level("WARNING", logger="nnsweep.models"):
+        load_model(f"{models}:{builder}")
+    said = [r.getMessage() for r in caplog.records if "two calls on the same example input" in r.getMessage()]
+    assert bool(said) == warned, said
+    assert not said or "dropout called with training=True, or random noise" in said[0]
 
 
 def _user_function(path: Path, name: str):  # type: ignore[no-untyped-def]

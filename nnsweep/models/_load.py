@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import sys
 import warnings
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from nnsweep.models._bundle import (
     Dataset,
     ModelBundle,
     Split,
+    flatten_outputs,
     labelled_layout,
     module_digest,
     output_shapes,
@@ -44,6 +46,8 @@ BUILTIN = ("digits", "digits_gn", "digits_outlier")
 
 # files users save models in (weights, whole pickled modules, exported or converted programs)
 _SAVED_SUFFIXES = (".pt", ".pth", ".pt2", ".bin", ".safetensors", ".ckpt", ".onnx", ".tflite", ".pte")
+log = logging.getLogger(__name__)
+
 _SYNTHETIC_CALIBRATION = 32
 _SYNTHETIC_EVALUATION = 16
 _BN_RECALIBRATION_BATCHES = 8
@@ -194,9 +198,34 @@ def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...],
             "model", f"{ref} fails on its example input of shape {tuple(example.shape)}: {type(exc).__name__}: {first}"
         ) from None
     try:
-        return output_sizes(result), output_shapes(result)
+        sizes, shapes = output_sizes(result), output_shapes(result)
     except TypeError as exc:
         raise SpecError("model", f"{ref}: {exc}") from None
+    _warn_if_random(ref, module, example, result)
+    return sizes, shapes
+
+
+def _warn_if_random(ref: str, module: Any, example: Any, first: Any) -> None:
+    """Warn when a second call on the example input gives other outputs: a dropout called
+    with ``training=True`` or noise added in ``forward``. Each deployment is compared with
+    one fp32 run, so its fidelity and accuracy then measure that randomness too."""
+    import torch
+
+    with torch.no_grad():
+        second = flatten_outputs(module(example))
+    differences = [
+        float((a.double() - b.double()).abs().max())
+        for a, b in zip(flatten_outputs(first), second, strict=True)
+        if a.is_floating_point() and a.numel() and not torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
+    ]
+    if differences:
+        log.warning(
+            "%s: two calls on the same example input gave different outputs (largest difference %.3g): is there a "
+            "dropout called with training=True, or random noise, in forward? Every deployment is compared with one "
+            "fp32 run, so its fidelity and accuracy include that randomness",
+            ref,
+            max(differences),
+        )
 
 
 def _synthetic_data(ref: str, module: Any, shape: tuple[int, ...], dtype: str = "float32") -> tuple[Any, Dataset]:
