@@ -34,6 +34,7 @@ from nnsweep.models._bundle import (
     shape_positions,
     unlabelled_layout,
 )
+from nnsweep.models._dataset_checks import check_inputs, check_labels
 from nnsweep.models._module_form import check_parameter_dtypes, deployable_module
 from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
@@ -274,17 +275,6 @@ def _input_dtype(ref: str, example: Any) -> str:
     )
 
 
-def _check_input_dtypes(ref: str, want: np.dtype[Any], dataset: Dataset) -> None:
-    """Every split's inputs have the example input's dtype ``want`` (what each artifact takes)."""
-    for name, split in dataset.named_splits().items():
-        if split.inputs.dtype != want:
-            raise SpecError(
-                "model",
-                f"{ref}(): the Dataset's {name} inputs are {split.inputs.dtype} but the example input is {want}; "
-                f"give them as {want} (array.astype(np.{want}))",
-            )
-
-
 def _class_layout(
     ref: str, dataset: Dataset, shapes: tuple[tuple[int, ...], ...], input_shape: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -433,11 +423,13 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     sizes, shapes = check_forward(ref, net, example)
     if dataset is None:
         example, dataset = _synthetic_data(ref, net, tuple(example.shape), dtype)
-    _check_input_dtypes(ref, np.dtype(dtype), dataset)
+    check_inputs(ref, dataset, np.dtype(dtype), tuple(example.shape[1:]))
     if token_ids:
         check_ids(ref, net, dataset)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
     positions, axes = _class_layout(ref, dataset, shapes, tuple(example.shape[1:]))
+    scored = dataset.accuracy_output
+    check_labels(ref, dataset, sizes[scored] // max(positions[scored], 1))
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
     return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions, axes)
