@@ -122,6 +122,15 @@ def test_pruning_masks_and_hook_weight_norms_are_made_plain_weights(models: Path
         torch.testing.assert_close(bundle.module(example), expected)
 
 
+def test_a_live_model_with_a_compiled_submodule_keeps_it(models: Path) -> None:
+    from nnsweep.models import register_live
+
+    module, example = _user_function(models, "compiled_inside")()
+    bundle = load_model(register_live("compiled_net", module, example))
+    assert type(module._orig_mod.backbone).__name__ == "OptimizedModule"  # the user's module, as it was
+    assert type(bundle.module.backbone).__name__ == "Sequential"
+
+
 def test_a_live_pruned_model_keeps_its_masks(models: Path) -> None:
     from nnsweep.models import register_live
 

@@ -214,11 +214,20 @@ def _warn_if_random(ref: str, module: Any, example: Any, first: Any) -> None:
 
     with torch.no_grad():
         second = flatten_outputs(module(example))
-    differences = [
-        float((a.double() - b.double()).abs().max())
-        for a, b in zip(flatten_outputs(first), second, strict=True)
-        if a.is_floating_point() and a.numel() and not torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
-    ]
+    firsts = flatten_outputs(first)
+
+    def difference(a: Any, b: Any) -> float:
+        if a.shape != b.shape:
+            return float("inf")
+        if not a.numel():
+            return 0.0
+        floating = a.is_floating_point()
+        if torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True) if floating else torch.equal(a, b):
+            return 0.0
+        return float((a.double() - b.double()).abs().max())
+
+    differences = [difference(a, b) for a, b in zip(firsts, second, strict=False)]
+    differences = [d for d in differences if d] + ([float("inf")] if len(second) != len(firsts) else [])
     if differences:
         log.warning(
             "%s: two calls on the same example input gave different outputs (largest difference %.3g): is there a "

@@ -14,6 +14,7 @@ are made plain weights (:func:`_frozen`).
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any
 
@@ -65,14 +66,17 @@ def _is_export_program(net: Any) -> bool:
 
 
 def _uncompiled(net: Any) -> Any:
-    """``net`` with every ``torch.compile`` wrapper replaced by the module it wraps, itself
-    and its submodules (the wrapper's ``_orig_mod``: the same parameters)."""
+    """``net`` with every ``torch.compile`` wrapper replaced by the module it wraps: itself (the
+    wrapper's ``_orig_mod``, the same parameters), and its submodules' on a copy."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # imported by torch.compile
     if eval_frame is None:
         return net
     wrapper = eval_frame.OptimizedModule
     while isinstance(net, wrapper):
         net = net._orig_mod
+    if not any(isinstance(sub, wrapper) for sub in net.modules()):
+        return net
+    net = copy.deepcopy(net)  # a live model's compiled submodules stay the user's
     for parent in list(net.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, wrapper):
@@ -97,8 +101,6 @@ def _frozen(net: Any) -> Any:
     parameter 'weight'"). ``torch.nn.utils.parametrize``'s forms are left to the converters
     (:func:`nnsweep.convert.fx.bake_parametrizations`), which take them.
     """
-    import copy
-
     import torch
     from torch.nn.utils import prune
     from torch.nn.utils.spectral_norm import SpectralNorm, remove_spectral_norm
