@@ -680,6 +680,17 @@ def test_a_model_nnsweep_cannot_take_is_one_line_saying_why(
     assert not cache.exists() or not any(cache.rglob("*.onnx"))
 
 
+def test_a_torchvision_model_given_too_small_an_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # VGG's five poolings take 16x16 to nothing; before, the BatchNorm recalibration met it
+    # first: "nnsweep: error: RuntimeError: ... Output size is too small", exit 1
+    args = ["--cache-dir", str(tmp_path / "cache"), "bench", "--model", "torchvision:vgg11_bn"]
+    assert main([*args, "--input-shape", "1,3,16,16", "--runtime", "onnxruntime"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "torchvision:vgg11_bn fails on its example input of shape (1, 3, 16, 16)" in lines[0]
+
+
 @pytest.mark.parametrize(
     ("machine", "flags", "quant", "options", "hinted"),
     [

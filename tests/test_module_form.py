@@ -64,6 +64,20 @@ def hooked():
     return net, torch.ones(1, 3, 12, 12)
 
 
+class Locked(Net):
+    def __init__(self):
+        import threading
+
+        super().__init__()
+        self.head.guard = threading.Lock()
+        self.names = {"classes": ["a", "b", "c", "d"]}
+
+
+def locked():
+    torch.manual_seed(0)
+    return Locked().eval(), torch.ones(1, 3, 12, 12)
+
+
 class Random(Net):
     def forward(self, x):
         return self.head(torch.nn.functional.dropout(self.backbone(x), 0.2, training=True).mean((2, 3)))
@@ -182,6 +196,17 @@ def _user_function(path: Path, name: str):  # type: ignore[no-untyped-def]
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, name)
+
+
+def test_a_module_with_an_attribute_that_cannot_be_copied_is_one_line(
+    models: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # before: each conversion failed with "TypeError: cannot pickle '_thread.lock' object"
+    args = ["--cache-dir", str(tmp_path / "cache"), "bench", "--model", f"{models}:locked", "--runtime", "onnxruntime"]
+    assert main([*args, "--iters", "3", "--warmup", "1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "the model's attribute head.guard (lock) cannot be copied (TypeError: cannot pickle" in lines[0]
 
 
 @pytest.mark.parametrize("name", ["model.pt", "weights.pth", "program.pt2", "MODEL.ONNX", "net.tflite"])

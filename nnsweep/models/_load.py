@@ -158,7 +158,11 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         warnings.filterwarnings("ignore", "The default weight initialization", FutureWarning)
         module = torchvision.models.get_model(name, weights=None)
     shape = check_input_shape(tuple(input_shape or (1, 3, 224, 224)), "input_shape")
-    example, data = _synthetic_data(f"torchvision:{name}", module, shape)
+    ref = f"torchvision:{name}"
+    example, data = _synthetic_data(ref, module, shape)
+    # before the BatchNorm recalibration runs the model: an input too small for it is one line
+    # (Inception v3 at 64x64: "Output size is too small", exit 1, before)
+    sizes, shapes = check_forward(ref, module.eval(), example)
     if weights is not None:
         if not weights.is_file():
             raise SpecError("weights", f"file {str(weights)!r} does not exist")
@@ -170,8 +174,6 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
         _randomise_zero_layers(module)
         _recalibrate_batchnorm(module, data.calibration.inputs)
     module.eval()
-    ref = f"torchvision:{name}"
-    sizes, shapes = check_forward(ref, module, example)
     positions = tuple(shape_positions(shape) for shape in shapes)
     digest = module_digest(ref, module, example, data.evaluation.digest())
     return ModelBundle(ref, module, example, data, digest, sizes, positions)

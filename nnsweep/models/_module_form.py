@@ -49,7 +49,9 @@ def deployable_module(ref: str, net: Any) -> Any:
         if isinstance(net, torch.fx.GraphModule):
             raise SpecError("model", f"{ref}() returned the module of a torch.export program: {_EXPORTED}") from None
         raise SpecError("model", f"{ref}(): the module's eval() raised NotImplementedError: {exc}") from None
-    return _frozen(net)
+    net = _frozen(net)
+    _check_copyable(ref, net)
+    return net
 
 
 _EXPORTED = (
@@ -143,3 +145,41 @@ def check_parameter_dtypes(ref: str, net: Any) -> None:
                 f"{ref}(): the parameter {name} is {dtype}; nnsweep deploys float32 models (its fp32 baseline) "
                 "and makes float16 and int8 itself: give the model as float32 (model.float())",
             )
+
+
+# a module's own bookkeeping, copied by torch's own code (tensors, submodules, hook tables)
+_MODULE_STATE = frozenset(
+    {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "training"}
+    | {"_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks"}
+    | {"_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks"}
+    | {"_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks"}
+    | {"_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"}
+)
+
+
+def _check_copyable(ref: str, net: Any) -> None:
+    """Every attribute of every submodule can be deep-copied: each converter converts a copy,
+    so that the user's module stays as it was, and an attribute that cannot be copied (a
+    ``threading.Lock``, an open file, a client) failed every conversion with "cannot pickle
+    '_thread.lock' object" and no word of where it was. Only the attributes that are not
+    tensors or submodules are copied here, one by one: the weights are not copied twice.
+
+    Raises:
+        SpecError: naming the attribute and its type.
+    """
+    import torch
+
+    for path, module in net.named_modules():
+        for name, value in vars(module).items():
+            if name in _MODULE_STATE or isinstance(value, torch.Tensor | torch.nn.Module):
+                continue
+            try:
+                copy.deepcopy(value)
+            except Exception as exc:  # any failure to copy is the model's: say where it is
+                where = f"{path}.{name}" if path else name
+                raise SpecError(
+                    "model",
+                    f"{ref}(): the model's attribute {where} ({type(value).__name__}) cannot be copied "
+                    f"({type(exc).__name__}: {exc}); nnsweep converts a copy of the model: hold it outside the "
+                    "module, or give the module __deepcopy__",
+                ) from None
