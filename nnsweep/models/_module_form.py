@@ -74,18 +74,20 @@ def _uncompiled(net: Any) -> Any:
     if eval_frame is None:
         return net
     wrapper = eval_frame.OptimizedModule
-    while isinstance(net, wrapper):
-        net = net._orig_mod
+
+    def unwrapped(module: Any) -> Any:
+        while isinstance(module, wrapper):
+            module = module._orig_mod
+        return module
+
+    net = unwrapped(net)
     if not any(isinstance(sub, wrapper) for sub in net.modules()):
         return net
     net = copy.deepcopy(net)  # a live model's compiled submodules stay the user's
     for parent in list(net.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, wrapper):
-                inner = child
-                while isinstance(inner, wrapper):
-                    inner = inner._orig_mod
-                setattr(parent, name, inner)
+                setattr(parent, name, unwrapped(child))
     return net
 
 
@@ -116,13 +118,14 @@ def _frozen(net: Any) -> Any:
             if isinstance(hook, prune.BasePruningMethod | WeightNorm | SpectralNorm)
         ]
 
-    if not hooked():
+    found = hooked()
+    if not found:
         return net
     with torch.no_grad():  # each hook's weight as a plain tensor: one computed with grad cannot be copied
-        for module, hook in hooked():
+        for module, hook in found:
             hook(module, ())
     net = copy.deepcopy(net)
-    for module, hook in hooked():
+    for module, hook in hooked():  # the copy's
         if isinstance(hook, prune.BasePruningMethod):
             prune.remove(module, hook._tensor_name)
         elif isinstance(hook, WeightNorm):
@@ -147,16 +150,6 @@ def check_parameter_dtypes(ref: str, net: Any) -> None:
             )
 
 
-# a module's own bookkeeping, copied by torch's own code (tensors, submodules, hook tables)
-_MODULE_STATE = frozenset(
-    {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "training"}
-    | {"_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks"}
-    | {"_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks"}
-    | {"_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks"}
-    | {"_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"}
-)
-
-
 def _check_copyable(ref: str, net: Any) -> None:
     """Every attribute of every submodule can be deep-copied: each converter converts a copy,
     so that the user's module stays as it was, and an attribute that cannot be copied (a
@@ -169,9 +162,10 @@ def _check_copyable(ref: str, net: Any) -> None:
     """
     import torch
 
+    bookkeeping = set(vars(torch.nn.Module()))  # what every module holds: tensors, submodules, hook tables
     for path, module in net.named_modules():
         for name, value in vars(module).items():
-            if name in _MODULE_STATE or isinstance(value, torch.Tensor | torch.nn.Module):
+            if name in bookkeeping or isinstance(value, torch.Tensor | torch.nn.Module):
                 continue
             try:
                 copy.deepcopy(value)
