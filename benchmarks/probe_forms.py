@@ -7,9 +7,16 @@ weights), returned as training and serving code leaves it: compiled with ``torch
 (the model, or a submodule inside it), exported with ``torch.export`` (the program, or its
 ``.module()``), cast to float16, pruned with ``torch.nn.utils.prune``, with the hook-based
 ``weight_norm`` or ``spectral_norm``, and with a forward hook that scales a layer's output.
+
+Probed later (docs/coverage.md, "More forms, and the outputs a model returns"): wrapped in
+``nn.DataParallel``, with channels-last weights, already quantized (``quantize_dynamic``,
+QAT-prepared, torchao), built on the meta device, with lazy layers, and returning its
+outputs as a named tuple, a list or nested containers.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -90,3 +97,95 @@ def hooked() -> tuple[nn.Module, torch.Tensor]:
     net = _net()
     net.c2.register_forward_hook(lambda module, inputs, output: output * 0.5)
     return net, _example()
+
+
+def data_parallel() -> tuple[nn.Module, torch.Tensor]:
+    return nn.DataParallel(_net()), _example()
+
+
+def channels_last() -> tuple[nn.Module, torch.Tensor]:
+    return _net().to(memory_format=torch.channels_last), _example()  # type: ignore[call-overload]
+
+
+def dynamic_quantized() -> tuple[nn.Module, torch.Tensor]:
+    return torch.ao.quantization.quantize_dynamic(_net(), {nn.Linear}, dtype=torch.qint8), _example()
+
+
+def qat_prepared() -> tuple[nn.Module, torch.Tensor]:
+    net = _net().train()
+    net.qconfig = torch.ao.quantization.get_default_qat_qconfig("x86")  # type: ignore[assignment]
+    torch.ao.quantization.prepare_qat(net, inplace=True)
+    return net.eval(), _example()
+
+
+def torchao_quantized() -> tuple[nn.Module, torch.Tensor]:
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    net = _net()
+    quantize_(net, Int8WeightOnlyConfig())
+    return net, _example()
+
+
+def on_meta() -> tuple[nn.Module, torch.Tensor]:
+    with torch.device("meta"):
+        net = Net()
+    return net, _example()
+
+
+class Lazy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.LazyConv2d(16, 3, padding=1)
+        self.fc = nn.LazyLinear(10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.relu(self.c1(x)).mean((2, 3)))
+
+
+def lazy() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return Lazy().eval(), _example()
+
+
+class Outputs(NamedTuple):
+    logits: torch.Tensor
+    embedding: torch.Tensor
+
+
+class _Features(Net):
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.bn(self.c1(x)))
+        return F.relu(self.c2(x)).mean((2, 3))
+
+
+class NamedOutputs(_Features):
+    def forward(self, x: torch.Tensor) -> Outputs:  # type: ignore[override]
+        features = self.features(x)
+        return Outputs(self.fc(features), features)
+
+
+class ListOutputs(_Features):
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:  # type: ignore[override]
+        features = self.features(x)
+        return [self.fc(features), features]
+
+
+class NestedOutputs(_Features):
+    def forward(self, x: torch.Tensor) -> dict[str, object]:  # type: ignore[override]
+        features = self.features(x)
+        return {"head": (self.fc(features),), "embedding": [features]}
+
+
+def named_outputs() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return NamedOutputs().eval(), _example()
+
+
+def list_outputs() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return ListOutputs().eval(), _example()
+
+
+def nested_outputs() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return NestedOutputs().eval(), _example()

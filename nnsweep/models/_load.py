@@ -35,7 +35,13 @@ from nnsweep.models._bundle import (
     unlabelled_layout,
 )
 from nnsweep.models._dataset_checks import check_inputs, check_labels
-from nnsweep.models._module_form import check_parameter_dtypes, deployable_module
+from nnsweep.models._module_form import (
+    check_parameters,
+    deployable_module,
+    forward_failure,
+    plain_outputs,
+    with_plain_outputs,
+)
 from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
@@ -162,7 +168,7 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
     example, data = _synthetic_data(ref, module, shape)
     # before the BatchNorm recalibration runs the model: an input too small for it is one line
     # (Inception v3 at 64x64: "Output size is too small", exit 1, before)
-    sizes, shapes = check_forward(ref, module.eval(), example)
+    sizes, shapes, _ = check_forward(ref, module.eval(), example)  # a classifier's tensor
     if weights is not None:
         if not weights.is_file():
             raise SpecError("weights", f"file {str(weights)!r} does not exist")
@@ -179,13 +185,14 @@ def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] |
     return ModelBundle(ref, module, example, data, digest, sizes, positions)
 
 
-def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], bool]:
     """Run the model once on its example input (batch 1): a wrong shape or output fails here,
     clearly and before any conversion, instead of after one.
 
     Returns:
-        The per-sample size of each output (:attr:`ModelBundle.outputs`) and its per-sample
-        shape.
+        The per-sample size of each output (:attr:`ModelBundle.outputs`), its per-sample
+        shape, and whether the outputs come in a structure every exporter takes
+        (:func:`~nnsweep.models._module_form.plain_outputs`).
 
     Raises:
         SpecError: the forward pass fails, or returns something other than tensors.
@@ -196,16 +203,13 @@ def check_forward(ref: str, module: Any, example: Any) -> tuple[tuple[int, ...],
         with torch.no_grad():
             result = module(example)
     except Exception as exc:  # the user's model: any failure on its own example is an input error
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        raise SpecError(
-            "model", f"{ref} fails on its example input of shape {tuple(example.shape)}: {type(exc).__name__}: {first}"
-        ) from None
+        raise forward_failure(ref, example, exc) from None
     try:
         sizes, shapes = output_sizes(result), output_shapes(result)
     except TypeError as exc:
         raise SpecError("model", f"{ref}: {exc}") from None
     _warn_if_random(ref, module, example, result)
-    return sizes, shapes
+    return sizes, shapes, plain_outputs(result)
 
 
 def _warn_if_random(ref: str, module: Any, example: Any, first: Any) -> None:
@@ -395,7 +399,6 @@ def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBund
 def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> ModelBundle:
     """A bundle from what a model function returned: a module, ``(module, example_input)``
     or ``(module, example_input, Dataset)``."""
-    import torch
 
     dataset: Dataset | None = None
     if isinstance(result, tuple):
@@ -409,29 +412,16 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
             raise SpecError("model", f"{ref}() returned {type(dataset).__name__} as data; use nnsweep.models.Dataset")
     else:
         net, example = result, None
-    net = deployable_module(ref, net)
-    if example is None:
-        if input_shape is not None:
-            check_input_shape(tuple(input_shape), "input_shape")
-        if input_shape is None:
-            raise SpecError(
-                "input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)"
-            )
-        example = torch.zeros(input_shape)
-    if isinstance(example, tuple | list) and all(isinstance(x, torch.Tensor) for x in example):
-        raise SpecError(
-            "model",
-            f"{ref}() gave {len(example)} example inputs: nnsweep deploys models with one input tensor; "
-            "wrap the model in a module that takes one tensor (e.g. the inputs concatenated) and splits it",
-        )
-    if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
-        raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
+    example = _example_input(ref, example, input_shape)
+    net = deployable_module(ref, net, example)
     dtype = _input_dtype(ref, example)
-    check_parameter_dtypes(ref, net)
+    check_parameters(ref, net)
     token_ids = dtype in ID_DTYPES
     if example.numel() > MAX_INPUT_ELEMENTS:
         raise SpecError("model", f"{ref}(): the example input has more than {MAX_INPUT_ELEMENTS:,} elements")
-    sizes, shapes = check_forward(ref, net, example)
+    sizes, shapes, plain = check_forward(ref, net, example)
+    if not plain:
+        net = with_plain_outputs(net)
     if dataset is None:
         example, dataset = _synthetic_data(ref, net, tuple(example.shape), dtype)
     check_inputs(ref, dataset, np.dtype(dtype), tuple(example.shape[1:]))
@@ -444,3 +434,31 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     check_labels(ref, dataset, sizes[scored] // max(positions[scored], 1))
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
     return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions, axes)
+
+
+def _example_input(ref: str, example: Any, input_shape: tuple[int, ...] | None) -> Any:
+    """The example input a model function returned (or one of ``input_shape``), checked: one
+    tensor with batch size 1."""
+    import torch
+
+    if example is None:
+        if input_shape is not None:
+            check_input_shape(tuple(input_shape), "input_shape")
+        if input_shape is None:
+            raise SpecError(
+                "input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)"
+            )
+        example = torch.zeros(input_shape)
+    if isinstance(example, tuple | list) and len(example) == 1 and isinstance(example[0], torch.Tensor):
+        raise SpecError(
+            "model", f"{ref}() gave its example input in a {type(example).__name__} of one: give the tensor itself"
+        )
+    if isinstance(example, tuple | list) and all(isinstance(x, torch.Tensor) for x in example):
+        raise SpecError(
+            "model",
+            f"{ref}() gave {len(example)} example inputs: nnsweep deploys models with one input tensor; "
+            "wrap the model in a module that takes one tensor (e.g. the inputs concatenated) and splits it",
+        )
+    if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
+        raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
+    return example

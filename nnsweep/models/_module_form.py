@@ -8,8 +8,14 @@ compiled submodules. Those wrappers are taken off, so every runtime converts the
 module and the layers keep the names the user wrote. What nnsweep cannot deploy is refused
 with what to return instead: a TorchScript module, the module of a ``torch.export``
 program (its graph has no submodules to name or to quantize per layer, and its ``eval()``
-raises), and parameters in another float dtype. Pruning masks and hook-based weight norms
-are made plain weights (:func:`_frozen`).
+raises), a model already quantized (nnsweep quantizes the float model for each runtime, and
+measures every deployment against it), and parameters in another float dtype or on another
+device. ``nn.DataParallel`` is taken off as ``torch.compile`` is; pruning masks and hook-based
+weight norms are made plain weights (:func:`_frozen`), and weights in another memory format
+(``model.to(memory_format=torch.channels_last)``) contiguous ones: the layout is each
+runtime's to choose, and ExecuTorch's XNNPACK lowering failed on channels-last weights.
+Outputs in a structure the exporters do not all take (a list, a named tuple, nested
+containers) are given as a plain tuple of the same tensors (:func:`with_plain_outputs`).
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from typing import Any
 
 from nnsweep.core.errors import SpecError
 
-__all__ = ["check_parameter_dtypes", "deployable_module"]
+__all__ = ["check_parameters", "deployable_module", "forward_failure", "plain_outputs", "with_plain_outputs"]
 
 
-def deployable_module(ref: str, net: Any) -> Any:
-    """``net`` with ``torch.compile``'s wrappers taken off, checked and in eval mode (its
-    parameters' dtype is checked after the example input's: :func:`check_parameter_dtypes`).
+def deployable_module(ref: str, net: Any, example: Any) -> Any:
+    """``net`` with ``torch.compile``'s and ``DataParallel``'s wrappers taken off, checked and in
+    eval mode, its lazy layers initialised by a call on ``example`` (its parameters' dtype and
+    device are checked after the example input's: :func:`check_parameters`).
 
     Raises:
         SpecError: ``net`` is not a module nnsweep can convert, saying what to return instead.
@@ -36,7 +43,7 @@ def deployable_module(ref: str, net: Any) -> Any:
         raise SpecError("model", f"{ref}() returned a torch.export program: {_EXPORTED}")
     if not isinstance(net, torch.nn.Module):
         raise SpecError("model", f"{ref}() returned {type(net).__name__}, not a torch.nn.Module")
-    net = _uncompiled(net)
+    net = _uncompiled(_unparallel(net))
     if isinstance(net, torch.jit.ScriptModule):
         raise SpecError(
             "model",
@@ -49,7 +56,9 @@ def deployable_module(ref: str, net: Any) -> Any:
         if isinstance(net, torch.fx.GraphModule):
             raise SpecError("model", f"{ref}() returned the module of a torch.export program: {_EXPORTED}") from None
         raise SpecError("model", f"{ref}(): the module's eval() raised NotImplementedError: {exc}") from None
-    net = _frozen(net)
+    _materialise(ref, net, example)
+    _refuse_quantized(ref, net)
+    net = _contiguous(_frozen(net))
     _check_copyable(ref, net)
     return net
 
@@ -88,6 +97,154 @@ def _uncompiled(net: Any) -> Any:
         for name, child in list(parent.named_children()):
             if isinstance(child, wrapper):
                 setattr(parent, name, unwrapped(child))
+    return net
+
+
+def forward_failure(ref: str, example: Any, exc: Exception) -> SpecError:
+    """The one line for a model that fails on its own example input: an input error."""
+    first = (str(exc).strip().splitlines() or [""])[0][:160]
+    return SpecError(
+        "model", f"{ref} fails on its example input of shape {tuple(example.shape)}: {type(exc).__name__}: {first}"
+    )
+
+
+def _materialise(ref: str, net: Any, example: Any) -> None:
+    """Call ``net`` once on ``example`` when it has lazy layers (``nn.LazyLinear``, ``LazyConv2d``):
+    their weights take their shapes from the first call, as the model's own first call would
+    give them (on the user's module). Uninitialised, every step after failed with torch's
+    "Attempted to use an uninitialized parameter", exit 1."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    if not any(is_lazy(tensor) for tensor in [*net.parameters(), *net.buffers()]):
+        return
+    try:
+        with torch.no_grad():
+            net(example)
+    except Exception as exc:  # the user's model: any failure on its own example is an input error
+        raise forward_failure(ref, example, exc) from None
+
+
+def _unparallel(net: Any) -> Any:
+    """The module inside ``nn.DataParallel`` / ``DistributedDataParallel`` (their ``.module``, as
+    a checkpoint is saved): torch's FX quantizer cannot trace the wrapper ("Proxy object cannot
+    be iterated"), and the layers keep their own names, not ``module.``-prefixed ones."""
+    import torch
+
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    while isinstance(net, wrappers):
+        net = net.module
+    return net
+
+
+# Where torch keeps modules that only a quantized or quantization-prepared model holds.
+_QUANTIZED_MODULES = (
+    "torch.ao.nn.quantized",
+    "torch.ao.nn.intrinsic.quantized",
+    "torch.ao.nn.qat",
+    "torch.ao.nn.intrinsic.qat",
+    "torch.ao.quantization.observer",
+    "torch.ao.quantization.fake_quantize",
+)
+
+
+def _refuse_quantized(ref: str, net: Any) -> None:
+    """Refuse a model that is already quantized, or prepared for quantization: torch's
+    ``quantize_dynamic`` / ``convert`` modules (packed weights: loading failed with "'tuple'
+    object has no attribute 'dtype'", exit 1), QAT and observer modules, quantized tensors and
+    torchao's quantized weights."""
+    for path, module in net.named_modules():
+        kind = type(module).__module__
+        if kind.startswith(_QUANTIZED_MODULES):
+            _quantized(ref, path, f"{kind}.{type(module).__name__}")
+        for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            if tensor.is_quantized or type(tensor).__module__.split(".")[0] == "torchao":
+                _quantized(ref, f"{path}.{name}" if path else name, f"a {type(tensor).__name__}")
+
+
+def _quantized(ref: str, where: str, what: str) -> None:
+    raise SpecError(
+        "model",
+        f"{ref}(): the model is already quantized or prepared for it ({where or 'the model'} is {what}): nnsweep "
+        "quantizes the float model itself, for each runtime, and measures every deployment against it; return "
+        "the model from before quantize_dynamic, prepare, prepare_qat, convert or torchao's quantize_",
+    )
+
+
+def check_parameters(ref: str, net: Any) -> None:
+    """Every floating parameter is float32 and on the CPU: a ``model.half()`` fed float32
+    examples fails in its first layer with a dtype message that does not say where the fix
+    is, and a model on the ``meta`` device (built under ``torch.device("meta")``) or a GPU
+    with a device message."""
+    import torch
+
+    for name, parameter in net.named_parameters():
+        if parameter.device.type != "cpu":
+            empty = " (a meta tensor holds no values: load the weights)" if parameter.device.type == "meta" else ""
+            raise SpecError(
+                "model",
+                f"{ref}(): the parameter {name} is on {parameter.device}{empty}; nnsweep converts and measures on "
+                "the CPU: give the model on the CPU (model.cpu())",
+            )
+        if parameter.is_floating_point() and parameter.dtype != torch.float32:
+            dtype = str(parameter.dtype).removeprefix("torch.")
+            raise SpecError(
+                "model",
+                f"{ref}(): the parameter {name} is {dtype}; nnsweep deploys float32 models (its fp32 baseline) "
+                "and makes float16 and int8 itself: give the model as float32 (model.float())",
+            )
+
+
+def _contiguous(net: Any) -> Any:
+    """``net`` with every weight and buffer in the contiguous layout, on a copy when one is not
+    (``model.to(memory_format=torch.channels_last)``): the values are the same, the layout is
+    each runtime's to choose, and ExecuTorch's ``ChannelsLastTaggedReshapePass`` failed on a
+    channels-last weight in static int8."""
+    import torch
+
+    tensors = [*net.parameters(), *net.buffers()]
+    if all(tensor.is_contiguous() for tensor in tensors):
+        return net
+    net = copy.deepcopy(net)  # the user's model keeps its layout
+    with torch.no_grad():
+        for tensor in [*net.parameters(), *net.buffers()]:
+            if not tensor.is_contiguous():
+                tensor.data = tensor.data.contiguous()
+    return net
+
+
+def plain_outputs(result: Any) -> bool:
+    """Whether a model's outputs are a tensor, a tuple of tensors or a dict of tensors by name:
+    the structures every exporter here takes. ExecuTorch cannot save a named tuple's structure
+    ("Can't serialize TreeSpec of namedtuple"), litert-torch fails on one, and TorchScript
+    cannot return a list."""
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return True
+    if type(result) is tuple:
+        return all(isinstance(item, torch.Tensor) for item in result)
+    if type(result) is dict:
+        return all(isinstance(key, str) and isinstance(item, torch.Tensor) for key, item in result.items())
+    return False
+
+
+def with_plain_outputs(net: Any) -> Any:
+    """A copy of ``net`` whose ``forward`` returns its outputs' tensors as a plain tuple, in the
+    order nnsweep counts outputs (``torch.utils._pytree`` leaf order, as ``flatten_outputs``
+    gives them), so ``Dataset.accuracy_output`` names the same output. The copy's class is a
+    subclass of the model's with only ``forward`` replaced: the layers keep their names."""
+    from torch.utils import _pytree
+
+    cls = type(net)
+
+    def forward(self: Any, x: Any) -> tuple[Any, ...]:
+        return tuple(_pytree.tree_leaves(cls.forward(self, x)))
+
+    names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    plain = type(cls.__name__, (cls,), {"forward": forward, **names})
+    net = copy.deepcopy(net)
+    net.__class__ = plain
     return net
 
 
@@ -133,21 +290,6 @@ def _frozen(net: Any) -> Any:
         else:
             remove_spectral_norm(module, hook.name)
     return net
-
-
-def check_parameter_dtypes(ref: str, net: Any) -> None:
-    """Every floating parameter is float32: a ``model.half()`` fed float32 examples fails in
-    its first layer with a dtype message that does not say where the fix is."""
-    import torch
-
-    for name, parameter in net.named_parameters():
-        if parameter.is_floating_point() and parameter.dtype != torch.float32:
-            dtype = str(parameter.dtype).removeprefix("torch.")
-            raise SpecError(
-                "model",
-                f"{ref}(): the parameter {name} is {dtype}; nnsweep deploys float32 models (its fp32 baseline) "
-                "and makes float16 and int8 itself: give the model as float32 (model.float())",
-            )
 
 
 def _check_copyable(ref: str, net: Any) -> None:
