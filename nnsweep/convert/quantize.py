@@ -67,7 +67,8 @@ def qat_finetune(
     train = bundle.dataset.train
     if train is not None and train.labels is not None:
         x_all = torch.from_numpy(train.inputs)
-        y_all = torch.from_numpy(train.labels)
+        positions = bundle.positions[scored] if scored < len(bundle.positions) else 1  # a built-in model: 1
+        y_all = torch.from_numpy(_targets(train.labels, positions))
         target_logits = None
     else:
         x_all = torch.from_numpy(bundle.dataset.calibration.inputs)
@@ -91,6 +92,17 @@ def qat_finetune(
                 loss = nn.functional.mse_loss(torch.cat([rows(c) for c in chunks]), target_logits[idx])
             loss.backward()
             opt.step()
+
+
+def _targets(labels: np.ndarray, positions: int) -> np.ndarray:
+    """Train labels as ``cross_entropy`` takes them: int64 (whole floats, int32 and bools
+    failed every QAT conversion with "expected target dtype to be Long"), and a column of
+    one label per sample (N, 1) for an output with one position as (N,) ("multi-target not
+    supported"). Whole numbers in range: :func:`nnsweep.models._dataset_checks.check_labels`."""
+    targets = np.asarray(labels, dtype=np.int64)
+    if positions == 1 and targets.ndim == 2 and targets.shape[1] == 1:
+        return targets[:, 0]
+    return targets
 
 
 def as_numpy_batches(samples: Iterator[torch.Tensor]) -> list[np.ndarray]:

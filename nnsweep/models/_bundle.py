@@ -40,6 +40,11 @@ class Split:
     labels: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        # torch tensors and nested lists are taken as the arrays they hold: a Split of tensors
+        # was refused with "inputs are torch.float32 but the example input is float32"
+        object.__setattr__(self, "inputs", _as_array(self.inputs))
+        if self.labels is not None:
+            object.__setattr__(self, "labels", _as_array(self.labels))
         if self.labels is not None and len(self.labels) != len(self.inputs):
             raise ValueError(f"{len(self.inputs)} inputs but {len(self.labels)} labels")
 
@@ -53,6 +58,16 @@ class Split:
                 h.update(str((array.dtype, array.shape)).encode())
                 h.update(np.ascontiguousarray(array).tobytes())
         return h.hexdigest()
+
+
+def _as_array(value: Any) -> np.ndarray:
+    """``value`` as a numpy array: a torch tensor's values (on the CPU, without its graph), or
+    ``np.asarray`` of anything else (a list)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
 @dataclass(frozen=True)

@@ -60,36 +60,68 @@ def check_inputs(ref: str, dataset: Dataset, want: np.dtype[Any], sample_shape: 
 
 
 def check_labels(ref: str, dataset: Dataset, classes: int) -> None:
-    """The evaluation labels are whole numbers; warn when some are outside ``0 .. classes - 1``
-    (``classes`` > 1: the scored output's classes per position).
+    """The evaluation and train labels are whole numbers; warn when evaluation labels are
+    outside ``0 .. classes - 1`` (``classes`` > 1: the scored output's classes per position),
+    and refuse train labels there.
 
     Labels outside the classes (an ignore index such as 255 or -100) count as wrong for fp32
     and every deployment alike, so the accuracy drop still compares them; the warning says
-    the accuracy is lower than the model's.
+    the accuracy is lower than the model's. Quantization-aware training's loss cannot use a
+    train label outside the classes ("Target 4 is out of bounds" failed every QAT conversion)
+    but -100, the index ``cross_entropy`` skips.
 
     Raises:
-        SpecError: a label is not a whole number.
+        SpecError: a label is not a whole number (strings, fractions), or a train label is
+            outside the classes.
     """
-    labels = dataset.evaluation.labels
-    if labels is None or not len(labels):
-        return
-    if labels.dtype.kind not in "iub":
+    for name, split in dataset.named_splits().items():
+        if name == "calibration" or split.labels is None or not len(split.labels):
+            continue
+        values = _class_indices(ref, name, split.labels)
+        beyond = values >= classes if classes > 1 else np.zeros_like(values, dtype=bool)  # 1: a logit, or class ids
+        outside = (values < 0) | beyond
+        if name == "train":
+            outside &= values != _IGNORED
+            if np.any(outside):
+                raise SpecError(
+                    "model",
+                    f"{ref}(): {int(np.count_nonzero(outside))} of the Dataset's train labels are outside the scored "
+                    f"output's classes 0..{classes - 1} (e.g. {int(values[outside][0])}); quantization-aware "
+                    f"training's loss takes class indices, or {_IGNORED} for a sample it skips",
+                )
+        elif np.any(outside):
+            log.warning(
+                "%s: %d of the %d evaluation labels are outside the scored output's classes 0..%d (an ignore "
+                "index?): they count as wrong for fp32 and every deployment alike",
+                ref,
+                int(np.count_nonzero(outside)),
+                values.size,
+                max(classes - 1, 1),
+            )
+
+
+_IGNORED = -100  # torch.nn.functional.cross_entropy's ignore_index
+
+
+def _class_indices(ref: str, name: str, labels: np.ndarray) -> np.ndarray:
+    """``labels`` as int64 class indices.
+
+    Raises:
+        SpecError: they are not numbers, or not whole ones.
+    """
+    if labels.dtype.kind not in "iubf":
+        kind = {"U": "strings", "S": "bytes", "O": "Python objects"}.get(labels.dtype.kind, str(labels.dtype))
+        raise SpecError(
+            "model",
+            f"{ref}(): the Dataset's {name} labels are {kind}; labels are class indices: give them as "
+            "integers (np.int64), the index of each class name in the output's order",
+        )
+    if labels.dtype.kind == "f":
         as_float = np.asarray(labels, dtype=np.float64)
         if not np.all(np.isfinite(as_float)) or not np.all(as_float == np.round(as_float)):
             raise SpecError(
                 "model",
-                f"{ref}(): the Dataset's evaluation labels are {labels.dtype} and not all whole numbers; labels "
+                f"{ref}(): the Dataset's {name} labels are {labels.dtype} and not all whole numbers; labels "
                 "are class indices: give them as integers (np.int64)",
             )
-    values = np.asarray(labels, dtype=np.int64)
-    beyond = values >= classes if classes > 1 else np.zeros_like(values, dtype=bool)  # 1: a logit, or class ids
-    outside = int(np.count_nonzero((values < 0) | beyond))
-    if outside:
-        log.warning(
-            "%s: %d of the %d evaluation labels are outside the scored output's classes 0..%d (an ignore index?): "
-            "they count as wrong for fp32 and every deployment alike",
-            ref,
-            outside,
-            values.size,
-            max(classes - 1, 1),
-        )
+    return np.asarray(labels, dtype=np.int64)
