@@ -723,3 +723,19 @@ def test_bench_notes_the_saturating_int8_kernels_of_an_x86_cpu_without_vnni(
     torch_config = DeploymentConfig("torch", quant=QuantConfig("static_int8"))
     assert saturation_hint(torch_config, cpuinfo) is None
     assert saturation_hint(config, tmp_path / "absent") is None
+
+
+def test_a_command_nnsweep_suggests_quotes_a_path_with_spaces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # before: "run `nnsweep run /…/my sweeps/s.yaml` first", which pastes as two arguments
+    from nnsweep.cli.run import _results_text
+    from nnsweep.spec import load_spec
+
+    folder = tmp_path / "my sweeps"
+    folder.mkdir()
+    spec_file = folder / "s.yaml"
+    spec_file.write_text("name: spaced\nmodel: digits\nspace: {runtime: [onnxruntime], quant: [fp32]}\n")
+    assert main(["--cache-dir", str(tmp_path / "cache"), "report", str(spec_file)]) == 1
+    assert f"run `nnsweep run '{spec_file}'` first" in capsys.readouterr().err
+    assert _results_text(load_spec(spec_file), []).endswith(f"`nnsweep ui '{spec_file}'`")

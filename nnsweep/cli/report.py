@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         return _usage_error(exc, _SPEC_OPTIONS)
     devices = [load_device(spec, name) for name in spec.devices]
     if not any(d.records for d in devices):
-        sys.stderr.write(f"nnsweep report: {spec.name} has no trials yet: run `nnsweep run {args.spec}` first\n")
+        sys.stderr.write(
+            f"nnsweep report: {spec.name} has no trials yet: run `nnsweep run {shlex.quote(str(args.spec))}` first\n"
+        )
         return EXIT_FAILED
     from nnsweep.tracking import MlflowTracker, NullTracker
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,7 +221,8 @@ def _results_text(spec: Any, results: Any) -> str:
         blocks.append(_breakdown_text(r.breakdown))
         if r.spread:
             blocks.append(_spread_text(r.spread, r.baseline.number if r.baseline else None, r.fell_off))
-    blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `nnsweep ui {spec.source}`")
+    ui = f"nnsweep ui {shlex.quote(str(spec.source))}"  # a path with spaces pastes as one argument
+    blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `{ui}`")
     return "\n\n".join(blocks)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -164,7 +165,7 @@ def render_report(
     footer = (
         f"Written by nnsweep {__version__} on {now:%Y-%m-%d %H:%M} UTC from the sweep's Optuna study. "
         f"MLflow: {spec.tracking.uri}, experiment {spec.tracking.experiment!r}; run links point to {ui_url} "
-        f"(start it with `nnsweep ui {spec.source or 'SPEC'}`)."
+        f"(start it with `nnsweep ui {shlex.quote(str(spec.source)) if spec.source else 'SPEC'}`)."
     )
     return page.substitute(
         version=html.escape(__version__),
