@@ -74,7 +74,7 @@ def measure(
     from nnsweep.models import ModelSnapshot, load_model
 
     if config is None:
-        config = DeploymentConfig(**options)
+        config = DeploymentConfig.from_dict(options)  # an unknown field is a SpecError naming the allowed ones
     elif options:
         raise SpecError("config", f"give a config or its fields, not both ({', '.join(options)})")
     cache = ArtifactCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
@@ -86,7 +86,7 @@ def measure(
 
 
 def sweep(
-    spec: SweepSpec | Mapping[str, Any],
+    spec: SweepSpec | Mapping[str, Any] | str | Path,
     model: torch.nn.Module | None = None,
     example_input: torch.Tensor | None = None,
     *,
@@ -102,7 +102,8 @@ def sweep(
     """Run a sweep, as ``nnsweep run``: per device its trials, Pareto front and best configuration.
 
     Args:
-        spec: a :class:`~nnsweep.spec.SweepSpec`, or the mapping a sweep YAML holds.
+        spec: a :class:`~nnsweep.spec.SweepSpec`, the mapping a sweep YAML holds, or the
+            path of a sweep YAML (read as ``nnsweep run`` reads it).
         model: a live model to sweep (then ``example_input`` too); it replaces the spec's
             ``model`` (which a mapping may leave out). Only this process has it, so a live
             model is swept with the ``local`` executor.
@@ -122,10 +123,16 @@ def sweep(
     """
     from nnsweep.artifacts.cache import default_cache_dir
     from nnsweep.execution import executor_for
-    from nnsweep.spec import SweepSpec, parse_spec
+    from nnsweep.spec import SweepSpec, load_yaml, parse_spec
     from nnsweep.sweep.loop import Sweep
     from nnsweep.tracking import tracker_for
 
+    source = None  # a YAML's folder holds the sweep's state and anchors its relative paths
+    if isinstance(spec, str | Path):
+        source = Path(spec).resolve()
+        spec = load_yaml(source, "spec")  # a mapping: a live model replaces its model, as below
+    if not isinstance(spec, SweepSpec | Mapping):
+        raise SpecError("spec", f"give a SweepSpec, a mapping or the path of a sweep YAML, not {type(spec).__name__}")
     if model is not None:
         if example_input is None:
             raise SpecError("example_input", "a live model needs its example input (batch size 1)")
@@ -135,7 +142,7 @@ def sweep(
         ref = _live(name, model, example_input, dataset)
         spec = dataclasses.replace(spec, model=ref) if isinstance(spec, SweepSpec) else {**spec, "model": ref}
     if not isinstance(spec, SweepSpec):
-        spec = parse_spec(spec)
+        spec = parse_spec(spec, source=source)
     runner = executor_for(spec, executor, address)
     tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=tracking)
     try:

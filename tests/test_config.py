@@ -111,15 +111,19 @@ def test_from_dict_rejects_unknown_fields() -> None:
 
 
 def test_quant_and_partitions_given_as_mappings_are_read_as_from_dict_reads_them() -> None:
-    # The Python API's measure(..., quant={"mode": ...}) builds DeploymentConfig(**options).
+    # The Python API's measure(..., quant={"mode": ...}) builds DeploymentConfig.from_dict(options).
     cfg = DeploymentConfig("executorch", quant={"mode": "static_int8"}, partitions={"max_delegated_partitions": 2})  # type: ignore[arg-type]
     assert cfg == DeploymentConfig.from_dict(
         {"runtime": "executorch", "quant": {"mode": "static_int8"}, "partitions": {"max_delegated_partitions": 2}}
     )
     with pytest.raises(SpecError, match=r"quant\.bits"):
         DeploymentConfig("executorch", quant={"bits": 4})  # type: ignore[arg-type]
-    with pytest.raises(SpecError, match="must be a mapping"):
-        DeploymentConfig("executorch", quant="static_int8")  # type: ignore[arg-type]
+    # a mode name is that mode's mapping (tests/test_api_input.py); a partition limit has no such name
+    assert DeploymentConfig("executorch", quant="static_int8") == DeploymentConfig(
+        "executorch", quant={"mode": "static_int8"}
+    )  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="partitions: must be a mapping"):
+        DeploymentConfig("executorch", partitions="2")  # type: ignore[arg-type]
 
 
 def test_configs_are_frozen() -> None:

@@ -54,8 +54,11 @@ def _part(name: str, value: Any, part_cls: type[_Part]) -> _Part:
     """
     if isinstance(value, part_cls):
         return value
+    if part_cls is QuantConfig and isinstance(value, str):  # quant="static_int8": the mode, as on the command line
+        value = {"mode": value}
     if not isinstance(value, Mapping):
-        raise SpecError(name, f"must be a mapping, got {value!r}")
+        what = "a mode name or a mapping" if part_cls is QuantConfig else "a mapping"
+        raise SpecError(name, f"must be {what}, got {value!r}")
     allowed = {f.name for f in dataclasses.fields(part_cls)}  # type: ignore[arg-type]
     extra = sorted(set(value) - allowed)
     if extra:
@@ -89,7 +92,8 @@ class DeploymentConfig:
     def __post_init__(self) -> None:
         from nnsweep.core import runtimes  # runtimes declares capabilities in terms of this module
 
-        # A mapping (``quant={"mode": "static_int8"}`` from the Python API) is read as from_dict does.
+        # A mapping (``quant={"mode": "static_int8"}`` from the Python API) is read as from_dict
+        # does; a mode name (``quant="static_int8"``) as the mapping of that mode.
         object.__setattr__(self, "quant", _part("quant", self.quant, QuantConfig))
         object.__setattr__(self, "partitions", _part("partitions", self.partitions, PartitionLimits))
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
