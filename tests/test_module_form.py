@@ -134,6 +134,10 @@ def on_meta():
     return net, torch.ones(1, 3, 12, 12)
 
 
+def not_a_module():
+    return "a string"
+
+
 def example_in_a_list():
     return _net(), [torch.ones(1, 3, 12, 12)]
 
@@ -349,6 +353,7 @@ def test_channels_last_weights_are_deployed_contiguous(
         ("torchao_quantized", "the model is already quantized or prepared for it (head.weight is a Int8Tensor)"),
         ("on_meta", "the parameter backbone.0.weight is on meta (a meta tensor holds no values: load the weights)"),
         ("example_in_a_list", "gave its example input in a list of one: give the tensor itself"),
+        ("not_a_module", "not_a_module() returned str, not a torch.nn.Module"),  # before asking for an input shape
     ],
 )
 def test_a_model_nnsweep_cannot_deploy_as_given_is_one_line(

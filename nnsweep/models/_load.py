@@ -40,6 +40,7 @@ from nnsweep.models._module_form import (
     deployable_module,
     forward_failure,
     plain_outputs,
+    settled_weights,
     with_plain_outputs,
 )
 from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
@@ -399,7 +400,6 @@ def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBund
 def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> ModelBundle:
     """A bundle from what a model function returned: a module, ``(module, example_input)``
     or ``(module, example_input, Dataset)``."""
-
     dataset: Dataset | None = None
     if isinstance(result, tuple):
         if not 2 <= len(result) <= 3:
@@ -412,8 +412,9 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
             raise SpecError("model", f"{ref}() returned {type(dataset).__name__} as data; use nnsweep.models.Dataset")
     else:
         net, example = result, None
+    net = deployable_module(ref, net)
     example = _example_input(ref, example, input_shape)
-    net = deployable_module(ref, net, example)
+    net = settled_weights(ref, net, example)
     dtype = _input_dtype(ref, example)
     check_parameters(ref, net)
     token_ids = dtype in ID_DTYPES

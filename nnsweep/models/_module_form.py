@@ -26,13 +26,19 @@ from typing import Any
 
 from nnsweep.core.errors import SpecError
 
-__all__ = ["check_parameters", "deployable_module", "forward_failure", "plain_outputs", "with_plain_outputs"]
+__all__ = [
+    "check_parameters",
+    "deployable_module",
+    "forward_failure",
+    "plain_outputs",
+    "settled_weights",
+    "with_plain_outputs",
+]
 
 
-def deployable_module(ref: str, net: Any, example: Any) -> Any:
+def deployable_module(ref: str, net: Any) -> Any:
     """``net`` with ``torch.compile``'s and ``DataParallel``'s wrappers taken off, checked and in
-    eval mode, its lazy layers initialised by a call on ``example`` (its parameters' dtype and
-    device are checked after the example input's: :func:`check_parameters`).
+    eval mode; its weights are settled once the example input is known (:func:`settled_weights`).
 
     Raises:
         SpecError: ``net`` is not a module nnsweep can convert, saying what to return instead.
@@ -56,6 +62,18 @@ def deployable_module(ref: str, net: Any, example: Any) -> Any:
         if isinstance(net, torch.fx.GraphModule):
             raise SpecError("model", f"{ref}() returned the module of a torch.export program: {_EXPORTED}") from None
         raise SpecError("model", f"{ref}(): the module's eval() raised NotImplementedError: {exc}") from None
+    return net
+
+
+def settled_weights(ref: str, net: Any, example: Any) -> Any:
+    """``net`` (from :func:`deployable_module`) with its lazy layers initialised by a call on
+    ``example``, pruning masks and hook-based weight norms made plain weights, its weights in
+    the contiguous layout and every attribute copyable (its parameters' dtype and device are
+    checked after the example input's: :func:`check_parameters`).
+
+    Raises:
+        SpecError: the model is already quantized, or holds an attribute that cannot be copied.
+    """
     _materialise(ref, net, example)
     _refuse_quantized(ref, net)
     net = _contiguous(_frozen(net))
