@@ -67,6 +67,25 @@ def hooked():
     return net, torch.ones(1, 3, 12, 12)
 
 
+def locked_pruned():
+    import threading
+
+    import torch.nn.utils.prune as prune
+
+    net = _net()
+    net.guard = threading.Lock()
+    prune.l1_unstructured(net.head, "weight", 0.5)
+    return net, torch.ones(1, 3, 12, 12)
+
+
+def locked_channels_last():
+    import threading
+
+    net = _net().to(memory_format=torch.channels_last)
+    net.guard = threading.Lock()
+    return net, torch.ones(1, 3, 12, 12)
+
+
 class Locked(Net):
     def __init__(self):
         import threading
@@ -354,6 +373,9 @@ def test_channels_last_weights_are_deployed_contiguous(
         ("on_meta", "the parameter backbone.0.weight is on meta (a meta tensor holds no values: load the weights)"),
         ("example_in_a_list", "gave its example input in a list of one: give the tensor itself"),
         ("not_a_module", "not_a_module() returned str, not a torch.nn.Module"),  # before asking for an input shape
+        # before: the pruning and layout copies came first: "TypeError: cannot pickle '_thread.lock' object", exit 1
+        ("locked_pruned", "the model's attribute guard (lock) cannot be copied"),
+        ("locked_channels_last", "the model's attribute guard (lock) cannot be copied"),
     ],
 )
 def test_a_model_nnsweep_cannot_deploy_as_given_is_one_line(

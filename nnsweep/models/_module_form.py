@@ -76,9 +76,8 @@ def settled_weights(ref: str, net: Any, example: Any) -> Any:
     """
     _materialise(ref, net, example)
     _refuse_quantized(ref, net)
-    net = _contiguous(_frozen(net))
-    _check_copyable(ref, net)
-    return net
+    _check_copyable(ref, net)  # before the copies below: one of them failed with torch's bare pickle error
+    return _contiguous(_frozen(net))
 
 
 _EXPORTED = (
