@@ -443,13 +443,11 @@ def _example_input(ref: str, example: Any, input_shape: tuple[int, ...] | None) 
     import torch
 
     if example is None:
-        if input_shape is not None:
-            check_input_shape(tuple(input_shape), "input_shape")
         if input_shape is None:
             raise SpecError(
                 "input_shape", f"{ref}() returned no example input; give the input shape (e.g. 1,3,224,224)"
             )
-        example = torch.zeros(input_shape)
+        example = torch.zeros(check_input_shape(tuple(input_shape), "input_shape"))
     if isinstance(example, tuple | list) and len(example) == 1 and isinstance(example[0], torch.Tensor):
         raise SpecError(
             "model", f"{ref}() gave its example input in a {type(example).__name__} of one: give the tensor itself"
