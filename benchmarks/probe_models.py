@@ -525,8 +525,31 @@ class Conformer(nn.Module):
         return self.head(h.mean(1))
 
 
+class StemNorm(nn.Module):
+    """A stem convolution read by a BatchNorm and, unnormalised, by a concatenation (as a
+    pre-activation block's shortcut reads it), then a DenseNet-style ``cat``."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.head = nn.Linear(16, 4)
+        with torch.no_grad():  # statistics far from the identity, so a fold shows
+            self.norm.running_mean.uniform_(-1, 1)
+            self.norm.running_var.uniform_(0.2, 3)
+            self.norm.weight.uniform_(0.5, 2)
+            self.norm.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.conv(torch.relu(self.norm(x)))
+        return self.head(torch.cat([x, y], 1).mean((2, 3)))
+
+
 sdpa = functools.partial(_seeded, Sdpa, 1, 10, 12)
 video = functools.partial(_seeded, Video, 1, 3, 4, 12, 12)
 gnunet = functools.partial(_seeded, GnUnet, 1, 3, 16, 16)
 mishpool = functools.partial(_seeded, MishPool, 1, 3, 16, 16)
 conformer = functools.partial(_seeded, Conformer, 1, 20, 16)
+stemnorm = functools.partial(_seeded, StemNorm, 1, 3, 12, 12)

@@ -265,6 +265,37 @@ def test_untying_gives_each_call_its_own_parameters_and_computes_the_same() -> N
         torch.testing.assert_close(graph(x), module(x))
 
 
+_PROBES = Path(__file__).parents[1] / "benchmarks" / "probe_models.py"
+
+
+def test_a_batch_norm_gets_its_own_call_of_a_layer_others_read_too() -> None:
+    from nnsweep.convert.pt2e import export, own_layer_for_each_batch_norm
+    from nnsweep.models import load_model
+
+    bundle = load_model(f"{_PROBES}:stemnorm")  # a stem read by a BatchNorm and by a cat
+    module, x = bundle.module, bundle.example_input
+    graph = export(module, x, dynamic_batch=False).module(check_guards=False)
+    assert own_layer_for_each_batch_norm(graph) == 1
+    convs = [n for n in graph.graph.nodes if n.target == torch.ops.aten.conv2d.default]
+    assert len(convs) == 3 and all(len(n.users) == 1 for n in convs)
+    assert own_layer_for_each_batch_norm(graph) == 0  # nothing left to separate
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), module(x))
+
+
+def test_static_int8_folds_a_batch_norm_without_changing_what_others_read(tmp_path: Path) -> None:
+    """PT2E's prepare folded the BatchNorm into the stem, and the concatenation read the
+    normalised stem: 12.7 dB against fp32 (ONNX Runtime 46.7 dB; LiteRT's test is in
+    test_convert_litert.py)."""
+    from nnsweep.models import load_model
+
+    bundle = load_model(f"{_PROBES}:stemnorm")
+    config = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", Granularity.PER_CHANNEL))
+    got, expected = _deployed_and_eager(bundle, config, tmp_path)
+    sqnr = 10 * np.log10(np.mean(expected**2) / np.mean((got - expected) ** 2))
+    assert sqnr > 30, sqnr
+
+
 class _Volume(torch.nn.Module):
     """A 3-D convolution: it converts, but ExecuTorch's portable convolution takes 3-D or
     4-D inputs only."""

@@ -42,7 +42,7 @@ from nnsweep.convert._base import (
 )
 from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.convert.bags import unbagged_copy
-from nnsweep.convert.pt2e import calibrated
+from nnsweep.convert.pt2e import calibrated, own_layer_for_each_batch_norm
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError, first_line
@@ -143,6 +143,7 @@ def prepare(graph: torch.nn.Module, quantizer: object, module: torch.nn.Module) 
     is unused, failed with a bare ``IndexError: list index out of range`` (or an assertion).
     """
     restore_sources(graph)
+    own_layer_for_each_batch_norm(graph)
     try:
         return quantize_pt2e.prepare_pt2e(graph, quantizer)
     except (IndexError, AssertionError) as exc:
