@@ -423,3 +423,21 @@ def test_static_int8_folds_a_batch_norm_without_changing_what_others_read(tmp_pa
         want = bundle.module(torch.from_numpy(inputs)).numpy()
     sqnr = 10 * np.log10(np.mean(want**2) / np.mean((got - want) ** 2))
     assert sqnr > 30, sqnr
+
+
+class _Cats(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        twice = torch.cat([x, x], 1)  # one tensor twice: litert-torch's annotator would share it with itself
+        ids = torch.cat([torch.arange(4), torch.arange(4)])  # integers: nothing to quantize
+        return torch.cat([twice, x * 2], 1) + ids.sum()
+
+
+def test_only_a_float_cat_of_distinct_inputs_gets_its_source_record() -> None:
+    from nnsweep.convert.litert import restore_sources
+    from nnsweep.convert.pt2e import export
+
+    graph = export(_Cats(), torch.randn(1, 3), dynamic_batch=False).module(check_guards=False)
+    assert restore_sources(graph) == 1
+    recorded = [n for n in graph.graph.nodes if "source_fn_stack" in n.meta]
+    assert [n.target for n in recorded] == [torch.ops.aten.cat.default]
+    assert len(recorded[0].all_input_nodes) == 2 and recorded[0].args[0][0].name == "cat"  # the outer cat

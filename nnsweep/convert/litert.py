@@ -7,8 +7,11 @@
   (``FULLY_CONNECTED``, ``CONV_2D``...). It takes and returns float32, needs no calibration.
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
   ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
-  observer minmax or histogram) -> calibration (:func:`nnsweep.convert.pt2e.calibrated`, 16
-  samples a call) -> ``convert_pt2e`` -> ``litert_torch.convert``.
+  observer minmax or histogram; each ``cat`` and ``add`` first given the record its annotators look for,
+  :func:`restore_sources`, and each BatchNorm its own layer,
+  :func:`~nnsweep.convert.pt2e.own_layer_for_each_batch_norm`) -> calibration
+  (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` ->
+  ``litert_torch.convert``.
   litert-torch's int8 models take and return int8 (interface ``full``; the
   :class:`~nnsweep.convert.IOSpec` carries the scales); interface ``core`` adds a
   ``QUANTIZE`` and a ``DEQUANTIZE`` at the edges (:func:`nnsweep.convert.tflite.float_interface`).
@@ -96,21 +99,13 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
 
 def _sources() -> dict[object, object]:
     """The function each aten op comes from, as litert-torch's annotators look it up."""
-    aten, functional = torch.ops.aten, torch.nn.functional
-    return {
-        aten.cat.default: torch.cat,
-        aten.add.Tensor: torch.add,
-        aten.add_.Tensor: torch.add,
-        aten.mul.Tensor: torch.mul,
-        aten.mul_.Tensor: torch.mul,
-        aten.max_pool2d.default: functional.max_pool2d,
-        aten.adaptive_avg_pool2d.default: functional.adaptive_avg_pool2d,
-    }
+    aten = torch.ops.aten
+    return {aten.cat.default: torch.cat}
 
 
 def restore_sources(graph: torch.nn.Module) -> int:
-    """Give each ``cat``, ``add``, ``mul`` and functional pooling node of ``graph`` the
-    source function litert-torch's annotators match (``source_fn_stack``); return how many.
+    """Give each float ``cat`` and ``add`` node of ``graph`` the source function
+    litert-torch's annotators match (``source_fn_stack``); return how many.
 
     litert-torch 0.10 finds these ops by the function they were called as
     (``get_source_partitions``), which ``torch.export`` records only when it traces with
@@ -122,16 +117,30 @@ def restore_sources(graph: torch.nn.Module) -> int:
     input's range (a DenseNet block concatenates ReLU'd features with a convolution's
     signed output: torchvision's densenet121 read -1.5 dB against fp32 where ExecuTorch
     read 15.0 dB). With the record, the annotators quantize these ops as they were
-    written to (a ``cat``'s inputs and output share one observer: its range covers them all).
+    written to (a ``cat``'s inputs and output share one observer: its range covers them
+    all). Left as before: ops on other than float tensors, and ops that take one tensor
+    twice (``cat([f, f])``: the annotator would share the first input's observer with
+    itself, and PT2E's prepare recursed without end).
     """
     sources = _sources()
     restored = 0
     for node in graph.graph.nodes:  # type: ignore[union-attr]
         if node.op != "call_function" or "source_fn_stack" in node.meta or node.target not in sources:
             continue
+        if not _float_and_distinct(node):
+            continue
         node.meta["source_fn_stack"] = [(node.name, sources[node.target])]
         restored += 1
     return restored
+
+
+def _float_and_distinct(node: torch.fx.Node) -> bool:
+    inputs: list[torch.fx.Node] = []  # every occurrence (all_input_nodes lists each node once)
+    torch.fx.node.map_arg((node.args, node.kwargs), inputs.append)
+    if len(set(inputs)) != len(inputs):
+        return False
+    values = [n.meta.get("val") for n in (node, *inputs)]
+    return all(isinstance(v, torch.Tensor) and v.dtype.is_floating_point for v in values)
 
 
 def prepare(graph: torch.nn.Module, quantizer: object, module: torch.nn.Module) -> torch.nn.Module:
