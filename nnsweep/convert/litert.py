@@ -7,7 +7,7 @@
   (``FULLY_CONNECTED``, ``CONV_2D``...). It takes and returns float32, needs no calibration.
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
   ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
-  observer minmax or histogram; each ``cat`` and ``add`` first given the record its annotators look for,
+  observer minmax or histogram; each ``cat`` first given the record its annotator looks for,
   :func:`restore_sources`, and each BatchNorm its own layer,
   :func:`~nnsweep.convert.pt2e.own_layer_for_each_batch_norm`) -> calibration
   (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` ->
@@ -97,40 +97,33 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
 
 
-def _sources() -> dict[object, object]:
-    """The function each aten op comes from, as litert-torch's annotators look it up."""
-    aten = torch.ops.aten
-    return {aten.cat.default: torch.cat}
-
-
 def restore_sources(graph: torch.nn.Module) -> int:
-    """Give each float ``cat`` and ``add`` node of ``graph`` the source function
-    litert-torch's annotators match (``source_fn_stack``); return how many.
+    """Give each float ``cat`` of ``graph`` the source function litert-torch's annotator
+    matches (``source_fn_stack``); return how many.
 
-    litert-torch 0.10 finds these ops by the function they were called as
+    litert-torch 0.10 finds ``cat`` by the function it was called as
     (``get_source_partitions``), which ``torch.export`` records only when it traces with
     dynamo (``strict=True``); nnsweep exports with ``strict=False``, and torch's fallback
     for a missing record compares the function's name to the wanted functions and never
-    matches. So no ``cat`` or ``add`` was annotated: the program kept them float between
-    a dequantize and a quantize, and litert-torch lowered a float ``cat`` into an int8
-    ``CONCATENATION`` at its first input's scale, clipping the other inputs to that
-    input's range (a DenseNet block concatenates ReLU'd features with a convolution's
-    signed output: torchvision's densenet121 read -1.5 dB against fp32 where ExecuTorch
-    read 15.0 dB). With the record, the annotators quantize these ops as they were
-    written to (a ``cat``'s inputs and output share one observer: its range covers them
-    all). Left as before: ops on other than float tensors, and ops that take one tensor
-    twice (``cat([f, f])``: the annotator would share the first input's observer with
-    itself, and PT2E's prepare recursed without end).
+    matches. So no ``cat`` was annotated: the program kept it float between dequantizes
+    and a quantize, and litert-torch lowered it into an int8 ``CONCATENATION`` at its
+    first input's scale, clipping the other inputs to that input's range (a DenseNet
+    block concatenates ReLU'd features with a convolution's signed output: torchvision's
+    densenet121 read -1.5 dB against fp32 where ExecuTorch read 15.0 dB). With the
+    record, the annotator quantizes it as written: its inputs and output share one
+    observer, whose range covers them all. Left as before: a ``cat`` of other than float
+    tensors, and one that takes a tensor twice (``cat([f, f])``: the annotator would share
+    the tensor's observer with itself, and PT2E's prepare recursed without end). ``add``,
+    found the same way, is left float on purpose (docs/coverage.md: int8 adds cost
+    several models 5 to 7.5 dB).
     """
-    sources = _sources()
     restored = 0
     for node in graph.graph.nodes:  # type: ignore[union-attr]
-        if node.op != "call_function" or "source_fn_stack" in node.meta or node.target not in sources:
+        if node.op != "call_function" or node.target != torch.ops.aten.cat.default or "source_fn_stack" in node.meta:
             continue
-        if not _float_and_distinct(node):
-            continue
-        node.meta["source_fn_stack"] = [(node.name, sources[node.target])]
-        restored += 1
+        if _float_and_distinct(node):
+            node.meta["source_fn_stack"] = [(node.name, torch.cat)]
+            restored += 1
     return restored
 
 
