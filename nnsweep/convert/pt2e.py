@@ -95,7 +95,8 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
 
     The exported module is taken without its guard function (``check_guards=False``):
     backend quantizers (the Arm one) cannot trace through that call_module. A layer called
-    more than once gets a copy of its parameters per call (:func:`untie_shared_parameters`).
+    more than once gets a copy of its parameters per call, and a BatchNorm its own call of
+    the layer before it (:func:`ready_for_prepare`).
     """
     from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
@@ -202,22 +203,10 @@ def untie_shared_parameters(graph: nn.Module) -> torch.fx.GraphModule:
         first = 0 if node.target in seen else 1  # another get_attr node of this target came first
         seen.add(node.target)
         owner_path, _, attr = node.target.rpartition(".")
-        owner = graph.get_submodule(owner_path)
-        value = getattr(owner, attr)
-        if not isinstance(value, torch.Tensor):
+        if not isinstance(getattr(graph.get_submodule(owner_path), attr), torch.Tensor):
             continue
         for index, user in enumerate(list(node.users)[first:]):
-            name = f"{node.target.replace('.', '_')}_call{index + 1}"
-            while hasattr(graph, name):
-                name += "_"
-            if attr in owner._parameters:  # QAT fine-tunes each call's copy on its own
-                graph.register_parameter(name, nn.Parameter(value.detach().clone(), value.requires_grad))
-            else:
-                graph.register_buffer(name, value.detach().clone())
-            with graph.graph.inserting_before(user):
-                copy_node = graph.graph.get_attr(name)
-            copy_node.meta = dict(node.meta)
-            user.replace_input_with(node, copy_node)
+            user.replace_input_with(node, _read_of_a_copy(graph, node, f"call{index + 1}", user))
     graph.recompile()
     return graph
 
@@ -272,10 +261,19 @@ def _own_copy(
     """``arg`` itself, or for a weight the layer reads (a ``get_attr``), a read of a copy."""
     if not isinstance(arg, torch.fx.Node) or arg.op != "get_attr":
         return arg
-    owner_path, _, attr = str(arg.target).rpartition(".")
+    return _read_of_a_copy(graph, arg, "folded", before)
+
+
+def _read_of_a_copy(
+    graph: torch.fx.GraphModule, read: torch.fx.Node, suffix: str, before: torch.fx.Node
+) -> torch.fx.Node:
+    """A new ``get_attr`` (placed before ``before``) of a copy of the tensor ``read`` reads,
+    registered on ``graph`` under a fresh name ending in ``suffix``; a parameter stays a
+    parameter (QAT fine-tunes each copy on its own)."""
+    owner_path, _, attr = str(read.target).rpartition(".")
     owner = graph.get_submodule(owner_path)
     value = getattr(owner, attr)
-    name = f"{str(arg.target).replace('.', '_')}_folded"
+    name = f"{str(read.target).replace('.', '_')}_{suffix}"
     while hasattr(graph, name):
         name += "_"
     if attr in owner._parameters:
@@ -283,9 +281,9 @@ def _own_copy(
     else:
         graph.register_buffer(name, value.detach().clone())
     with graph.graph.inserting_before(before):
-        read = graph.graph.get_attr(name)
-    read.meta = dict(arg.meta)
-    return read
+        copy_read = graph.graph.get_attr(name)
+    copy_read.meta = dict(read.meta)
+    return copy_read
 
 
 def calibrated(
