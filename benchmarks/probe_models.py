@@ -14,7 +14,8 @@ bicubic upsampler, max and logsumexp pooling; a decoder block on
 ``F.scaled_dot_product_attention(is_causal=True)``, a ``Conv3d`` video classifier, a
 GroupNorm/InstanceNorm U-Net with ``align_corners=True`` upsampling, Mish with dilated
 convolutions and ``AdaptiveAvgPool2d((3, 3))``, a conformer convolution module (GLU,
-depthwise ``Conv1d``, ``chunk``); and three sequence
+depthwise ``Conv1d``, ``chunk``), a stem read by a BatchNorm and a ``cat``, Swin's patch
+merging (``F.pad`` of an int8 sum); and three sequence
 models that build float32 on purpose (sinusoidal positions, rotary positions with a
 float32 RMS norm, PyTorch's own float32 causal mask), for fp16. ``text_mask`` takes two
 inputs, which nnsweep refuses (exit 2).
@@ -547,9 +548,30 @@ class StemNorm(nn.Module):
         return self.head(torch.cat([x, y], 1).mean((2, 3)))
 
 
+class PatchMerge(nn.Module):
+    """Swin's patch merging after a residual block, channels last: ``F.pad`` by the odd
+    rows and columns (none here), four strided slices, ``cat``, a linear reduction."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Conv2d(3, 16, 4, stride=4)
+        self.mlp = nn.Linear(16, 16)
+        self.reduction = nn.Linear(64, 32)
+        self.head = nn.Linear(32, 6)
+
+    def forward(self, x):
+        h = self.embed(x).permute(0, 2, 3, 1)
+        h = h + self.mlp(h)
+        rows, cols = h.shape[1], h.shape[2]
+        h = F.pad(h, (0, 0, 0, cols % 2, 0, rows % 2))
+        h = torch.cat([h[:, 0::2, 0::2], h[:, 1::2, 0::2], h[:, 0::2, 1::2], h[:, 1::2, 1::2]], -1)
+        return self.head(self.reduction(h).mean((1, 2)))
+
+
 sdpa = functools.partial(_seeded, Sdpa, 1, 10, 12)
 video = functools.partial(_seeded, Video, 1, 3, 4, 12, 12)
 gnunet = functools.partial(_seeded, GnUnet, 1, 3, 16, 16)
 mishpool = functools.partial(_seeded, MishPool, 1, 3, 16, 16)
 conformer = functools.partial(_seeded, Conformer, 1, 20, 16)
 stemnorm = functools.partial(_seeded, StemNorm, 1, 3, 12, 12)
+patchmerge = functools.partial(_seeded, PatchMerge, 1, 3, 32, 32)

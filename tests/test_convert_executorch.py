@@ -296,6 +296,37 @@ def test_static_int8_folds_a_batch_norm_without_changing_what_others_read(tmp_pa
     assert sqnr > 30, sqnr
 
 
+def test_a_zero_pad_of_an_int8_sum_read_by_float_ops_shares_its_quantization() -> None:
+    from torchao.quantization.pt2e.quantizer import SharedQuantizationSpec
+
+    from nnsweep.convert.executorch import quantize_pads_of_int8_inputs, xnnpack_quantizer
+    from nnsweep.convert.pt2e import export
+    from nnsweep.models import load_model
+
+    bundle = load_model(f"{_PROBES}:patchmerge")  # an int8 sum, padded, read by slices
+    graph = export(bundle.module, bundle.example_input, dynamic_batch=False).module(check_guards=False)
+    xnnpack_quantizer(QuantConfig("static_int8")).annotate(graph)
+    (pad,) = [n for n in graph.graph.nodes if n.target == torch.ops.aten.pad.default]
+    annotation = pad.meta["quantization_annotation"]
+    assert isinstance(annotation.output_qspec, SharedQuantizationSpec)
+    assert annotation.output_qspec.edge_or_node is pad.args[0]
+    assert quantize_pads_of_int8_inputs(graph) == 0  # annotated once
+
+
+@pytest.mark.parametrize("float_layers", [(), ("mlp",)])
+def test_static_int8_loads_a_zero_pad_between_int8_and_float_ops(tmp_path: Path, float_layers: tuple[str, ...]) -> None:
+    """XNNPACK took the pad as a float op and then made its output int8: the ``.pte``
+    converted but failed to load ("Failed to create StaticConstantPad node",
+    ``torchvision:swin_t`` at 96x96 too)."""
+    from nnsweep.models import load_model
+
+    bundle = load_model(f"{_PROBES}:patchmerge")
+    quant = QuantConfig("static_int8", Granularity.PER_CHANNEL, float_layers=float_layers)
+    got, expected = _deployed_and_eager(bundle, DeploymentConfig("executorch", ("xnnpack",), quant), tmp_path)
+    sqnr = 10 * np.log10(np.mean(expected**2) / np.mean((got - expected) ** 2))
+    assert sqnr > 30, sqnr
+
+
 class _Volume(torch.nn.Module):
     """A 3-D convolution: it converts, but ExecuTorch's portable convolution takes 3-D or
     4-D inputs only."""

@@ -32,7 +32,13 @@ from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Inte
 from nnsweep.core.runtimes import npu_target
 from nnsweep.models import ModelBundle
 
-__all__ = ["BACKEND_IDS", "ExecuTorchConverter", "float_conv1d_as_conv2d", "xnnpack_quantizer"]
+__all__ = [
+    "BACKEND_IDS",
+    "ExecuTorchConverter",
+    "float_conv1d_as_conv2d",
+    "quantize_pads_of_int8_inputs",
+    "xnnpack_quantizer",
+]
 
 # nnsweep backend name -> ExecuTorch runtime backend id (what the .pte asks the runtime for).
 BACKEND_IDS = {"xnnpack": "XnnpackBackend"}
@@ -65,7 +71,64 @@ def xnnpack_quantizer(quant: QuantConfig) -> Any:
         spec = config.input_activation
         act = dataclasses.replace(spec, observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12))
         config = dataclasses.replace(config, input_activation=act, output_activation=act)
-    return float_fallback.pt2e_keep_float(XNNPACKQuantizer().set_global(config), quant.float_layers)
+    quantizer = float_fallback.pt2e_keep_float(XNNPACKQuantizer().set_global(config), quant.float_layers)
+    annotate = quantizer.annotate
+
+    def annotate_then_pads(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        annotate(model)
+        quantize_pads_of_int8_inputs(model)
+        return model
+
+    quantizer.annotate = annotate_then_pads
+    return quantizer
+
+
+def _zero_pad(node: torch.fx.Node) -> bool:
+    """Whether ``node`` pads with zeros (``F.pad`` in constant mode, or ``constant_pad_nd``)."""
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.pad.default:
+        mode = node.kwargs.get("mode", node.args[2] if len(node.args) > 2 else "constant")
+        value = node.kwargs.get("value", node.args[3] if len(node.args) > 3 else None)
+        return bool(mode == "constant" and not value)
+    if node.target is torch.ops.aten.constant_pad_nd.default:
+        return not bool(node.kwargs.get("value", node.args[2] if len(node.args) > 2 else 0))
+    return False
+
+
+def quantize_pads_of_int8_inputs(graph: torch.fx.GraphModule) -> int:
+    """Give each zero pad whose input is int8 and whose output nothing quantizes the
+    quantization of its input (lossless: the same values, and zero, which every int8 range
+    of PT2E's observers holds); return how many.
+
+    ExecuTorch 1.5.1's XNNPACK backend takes such a pad as a float op, then (its
+    ``InsertPadQDQPass``) makes its output int8 while its input stays the float a
+    dequantize gives: the ``.pte`` converts but does not load ("Failed to create
+    StaticConstantPad node ... xnn_status_invalid_parameter"). Swin's patch merging pads
+    an int8 sum and slices it (``torchvision:swin_t`` at 96x96 failed so).
+    """
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+    from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+    given = 0
+    for node in graph.graph.nodes:
+        if not _zero_pad(node) or Q_ANNOTATION_KEY in node.meta:
+            continue
+        source = node.args[0]
+        produced = source.meta.get(Q_ANNOTATION_KEY) if isinstance(source, torch.fx.Node) else None
+        if produced is None or produced.output_qspec is None:
+            continue
+        read_as_int8 = any(
+            node in getattr(user.meta.get(Q_ANNOTATION_KEY), "input_qspec_map", {}) for user in node.users
+        )
+        if read_as_int8:  # a reader quantizes the pad's output already
+            continue
+        shared = SharedQuantizationSpec(source)
+        node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
+            input_qspec_map={source: shared}, output_qspec=shared, _annotated=True
+        )
+        given += 1
+    return given
 
 
 class _Conv1dAs2d(nn.Module):
