@@ -441,3 +441,45 @@ def test_only_a_float_cat_of_distinct_inputs_gets_its_source_record() -> None:
     recorded = [n for n in graph.graph.nodes if "source_fn_stack" in n.meta]
     assert [n.target for n in recorded] == [torch.ops.aten.cat.default]
     assert len(recorded[0].all_input_nodes) == 2 and recorded[0].args[0][0].name == "cat"  # the outer cat
+
+
+class _ScaledBias(nn.Module):
+    """Swin V2's position bias, ``16 * torch.sigmoid(...)``, added to a linear layer's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.bias, self.head = nn.Linear(12, 16), nn.Linear(12, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.fc(x) + 16 * torch.sigmoid(self.bias(x)) * 2))
+
+
+def test_whole_number_scalars_of_float_ops_are_written_as_floats() -> None:
+    from nnsweep.convert.litert import float_scalars
+    from nnsweep.convert.pt2e import export
+
+    torch.manual_seed(0)
+    net, x = _ScaledBias().eval(), torch.randn(1, 12)
+    graph = export(net, x, dynamic_batch=False).module(check_guards=False)
+    assert float_scalars(graph) == 2  # 16 and 2
+    assert float_scalars(graph) == 0
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), net(x))
+
+
+def test_static_int8_converts_a_whole_number_scalar_times_a_tensor(tmp_path: Path) -> None:
+    # litert-torch 0.10 made the 16 an int64 tensor and observed it: convert_pt2e failed
+    # ("Expecting input to have dtype torch.float32, but got dtype: torch.int64").
+    from nnsweep.convert.litert import LiteRTConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    net = _ScaledBias().eval()
+    bundle = load_model(register_live("scaled_bias", net, torch.randn(1, 12)))
+    result = LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)
+    inputs = bundle.dataset.evaluation.inputs[:16]
+    got = np.concatenate([_run(tmp_path / result.filename, sample[None]) for sample in inputs])
+    with torch.no_grad():
+        want = net(torch.from_numpy(inputs)).numpy()
+    sqnr = 10 * np.log10(np.mean(want**2) / np.mean((got - want) ** 2))
+    assert sqnr > 30, sqnr  # 37.0 dB

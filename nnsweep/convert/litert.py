@@ -51,7 +51,7 @@ from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Inte
 from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.models import ModelBundle
 
-__all__ = ["LiteRTConverter", "export_tflite", "litert_quantizer", "prepare"]
+__all__ = ["LiteRTConverter", "export_tflite", "float_scalars", "litert_quantizer", "prepare", "restore_sources"]
 
 _FILENAME = "model.tflite"
 _X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
@@ -136,6 +136,36 @@ def _float_and_distinct(node: torch.fx.Node) -> bool:
     return all(isinstance(v, torch.Tensor) and v.dtype.is_floating_point for v in values)
 
 
+_SCALAR_OPS = (torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor)
+
+
+def float_scalars(graph: torch.nn.Module) -> int:
+    """Write each whole-number scalar of a float ``add`` or ``mul`` as a float (the same
+    product or sum); return how many.
+
+    litert-torch 0.10's quantizer makes such scalars tensors before annotating
+    (``_convert_scalars_to_attrs``) with ``torch.tensor(n)``: an ``int64`` tensor, which
+    its ``mul`` annotator then observes, and ``convert_pt2e`` fails on ("Expecting input
+    to have dtype torch.float32, but got dtype: torch.int64"). Swin V2 scales its
+    position bias by ``16 * torch.sigmoid(...)``: ``torchvision:swin_v2_t`` failed every
+    LiteRT and Arm NN int8 conversion so. ExecuTorch's quantizer writes ``float(n)``.
+    """
+    changed = 0
+    for node in graph.graph.nodes:  # type: ignore[union-attr]
+        value = node.meta.get("val")
+        if node.op != "call_function" or node.target not in _SCALAR_OPS:
+            continue
+        if not (isinstance(value, torch.Tensor) and value.dtype.is_floating_point):
+            continue
+        whole = [i for i, arg in enumerate(node.args) if type(arg) is int]  # not bool
+        if whole:
+            node.args = tuple(float(arg) if i in whole else arg for i, arg in enumerate(node.args))
+            changed += len(whole)
+    if changed:
+        graph.recompile()  # type: ignore[operator]
+    return changed
+
+
 def prepare(graph: torch.nn.Module, quantizer: object, module: torch.nn.Module) -> torch.nn.Module:
     """``prepare_pt2e`` with litert-torch's quantizer, naming the GRU it fails on
     (``module`` is the model the graph was exported from).
@@ -145,6 +175,7 @@ def prepare(graph: torch.nn.Module, quantizer: object, module: torch.nn.Module) 
     is unused, failed with a bare ``IndexError: list index out of range`` (or an assertion).
     """
     restore_sources(graph)
+    float_scalars(graph)
     own_layer_for_each_batch_norm(graph)
     try:
         return quantize_pt2e.prepare_pt2e(graph, quantizer)
