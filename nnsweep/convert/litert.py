@@ -7,8 +7,10 @@
   (``FULLY_CONNECTED``, ``CONV_2D``...). It takes and returns float32, needs no calibration.
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
   ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
-  observer minmax or histogram; each ``cat`` first given the record its annotator looks for,
-  :func:`restore_sources`, and each BatchNorm its own layer,
+  observer minmax or histogram; first the computations on weights alone folded,
+  :func:`~nnsweep.convert.pt2e.fold_weight_computations`, each ``cat`` given the record its
+  annotator looks for, :func:`restore_sources`, whole-number scalars written as floats,
+  :func:`float_scalars`, and each BatchNorm its own layer,
   :func:`~nnsweep.convert.pt2e.own_layer_for_each_batch_norm`) -> calibration
   (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` ->
   ``litert_torch.convert``.
@@ -45,7 +47,7 @@ from nnsweep.convert._base import (
 )
 from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.convert.bags import unbagged_copy
-from nnsweep.convert.pt2e import calibrated, own_layer_for_each_batch_norm
+from nnsweep.convert.pt2e import calibrated, fold_weight_computations, own_layer_for_each_batch_norm
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError, first_line
@@ -174,6 +176,7 @@ def prepare(graph: torch.nn.Module, quantizer: object, module: torch.nn.Module) 
     outputs: a GRU called without its initial hidden state, or whose final hidden state
     is unused, failed with a bare ``IndexError: list index out of range`` (or an assertion).
     """
+    fold_weight_computations(graph)
     restore_sources(graph)
     float_scalars(graph)
     own_layer_for_each_batch_norm(graph)

@@ -32,8 +32,12 @@ __all__ = [
     "dense_constants",
     "export",
     "exported_program",
+    "fold_weight_computations",
+    "own_layer_for_each_batch_norm",
     "quantize",
     "quantize_io",
+    "ready_for_calibration",
+    "ready_for_prepare",
     "untie_shared_parameters",
 ]
 
@@ -96,7 +100,8 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
     The exported module is taken without its guard function (``check_guards=False``):
     backend quantizers (the Arm one) cannot trace through that call_module. A layer called
     more than once gets a copy of its parameters per call, and a BatchNorm its own call of
-    the layer before it (:func:`ready_for_prepare`).
+    the layer before it (:func:`ready_for_prepare`); for post-training quantization, the
+    computations on weights alone are folded first (:func:`ready_for_calibration`).
     """
     from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
@@ -118,7 +123,7 @@ def quantize(bundle: ModelBundle, quant: QuantConfig, quantizer: Any) -> nn.Modu
         move_exported_model_to_eval(prepared)
         observe_ranges_again(prepared, bundle, quant, batch)
     else:
-        prepared = calibrated(model, bundle, quant, lambda graph: prepare_pt2e(ready_for_prepare(graph), quantizer))
+        prepared = calibrated(model, bundle, quant, lambda graph: prepare_pt2e(ready_for_calibration(graph), quantizer))
     converted: nn.Module = convert_pt2e(prepared)
     return converted
 
@@ -214,6 +219,51 @@ def ready_for_prepare(graph: nn.Module) -> torch.fx.GraphModule:
     (:func:`untie_shared_parameters`)."""
     own_layer_for_each_batch_norm(graph)
     return untie_shared_parameters(graph)
+
+
+def fold_weight_computations(graph: nn.Module) -> int:
+    """Replace each computation of ``graph`` that reads only the model's weights and
+    buffers (no input) by the tensor it gives, in place; return how many ops went.
+
+    Such a computation gives the same tensor on every call, but PT2E quantizes it as if it
+    were the model's work. Swin V2 computes its position bias with a two-layer MLP on a
+    constant table of coordinates: the MLP's weights were quantized and its input, a
+    constant, was not, so XNNPACK refused the linear and ExecuTorch's portable ``addmm``
+    ran it on every call (``torchvision:swin_v2_t`` at 96x96, static int8: 1179 ms of a
+    1259 ms run). Folded, the bias is a float constant, as in the fp32 model. Tensors
+    made from nothing (``arange``, ``zeros``) are left to be made (torchao's
+    ``constant_fold`` skips constructors), and so is what is computed from them.
+    Quantization-aware training trains the weights, so its graph is not folded.
+    """
+    from torchao.quantization.pt2e.constant_fold import constant_fold
+
+    assert isinstance(graph, torch.fx.GraphModule), "an exported program's module()"
+
+    def ops() -> int:
+        return sum(node.op == "call_function" for node in graph.graph.nodes)
+
+    before = ops()
+    kept = {node.target for node in graph.graph.nodes if node.op == "get_attr"}
+    with torch.no_grad():  # values, not part of any graph (a value with a grad_fn cannot be copied)
+        constant_fold(graph)
+    # A folded value keeps the name and the records of the op it replaced (``mul_8``, its
+    # ``source_fn_stack`` and ``torch_fn``): litert-torch's annotators took it for that op
+    # and found no output (IndexError). Each is read again by a node of its own name.
+    for node in [n for n in graph.graph.nodes if n.op == "get_attr" and n.target not in kept]:
+        with graph.graph.inserting_before(node):
+            read = graph.graph.get_attr(node.target)
+        read.meta = {key: node.meta[key] for key in ("val", "tensor_meta", "nn_module_stack") if key in node.meta}
+        node.replace_all_uses_with(read)
+        graph.graph.erase_node(node)
+    graph.recompile()
+    return before - ops()
+
+
+def ready_for_calibration(graph: nn.Module) -> torch.fx.GraphModule:
+    """:func:`ready_for_prepare` for post-training quantization: the computations on
+    weights alone folded first (:func:`fold_weight_computations`)."""
+    fold_weight_computations(graph)
+    return ready_for_prepare(graph)
 
 
 def own_layer_for_each_batch_norm(graph: nn.Module) -> int:

@@ -224,7 +224,7 @@ def _pt2e_evaluator(
 
     from nnsweep.convert import float_fallback
     from nnsweep.convert._base import printed_to_debug_log
-    from nnsweep.convert.pt2e import export, ready_for_prepare
+    from nnsweep.convert.pt2e import export, ready_for_calibration
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
     from nnsweep.models._bundle import takes_batches
 
@@ -257,7 +257,7 @@ def _pt2e_evaluator(
             return xnnpack_quantizer(quant)
 
         def prepare(module: torch.nn.Module, chosen: object) -> torch.nn.Module:
-            ready_for_prepare(module)  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
+            ready_for_calibration(module)  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
             return prepare_pt2e(module, chosen)
 
     else:
