@@ -15,7 +15,7 @@ bicubic upsampler, max and logsumexp pooling; a decoder block on
 GroupNorm/InstanceNorm U-Net with ``align_corners=True`` upsampling, Mish with dilated
 convolutions and ``AdaptiveAvgPool2d((3, 3))``, a conformer convolution module (GLU,
 depthwise ``Conv1d``, ``chunk``), a stem read by a BatchNorm and a ``cat``, Swin's patch
-merging (``F.pad`` of an int8 sum); and three sequence
+merging (``F.pad`` of an int8 sum), torchvision's Swin V2 window attention; and three sequence
 models that build float32 on purpose (sinusoidal positions, rotary positions with a
 float32 RMS norm, PyTorch's own float32 causal mask), for fp16. ``text_mask`` takes two
 inputs, which nnsweep refuses (exit 2).
@@ -568,6 +568,23 @@ class PatchMerge(nn.Module):
         return self.head(self.reduction(h).mean((1, 2)))
 
 
+class SwinV2Block(nn.Module):
+    """torchvision's Swin V2 window attention (cosine attention, a position bias computed
+    by an MLP from a constant table, ``16 * sigmoid``) on a patch embedding."""
+
+    def __init__(self):
+        super().__init__()
+        from torchvision.models.swin_transformer import ShiftedWindowAttentionV2
+
+        self.embed = nn.Conv2d(3, 16, 4, stride=4)
+        self.attn = ShiftedWindowAttentionV2(16, [4, 4], [2, 2], 2)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.embed(x).permute(0, 2, 3, 1)
+        return self.head(self.attn(h).mean((1, 2)))
+
+
 sdpa = functools.partial(_seeded, Sdpa, 1, 10, 12)
 video = functools.partial(_seeded, Video, 1, 3, 4, 12, 12)
 gnunet = functools.partial(_seeded, GnUnet, 1, 3, 16, 16)
@@ -575,3 +592,4 @@ mishpool = functools.partial(_seeded, MishPool, 1, 3, 16, 16)
 conformer = functools.partial(_seeded, Conformer, 1, 20, 16)
 stemnorm = functools.partial(_seeded, StemNorm, 1, 3, 12, 12)
 patchmerge = functools.partial(_seeded, PatchMerge, 1, 3, 32, 32)
+swinv2 = functools.partial(_seeded, SwinV2Block, 1, 3, 32, 32)
