@@ -154,9 +154,9 @@ def float_scalars(graph: torch.nn.Module) -> int:
     """
     changed = 0
     for node in graph.graph.nodes:  # type: ignore[union-attr]
-        value = node.meta.get("val")
         if node.op != "call_function" or node.target not in _SCALAR_OPS:
             continue
+        value = node.meta.get("val")
         if not (isinstance(value, torch.Tensor) and value.dtype.is_floating_point):
             continue
         whole = [i for i, arg in enumerate(node.args) if type(arg) is int]  # not bool

@@ -249,13 +249,15 @@ def fold_weight_computations(graph: nn.Module) -> int:
     # A folded value keeps the name and the records of the op it replaced (``mul_8``, its
     # ``source_fn_stack`` and ``torch_fn``): litert-torch's annotators took it for that op
     # and found no output (IndexError). Each is read again by a node of its own name.
-    for node in [n for n in graph.graph.nodes if n.op == "get_attr" and n.target not in kept]:
+    folded = [n for n in graph.graph.nodes if n.op == "get_attr" and n.target not in kept]
+    for node in folded:
         with graph.graph.inserting_before(node):
             read = graph.graph.get_attr(node.target)
         read.meta = {key: node.meta[key] for key in ("val", "tensor_meta", "nn_module_stack") if key in node.meta}
         node.replace_all_uses_with(read)
         graph.graph.erase_node(node)
-    graph.recompile()
+    if folded:  # constant_fold recompiled the graph it left
+        graph.recompile()
     return before - ops()
 
 
