@@ -483,3 +483,59 @@ def test_static_int8_converts_a_whole_number_scalar_times_a_tensor(tmp_path: Pat
         want = net(torch.from_numpy(inputs)).numpy()
     sqnr = 10 * np.log10(np.mean(want**2) / np.mean((got - want) ** 2))
     assert sqnr > 30, sqnr  # 37.0 dB
+
+
+class _PadAndResidual(nn.Module):
+    """A convolution's output read by an explicit pad (TF-style "same" padding, as Hugging
+    Face's MobileNetV2 writes it) and by a residual add: two float readers of one int8 tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.pw = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+        self.dw, self.head = nn.Conv2d(8, 8, 3, groups=8), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.pw(torch.relu(self.stem(x)))
+        return self.head((y + self.dw(nn.functional.pad(y, (1, 1, 1, 1)))).mean((2, 3)))
+
+
+def test_each_reader_of_a_dequantize_gets_its_own_copy() -> None:
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from nnsweep.convert.litert import dequantize_per_reader, litert_quantizer
+    from nnsweep.convert.pt2e import export
+
+    torch.manual_seed(0)
+    net, x = _PadAndResidual().eval(), torch.randn(1, 3, 12, 12)
+    graph = export(net, x, dynamic_batch=False).module(check_guards=False)
+    prepared = prepare_pt2e(graph, litert_quantizer(QuantConfig("static_int8"), symmetric_activations=True))
+    prepared(x)
+    converted = convert_pt2e(prepared, fold_quantize=False)
+    want = converted(x)
+
+    def shared() -> list[str]:
+        return [n.name for n in converted.graph.nodes if "dequantize" in n.name and len(n.users) > 1]
+
+    assert shared()  # the pad and the add read pw's output through one dequantize
+    assert dequantize_per_reader(converted) >= 1
+    assert not shared()
+    torch.testing.assert_close(converted(x), want, rtol=0, atol=0)
+
+
+def test_static_int8_converts_an_int8_tensor_read_by_a_pad_and_an_add(tmp_path: Path) -> None:
+    # litert-torch 0.10's layout pass overwrote the shared dequantize's shape when it put the
+    # pad in NCHW, then failed on the add ("Attempting to convert non-NHWC compatible node
+    # to NHWC: dequantize_per_tensor_2").
+    from nnsweep.convert.litert import LiteRTConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    net = _PadAndResidual().eval()
+    bundle = load_model(register_live("pad_and_residual", net, torch.randn(1, 3, 16, 16)))
+    result = LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)
+    inputs = bundle.dataset.evaluation.inputs[:16]
+    got = np.concatenate([_run(tmp_path / result.filename, sample[None]) for sample in inputs])
+    with torch.no_grad():
+        want = net(torch.from_numpy(inputs)).numpy()
+    sqnr = 10 * np.log10(np.mean(want**2) / np.mean((got - want) ** 2))
+    assert sqnr > 30, sqnr

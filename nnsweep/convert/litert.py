@@ -12,7 +12,8 @@
   annotator looks for, :func:`restore_sources`, whole-number scalars written as floats,
   :func:`float_scalars`, and each BatchNorm its own layer,
   :func:`~nnsweep.convert.pt2e.own_layer_for_each_batch_norm`) -> calibration
-  (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` ->
+  (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` (each
+  reader of an int8 tensor given its own dequantize, :func:`dequantize_per_reader`) ->
   ``litert_torch.convert``.
   litert-torch's int8 models take and return int8 (interface ``full``; the
   :class:`~nnsweep.convert.IOSpec` carries the scales); interface ``core`` adds a
@@ -53,7 +54,15 @@ from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Inte
 from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.models import ModelBundle
 
-__all__ = ["LiteRTConverter", "export_tflite", "float_scalars", "litert_quantizer", "prepare", "restore_sources"]
+__all__ = [
+    "LiteRTConverter",
+    "dequantize_per_reader",
+    "export_tflite",
+    "float_scalars",
+    "litert_quantizer",
+    "prepare",
+    "restore_sources",
+]
 
 _FILENAME = "model.tflite"
 _X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
@@ -90,6 +99,7 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     quantizer = litert_quantizer(quant, symmetric_activations)
     graph = calibrated(module, bundle, quant, lambda g: prepare(g, quantizer, module))
     graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
+    dequantize_per_reader(graph)
     # An exported module says it is training (and refuses .eval()), though it was exported in
     # eval mode and its graph holds eval ops (dropout off, batch norm with running statistics).
     # litert-torch reads the flag and warned on every static conversion that the model
@@ -166,6 +176,59 @@ def float_scalars(graph: torch.nn.Module) -> int:
     if changed:
         graph.recompile()  # type: ignore[operator]
     return changed
+
+
+# With constant scales: a dynamic int8 tensor's (``.tensor``, scales chosen at run time) is
+# left shared, as DuplicateDQPass leaves it.
+_DEQUANTIZE_OPS = (
+    torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+    torch.ops.quantized_decomposed.dequantize_per_channel.default,
+)
+
+
+def dequantize_per_reader(graph: torch.nn.Module) -> int:
+    """Give each reader of a shared ``dequantize`` of ``graph`` (after ``convert_pt2e``) its
+    own copy, as torchao's ``DuplicateDQPass`` does for annotated readers alone; return how
+    many copies were made. The values are the same.
+
+    Float ops read an int8 tensor through one shared ``dequantize``: litert-torch's quantizer
+    leaves ``add`` and a pad float, so a convolution's output read by a residual ``add`` and
+    by an explicit ``F.pad`` (TF-style "same" padding: Hugging Face's MobileNetV2) had one
+    ``dequantize`` for both. litert-torch 0.10's layout pass then puts the pad in NCHW and
+    the add in NHWC; inserting the pad's transpose it overwrites the shared node's
+    metadata, its shape with it, and the add's transpose then failed ("Attempting to convert
+    non-NHWC compatible node to NHWC: dequantize_per_tensor_15").
+
+    Only activations of four dimensions get copies: the layout pass transposes nothing else,
+    and a weight's or constant's ``dequantize`` is folded away. Where no such activation has
+    two readers, the graph is not changed (torchvision's MobileNets: the same bytes; of the
+    probe models in ``benchmarks/probe_models.py``, ``swin``, 43.22 dB before and after, and
+    ``padres``).
+    """
+    made = 0
+    nodes: torch.fx.Graph = graph.graph  # type: ignore[assignment]
+    for node in list(nodes.nodes):
+        if node.op != "call_function" or node.target not in _DEQUANTIZE_OPS or not _four_d_activation(node):
+            continue
+        for reader in list(node.users)[1:]:
+            with nodes.inserting_after(node):
+                copy = nodes.node_copy(node)
+            reader.replace_input_with(node, copy)
+            made += 1
+    if made:
+        graph.recompile()  # type: ignore[operator]
+    return made
+
+
+def _four_d_activation(dequantize: torch.fx.Node) -> bool:
+    """Whether ``dequantize`` reads the quantization of a 4-D tensor the model computes
+    (not of a weight, buffer or constant: a ``get_attr``)."""
+    quantize = dequantize.args[0]
+    source = quantize.args[0] if isinstance(quantize, torch.fx.Node) and quantize.args else None
+    if not isinstance(source, torch.fx.Node) or source.op == "get_attr":
+        return False
+    value = source.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dim() == 4
 
 
 def prepare(graph: torch.nn.Module, quantizer: object, module: torch.nn.Module) -> torch.nn.Module:
