@@ -327,6 +327,52 @@ def test_static_int8_loads_a_zero_pad_between_int8_and_float_ops(tmp_path: Path,
     assert sqnr > 30, sqnr
 
 
+class _Positions(torch.nn.Module):
+    """Token and position embeddings, the positions numbered ``arange(n) + offset`` as
+    Hugging Face's GPT-2 numbers them after the tokens already seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens, self.positions = torch.nn.Embedding(50, 16), torch.nn.Embedding(13, 16)
+        self.mix, self.head = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        where = torch.arange(ids.shape[1]) + 1  # an int64 sum of a tensor and a number
+        return self.head(torch.relu(self.mix(self.tokens(ids) + self.positions(where))).mean(1))
+
+
+def test_integer_sums_with_a_number_keep_their_dtype_through_the_quantizer() -> None:
+    from nnsweep.convert.executorch import scalar_overloads_for_integer_ops, xnnpack_quantizer
+    from nnsweep.convert.pt2e import export
+
+    torch.manual_seed(0)
+    net, ids = _Positions().eval(), torch.randint(0, 50, (1, 12))
+    graph = export(net, ids, dynamic_batch=False).module(check_guards=False)
+    assert scalar_overloads_for_integer_ops(graph) == 1
+    assert scalar_overloads_for_integer_ops(graph) == 0
+    transformed = xnnpack_quantizer(QuantConfig("static_int8")).transform_for_annotation(graph)
+    (where,) = [n for n in transformed.graph.nodes if n.target == torch.ops.aten.add.Scalar]
+    assert where.args[1] == 1  # not a float32 tensor the quantizer made of it
+    with torch.no_grad():
+        torch.testing.assert_close(transformed(ids), net(ids))
+
+
+@pytest.mark.parametrize("mode", ["static_int8", "dynamic_int8"])
+def test_int8_converts_positions_numbered_from_an_offset(tmp_path: Path, mode: str) -> None:
+    """The quantizer made the ``1`` a float32 tensor and the positions float: the position
+    embedding refused them in calibration ("Expected tensor for argument #1 'indices' to
+    have one of the following scalar types: Long, Int"); Hugging Face's GPT-2 and Llama
+    failed every ExecuTorch int8 conversion so."""
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live(f"positions_{mode}", _Positions().eval(), torch.randint(0, 50, (1, 12))))
+    quant = QuantConfig(mode, Granularity.PER_CHANNEL)  # type: ignore[arg-type]
+    got, expected = _deployed_and_eager(bundle, DeploymentConfig("executorch", ("xnnpack",), quant), tmp_path)
+    sqnr = 10 * np.log10(np.mean(expected**2) / np.mean((got - expected) ** 2))
+    assert sqnr > 25, sqnr
+
+
 class _TableBias(torch.nn.Module):
     """Swin V2's position bias: an MLP on a constant table, computed on every call, added
     to a linear layer's output."""

@@ -37,6 +37,7 @@ __all__ = [
     "ExecuTorchConverter",
     "float_conv1d_as_conv2d",
     "quantize_pads_of_int8_inputs",
+    "scalar_overloads_for_integer_ops",
     "xnnpack_quantizer",
 ]
 
@@ -80,7 +81,47 @@ def xnnpack_quantizer(quant: QuantConfig) -> Any:
         return model
 
     quantizer.annotate = annotate_then_pads
+    transform = quantizer.transform_for_annotation
+
+    def integer_scalars_kept(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        scalar_overloads_for_integer_ops(model)
+        return transform(model)
+
+    quantizer.transform_for_annotation = integer_scalars_kept
     return quantizer
+
+
+_SCALAR_OVERLOADS = {
+    torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar,
+    torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar,
+}
+
+
+def scalar_overloads_for_integer_ops(graph: torch.fx.GraphModule) -> int:
+    """Call each integer ``add`` or ``mul`` of a tensor and a Python number through the op's
+    ``Scalar`` overload (the same result); return how many.
+
+    ExecuTorch 1.5.1's XNNPACK quantizer, before it annotates, turns the number of every
+    ``add.Tensor`` and ``mul.Tensor`` into a float32 tensor (``_convert_scalars_to_attrs``),
+    integer ops too: an ``int64`` sum became float32. Hugging Face's GPT-2 and Llama number
+    positions ``arange(n) + past_length``; the sum, now float, reached the position
+    embedding, and every static int8 conversion failed in calibration ("Expected tensor for
+    argument #1 'indices' to have one of the following scalar types: Long, Int"). The
+    quantizer leaves the ``Scalar`` overloads alone, and nothing quantizes integer tensors.
+    """
+    changed = 0
+    for node in graph.graph.nodes:
+        scalar_op = _SCALAR_OVERLOADS.get(node.target) if node.op == "call_function" else None
+        value = node.meta.get("val")
+        if scalar_op is None or not isinstance(value, torch.Tensor) or value.dtype.is_floating_point:
+            continue
+        tensor, other = (*node.args, None)[:2]
+        if isinstance(tensor, torch.fx.Node) and isinstance(other, (int, float, bool)):
+            node.target = scalar_op
+            changed += 1
+    if changed:
+        graph.recompile()
+    return changed
 
 
 def _zero_pad(node: torch.fx.Node) -> bool:
