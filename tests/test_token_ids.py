@@ -73,6 +73,39 @@ def test_ids_outside_the_vocabulary_are_an_input_error_not_an_index_error_later(
         load_model(register_live("bag_bad_ids", net, example, data))
 
 
+class WithPositions(torch.nn.Module):
+    """BERT's three lookups: the tokens, their positions (8) and their type (2, all zero),
+    the ids seen as (batch, 6) by the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = torch.nn.Embedding(VOCAB, 16)
+        self.positions = torch.nn.Embedding(8, 16)
+        self.types = torch.nn.Embedding(2, 16)
+        self.fc = torch.nn.Linear(16, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.view(-1, 6)
+        where = torch.arange(6).unsqueeze(0)
+        h = self.tokens(flat) + self.positions(where) + self.types(torch.zeros_like(flat))
+        return self.fc(h.mean(dim=1))
+
+
+def test_the_vocabulary_is_that_of_the_embeddings_the_ids_are_looked_up_in() -> None:
+    # Taken as the smallest of all embeddings, it was the token types' 2: ids 0 and 1 only.
+    torch.manual_seed(0)
+    example = torch.randint(0, VOCAB, (1, 6))
+    bundle = load_model(register_live("with_positions", WithPositions().eval(), example))
+    ids = bundle.dataset.calibration.inputs
+    assert ids.max() < VOCAB and len(np.unique(ids)) > VOCAB // 2
+    real = np.random.RandomState(1).randint(0, VOCAB, (8, 6))  # a tokenised dataset: ids up to 49
+    data = Dataset(calibration=Split(real), evaluation=Split(real))
+    load_model(register_live("with_positions_data", WithPositions().eval(), example, data))
+    real[3, 2] = VOCAB
+    with pytest.raises(SpecError, match=f"hold the id {VOCAB}; the model's embeddings take ids 0 to 49"):
+        load_model(register_live("with_positions_bad", WithPositions().eval(), example, data))
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.bool, torch.int16])
 def test_other_integer_inputs_are_refused_with_what_is_deployed(dtype: torch.dtype) -> None:
     class Cast(torch.nn.Module):

@@ -245,15 +245,17 @@ def _warn_if_random(ref: str, module: Any, example: Any, first: Any) -> None:
         )
 
 
-def _synthetic_data(ref: str, module: Any, shape: tuple[int, ...], dtype: str = "float32") -> tuple[Any, Dataset]:
+def _synthetic_data(
+    ref: str, module: Any, shape: tuple[int, ...], dtype: str = "float32", example: Any = None
+) -> tuple[Any, Dataset]:
     """Seeded inputs for models that come without data (no labels: no accuracy), and the
     example input among them: Gaussian floats, pixels over 0-255, or ids below the model's
-    vocabulary, by the input's ``dtype``."""
+    vocabulary (``example``: the ids the model was given), by the input's ``dtype``."""
     import numpy as np
     import torch
 
     if dtype in ID_DTYPES:
-        vocab = vocabulary(ref, module)
+        vocab = vocabulary(ref, module, example)
         data = synthetic_ids(shape, np.dtype(dtype), vocab, _SYNTHETIC_CALIBRATION, _SYNTHETIC_EVALUATION)
     elif dtype == PIXEL_DTYPE:
         data = synthetic_pixels(shape, _SYNTHETIC_CALIBRATION, _SYNTHETIC_EVALUATION)
@@ -424,10 +426,10 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     if not plain:
         net = with_plain_outputs(net)
     if dataset is None:
-        example, dataset = _synthetic_data(ref, net, tuple(example.shape), dtype)
+        example, dataset = _synthetic_data(ref, net, tuple(example.shape), dtype, example)
     check_inputs(ref, dataset, np.dtype(dtype), tuple(example.shape[1:]))
     if token_ids:
-        check_ids(ref, net, dataset)
+        check_ids(ref, net, dataset, example)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
     positions, axes = _class_layout(ref, dataset, shapes, tuple(example.shape[1:]))
