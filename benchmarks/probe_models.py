@@ -15,7 +15,8 @@ bicubic upsampler, max and logsumexp pooling; a decoder block on
 GroupNorm/InstanceNorm U-Net with ``align_corners=True`` upsampling, Mish with dilated
 convolutions and ``AdaptiveAvgPool2d((3, 3))``, a conformer convolution module (GLU,
 depthwise ``Conv1d``, ``chunk``), a stem read by a BatchNorm and a ``cat``, Swin's patch
-merging (``F.pad`` of an int8 sum), torchvision's Swin V2 window attention; and three sequence
+merging (``F.pad`` of an int8 sum), torchvision's Swin V2 window attention, an explicit
+"same" pad read beside a residual add; and three sequence
 models that build float32 on purpose (sinusoidal positions, rotary positions with a
 float32 RMS norm, PyTorch's own float32 causal mask), for fp16. ``text_mask`` takes two
 inputs, which nnsweep refuses (exit 2).
@@ -585,6 +586,22 @@ class SwinV2Block(nn.Module):
         return self.head(self.attn(h).mean((1, 2)))
 
 
+class PadResidual(nn.Module):
+    """A pointwise convolution's output padded explicitly (TF-style "same" padding, as
+    Hugging Face's MobileNetV2 writes it) for a depthwise convolution, and added back."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.pw = nn.Conv2d(8, 8, 1)
+        self.dw = nn.Conv2d(8, 8, 3, groups=8)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        y = self.pw(F.relu(self.stem(x)))
+        return self.head((y + self.dw(F.pad(y, (1, 1, 1, 1)))).mean((2, 3)))
+
+
 sdpa = functools.partial(_seeded, Sdpa, 1, 10, 12)
 video = functools.partial(_seeded, Video, 1, 3, 4, 12, 12)
 gnunet = functools.partial(_seeded, GnUnet, 1, 3, 16, 16)
@@ -593,3 +610,4 @@ conformer = functools.partial(_seeded, Conformer, 1, 20, 16)
 stemnorm = functools.partial(_seeded, StemNorm, 1, 3, 12, 12)
 patchmerge = functools.partial(_seeded, PatchMerge, 1, 3, 32, 32)
 swinv2 = functools.partial(_seeded, SwinV2Block, 1, 3, 32, 32)
+padres = functools.partial(_seeded, PadResidual, 1, 3, 16, 16)
