@@ -536,3 +536,53 @@ def test_the_layer_ranking_scores_the_quantizers_arithmetic_not_the_hosts_int8_k
     litert_sqnr = {e.layer: e.quantize_one_sqnr for e in litert_ranking.layers}
     for entry in onnx_ranking.layers:
         assert abs(entry.quantize_one_sqnr - litert_sqnr[entry.layer]) < 1.0, entry
+
+
+class _TableBias(torch.nn.Module):
+    """A bias computed by a layer from a constant table alone (Swin's relative position
+    bias): the ONNX exporter folds ``mlp`` into a constant, so no node comes from it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(12, 16)
+        self.mlp = torch.nn.Linear(2, 16)
+        self.head = torch.nn.Linear(16, 4)
+        self.register_buffer("table", torch.randn(5, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.fc(x) + self.mlp(self.table).mean(0)))
+
+
+def test_a_layer_folded_into_a_constant_is_nothing_to_keep_float(tmp_path: Path) -> None:
+    # It was refused: "no ONNX node comes from the module(s) mlp kept in float" (and the
+    # layer ranking of such a model stopped there).
+    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("table_bias", _TableBias().eval(), torch.randn(1, 12)))
+    config = _config("static_int8", float_layers=("mlp", "head"))
+    result = OnnxRuntimeConverter().convert(bundle, config, tmp_path)
+    graph = onnx.load(str(tmp_path / result.filename)).graph
+    assert not [n for n in graph.node if n.name.startswith("mlp/")]
+    head = [n for n in graph.node if n.name.startswith("head/")]
+    assert head and not [n for n in head if n.op_type.startswith("QLinear") or n.op_type == "QGemm"]
+
+
+def test_a_model_the_onnx_exporter_cannot_decompose_exports_from_the_decomposed_program(tmp_path: Path) -> None:
+    """torch 2.14's ONNX exporter refused Hugging Face's Swin ("Failed to decompose the FX
+    graph for ONNX compatibility ... Cannot view a tensor with shape"); the program
+    ``torch.export`` decomposes exports."""
+    pytest.importorskip("transformers")
+    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
+    from nnsweep.models import load_model
+
+    bundle = load_model(str(Path(__file__).parents[1] / "benchmarks" / "probe_hf.py") + ":swin")
+    result = OnnxRuntimeConverter().convert(bundle, _config("fp32"), tmp_path)
+    runner = OnnxRuntimeRunner(tmp_path / result.filename, result.io, 1, ("cpu",))
+    runner.load()
+    x = bundle.dataset.evaluation.inputs[:4]
+    with torch.no_grad():
+        want = bundle.module(torch.from_numpy(x))
+    want = (want[0] if isinstance(want, tuple) else want).numpy()
+    np.testing.assert_allclose(run_all(runner, x), want, rtol=1e-3, atol=1e-4)

@@ -85,12 +85,12 @@ def export_onnx_scoped(module: torch.nn.Module, example: torch.Tensor, path: Pat
         path: the ``.onnx`` file to write (weights inside).
     """
     import onnx
-    import torch
 
-    program = torch.onnx.export(
+    from nnsweep.convert.onnx_export import onnx_program
+
+    program = onnx_program(
         unbagged_copy(module),  # as the converter's own export: torch.onnx writes a bag as a Loop
-        (example,),
-        dynamo=True,
+        example,
         opset_version=_OPSET,
         external_data=False,
         optimize=False,  # the optimiser's BatchNorm fusion keeps the BatchNorm's scope, not the conv's
@@ -133,8 +133,12 @@ def onnx_float_nodes(prepared: Path, keep_float: Collection[str]) -> list[str]:
     :func:`~nnsweep.convert.float_region.onnx_float_region`,
     after :func:`name_unnamed_nodes` (the file is written back when a node got a name).
 
-    Raises:
-        ConversionError: a name in ``keep_float`` selects no node of the model.
+    A layer with no node of its own is left out: the exporter folded what it computes from
+    weights alone into a constant (Hugging Face Swin's ``relative_position_bias``, a table
+    gathered by a constant index), as PT2E's converters fold it
+    (:func:`~nnsweep.convert.pt2e.fold_weight_computations`) and the layer rankings mark it
+    ``inert``. That was refused ("no ONNX node comes from the module(s) ..."), and the
+    ranking of such a model with it.
     """
     if not keep_float:
         return []
@@ -143,12 +147,11 @@ def onnx_float_nodes(prepared: Path, keep_float: Collection[str]) -> list[str]:
     model = onnx.load(str(prepared))
     if name_unnamed_nodes(model):
         onnx.save(model, str(prepared))
-    missing = [name for name in keep_float if not onnx_nodes_in(model, [name])]
-    if missing:
-        from nnsweep.core.errors import ConversionError
-
-        raise ConversionError(f"no ONNX node comes from the module(s) {', '.join(missing)} kept in float")
-    return onnx_float_region(model, keep_float)
+    present = [name for name in keep_float if onnx_nodes_in(model, [name])]
+    if len(present) < len(keep_float):
+        folded = sorted(set(keep_float) - set(present))
+        _log.debug("no ONNX node comes from %s (folded into constants): nothing of theirs to keep float", folded)
+    return onnx_float_region(model, present) if present else []
 
 
 def ort_quantize_static(

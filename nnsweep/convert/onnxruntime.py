@@ -48,6 +48,7 @@ from nnsweep.convert._base import (
     toolchain_records_to_debug_log,
 )
 from nnsweep.convert.bags import unbagged_copy
+from nnsweep.convert.onnx_export import onnx_program
 from nnsweep.convert.quantize import calibration_samples
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
@@ -86,9 +87,7 @@ def _export(bundle: ModelBundle, path: Path) -> None:
     # fp16 conversion cannot type
     model = unbagged_copy(bundle.module)
     with package_warnings_to_debug_log(_log, "onnxscript", "onnx_ir"):
-        program = torch.onnx.export(
-            model, (bundle.example_input,), dynamo=True, opset_version=_OPSET, external_data=False, verbose=False
-        )
+        program = onnx_program(model, bundle.example_input, opset_version=_OPSET, external_data=False, verbose=False)
     if program is None:  # only when given a file name, which we do not
         raise ConversionError("torch.onnx.export returned no ONNXProgram")
     program.save(str(path), external_data=False)
