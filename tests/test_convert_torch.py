@@ -322,6 +322,44 @@ def test_static_int8_converts_a_layernorm_traced_through_as_convnext_has(tmp_pat
     _assert_deployed_matches_eager(bundle, tmp_path / result.filename, atol=0.1)
 
 
+def _padded_by_name(padding: str) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=padding), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=padding, dilation=2, groups=8)
+    )
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_padding_named_by_a_string_is_written_as_its_numbers(padding: str) -> None:
+    from nnsweep.convert.fx import explicit_conv_padding
+
+    torch.manual_seed(0)
+    net, x = _padded_by_name(padding).eval(), torch.randn(1, 3, 10, 10)
+    copy_ = copy.deepcopy(net)
+    assert explicit_conv_padding(copy_) == 2
+    assert [m.padding for m in copy_ if isinstance(m, nn.Conv2d)] == (
+        [(1, 1), (2, 2)] if padding == "same" else [(0, 0), (0, 0)]
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(copy_(x), net(x), rtol=0, atol=0)
+    even = nn.Conv2d(3, 8, 2, padding="same")  # pads one side more: left as it is
+    assert explicit_conv_padding(even) == 0 and even.padding == "same"
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_static_int8_converts_convolutions_padded_by_name(tmp_path: Path, padding: str) -> None:
+    # The string reached the prepacking: "quantized::conv2d_prepack() Expected a value of
+    # type 'List[int]' for argument 'padding' but instead found type 'tuple'".
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    net = nn.Sequential(_padded_by_name(padding), nn.Flatten(), nn.LazyLinear(4))
+    net(torch.randn(1, 3, 10, 10))  # the lazy layer takes its shape
+    bundle = load_model(register_live(f"padded_{padding}", net.eval(), torch.randn(1, 3, 10, 10)))
+    result = TorchConverter().convert(bundle, STATIC_X86, tmp_path)
+    _assert_deployed_matches_eager(bundle, tmp_path / result.filename, atol=0.1)
+
+
 @pytest.mark.filterwarnings("ignore:Please use quant_min and quant_max:UserWarning")  # torch's default mapping
 def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_path: Path) -> None:
     from torch.ao.quantization import get_default_qconfig_mapping

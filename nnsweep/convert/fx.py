@@ -26,6 +26,7 @@ from nnsweep.models._bundle import takes_batches
 __all__ = [
     "conv_transpose_probe_db",
     "convert_quietly",
+    "explicit_conv_padding",
     "no_quantized_tensor_deprecation",
     "own_flow_sqnr_db",
     "qconfig_mapping",
@@ -175,6 +176,7 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     refuse_wrong_conv_transpose(bundle.module, engine, quant.float_layers)
     model = copy.deepcopy(bundle.module).eval()
     bake_parametrizations(model)
+    explicit_conv_padding(model)
     example = (bundle.example_input,)
     mapping = qconfig_mapping(engine, quant)
     if quant.mode is QuantMode.QAT_INT8:
@@ -217,6 +219,31 @@ def bake_parametrizations(model: torch.nn.Module) -> int:
             parametrize.remove_parametrizations(module, name, leave_parametrized=True)
             baked += 1
     return baked
+
+
+def explicit_conv_padding(model: torch.nn.Module) -> int:
+    """Write, in place, each convolution's ``padding="valid"`` or symmetric ``"same"`` as the
+    numbers it stands for (the same output); return how many. Call on a copy.
+
+    torch.ao's quantized convolutions take the module's ``padding`` as it is, and a string
+    reached the weight's prepacking: every static int8 and QAT conversion of a model with
+    such a convolution failed ("quantized::conv2d_prepack() Expected a value of type
+    'List[int]' for argument 'padding' but instead found type 'tuple'"; Hugging Face's
+    EfficientNet). A ``"same"`` that pads one side more (an even kernel) is left as it is.
+    """
+    written = 0
+    for module in model.modules():
+        if not isinstance(module, torch.nn.modules.conv._ConvNd) or not isinstance(module.padding, str):
+            continue
+        if module.padding == "valid":
+            module.padding = (0,) * len(module.kernel_size)
+        else:
+            total = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size, strict=True)]
+            if any(t % 2 for t in total):
+                continue
+            module.padding = tuple(t // 2 for t in total)
+        written += 1
+    return written
 
 
 def refuse_prelu(module: torch.nn.Module) -> None:

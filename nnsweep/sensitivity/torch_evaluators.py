@@ -91,6 +91,7 @@ def torch_fx_evaluator(
     from nnsweep.convert import float_fallback
     from nnsweep.convert.fx import (
         convert_quietly,
+        explicit_conv_padding,
         no_quantized_tensor_deprecation,
         refuse_hooks,
         refuse_prelu,
@@ -120,6 +121,7 @@ def torch_fx_evaluator(
         torch.backends.quantized.engine = engine
         try:
             model = copy.deepcopy(bundle.module).eval()
+            explicit_conv_padding(model)
             mapping = _qconfig_mapping(engine, quant)
             prepared = float_fallback.fx_prepare(model, mapping, sorted(keep), (bundle.example_input,))
             kernels = bool(wrong_conv_transposes(bundle.module, engine, sorted(keep)))
