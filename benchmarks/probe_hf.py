@@ -10,7 +10,7 @@ they return a ``DynamicCache``, which no runtime here takes and nnsweep refuses 
 
 Hugging Face initialises weights with a standard deviation of 0.02, through which a deep
 convolutional network's activations vanish (MobileViT's logits were about 1e-44 here, and
-every int8 artifact read 0 dB against them); the image models get He-initialised
+its ExecuTorch int8 artifact read 0 dB against them); the image models get He-initialised
 convolutions and linear layers and unit norm scales instead, the scale trained weights have.
 """
 
