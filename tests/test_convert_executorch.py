@@ -404,6 +404,37 @@ def test_computations_on_weights_alone_are_folded_and_compute_the_same() -> None
         torch.testing.assert_close(graph(x), net(x))
 
 
+class _Anchored(torch.nn.Module):
+    """An SSD-style decoding: two slices of one anchors buffer, each read by an op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+        self.register_buffer("anchors", torch.rand(3, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.fc(x)
+        return torch.cat([self.anchors[:, :2] + d[..., :2] * self.anchors[:, 2:], d[..., 2:] * self.anchors[:, 2:]], -1)
+
+
+def test_folded_slices_of_one_buffer_do_not_share_its_storage() -> None:
+    # constant_fold kept anchors[:, :2] and anchors[:, 2:] as views of the anchors: litert-torch
+    # took one for the other in some conversions (the detector probe: 8.6 dB in 9 of 22).
+    from nnsweep.convert.pt2e import export, fold_weight_computations
+
+    torch.manual_seed(0)
+    net, x = _Anchored().eval(), torch.randn(1, 3, 6)
+    graph = export(net, x, dynamic_batch=False).module(check_guards=False)
+    kept = {n.target for n in graph.graph.nodes if n.op == "get_attr"}
+    assert fold_weight_computations(graph) > 0
+    folded = [getattr(graph, n.target) for n in graph.graph.nodes if n.op == "get_attr" and n.target not in kept]
+    assert len(folded) >= 2
+    assert all(value.is_contiguous() and value.storage_offset() == 0 for value in folded)
+    assert len({value.untyped_storage().data_ptr() for value in folded}) == len(folded)
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), net(x))
+
+
 def test_static_int8_runs_no_layer_on_the_portable_kernels_for_a_constant_input(tmp_path: Path) -> None:
     """Swin V2's position-bias MLP had its weights quantized and its constant input not:
     XNNPACK refused the linear layer and the portable ``addmm`` ran it on every call
