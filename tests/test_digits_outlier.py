@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from nnsweep.convert import float_fallback, float_region
+from nnsweep.core.config import DeploymentConfig, QuantConfig
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import BUILTIN, check_reference
 from nnsweep.sensitivity import rank as sensitivity
@@ -120,8 +121,18 @@ def test_onnx_node_names_carry_module_paths_through_preprocessing(outlier, tmp_p
     assert sorted(name.partition("/")[0] for name in excluded) == sorted(OUTLIER_PAIR)
     convs = {n.name: n for n in onnx.load(str(target)).graph.node if n.op_type == "Conv"}
     assert set(excluded) <= set(convs)  # the excluded convolutions stay float Conv nodes
-    with pytest.raises(ConversionError, match="no ONNX node"):
-        float_fallback.ort_quantize_static(source, target, iter([]), ["blocks.9"])
+
+
+def test_a_float_layer_that_names_no_module_fails_the_conversion(outlier, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # A layer the exporter folded into a constant has no ONNX node and nothing to keep float;
+    # a path that names no module of the model is a mistake, on every runtime.
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
+
+    quant = QuantConfig("static_int8", float_layers=("blocks.9",))
+    for runtime in ("onnxruntime", "executorch"):
+        with pytest.raises(ConversionError, match=r"float_layers names blocks\.9: no module of digits_outlier"):
+            deploy.convert(outlier, DeploymentConfig(runtime, quant=quant), ArtifactCache(tmp_path))
 
 
 def test_the_nodes_between_two_float_layers_stay_float_and_no_others(gelu_between, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -57,6 +57,9 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
     if len(bundle.outputs) > 1 and config.quant.interface is Interface.FULL:
         # One output quantization (scale, zero point) per deployed model is all IOSpec describes.
         raise ConversionError("the full (quantized in/out) interface takes single-output models; use core")
+    unknown = sorted(set(config.quant.float_layers) - {name for name, _ in bundle.module.named_modules()})
+    if unknown:  # a layer folded away has nothing to keep float; a name of no module is a mistake
+        raise ConversionError(f"float_layers names {', '.join(unknown)}: no module of {bundle.name} has that path")
 
     def build(out_dir: Any) -> Any:
         try:
