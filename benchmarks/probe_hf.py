@@ -89,32 +89,27 @@ def mobilevit():
     return _image(hf.MobileViTForImageClassification(config))
 
 
-def vit():
+def _patch_transformer(config_type: type, model_type: type, layers: int) -> tuple[nn.Module, torch.Tensor]:
+    """A ViT-shaped classifier at 32x32: patches of 8, width 64, 4 heads."""
     torch.manual_seed(0)
-    config = hf.ViTConfig(
+    config = config_type(
         image_size=32,
         patch_size=8,
         hidden_size=64,
-        num_hidden_layers=4,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         intermediate_size=128,
         num_labels=10,
     )
-    return _image(hf.ViTForImageClassification(config), 32)
+    return _image(model_type(config), 32)
+
+
+def vit():
+    return _patch_transformer(hf.ViTConfig, hf.ViTForImageClassification, layers=4)
 
 
 def deit():
-    torch.manual_seed(0)
-    config = hf.DeiTConfig(
-        image_size=32,
-        patch_size=8,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        num_labels=10,
-    )
-    return _image(hf.DeiTForImageClassification(config), 32)
+    return _patch_transformer(hf.DeiTConfig, hf.DeiTForImageClassification, layers=2)
 
 
 def swin():

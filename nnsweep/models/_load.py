@@ -425,10 +425,11 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     sizes, shapes, plain = check_forward(ref, net, example)
     if not plain:
         net = with_plain_outputs(net)
+    given = dataset is not None
     if dataset is None:
         example, dataset = _synthetic_data(ref, net, tuple(example.shape), dtype, example)
     check_inputs(ref, dataset, np.dtype(dtype), tuple(example.shape[1:]))
-    if token_ids:
+    if token_ids and given:  # seeded ids are drawn below the vocabulary already
         check_ids(ref, net, dataset, example)
     if not 0 <= dataset.accuracy_output < len(sizes):
         raise SpecError("model", f"{ref}(): Dataset.accuracy_output {dataset.accuracy_output} names no output")
