@@ -614,3 +614,40 @@ def test_a_model_the_onnx_exporter_cannot_decompose_exports_from_the_decomposed_
         want = bundle.module(torch.from_numpy(x))
     want = (want[0] if isinstance(want, tuple) else want).numpy()
     np.testing.assert_allclose(run_all(runner, x), want, rtol=1e-3, atol=1e-4)
+
+
+class _AttentionBlock(torch.nn.Module):
+    """A transformer block's linear layers on 3-D tensors: ONNX Runtime's MatMulAddFusion makes
+    the feed-forward one a Gemm between two reshapes when the model is pre-processed."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.q, self.k, self.v, self.o, self.ff = (torch.nn.Linear(width, width) for _ in range(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        attention = torch.softmax(self.q(h) @ self.k(h).transpose(1, 2), dim=-1) @ self.v(h)
+        return self.ff(self.o(attention) + h)
+
+
+@pytest.mark.parametrize("mode", ["static_int8", "dynamic_int8"])
+def test_float_linear_layers_on_3d_tensors_give_a_model_a_session_starts(tmp_path: Path, mode: str) -> None:
+    # The session over the quantized model fused a float MatMul and Add again and named its
+    # reshape's shape as the pre-processing had named one it kept ("gemm_input_shape"):
+    # "Attempt to replace the existing tensor", and no session (Hugging Face's BERT).
+    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("attention_block", _AttentionBlock().eval(), torch.randn(1, 8, 16)))
+    config = _config(mode, float_layers=("q", "k", "v", "o", "ff"))
+    result = OnnxRuntimeConverter().convert(bundle, config, tmp_path)
+    runner = OnnxRuntimeRunner(tmp_path / result.filename, result.io, 1, ("cpu",))
+    runner.load()
+    x = bundle.dataset.evaluation.inputs[:4]
+    with torch.no_grad():
+        want = bundle.module(torch.from_numpy(x)).numpy().reshape(len(x), -1)
+    got = run_all(runner, x)
+    sqnr_db = 10 * np.log10(np.sum(want**2) / np.sum((got - want) ** 2))
+    assert sqnr_db > 30, sqnr_db  # every linear layer float: the int8 left is the LayerNorm's input

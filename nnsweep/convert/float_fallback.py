@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ __all__ = [
     "name_unnamed_nodes",
     "onnx_float_nodes",
     "onnx_nodes_in",
+    "ort_pre_process",
     "ort_quantize_static",
     "pt2e_keep_float",
 ]
@@ -154,6 +155,52 @@ def onnx_float_nodes(prepared: Path, keep_float: Collection[str]) -> list[str]:
     return onnx_float_region(model, present) if present else []
 
 
+# The suffix :func:`ort_pre_process` gives the initializers ONNX Runtime's pre-processing added.
+_PREPARED_SUFFIX = "/prepared"
+
+
+def ort_pre_process(source: Path, prepared: Path) -> None:
+    """ONNX Runtime's ``quant_pre_process`` (shape inference and its basic graph
+    optimisations, as its quantizer asks), with the initializers its fusions added renamed
+    ``<name>/prepared``.
+
+    ONNX Runtime names a fusion's new initializers (the shapes of MatMulAddFusion's
+    reshapes around a 3-D MatMul made a Gemm: ``gemm_input_shape``) with a generator that
+    avoids the graph's node names only. The pre-processed model keeps those names, and a
+    session over its quantized model that makes the same fusion again (a float MatMul and
+    Add that ``nodes_to_exclude`` left) generates the same name and does not start
+    ("Attempt to replace the existing tensor", onnxruntime 1.32; a BERT encoder with its
+    linear layers float). Names of initializers change nothing computed.
+    """
+    import onnx
+    from onnxruntime.quantization import quant_pre_process
+
+    # Symbolic shape inference is for dynamic (transformer) shapes; ours are all static.
+    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    before = {i.name for i in onnx.load(str(source), load_external_data=False).graph.initializer}
+    model = onnx.load(str(prepared))
+    renamed = {i.name: i.name + _PREPARED_SUFFIX for i in model.graph.initializer if i.name not in before}
+    if not renamed:
+        return
+    for initializer in model.graph.initializer:
+        initializer.name = renamed.get(initializer.name, initializer.name)
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            node.input[:] = [renamed.get(name, name) for name in node.input]
+        for value in (*graph.input, *graph.output, *graph.value_info):  # an initializer listed as an input too
+            value.name = renamed.get(value.name, value.name)
+    onnx.save(model, str(prepared))
+
+
+def _graphs(graph: Any) -> Iterator[Any]:
+    """``graph`` and every subgraph of its nodes (an If's branches, a Loop's body), deepest last."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            for sub in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                yield from _graphs(sub)
+
+
 def ort_quantize_static(
     source: Path,
     target: Path,
@@ -187,7 +234,6 @@ def ort_quantize_static(
         CalibrationMethod,
         QuantFormat,
         QuantType,
-        quant_pre_process,
         quantize_static,
     )
 
@@ -200,7 +246,7 @@ def ort_quantize_static(
 
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        ort_pre_process(source, prepared)
         excluded = onnx_float_nodes(prepared, keep_float)
         input_name = onnx.load(str(prepared), load_external_data=False).graph.input[0].name
         with toolchain_records_to_debug_log(_log, ORT_PER_TENSOR_NOTE):

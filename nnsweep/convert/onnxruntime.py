@@ -28,7 +28,6 @@ from onnxruntime.quantization import (
     QuantFormat,
     QuantType,
     create_calibrator,
-    quant_pre_process,
     quantize_dynamic,
     quantize_static,
     save_tensors_data,
@@ -126,10 +125,9 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
     reduce_range = bool(knobs["reduce_range"])
     with tempfile.TemporaryDirectory() as tmp:
         # Shape inference and ORT's basic graph optimisations first, as ORT recommends:
-        # the quantizer only quantizes tensors whose shapes it knows. Symbolic shape
-        # inference is for dynamic (transformer) shapes; ours are all static.
+        # the quantizer only quantizes tensors whose shapes it knows.
         prepared = Path(tmp) / "prepared.onnx"
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        float_fallback.ort_pre_process(source, prepared)
         excluded = float_fallback.onnx_float_nodes(prepared, quant.float_layers)
         if quant.mode is QuantMode.DYNAMIC_INT8:
             # Weights int8 or uint8 (per channel or per tensor); activations quantized to
