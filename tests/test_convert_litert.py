@@ -534,3 +534,60 @@ def test_static_int8_converts_an_int8_tensor_read_by_a_pad_and_an_add(tmp_path: 
     torch.manual_seed(0)
     sqnr = _static_int8_sqnr("pad_and_residual", _PadAndResidual().eval(), torch.randn(1, 3, 16, 16), tmp_path)
     assert sqnr > 30, sqnr  # 47.3 dB
+
+
+def test_litert_dynamic_int8_refuses_float_layers_naming_the_mode_and_the_mode_that_can() -> None:
+    with pytest.raises(SpecError) as caught:
+        _config("dynamic_int8", float_layers=("0",))
+    assert caught.value.field == "quant.float_layers"
+    assert "in dynamic_int8" in str(caught.value) and "can in: static_int8" in str(caught.value)
+    assert _config("static_int8", float_layers=("0",)).quant.float_layers == ("0",)
+
+
+def test_litert_torchs_dynamic_range_conversion_makes_a_layer_left_unannotated_int8(tmp_path: Path) -> None:
+    """Why LiteRT refuses float layers in dynamic int8 (the test to lift it when litert-torch
+    changes): the dynamic patterns annotate the second layer only, and both layers'
+    weights come out int8; with neither annotated both stay float."""
+    from litert_torch.quantize import pt2e_quantizer
+    from litert_torch.quantize.pt2e_quantizer_utils import propagate_annotation
+    from litert_torch.quantize.quant_config import QuantConfig as LiteRTQuantConfig
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    from nnsweep.convert.pt2e import export
+
+    def weight_types(annotated: set[str]) -> list[int]:
+        torch.manual_seed(0)
+        module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+        x = torch.randn(1, 16)
+        config = pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+        quantizer = pt2e_quantizer.PT2EQuantizer().set_global(config)
+
+        def annotate(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            def accept(node: torch.fx.Node) -> bool:
+                stack = node.meta.get("nn_module_stack", {})
+                return any(path.removeprefix("L__self__").strip("_.") in annotated for path, _ in stack.values())
+
+            quantizer._annotate_all_dynamic_patterns(model, config, accept)
+            propagate_annotation(model)
+            return model
+
+        quantizer.annotate = annotate
+        graph = quantize_pt2e.prepare_pt2e(export(module, x, dynamic_batch=False).module(), quantizer)
+        graph(x)
+        graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
+        path = tmp_path / f"{len(annotated)}.tflite"
+        with contextlib.redirect_stdout(io.StringIO()):
+            litert_torch.convert(graph, (x,), quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer)).export(
+                str(path)
+            )
+        model = tflite.load(path)
+        subgraph = model.subgraphs[0]
+        names = tflite.operators(model)
+        return [
+            subgraph.tensors[op.inputs[1]].type
+            for op, name in zip(subgraph.operators, names, strict=True)
+            if name == "FULLY_CONNECTED"
+        ]
+
+    assert weight_types({"2"}) == [schema.TensorType.INT8, schema.TensorType.INT8]
+    assert weight_types(set()) == [schema.TensorType.FLOAT32, schema.TensorType.FLOAT32]

@@ -342,3 +342,31 @@ def test_capabilities_keep_the_int8_flags_and_read_old_records_as_unknown() -> N
     old = {k: v for k, v in caps.to_dict().items() if k != "int8_flags"}  # probed before the field
     assert Capabilities.from_dict(old).int8_flags is None
     assert caps.tags()["int8_flags"] == "asimddp" and Capabilities.from_dict(old).tags()["int8_flags"] == "unknown"
+
+
+def test_a_mode_whose_converter_keeps_no_layer_float_draws_no_count_and_is_never_repaired() -> None:
+    """LiteRT keeps layers float in static int8, not in dynamic int8 (its float_layers_refused)."""
+    from nnsweep.sweep.moves import repaired
+
+    spec = parse_spec(
+        {
+            "name": "mp",
+            "model": "digits",
+            "space": {"runtime": ["litert"], "quant": ["dynamic_int8", "static_int8"], "float_layers": [0, 1, 2]},
+        }
+    )
+    space = device_space(
+        spec, "host", {"litert": ("xnnpack", "cpu")}, 2, lambda runtime, granularity, k: ("a", "b")[:k]
+    )
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    counts: dict[QuantMode, set[int]] = {}
+    for _ in range(60):
+        trial = study.ask()
+        config = suggest(trial, space)
+        counts.setdefault(config.quant.mode, set()).add(len(config.quant.float_layers))
+        assert ("litert.float_layers" in trial.params) == (config.quant.mode is QuantMode.STATIC_INT8)
+        assert params_for(config, space).get("litert.float_layers", 0) == len(config.quant.float_layers)
+        if config.quant.mode is QuantMode.DYNAMIC_INT8:
+            assert repaired(config, space) is None
+        study.tell(trial, 0.0)
+    assert counts[QuantMode.DYNAMIC_INT8] == {0} and counts[QuantMode.STATIC_INT8] == {0, 1, 2}

@@ -90,8 +90,13 @@ def _space_lines(values: dict[str, Any]) -> str:
             lines.append(f"        calibration: {', '.join(v['calibration'])}")
         limits = "max_delegated_partitions, min_nodes_per_partition" if v["partition_limits"] else "do not apply"
         lines.append(f"        partition limits: {limits}")
-        floats = v.get("float_layers")
-        lines.append(f"        float_layers: {'yes (int8 modes)' if floats is True else f'no: {floats}'}")
+        floats, refused = v.get("float_layers"), v.get("float_layers_refused") or {}
+        if floats is not True:
+            lines.append(f"        float_layers: no: {floats}")
+        else:
+            can = [m for m in v["quant"] if m not in ("fp32", "fp16") and m not in refused]
+            lines.append(f"        float_layers: yes ({', '.join(can) if refused else 'int8 modes'})")
+            lines.extend(f"        float_layers: not in {mode}: {why}" for mode, why in refused.items())
         for name, option in v.get("quant_options", {}).items():
             shown_values = [str(x).lower() if isinstance(x, bool) else str(x) for x in option["values"]]
             shown = " | ".join([f"{shown_values[0]} (default)", *shown_values[1:]])

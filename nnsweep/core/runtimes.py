@@ -110,6 +110,9 @@ class RuntimeInfo:
     mixed_precision: str | None = "its converter does not keep chosen layers in float"
     """Why this runtime cannot keep chosen layers in float inside an int8 model
     (``quant.float_layers``); ``None``: it can (its converter honours the list)."""
+    float_layers_refused: Mapping[QuantMode, str] = field(default_factory=dict)
+    """Int8 modes in which a runtime that keeps layers float (:attr:`mixed_precision` ``None``)
+    cannot, each with why."""
     runtime_only: frozenset[str] = frozenset({"threads"})
     """Fields of :class:`~nnsweep.core.config.DeploymentConfig` that change how the artifact
     runs, not its bytes: left out of the artifact key (one conversion serves them all),
@@ -144,6 +147,10 @@ class RuntimeInfo:
             return [i.name for i in _load().values() if name in {o.name for o in i.quant_options}]
 
         return normalized(self.name, self.quant_options, self.refused_options, quant, elsewhere)
+
+    def keeps_float(self, mode: QuantMode) -> bool:
+        """Whether its converter keeps ``quant.float_layers`` in float in int8 mode ``mode``."""
+        return self.mixed_precision is None and mode.is_int8 and mode not in self.float_layers_refused
 
     def modes_for(self, backends: tuple[str, ...]) -> Mapping[QuantMode, frozenset[Granularity]]:
         """The modes this runtime can do with ``backends`` first in its order."""
@@ -185,6 +192,11 @@ class RuntimeInfo:
             raise SpecError(
                 "quant.float_layers", f"{self.name} cannot keep layers in float: {self.mixed_precision} (can: {can})"
             )
+        if q.float_layers and q.mode in self.float_layers_refused:
+            can = ", ".join(m.value for m in self.modes if self.keeps_float(m)) or "none"
+            why = self.float_layers_refused[q.mode]
+            message = f"{self.name} cannot keep layers in float in {q.mode.value}: {why} (can in: {can})"
+            raise SpecError("quant.float_layers", message)
         if q.calibration is not None and q.calibration not in self.calibrations:
             allowed = ", ".join(sorted(c.value for c in self.calibrations))
             raise SpecError("quant.calibration", f"{self.name} calibrates with {allowed}, not {q.calibration.value}")
@@ -359,6 +371,12 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         backends=("xnnpack", "cpu"),
         fallback="cpu",
         modes={QuantMode.FP32: _NONE, QuantMode.DYNAMIC_INT8: _I8, QuantMode.STATIC_INT8: _I8},
+        # Measured: a float layer's weights came out int8 with one other layer quantized,
+        # every weight float with none (docs/mixed-precision.md).
+        float_layers_refused={
+            QuantMode.DYNAMIC_INT8: "litert-torch 0.10's dynamic-range conversion makes every weight int8 "
+            "once one layer is quantized, float layers too"
+        },
         unsupported=_TFLITE_UNSUPPORTED,
         full_interface=frozenset({QuantMode.STATIC_INT8}),
         calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),

@@ -50,6 +50,8 @@ def accepted_values(available: Mapping[str, tuple[str, ...]], cores: int) -> dic
             "partition_limits": info.delegates,
             # True: int8 configurations may keep layers float (space.float_layers); else why not
             "float_layers": True if info.mixed_precision is None else info.mixed_precision,
+            # int8 modes in which it cannot, though it can in others, each with why
+            "float_layers_refused": {m.value: why for m, why in info.float_layers_refused.items()},
             # a backend that takes the whole model allows its own modes when it comes first
             "whole_model": {b: modes(t) for b, t in info.whole_model.items() if b in backends},
             # its own quantizer options (space.quant_options), the default value first

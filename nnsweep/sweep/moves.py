@@ -68,7 +68,7 @@ from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 from nnsweep.sweep.front import best_trial, dominates, pareto_front, weakly_dominates
 from nnsweep.sweep.lifecycle import Role
-from nnsweep.sweep.space import DeviceSpace, params_for, suggest
+from nnsweep.sweep.space import DeviceSpace, keeps_float, params_for, suggest
 
 _ACCURACY = "accuracy"  # the metric the accuracy constraint is on (nnsweep.sweep.outcomes)
 _FIDELITY = (_ACCURACY, "sqnr_db")  # what a repair can raise: the constrained metrics
@@ -164,11 +164,11 @@ def repaired(config: DeploymentConfig, space: DeviceSpace, *, at_least: int = 0)
     configuration's (what an earlier repair on the device needed).
 
     None when the configuration is not int8, its runtime keeps no layers float on this
-    device (or cannot rank this model's layers), or it already keeps the space's highest
-    count.
+    device or in its mode (or cannot rank this model's layers), or it already keeps the
+    space's highest count.
     """
-    quant = config.quant
-    if not quant.mode.is_int8 or config.runtime not in space.choices:
+    quant, choices = config.quant, space.choices.get(config.runtime)
+    if choices is None or not keeps_float(config.runtime, quant.mode, choices):
         return None
     counts = sorted(k for k in space.choices[config.runtime].float_layers if k > len(quant.float_layers))
     if not counts:

@@ -48,6 +48,7 @@ __all__ = [
     "baseline_configs",
     "default_orders",
     "device_space",
+    "keeps_float",
     "mode_starts",
     "params_for",
     "space_size",
@@ -200,6 +201,11 @@ def _pick(trial: optuna.Trial, name: str, options: tuple[Any, ...]) -> Any:
     return options[values.index(chosen)]
 
 
+def keeps_float(runtime: str, mode: QuantMode, c: RuntimeChoices) -> bool:
+    """Whether a ``mode`` configuration of ``runtime`` takes a float-layer count from ``c``."""
+    return c.float_layers != (0,) and runtimes.get(runtime).keeps_float(mode)
+
+
 def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     """Ask ``trial`` for one configuration of ``space``.
 
@@ -230,7 +236,7 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
             min_n = trial.suggest_int(f"{runtime}.min_nodes_per_partition", c.min_nodes.low, c.min_nodes.high)
         limits = PartitionLimits(max_p, min_n)
     float_layers: tuple[str, ...] = ()
-    if mode.is_int8 and c.float_layers != (0,):
+    if keeps_float(runtime, mode, c):
         k = _pick(trial, f"{runtime}.float_layers", c.float_layers)
         float_layers = space.layers_for(runtime, granularity, k) if k else ()
     quant = QuantConfig(
@@ -311,7 +317,7 @@ def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
         if c.min_nodes.low != c.min_nodes.high and c.min_nodes.low <= min_n <= c.min_nodes.high:
             params[f"{rt}.min_nodes_per_partition"] = min_n
     put("threads", space.threads, config.threads)
-    if q.mode.is_int8 and c.float_layers != (0,):
+    if keeps_float(rt, q.mode, c):
         put(f"{rt}.float_layers", c.float_layers, len(q.float_layers))
     return params
 
