@@ -193,7 +193,7 @@ def ort_pre_process(source: Path, prepared: Path) -> None:
 
 
 def _graphs(graph: Any) -> Iterator[Any]:
-    """``graph`` and every subgraph of its nodes (an If's branches, a Loop's body), deepest last."""
+    """``graph`` and every subgraph of its nodes (an If's branches, a Loop's body), depth first."""
     yield graph
     for node in graph.node:
         for attribute in node.attribute:

@@ -170,7 +170,7 @@ def repaired(config: DeploymentConfig, space: DeviceSpace, *, at_least: int = 0)
     quant, choices = config.quant, space.choices.get(config.runtime)
     if choices is None or not keeps_float(config.runtime, quant.mode, choices):
         return None
-    counts = sorted(k for k in space.choices[config.runtime].float_layers if k > len(quant.float_layers))
+    counts = sorted(k for k in choices.float_layers if k > len(quant.float_layers))
     if not counts:
         return None
     count = next((k for k in counts if k >= at_least), counts[0])
