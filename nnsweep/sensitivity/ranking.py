@@ -59,7 +59,15 @@ if TYPE_CHECKING:
 
     from nnsweep.models import ModelBundle, Split
 
-__all__ = ["RANKED_RUNTIMES", "cached_ranking", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
+__all__ = [
+    "RANKED_RUNTIMES",
+    "batch_norms_as_affine",
+    "cached_ranking",
+    "evaluator",
+    "ranking",
+    "report_from_dict",
+    "report_to_dict",
+]
 
 log = logging.getLogger(__name__)
 
