@@ -10,6 +10,7 @@ from typing import Any
 from nnsweep.cli._output import EXIT_OK, _usage_error, results
 from nnsweep.cli._ray import _ray_client_env
 from nnsweep.core.errors import SpecError
+from nnsweep.core.quant import QuantMode
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,7 +95,7 @@ def _space_lines(values: dict[str, Any]) -> str:
         if floats is not True:
             lines.append(f"        float_layers: no: {floats}")
         else:
-            can = [m for m in v["quant"] if m not in ("fp32", "fp16") and m not in refused]
+            can = [m for m in v["quant"] if QuantMode(m).is_int8 and m not in refused]
             lines.append(f"        float_layers: yes ({', '.join(can) if refused else 'int8 modes'})")
             lines.extend(f"        float_layers: not in {mode}: {why}" for mode, why in refused.items())
         for name, option in v.get("quant_options", {}).items():
