@@ -364,3 +364,40 @@ def test_a_server_still_away_at_the_end_is_counted_not_fatal() -> None:
     tracker.close_device("host")  # does not raise: kept
     assert tracker.logged("host") == {}  # a read-back answers as if nothing were logged
     assert tracker.close() == 1  # tried again with backoff for drain_s, then counted
+
+
+class _RepliesLost:
+    """An ``MlflowClient`` whose named calls reach the store and then raise once each, as a
+    call does whose answer an outage swallowed (the server wrote; the client never heard)."""
+
+    def __init__(self, inner: Any, lost: set[str]) -> None:
+        self.inner, self.lost = inner, lost
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.inner, name)
+        if name not in self.lost:
+            return call
+
+        def lost(*args: Any, **kwargs: Any) -> Any:
+            call(*args, **kwargs)
+            self.lost.discard(name)
+            raise ConnectionError(f"{name}: connection reset by peer")
+
+        return lost
+
+
+@pytest.mark.parametrize("lost", ["create_run", "log_batch"])
+def test_a_trial_start_tried_again_after_a_lost_reply_makes_one_run(store: str, lost: str) -> None:
+    """The background tracker tries a failed start again; the server may have done part of it
+    (found by tests/test_team.py: a trial run left RUNNING beside its FINISHED twin)."""
+    t = MlflowTracker(store, "exp", "sw")
+    t.open_device("host", {})
+    t._experiment._client = _RepliesLost(t.client, {lost})
+    with pytest.raises(ConnectionError):
+        t.start_trial("host", 0, CFG)
+    t.start_trial("host", 0, CFG)  # tried again, as BackgroundTracker does
+    t.finish_trial(_ok(0))
+    trials = [r for r in _runs(store) if r.data.tags.get("nnsweep.kind") == "trial"]
+    assert [(r.data.tags["nnsweep.trial"], r.info.status) for r in trials] == [("0", "FINISHED")]
+    assert trials[0].data.params["config_digest"] == CFG.digest()
+    assert trials[0].data.params["quant.mode"] == "static_int8"

@@ -169,6 +169,9 @@ class MlflowTracker:
         self._status: dict[tuple[str, int], str] = {}  # MLflow run status of each known child
         self._labels: dict[tuple[str, int], str] = {}  # config label of each known child
         self._ended: dict[tuple[str, int], TrialStatus] = {}  # what each ended child recorded
+        # A failed write is tried again (BackgroundTracker): these say which step of a child's start it reached.
+        self._unanswered: set[tuple[str, int]] = set()  # create_run raised: the run may exist all the same
+        self._unparamed: set[tuple[str, int]] = set()  # the run exists; its params are not written yet
 
     @property
     def client(self) -> Any:
@@ -184,7 +187,15 @@ class MlflowTracker:
         """Find and create runs of this generation of the sweep only (tag ``nnsweep.sweep_id``)."""
         if sweep_id != self.sweep_id:
             self.sweep_id = sweep_id
-            for known in (self._parents, self._children, self._status, self._labels, self._ended):
+            for known in (
+                self._parents,
+                self._children,
+                self._status,
+                self._labels,
+                self._ended,
+                self._unanswered,
+                self._unparamed,
+            ):
                 known.clear()
 
     def _filter(self, device: str, kind: str) -> str:
@@ -256,19 +267,42 @@ class MlflowTracker:
         return self._parents[device]
 
     def _child(self, device: str, number: int, config: DeploymentConfig) -> str:
+        """The trial's run, created once however often a write to it fails and is tried again.
+
+        Each step is recorded as soon as it has happened: a run whose ``create_run`` got no
+        answer (the server may have made it) is looked for before another is made, and a run
+        whose params were not written gets them on the next call.
+        """
         key = (device, number)
-        if key in self._children:
-            return self._children[key]
-        label = config.label()
-        tags = {"mlflow.parentRunId": self._parent(device), **self._ids()}
-        tags.update(_start_tags(self.sweep, device, number, config))
-        run_id = str(
-            self.client.create_run(self.experiment_id, run_name=f"{device} #{number} {label}", tags=tags).info.run_id
-        )
-        self._experiment.log_batch(run_id, params=_params(config))
-        self._children[key] = run_id
-        self._status[key] = "RUNNING"
-        self._labels[key] = label
+        run_id = self._children.get(key)
+        if run_id is None:
+            run_id = self._adopted(key) if key in self._unanswered else None
+        if run_id is None:
+            label = config.label()
+            tags = {"mlflow.parentRunId": self._parent(device), **self._ids()}
+            tags.update(_start_tags(self.sweep, device, number, config))
+            self._unanswered.add(key)
+            made = self.client.create_run(self.experiment_id, run_name=f"{device} #{number} {label}", tags=tags)
+            run_id = str(made.info.run_id)
+            self._unanswered.discard(key)
+            self._children[key], self._status[key], self._labels[key] = run_id, "RUNNING", label
+            self._unparamed.add(key)
+        if key in self._unparamed:
+            self._experiment.log_batch(run_id, params=_params(config))  # the same values again: allowed
+            self._unparamed.discard(key)
+        return run_id
+
+    def _adopted(self, key: tuple[str, int]) -> str | None:
+        """The run an unanswered ``create_run`` made after all (its params then written again), or None."""
+        device, number = key
+        found = self._experiment.search(self._filter(device, "trial") + f" and tags.`{_TRIAL}` = '{number}'")
+        self._unanswered.discard(key)
+        if not found:
+            return None
+        run_id = str(found[0].info.run_id)
+        self._children[key], self._status[key] = run_id, str(found[0].info.status)
+        self._labels[key] = found[0].data.tags.get("config", "")
+        self._unparamed.add(key)
         return run_id
 
     def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
@@ -345,17 +379,7 @@ class MlflowTracker:
             name: its path among the run's artifacts (``report.html``, ``plots/front.png``).
             path: the local file or folder.
         """
-        run_id = self._parent(device)
-        folder, _, leaf = name.strip("/").rpartition("/")
-        if path.is_dir():
-            self.client.log_artifacts(run_id, str(path), name.strip("/"))
-        elif leaf == path.name:
-            self.client.log_artifact(run_id, str(path), folder or None)
-        else:
-            with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
-                renamed = Path(tmp) / leaf
-                shutil.copyfile(path, renamed)
-                self.client.log_artifact(run_id, str(renamed), folder or None)
+        _log_file(self.client, self._parent(device), name, path)
 
     def trial_links(self, device: str) -> dict[int, str]:
         """Trial number -> the MLflow UI's path to its run (``#/experiments/<id>/runs/<run>``)."""
@@ -393,6 +417,20 @@ def trial_fields(sweep: str, record: TrialRecord) -> TrialFields:
     tags = {**_start_tags(sweep, record.device, record.number, record.config), **_end_tags(record)}
     params = {k: _clip(v, _PARAM_LIMIT) for k, v in _params(record.config).items()}
     return TrialFields(params, {k: _clip(v, _TAG_LIMIT) for k, v in tags.items()}, _finite(record.metrics))
+
+
+def _log_file(client: Any, run_id: str, name: str, path: Path) -> None:
+    """Log a file or folder as the run's artifact ``name`` (a file renamed on the way if need be)."""
+    folder, _, leaf = name.strip("/").rpartition("/")
+    if path.is_dir():
+        client.log_artifacts(run_id, str(path), name.strip("/"))
+    elif leaf == path.name:
+        client.log_artifact(run_id, str(path), folder or None)
+    else:
+        with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
+            renamed = Path(tmp) / leaf
+            shutil.copyfile(path, renamed)
+            client.log_artifact(run_id, str(renamed), folder or None)
 
 
 def _start_tags(sweep: str, device: str, number: int, config: DeploymentConfig) -> dict[str, str]:
