@@ -12,8 +12,9 @@
   annotator looks for, :func:`restore_sources`, whole-number scalars written as floats,
   :func:`float_scalars`, and each BatchNorm its own layer,
   :func:`~nnsweep.convert.pt2e.own_layer_for_each_batch_norm`) -> calibration
-  (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` (each
-  reader of an int8 tensor given its own dequantize, :func:`dequantize_per_reader`) ->
+  (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` (without
+  its QAT fold, :func:`~nnsweep.convert.ptq_convert.convert_ptq`; each reader of an int8
+  tensor given its own dequantize, :func:`dequantize_per_reader`) ->
   ``litert_torch.convert``.
   litert-torch's int8 models take and return int8 (interface ``full``; the
   :class:`~nnsweep.convert.IOSpec` carries the scales); interface ``core`` adds a
@@ -49,6 +50,7 @@ from nnsweep.convert._base import (
 from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.convert.bags import unbagged_copy
 from nnsweep.convert.pt2e import calibrated, fold_weight_computations, own_layer_for_each_batch_norm
+from nnsweep.convert.ptq_convert import convert_ptq
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError, first_line
@@ -98,7 +100,7 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
         return litert_torch.convert(module, args)
     quantizer = litert_quantizer(quant, symmetric_activations)
     graph = calibrated(module, bundle, quant, lambda g: prepare(g, quantizer, module))
-    graph = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
+    graph = convert_ptq(graph, fold_quantize=False)
     dequantize_per_reader(graph)
     # An exported module says it is training (and refuses .eval()), though it was exported in
     # eval mode and its graph holds eval ops (dropout off, batch norm with running statistics).

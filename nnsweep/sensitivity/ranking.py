@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RANKED_RUNTIMES",
-    "batch_norms_as_affine",
     "cached_ranking",
     "evaluator",
     "ranking",
@@ -229,11 +228,12 @@ def _pt2e_evaluator(
     import copy
 
     import torch
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     from nnsweep.convert import float_fallback
     from nnsweep.convert._base import printed_to_debug_log
     from nnsweep.convert.pt2e import export, ready_for_calibration
+    from nnsweep.convert.ptq_convert import convert_ptq
     from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
     from nnsweep.models._bundle import takes_batches
 
@@ -285,8 +285,7 @@ def _pt2e_evaluator(
             prepared = prepare(module, chosen)
         with torch.no_grad():
             scored_output(prepared, calibration, bundle, batched)
-            batch_norms_as_affine(prepared)
-            outputs = scored_output(convert_pt2e(prepared), inputs, bundle, batched).numpy()
+            outputs = scored_output(convert_ptq(prepared), inputs, bundle, batched).numpy()
         return score_outputs(outputs, reference, split, *scored_layout(bundle))
 
     def evaluate(keep: frozenset[str]) -> Score:
@@ -302,62 +301,3 @@ def _pt2e_evaluator(
         return evaluate_on(one_sample_graph(), False, keep)
 
     return evaluate
-
-
-def batch_norms_as_affine(graph: torch.nn.Module) -> int:
-    """Write each eval-mode BatchNorm left in a prepared, calibrated PT2E graph as
-    ``x * scale + shift`` with constants, in place; return how many.
-
-    PT2E's prepare folds a BatchNorm into the convolution before it; one after anything
-    else (LeViT's, after its linear layers) stays, and then every ``convert_pt2e`` call runs
-    torchao's QAT conv-BatchNorm fold, which exports its 108 pattern graphs anew whatever
-    it finds: most of each ranking run of a small LeViT. In eval mode a BatchNorm is this
-    affine map, and the observers around it (the quantizer's decisions) stay as they are.
-    The converters, whose programs are lowered, keep their BatchNorms.
-    """
-    import torch
-
-    assert isinstance(graph, torch.fx.GraphModule), "a prepared PT2E graph"
-    legit = torch.ops.aten._native_batch_norm_legit_no_training.default
-    rewritten = 0
-    for node in list(graph.graph.nodes):
-        if node.target is torch.ops.aten.batch_norm.default and not node.args[5]:
-            outputs, eps, shape = [node], node.args[7], node.meta["val"].shape
-        elif node.target is legit:
-            outputs, eps, shape = [u for u in node.users if u.args[1] == 0], node.args[6], node.meta["val"][0].shape
-        else:
-            continue
-        constants = [_attribute(graph, arg) for arg in node.args[1:5]]
-        if any(value is None and arg is not None for arg, value in zip(node.args[1:5], constants, strict=True)):
-            continue  # an affine or statistic that is not a constant: left as it is
-        weight, bias, mean, var = constants
-        if mean is None or var is None:
-            continue
-        scale = torch.rsqrt(var + eps) * (1.0 if weight is None else weight)
-        shift = (0.0 if bias is None else bias) - mean * scale
-        view = (-1,) + (1,) * (len(shape) - 2)  # over the channels, dimension 1
-        with graph.graph.inserting_before(node):
-            factors = []
-            for part, value in (("scale", scale), ("shift", shift)):
-                name = f"_nnsweep_{node.name}_{part}"
-                graph.register_buffer(name, value.reshape(view).detach().clone())
-                factors.append(graph.graph.get_attr(name))
-            scaled = graph.graph.call_function(torch.ops.aten.mul.Tensor, (node.args[0], factors[0]))
-            affine = graph.graph.call_function(torch.ops.aten.add.Tensor, (scaled, factors[1]))
-        for output in outputs:
-            output.replace_all_uses_with(affine)
-        rewritten += 1
-    if rewritten:
-        graph.graph.eliminate_dead_code()
-        graph.recompile()
-    return rewritten
-
-
-def _attribute(graph: torch.nn.Module, node: object) -> torch.Tensor | None:
-    """The tensor a ``get_attr`` node reads (None for anything else)."""
-    import torch
-
-    if not isinstance(node, torch.fx.Node) or node.op != "get_attr":
-        return None
-    value = functools.reduce(getattr, str(node.target).split("."), graph)
-    return value if isinstance(value, torch.Tensor) else None
