@@ -38,6 +38,7 @@ __all__ = [
     "float_conv1d_as_conv2d",
     "quantize_pads_of_int8_inputs",
     "scalar_overloads_for_integer_ops",
+    "without_batch_norm_patterns_if_none_can_match",
     "xnnpack_quantizer",
 ]
 
@@ -76,6 +77,8 @@ def xnnpack_quantizer(quant: QuantConfig) -> Any:
     annotate = quantizer.annotate
 
     def annotate_then_pads(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        if quant.mode is QuantMode.STATIC_INT8:
+            without_batch_norm_patterns_if_none_can_match(quantizer, model)
         annotate(model)
         quantize_pads_of_int8_inputs(model)
         return model
@@ -89,6 +92,33 @@ def xnnpack_quantizer(quant: QuantConfig) -> Any:
 
     quantizer.transform_for_annotation = integer_scalars_kept
     return quantizer
+
+
+# XNNPACKQuantizer's conv-BatchNorm patterns (QAT's): a static config annotates them too.
+_BATCH_NORM_PATTERNS = frozenset({"conv_bn_relu", "conv_bn", "conv_transpose_bn_relu", "conv_transpose_bn"})
+
+
+def without_batch_norm_patterns_if_none_can_match(quantizer: Any, graph: torch.fx.GraphModule) -> bool:
+    """Leave out of ``quantizer``'s next annotation of ``graph`` (a static, post-training
+    config) its conv-BatchNorm patterns when ``graph`` holds no BatchNorm; return whether it did.
+
+    ExecuTorch 1.5.1's XNNPACK quantizer annotates QAT's conv-BatchNorm patterns for a
+    static config too, and each call exports their twelve pattern graphs anew (about 1.5 s
+    here). After post-training ``prepare_pt2e`` has folded each BatchNorm into its
+    convolution, there is nothing for them to match: a pattern without its BatchNorm node
+    matches no graph without one. What those annotators do before matching (dead code
+    removed, the graph recompiled) is done here, so the graph is annotated node for node
+    as before (``tests/test_convert_executorch.py`` compares the prepared graphs). An
+    attribute of this quantizer instance is set; the class is untouched.
+    """
+    patterns = type(quantizer).SUPPORTED_PATTERNS
+    if any(n.op == "call_function" and "batch_norm" in str(n.target) for n in graph.graph.nodes):
+        quantizer.SUPPORTED_PATTERNS = patterns  # every pattern, as the class has them
+        return False
+    graph.graph.eliminate_dead_code()
+    graph.recompile()
+    quantizer.SUPPORTED_PATTERNS = [p for p in patterns if p.name not in _BATCH_NORM_PATTERNS]
+    return True
 
 
 _SCALAR_OVERLOADS = {
