@@ -5,8 +5,9 @@ BatchNorm, and that fold exports its 108 pattern graphs anew on each call: about
 an ExecuTorch or LiteRT static-int8 conversion of a small LeViT, and most of each of its
 ranking runs (docs/conversion.md, "A BatchNorm after a linear layer"). It has nothing to
 fold in a graph prepared for post-training quantization: ``prepare_pt2e`` folds each
-BatchNorm that follows a convolution into it, and one left after anything else (LeViT's,
-after a linear layer) matches none of the fold's patterns, which start at a convolution.
+BatchNorm that follows a convolution or a linear layer into it, and one left after anything
+else (LeViT's, after a linear layer and a flatten) matches none of the fold's patterns,
+which start at a convolution.
 
 So while convert runs, each BatchNorm is called through a function of this module (the
 same op, the same arguments), which torchao does not take for a BatchNorm, and is put
