@@ -56,6 +56,7 @@ __all__ = [
     "onnx_float_nodes",
     "onnx_nodes_in",
     "ort_pre_process",
+    "ort_quantize_prepared",
     "ort_quantize_static",
     "pt2e_keep_float",
 ]
@@ -210,8 +211,8 @@ def ort_quantize_static(
 ) -> list[str]:
     """Static int8 QDQ quantization with ONNX Runtime, leaving ``keep_float`` in float.
 
-    As nnsweep's ONNX Runtime converter does: ``quant_pre_process``, then uint8
-    activations (minmax) and int8 weights in QDQ format.
+    As nnsweep's ONNX Runtime converter does: ``quant_pre_process``
+    (:func:`ort_pre_process`), then :func:`ort_quantize_prepared`.
 
     Args:
         source: a model from :func:`export_onnx_scoped`.
@@ -228,6 +229,23 @@ def ort_quantize_static(
     """
     import tempfile
 
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        ort_pre_process(source, prepared)
+        return ort_quantize_prepared(prepared, target, calibration, keep_float, per_channel)
+
+
+def ort_quantize_prepared(
+    prepared: Path,
+    target: Path,
+    calibration: Iterable[np.ndarray],
+    keep_float: Collection[str] = (),
+    per_channel: bool = False,
+) -> list[str]:
+    """:func:`ort_quantize_static` of a model :func:`ort_pre_process` has already written
+    (what a ranking, which quantizes one model many times, pre-processes once): uint8
+    activations (minmax) and int8 weights in QDQ format. Arguments, result and errors as
+    :func:`ort_quantize_static`'s."""
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -244,23 +262,20 @@ def ort_quantize_static(
         def get_next(self) -> dict[str, Any] | None:
             return next(self._items, None)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        prepared = Path(tmp) / "prepared.onnx"
-        ort_pre_process(source, prepared)
-        excluded = onnx_float_nodes(prepared, keep_float)
-        input_name = onnx.load(str(prepared), load_external_data=False).graph.input[0].name
-        with toolchain_records_to_debug_log(_log, ORT_PER_TENSOR_NOTE):
-            quantize_static(
-                str(prepared),
-                str(target),
-                _Reader(input_name),
-                quant_format=QuantFormat.QDQ,
-                per_channel=per_channel,
-                activation_type=QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                calibrate_method=CalibrationMethod.MinMax,
-                nodes_to_exclude=excluded,
-            )
+    excluded = onnx_float_nodes(prepared, keep_float)
+    input_name = onnx.load(str(prepared), load_external_data=False).graph.input[0].name
+    with toolchain_records_to_debug_log(_log, ORT_PER_TENSOR_NOTE):
+        quantize_static(
+            str(prepared),
+            str(target),
+            _Reader(input_name),
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            nodes_to_exclude=excluded,
+        )
     return excluded
 
 

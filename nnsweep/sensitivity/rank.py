@@ -379,13 +379,15 @@ def onnxruntime_evaluator(
     workdir = Path(tempfile.mkdtemp(prefix="nnsweep-sensitivity-"))
     source = workdir / "model.onnx"
     float_fallback.export_onnx_scoped(bundle.module, bundle.example_input, source)
+    prepared = workdir / "prepared.onnx"  # pre-processed once: the same model for every run
+    float_fallback.ort_pre_process(source, prepared)
     calibration = bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES]
     fp32 = reference_outputs(bundle, split) if reference is None else reference
 
     def evaluate(keep: frozenset[str]) -> Score:
         target = workdir / "quantized.onnx"
         samples = (calibration[i : i + 1] for i in range(len(calibration)))
-        float_fallback.ort_quantize_static(source, target, samples, sorted(keep), per_channel)
+        float_fallback.ort_quantize_prepared(prepared, target, samples, sorted(keep), per_channel)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.add_session_config_entry(_UNFUSED_QDQ, "1")  # the quantizer's arithmetic, not the host's kernels
