@@ -218,7 +218,7 @@ def test_the_onnxruntime_evaluator_takes_its_folder_with_it(tmp_path: Path, monk
     evaluate = evaluator(bundle, "onnxruntime", Granularity.PER_TENSOR)
     evaluate(frozenset({"boxes"}))
     (folder,) = scratch.glob("nnsweep-sensitivity-*")
-    assert {p.name for p in folder.iterdir()} == {"model.onnx", "quantized.onnx"}
+    assert {p.name for p in folder.iterdir()} == {"model.onnx", "prepared.onnx", "quantized.onnx"}
     del evaluate
     gc.collect()
     assert not folder.exists()
