@@ -32,24 +32,23 @@ def _batch_norm_no_training(*args: Any, **kwargs: Any) -> Any:
     return torch.ops.aten._native_batch_norm_legit_no_training.default(*args, **kwargs)
 
 
-def _held() -> dict[Any, Any]:
-    """Each BatchNorm op torchao's fold looks for in an eval graph -> the function that stands in for it."""
-    return {
-        torch.ops.aten.batch_norm.default: _batch_norm,
-        torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_no_training,
-    }
+# Each BatchNorm op torchao's fold looks for in an eval graph -> the function that stands in for it.
+_STAND_INS: dict[Any, Any] = {
+    torch.ops.aten.batch_norm.default: _batch_norm,
+    torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_no_training,
+}
+_OPS = {stand_in: op for op, stand_in in _STAND_INS.items()}
 
 
-def _retarget(graph: torch.fx.GraphModule, targets: dict[Any, Any]) -> int:
-    """Call each node whose target is a key of ``targets`` through its value instead; return how many."""
-    moved = 0
+def _retarget(graph: torch.fx.GraphModule, targets: dict[Any, Any]) -> None:
+    """Call each node whose target is a key of ``targets`` through its value instead."""
+    moved = False
     for node in graph.graph.nodes:
         if node.op == "call_function" and node.target in targets:
             node.target = targets[node.target]
-            moved += 1
+            moved = True
     if moved:
         graph.recompile()
-    return moved
 
 
 def convert_ptq(prepared: torch.nn.Module, **kwargs: Any) -> torch.fx.GraphModule:
@@ -58,8 +57,7 @@ def convert_ptq(prepared: torch.nn.Module, **kwargs: Any) -> torch.fx.GraphModul
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     assert isinstance(prepared, torch.fx.GraphModule), "a prepared PT2E graph"
-    held = _held()
-    _retarget(prepared, held)
+    _retarget(prepared, _STAND_INS)
     converted: torch.fx.GraphModule = convert_pt2e(prepared, **kwargs)
-    _retarget(converted, {stand_in: op for op, stand_in in held.items()})
+    _retarget(converted, _OPS)
     return converted

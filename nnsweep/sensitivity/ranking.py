@@ -55,18 +55,10 @@ from nnsweep.sensitivity.torch_evaluators import TorchEvaluator
 
 if TYPE_CHECKING:
     import numpy as np
-    import torch
 
     from nnsweep.models import ModelBundle, Split
 
-__all__ = [
-    "RANKED_RUNTIMES",
-    "cached_ranking",
-    "evaluator",
-    "ranking",
-    "report_from_dict",
-    "report_to_dict",
-]
+__all__ = ["RANKED_RUNTIMES", "cached_ranking", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
 
 log = logging.getLogger(__name__)
 
