@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nnsweep.convert._base import rnn_export_warning_silenced
+from nnsweep.convert.provenance import shared_node_provenance
 from nnsweep.core.atomic import atomic_path
 from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
 from nnsweep.core.quant import Granularity
@@ -132,7 +133,7 @@ def ranking(
 
     quantize_one: tuple[Method, ...] = ("quantize_one",)
     try:
-        with rnn_export_warning_silenced():
+        with rnn_export_warning_silenced(), shared_node_provenance():
             evaluate = evaluator(bundle, runtime, granularity)  # exports the model
             report = measure(layers, counted, methods=quantize_one)
         if isinstance(evaluate, TorchEvaluator):
