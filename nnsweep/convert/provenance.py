@@ -12,8 +12,10 @@ first use and compares and hashes them by it, and nothing in torch, ExecuTorch, 
 litert-torch writes to a record (they append to a node's own list, which is still copied).
 While :func:`shared_node_provenance` is in force a record's deep copy is the record itself,
 as Python's own immutable values are: a list of them is still a new list, its records are
-shared. The provenance is the same records with the same contents, and so is every artifact
-(``tests/test_provenance.py``). The same change, made inside ``NodeSource.__init__``, was
+shared. The provenance is the same records with the same contents, and the artifacts
+compared were the same bytes: a small model's in ``tests/test_provenance.py``,
+mobilenet_v3_small's on ExecuTorch (three modes), LiteRT and ONNX Runtime
+(docs/conversion.md). The same change, made inside ``NodeSource.__init__``, was
 proposed to PyTorch (pytorch/pytorch#193051); PyTorch 2.14 still deep-copies. Where
 ``NodeSource`` defines its own ``__deepcopy__`` it is left as it is.
 """
