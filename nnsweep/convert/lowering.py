@@ -39,6 +39,7 @@ from executorch.exir.program._program import (  # to_edge_transform_and_lower's 
 from torch.export import ExportedProgram
 
 from nnsweep.convert.partition import EVERY_OP, Decompose, LimitedPartitioner, call_of
+from nnsweep.convert.retrace import retrace_only_when_changed
 from nnsweep.convert.xnnpack_patterns import only_where_they_can_match
 
 __all__ = ["EDGE_PROGRAMS_KEPT", "forget", "lower"]
@@ -116,7 +117,7 @@ def _start_again(partitioners: Sequence[LimitedPartitioner], decompose: Decompos
 
 def _to_backend(edge: EdgeProgramManager, partitioners: Sequence[LimitedPartitioner]) -> EdgeProgramManager:
     lowered = edge
-    with _quiet_xnnpack(), only_where_they_can_match(edge.exported_program().graph):
+    with _quiet_xnnpack(), only_where_they_can_match(edge.exported_program().graph), retrace_only_when_changed():
         for partitioner in partitioners:
             lowered = lowered.to_backend({_METHOD: partitioner})
     return lowered

@@ -1,0 +1,130 @@
+"""ExecuTorch's closing re-trace skipped for a graph no pass has touched since the last one.
+
+Most of XNNPACK's ``preprocess`` passes (``ConvertToLinearPass``, ``FuseBatchNormPass``,
+``Conv1dUnsqueezePass``, ``PReLUReshapePass``, ``RemoveGetItemPass`` ...) change the graph in
+place where their pattern occurs and then call ``ExportPass.call``, which traces the whole
+graph again through fake tensors to bring every node's metadata up to date. They do so
+whether they changed anything or not, and a model holds few of their patterns:
+mobilenet_v3_small's static int8 partition was traced again eleven times for nothing, about
+0.5 s each on this machine (docs/conversion.md).
+
+Within :func:`retrace_only_when_changed`, a plain re-trace (an ``ExportPass`` whose class
+overrides nothing the trace calls, only ``call``) of a graph module that is, unchanged, the
+output of a re-trace made in the same block returns that module as it is. Unchanged means
+the same nodes, names, targets, arguments and metadata (:func:`snapshot`; containers are
+compared by contents, other values by identity), so a pass that changed anything in place,
+a node or a metadata entry, is traced again. A re-trace of a re-trace's output makes the
+same graph again (checked at every skip on conv, attention and upsampling models in
+``tests/test_retrace.py``); only the ``from_node`` history misses the skipped passes, and
+ExecuTorch's debug handles are drawn from a node's oldest ancestor, which is the same. The
+``.pte`` files are the same bytes with and without the block (the tests; mobilenet_v3_small
+in three modes, docs/conversion.md).
+
+Passes that do their work in the trace (``ConstPropPass``, ``DimOrderOpsRevertPass`` and the
+edge passes override ``call_operator``) always trace. Outside a block, and in other threads,
+``ExportPass.call`` is ExecuTorch's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = ["is_plain_retrace", "retrace_only_when_changed", "snapshot"]
+
+# The re-traces made in this thread's block: output module -> its snapshot when made.
+_made: ContextVar[weakref.WeakKeyDictionary[Any, tuple[Any, ...]] | None] = ContextVar("retraces", default=None)
+_install_lock = threading.Lock()
+_plain: dict[type, bool] = {}  # is_plain_retrace's answers, per class
+_ATOMS = (str, int, float, bool, type(None))
+
+
+@contextlib.contextmanager
+def retrace_only_when_changed() -> Iterator[None]:
+    """Within the block, this thread's plain re-traces of an untouched re-trace are skipped."""
+    _install()
+    token = _made.set(weakref.WeakKeyDictionary())
+    try:
+        yield
+    finally:
+        _made.reset(token)
+
+
+def snapshot(graph_module: Any) -> tuple[Any, ...]:
+    """What a re-trace of ``graph_module`` depends on: each node (by identity) with its name,
+    op, target, arguments and metadata, and the module attributes its ``get_attr`` nodes read."""
+    parts: list[Any] = [id(graph_module.graph)]
+    for node in graph_module.graph.nodes:
+        parts.append(
+            (
+                id(node),
+                node.name,
+                node.op,
+                _value(node.target),
+                _value(node.args),
+                _value(node.kwargs),
+                tuple((key, _value(value)) for key, value in node.meta.items()),
+            )
+        )
+        if node.op == "get_attr":
+            parts.append(id(getattr(graph_module, node.target, None)))
+    return tuple(parts)
+
+
+def is_plain_retrace(cls: type) -> bool:
+    """Whether ``cls``'s ``ExportPass.call`` is ExecuTorch's plain re-trace: the class
+    overrides nothing of ``ExportPass`` (hooks, tracer, interpreter) but ``call``."""
+    from executorch.exir.pass_base import ExportPass
+
+    if cls not in _plain:
+        names = (name for name in dir(ExportPass) if not name.startswith("__") and name != "call")
+        methods = (name for name in names if callable(getattr(ExportPass, name)))  # not ABC's _abc_impl
+        _plain[cls] = all(getattr(cls, name, None) is getattr(ExportPass, name) for name in methods)
+    return _plain[cls]
+
+
+def _value(value: Any) -> Any:
+    """A comparable stand-in: atoms as they are, containers by their contents (lists and
+    dicts by identity too, so one changed in place differs), anything else by identity."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is tuple:
+        return value if all(type(v) in _ATOMS for v in value) else tuple(_value(v) for v in value)
+    if kind is list:
+        return (id(value), tuple(_value(v) for v in value))
+    if kind is dict:
+        return (id(value), tuple((k, _value(v)) for k, v in value.items()))
+    return id(value)
+
+
+def _install() -> None:
+    """Put the stand-in in front of ``ExportPass.call`` (once per process)."""
+    from executorch.exir.pass_base import ExportPass
+
+    with _install_lock:
+        if not hasattr(ExportPass.call, "__wrapped__"):
+            ExportPass.call = _stand_in(ExportPass.call)  # type: ignore[method-assign]
+
+
+def _stand_in(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    @functools.wraps(original)  # its __wrapped__ is ExecuTorch's call
+    def call(self: Any, graph_module: Any) -> Any:
+        made = _made.get()
+        if made is None:
+            return original(self, graph_module)
+        when_made = made.get(graph_module)
+        if when_made is not None and is_plain_retrace(type(self)) and when_made == snapshot(graph_module):
+            from torch.fx.passes.infra.pass_base import PassResult
+
+            return PassResult(graph_module, False)
+        result = original(self, graph_module)  # every pass's trace: a plain one may follow it
+        made[result.graph_module] = snapshot(result.graph_module)
+        return result
+
+    return call

@@ -1,0 +1,241 @@
+"""ExecuTorch's plain re-trace is skipped only for a graph untouched since the last one
+(nnsweep.convert.retrace): what a skip returns is what the trace would have made, a graph
+changed in place is traced again, and the lowered bytes are ExecuTorch's own."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from executorch.backends.xnnpack import _passes as xnnpack_passes
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+from executorch.exir.pass_base import ExportPass
+from torch import nn
+from torch.fx import GraphModule
+
+from nnsweep.convert import lowering
+from nnsweep.convert.partition import LimitedPartitioner
+from nnsweep.convert.retrace import is_plain_retrace, retrace_only_when_changed
+from nnsweep.core.config import PartitionLimits
+
+
+class _ConvBlock(nn.Module):
+    """Conv, BatchNorm (XNNPACK fuses it), hardswish, PReLU, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.act = nn.PReLU(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(nn.functional.hardswish(self.norm(self.conv(x))))
+        return self.head(y.mean(dim=(2, 3)))
+
+
+class _Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+class _Upsample(nn.Module):
+    """Bilinear upsampling and a concatenation of four inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.interpolate(self.conv(x), scale_factor=2.0, mode="bilinear", align_corners=False)
+        return torch.cat([y, y * 2, y + 1, torch.relu(y)], dim=1)
+
+
+class _Sequence(nn.Module):
+    """Conv1d (XNNPACK unsqueezes it to 2-D) and max pooling (its indices dropped). (A PReLU
+    after the conv1d fails in ExecuTorch 1.5.1's own lowering, in ChannelsLastTaggedReshapePass.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(4, 6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.max_pool1d(torch.relu(self.conv(x)), 2)
+
+
+MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
+    "conv_block": (_ConvBlock, (1, 3, 8, 8)),
+    "attention": (_Attention, (1, 2, 8, 16)),
+    "upsample": (_Upsample, (1, 3, 6, 6)),
+    "sequence": (_Sequence, (1, 4, 16)),
+}
+
+
+def _program(name: str) -> torch.export.ExportedProgram:
+    make, shape = MODELS[name]
+    torch.manual_seed(0)
+    return torch.export.export(make().eval(), (torch.randn(shape),))
+
+
+def _partitioner() -> LimitedPartitioner:
+    return LimitedPartitioner(XnnpackPartitioner(), PartitionLimits())
+
+
+def _structure(graph_module: GraphModule) -> list[Any]:
+    """A graph as the next pass sees it: nodes by name, metadata but the provenance
+    (``from_node`` names the pass that made a node), fake values by shape, dtype and stride."""
+
+    def value(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return ("tensor", tuple(v.shape), v.dtype, tuple(v.stride()))
+        if isinstance(v, torch.fx.Node):
+            return ("node", v.name)
+        if isinstance(v, (list, tuple)):
+            return [value(x) for x in v]
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        return v
+
+    def meta(node: torch.fx.Node) -> dict[str, Any]:
+        return {k: value(v) for k, v in node.meta.items() if k != "from_node"}
+
+    return [(n.name, n.op, n.target, value(n.args), value(n.kwargs), meta(n)) for n in graph_module.graph.nodes]
+
+
+@pytest.fixture
+def skips() -> Iterator[list[tuple[list[Any], list[Any]]]]:
+    """Each skip of the block's stand-in, as it was then, with what ExecuTorch's own trace
+    makes of the graph (later passes change the graph in place)."""
+    with retrace_only_when_changed():
+        pass  # installs the stand-in
+    stand_in = ExportPass.call
+    seen: list[tuple[list[Any], list[Any]]] = []
+
+    @functools.wraps(stand_in)
+    def watching(self: ExportPass, graph_module: GraphModule) -> Any:
+        result = stand_in(self, graph_module)
+        if result.graph_module is graph_module and not result.modified:
+            traced = stand_in.__wrapped__(self, graph_module).graph_module  # type: ignore[attr-defined]
+            seen.append((_structure(graph_module), _structure(traced)))
+        return result
+
+    ExportPass.call = watching  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        ExportPass.call = stand_in  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_each_skip_returns_what_the_trace_would_make(name: str, skips: list[tuple[list[Any], list[Any]]]) -> None:
+    lowering.lower(_program(name), [_partitioner()], None)
+    assert skips, "no re-trace was skipped"
+    for kept, traced in skips:
+        assert kept == traced
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_lowering_gives_executorch_s_own_bytes(name: str) -> None:
+    program = _program(name)
+    own = to_edge_transform_and_lower(
+        program, partitioner=[_partitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+    )
+    ours = lowering.lower(program, [_partitioner()], None)
+    assert bytes(ours.to_executorch().buffer) == bytes(own.to_executorch().buffer)
+
+
+def _edge_module() -> GraphModule:
+    return to_edge(_program("conv_block")).exported_program().graph_module
+
+
+class _Counting(ExportPass):
+    """A plain re-trace (it overrides ``call`` only) that counts the traces it makes."""
+
+    def __init__(self, change: Callable[[GraphModule], None] = lambda gm: None) -> None:
+        super().__init__()
+        self.change = change
+
+    def call(self, graph_module: GraphModule) -> Any:
+        self.change(graph_module)
+        return super().call(graph_module)
+
+
+def _traces(pass_: ExportPass, graph_module: GraphModule) -> tuple[bool, GraphModule]:
+    result = pass_(graph_module)
+    return result.graph_module is not graph_module, result.graph_module
+
+
+def test_an_untouched_trace_is_not_traced_again() -> None:
+    with retrace_only_when_changed():
+        traced, first = _traces(_Counting(), _edge_module())
+        assert traced  # not made in this block
+        assert _traces(_Counting(), first) == (False, first)
+        assert _traces(ExportPass(), first) == (False, first)
+
+
+def _add_meta(gm: GraphModule) -> None:
+    next(n for n in gm.graph.nodes if n.op == "call_function").meta["tag"] = True
+
+
+def _change_meta_in_place(gm: GraphModule) -> None:
+    node = next(n for n in gm.graph.nodes if "nn_module_stack" in n.meta)
+    node.meta["nn_module_stack"]["extra"] = ("extra", "Extra")
+
+
+def _rename(gm: GraphModule) -> None:
+    next(n for n in gm.graph.nodes if n.op == "call_function").name = "renamed"
+
+
+def _add_node(gm: GraphModule) -> None:
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    with gm.graph.inserting_after(node):
+        clone = gm.graph.call_function(torch.ops.aten.clone.default, (node,))
+    node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+    clone.meta["val"] = node.meta["val"]
+
+
+@pytest.mark.parametrize("change", [_add_meta, _change_meta_in_place, _rename, _add_node])
+def test_a_graph_changed_in_place_is_traced_again(change: Callable[[GraphModule], None]) -> None:
+    with retrace_only_when_changed():
+        _, first = _traces(ExportPass(), _edge_module())
+        traced, _ = _traces(_Counting(change), first)
+        assert traced
+
+
+def test_a_pass_that_works_in_the_trace_always_traces() -> None:
+    const_prop = xnnpack_passes.ConstPropPass
+    assert not is_plain_retrace(const_prop)
+    with retrace_only_when_changed():
+        _, first = _traces(ExportPass(), _edge_module())
+        traced, _ = _traces(const_prop(), first)
+        assert traced
+
+
+def test_outside_the_block_every_call_traces() -> None:
+    with retrace_only_when_changed():
+        _, first = _traces(ExportPass(), _edge_module())
+    assert _traces(ExportPass(), first)[0]
+
+
+@pytest.mark.parametrize(
+    ("cls", "plain"),
+    [
+        (ExportPass, True),
+        (_Counting, True),
+        (xnnpack_passes.ConvertToLinearPass, True),
+        (xnnpack_passes.FuseBatchNormPass, True),
+        (xnnpack_passes.DimOrderOpsRevertPass, False),
+        (xnnpack_passes.ConstPropPass, False),
+    ],
+)
+def test_plain_retrace_is_a_class_that_overrides_call_alone(cls: type, plain: bool) -> None:
+    assert is_plain_retrace(cls) is plain
