@@ -30,25 +30,40 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
 __all__ = ["is_plain_retrace", "retrace_only_when_changed", "snapshot"]
 
-# The re-traces made in this thread's block: output module -> its snapshot when made.
-_made: ContextVar[weakref.WeakKeyDictionary[Any, tuple[Any, ...]] | None] = ContextVar("retraces", default=None)
+# The re-traces made in this thread's block: output module -> its snapshot when made. The
+# snapshots hold what they compare by identity, so no address is reused while the block lasts.
+_made: ContextVar[dict[_Same, tuple[Any, ...]] | None] = ContextVar("retraces", default=None)
 _install_lock = threading.Lock()
 _plain: dict[type, bool] = {}  # is_plain_retrace's answers, per class
 _ATOMS = (str, int, float, bool, type(None))
+
+
+class _Same:
+    """``value`` compared by identity, and kept alive with the snapshot that holds it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
 
 
 @contextlib.contextmanager
 def retrace_only_when_changed() -> Iterator[None]:
     """Within the block, this thread's plain re-traces of an untouched re-trace are skipped."""
     _install()
-    token = _made.set(weakref.WeakKeyDictionary())
+    token = _made.set({})
     try:
         yield
     finally:
@@ -58,11 +73,11 @@ def retrace_only_when_changed() -> Iterator[None]:
 def snapshot(graph_module: Any) -> tuple[Any, ...]:
     """What a re-trace of ``graph_module`` depends on: each node (by identity) with its name,
     op, target, arguments and metadata, and the module attributes its ``get_attr`` nodes read."""
-    parts: list[Any] = [id(graph_module.graph)]
+    parts: list[Any] = [_Same(graph_module.graph)]
     for node in graph_module.graph.nodes:
         parts.append(
             (
-                id(node),
+                _Same(node),
                 node.name,
                 node.op,
                 _value(node.target),
@@ -72,7 +87,7 @@ def snapshot(graph_module: Any) -> tuple[Any, ...]:
             )
         )
         if node.op == "get_attr":
-            parts.append(id(getattr(graph_module, node.target, None)))
+            parts.append(_Same(getattr(graph_module, node.target, None)))
     return tuple(parts)
 
 
@@ -97,10 +112,10 @@ def _value(value: Any) -> Any:
     if kind is tuple:
         return value if all(type(v) in _ATOMS for v in value) else tuple(_value(v) for v in value)
     if kind is list:
-        return (id(value), tuple(_value(v) for v in value))
+        return (_Same(value), tuple(_value(v) for v in value))
     if kind is dict:
-        return (id(value), tuple((k, _value(v)) for k, v in value.items()))
-    return id(value)
+        return (_Same(value), tuple((k, _value(v)) for k, v in value.items()))
+    return _Same(value)
 
 
 def _install() -> None:
@@ -118,13 +133,13 @@ def _stand_in(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         made = _made.get()
         if made is None:
             return original(self, graph_module)
-        when_made = made.get(graph_module)
+        when_made = made.get(_Same(graph_module))
         if when_made is not None and is_plain_retrace(type(self)) and when_made == snapshot(graph_module):
             from torch.fx.passes.infra.pass_base import PassResult
 
             return PassResult(graph_module, False)
         result = original(self, graph_module)  # every pass's trace: a plain one may follow it
-        made[result.graph_module] = snapshot(result.graph_module)
+        made[_Same(result.graph_module)] = snapshot(result.graph_module)
         return result
 
     return call
