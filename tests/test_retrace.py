@@ -4,6 +4,7 @@ changed in place is traced again, and the lowered bytes are ExecuTorch's own."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,6 +15,8 @@ from executorch.backends.xnnpack import _passes as xnnpack_passes
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
 from executorch.exir.pass_base import ExportPass
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch import nn
 from torch.fx import GraphModule
 
@@ -111,8 +114,8 @@ def _structure(graph_module: GraphModule) -> list[Any]:
     return [(n.name, n.op, n.target, value(n.args), value(n.kwargs), meta(n)) for n in graph_module.graph.nodes]
 
 
-@pytest.fixture
-def skips() -> Iterator[list[tuple[list[Any], list[Any]]]]:
+@contextlib.contextmanager
+def _watching_skips() -> Iterator[list[tuple[list[Any], list[Any]]]]:
     """Each skip of the block's stand-in, as it was then, with what ExecuTorch's own trace
     makes of the graph (later passes change the graph in place)."""
     with retrace_only_when_changed():
@@ -135,6 +138,12 @@ def skips() -> Iterator[list[tuple[list[Any], list[Any]]]]:
         ExportPass.call = stand_in  # type: ignore[method-assign]
 
 
+@pytest.fixture
+def skips() -> Iterator[list[tuple[list[Any], list[Any]]]]:
+    with _watching_skips() as seen:
+        yield seen
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_each_skip_returns_what_the_trace_would_make(name: str, skips: list[tuple[list[Any], list[Any]]]) -> None:
     lowering.lower(_program(name), [_partitioner()], None)
@@ -143,14 +152,85 @@ def test_each_skip_returns_what_the_trace_would_make(name: str, skips: list[tupl
         assert kept == traced
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_lowering_gives_executorch_s_own_bytes(name: str) -> None:
-    program = _program(name)
+def _executorch_s_own(program: torch.export.ExportedProgram) -> bytes:
     own = to_edge_transform_and_lower(
         program, partitioner=[_partitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
     )
-    ours = lowering.lower(program, [_partitioner()], None)
-    assert bytes(ours.to_executorch().buffer) == bytes(own.to_executorch().buffer)
+    return bytes(own.to_executorch().buffer)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_lowering_gives_executorch_s_own_bytes(name: str) -> None:
+    program = _program(name)
+    assert bytes(lowering.lower(program, [_partitioner()], None).to_executorch().buffer) == _executorch_s_own(program)
+
+
+_LAYERS: dict[str, Callable[[int], nn.Module]] = {
+    "conv3x3": lambda c: nn.Conv2d(c, c, 3, padding=1),
+    "depthwise": lambda c: nn.Conv2d(c, c, 3, padding=1, groups=c),
+    "pointwise": lambda c: nn.Conv2d(c, c, 1),
+    "batch_norm": nn.BatchNorm2d,
+    "relu": lambda c: nn.ReLU(),
+    "hardswish": lambda c: nn.Hardswish(),
+    "prelu": nn.PReLU,
+    "sigmoid": lambda c: nn.Sigmoid(),
+    "max_pool": lambda c: nn.MaxPool2d(3, stride=1, padding=1),
+    "avg_pool": lambda c: nn.AvgPool2d(3, stride=1, padding=1),
+    "upsample": lambda c: nn.Upsample(scale_factor=2.0, mode="bilinear"),
+    "concat": lambda c: _Concat(c),
+}
+
+
+class _Concat(nn.Module):
+    """The input beside a 1x1 conv of it, back to ``c`` channels."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.branch = nn.Conv2d(c, c, 1)
+        self.merge = nn.Conv2d(2 * c, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.merge(torch.cat([x, self.branch(x)], dim=1))
+
+
+class _Drawn(nn.Module):
+    def __init__(self, layers: list[str]) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 1)
+        self.body = nn.Sequential(*(_LAYERS[name](4) for name in layers))
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.stem(x)).mean(dim=(2, 3)))
+
+
+def _static_int8(model: nn.Module, example: torch.Tensor) -> torch.export.ExportedProgram:
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(model, (example,)).module(), quantizer)
+    prepared(example)
+    return torch.export.export(convert_pt2e(prepared), (example,))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.lists(st.sampled_from(sorted(_LAYERS)), min_size=1, max_size=5), quantized=st.booleans())
+def test_drawn_models_skip_only_what_the_trace_would_remake(layers: list[str], quantized: bool) -> None:
+    """Models nobody wrote by hand: each skip is what the trace would make, and the bytes
+    are ExecuTorch's own, in float and in static int8."""
+    torch.manual_seed(0)
+    model, example = _Drawn(layers).eval(), torch.randn(1, 3, 6, 6)
+    program = _static_int8(model, example) if quantized else torch.export.export(model, (example,))
+    with _watching_skips() as seen:
+        ours = bytes(lowering.lower(program, [_partitioner()], None).to_executorch().buffer)
+    assert seen, "no re-trace was skipped"
+    for kept, traced in seen:
+        assert kept == traced
+    assert ours == _executorch_s_own(program)
 
 
 def _edge_module() -> GraphModule:
