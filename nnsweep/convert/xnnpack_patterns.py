@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ PATTERNS = (
 # The providers whose patterns cannot match the program lowered now (this thread's).
 _unmatchable: ContextVar[frozenset[Patterns]] = ContextVar("unmatchable", default=frozenset())
 _installed: set[Patterns] = set()
+_install_lock = threading.Lock()  # two threads' first lowerings put one stand-in in front, not two
 
 
 def edge_op_names(graph: Graph) -> frozenset[str]:
@@ -70,11 +72,12 @@ def only_where_they_can_match(graph: Graph) -> Iterator[None]:
 def _install() -> None:
     """Put a stand-in in front of each provider (once per process): ExecuTorch's own
     patterns, or none while :func:`only_where_they_can_match` says they cannot match."""
-    for provider in PATTERNS:
-        if provider not in _installed:
-            original = getattr(provider.module, provider.function)
-            setattr(provider.module, provider.function, _stand_in(provider, original))
-            _installed.add(provider)
+    with _install_lock:
+        for provider in PATTERNS:
+            if provider not in _installed:
+                original = getattr(provider.module, provider.function)
+                setattr(provider.module, provider.function, _stand_in(provider, original))
+                _installed.add(provider)
 
 
 def _stand_in(provider: Patterns, original: Callable[[], Any]) -> Callable[[], Any]:
