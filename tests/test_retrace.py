@@ -15,7 +15,7 @@ from executorch.backends.xnnpack import _passes as xnnpack_passes
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
 from executorch.exir.pass_base import ExportPass
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from torch import nn
 from torch.fx import GraphModule
@@ -217,20 +217,37 @@ def _static_int8(model: nn.Module, example: torch.Tensor) -> torch.export.Export
     return torch.export.export(convert_pt2e(prepared), (example,))
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# ExecuTorch 1.5.1's DecomposeBatchNorm reads the .grad of a non-leaf tensor (a warning, an error here)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,  # the same models on every run: CI does not draw a new one
+    phases=(Phase.explicit, Phase.generate),  # a failing lowering is seconds: no shrinking
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(layers=st.lists(st.sampled_from(sorted(_LAYERS)), min_size=1, max_size=5), quantized=st.booleans())
 def test_drawn_models_skip_only_what_the_trace_would_remake(layers: list[str], quantized: bool) -> None:
-    """Models nobody wrote by hand: each skip is what the trace would make, and the bytes
-    are ExecuTorch's own, in float and in static int8."""
+    """Models nobody wrote by hand: each skip is what the trace would make, and the outcome
+    is ExecuTorch's own, in float and in static int8: the same bytes, or the same error
+    where ExecuTorch's own lowering fails."""
     torch.manual_seed(0)
     model, example = _Drawn(layers).eval(), torch.randn(1, 3, 6, 6)
     program = _static_int8(model, example) if quantized else torch.export.export(model, (example,))
+    try:
+        own: bytes | Exception = _executorch_s_own(program)
+    except Exception as exc:  # an ExecuTorch fault on this model, without nnsweep's block
+        own = exc
     with _watching_skips() as seen:
+        if isinstance(own, Exception):
+            with pytest.raises(type(own)):
+                lowering.lower(program, [_partitioner()], None).to_executorch()
+            return
         ours = bytes(lowering.lower(program, [_partitioner()], None).to_executorch().buffer)
     assert seen, "no re-trace was skipped"
     for kept, traced in seen:
         assert kept == traced
-    assert ours == _executorch_s_own(program)
+    assert ours == own
 
 
 def _edge_module() -> GraphModule:

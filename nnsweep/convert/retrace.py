@@ -10,15 +10,16 @@ mobilenet_v3_small's static int8 partition was traced again eleven times for not
 
 Within :func:`retrace_only_when_changed`, a plain re-trace (an ``ExportPass`` whose class
 overrides nothing the trace calls, only ``call``) of a graph module that is, unchanged, the
-output of a re-trace made in the same block returns that module as it is. Unchanged means
+output of the last re-trace made in the same block returns that module as it is. Unchanged means
 the same nodes, names, targets, arguments and metadata (:func:`snapshot`; containers are
 compared by contents, other values by identity), so a pass that changed anything in place,
 a node or a metadata entry, is traced again. A re-trace of a re-trace's output makes the
-same graph again (checked at every skip on conv, attention and upsampling models in
-``tests/test_retrace.py``); only the ``from_node`` history misses the skipped passes, and
-ExecuTorch's debug handles are drawn from a node's oldest ancestor, which is the same. The
-``.pte`` files are the same bytes with and without the block (the tests; mobilenet_v3_small
-in three modes, docs/conversion.md).
+same graph again (checked at every skip on conv, attention, upsampling and conv1d models
+and on drawn ones, float and static int8, in ``tests/test_retrace.py``); only the
+``from_node`` history misses the skipped passes, and ExecuTorch's debug handles are drawn
+from a node's oldest ancestor, which is the same. The ``.pte`` files are the same bytes
+with and without the block (the tests; mobilenet_v3_small in three modes,
+docs/conversion.md).
 
 Passes that do their work in the trace (``ConstPropPass``, ``DimOrderOpsRevertPass`` and the
 edge passes override ``call_operator``) always trace. Outside a block, and in other threads,
@@ -36,8 +37,9 @@ from typing import Any
 
 __all__ = ["is_plain_retrace", "retrace_only_when_changed", "snapshot"]
 
-# The re-traces made in this thread's block: output module -> its snapshot when made. The
-# snapshots hold what they compare by identity, so no address is reused while the block lasts.
+# The last re-trace made in this thread's block: its output module -> its snapshot when made
+# (one entry: XNNPACK's passes trace one after another, each the module the last one made).
+# The snapshot holds what it compares by identity, so no address is reused while it is kept.
 _made: ContextVar[dict[_Same, tuple[Any, ...]] | None] = ContextVar("retraces", default=None)
 _install_lock = threading.Lock()
 _plain: dict[type, bool] = {}  # is_plain_retrace's answers, per class
@@ -139,6 +141,7 @@ def _stand_in(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
             return PassResult(graph_module, False)
         result = original(self, graph_module)  # every pass's trace: a plain one may follow it
+        made.clear()
         made[_Same(result.graph_module)] = snapshot(result.graph_module)
         return result
 
