@@ -33,14 +33,12 @@ import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["is_plain_retrace", "retrace_only_when_changed", "snapshot"]
 
-# The last re-trace made in this thread's block: its output module -> its snapshot when made
-# (one entry: XNNPACK's passes trace one after another, each the module the last one made).
-# The snapshot holds what it compares by identity, so no address is reused while it is kept.
-_made: ContextVar[dict[_Same, tuple[Any, ...]] | None] = ContextVar("retraces", default=None)
+_last: ContextVar[_LastTrace | None] = ContextVar("last_trace", default=None)  # this thread's block
 _install_lock = threading.Lock()
 _plain: dict[type, bool] = {}  # is_plain_retrace's answers, per class
 _ATOMS = (str, int, float, bool, type(None))
@@ -61,21 +59,30 @@ class _Same:
         return id(self.value)
 
 
+@dataclass
+class _LastTrace:
+    """The snapshot of the module the block's last trace made (XNNPACK's passes trace one
+    after another, each the module the one before made). It holds what it compares by
+    identity, so no address is reused while it is kept."""
+
+    snapshot: tuple[Any, ...] = ()
+
+
 @contextlib.contextmanager
 def retrace_only_when_changed() -> Iterator[None]:
     """Within the block, this thread's plain re-traces of an untouched re-trace are skipped."""
     _install()
-    token = _made.set({})
+    token = _last.set(_LastTrace())
     try:
         yield
     finally:
-        _made.reset(token)
+        _last.reset(token)
 
 
 def snapshot(graph_module: Any) -> tuple[Any, ...]:
-    """What a re-trace of ``graph_module`` depends on: each node (by identity) with its name,
+    """The module and what a re-trace of it depends on: each node (by identity) with its name,
     op, target, arguments and metadata, and the module attributes its ``get_attr`` nodes read."""
-    parts: list[Any] = [_Same(graph_module.graph)]
+    parts: list[Any] = [_Same(graph_module), _Same(graph_module.graph)]
     for node in graph_module.graph.nodes:
         parts.append(
             (
@@ -132,17 +139,15 @@ def _install() -> None:
 def _stand_in(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     @functools.wraps(original)  # its __wrapped__ is ExecuTorch's call
     def call(self: Any, graph_module: Any) -> Any:
-        made = _made.get()
-        if made is None:
+        last = _last.get()
+        if last is None:
             return original(self, graph_module)
-        when_made = made.get(_Same(graph_module))
-        if when_made is not None and is_plain_retrace(type(self)) and when_made == snapshot(graph_module):
+        if is_plain_retrace(type(self)) and last.snapshot == snapshot(graph_module):
             from torch.fx.passes.infra.pass_base import PassResult
 
             return PassResult(graph_module, False)
         result = original(self, graph_module)  # every pass's trace: a plain one may follow it
-        made.clear()
-        made[_Same(result.graph_module)] = snapshot(result.graph_module)
+        last.snapshot = snapshot(result.graph_module)
         return result
 
     return call
