@@ -162,8 +162,14 @@ def _executorch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bo
     )
     path = tmp / "model.pte"
     path.write_bytes(edge.to_executorch().buffer)
-    method = Runtime.get().load_program(path).load_method("forward")
-    return lambda x: method.execute([torch.from_numpy(x)])[0].numpy()
+    program = Runtime.get().load_program(path)
+    method = program.load_method("forward")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        assert program is not None  # a Method does not keep its Program alive: the closure does
+        return method.execute([torch.from_numpy(x)])[0].numpy()  # type: ignore[no-any-return]
+
+    return run
 
 
 def _litert(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp: Path) -> Callable:

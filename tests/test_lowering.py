@@ -133,7 +133,9 @@ def test_a_dropped_head_is_decomposed_while_a_kept_3d_linear_stays_whole() -> No
     assert partitioner.dropped == [2]  # the head's linear and its weight's permute
     outside = [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"]
     assert any("addmm" in t for t in outside) and not any("linear" in t for t in outside)
-    method = Runtime.get().load_program(bytes(edge.to_executorch().buffer)).load_method("forward")
+    # ExecuTorch's Method does not keep its Program (and the bytes it runs in) alive: hold both.
+    program = Runtime.get().load_program(bytes(edge.to_executorch().buffer))
+    method = program.load_method("forward")
     torch.testing.assert_close(method.execute([example])[0], model(example), rtol=1e-4, atol=1e-5)
 
 

@@ -73,7 +73,8 @@ def _input_dtype(runtime: str, path: Path) -> str:
 
     from nnsweep.bench.runners._etlite import _DTYPES
 
-    method = Runtime.get().load_program(str(path)).load_method("forward")
+    program = Runtime.get().load_program(str(path))  # a Method does not keep its Program alive
+    method = program.load_method("forward")
     return _DTYPES[int(method.metadata.input_tensor_meta(0).dtype())].name
 
 
