@@ -1,15 +1,18 @@
-"""XNNPACK's lowering of one program with and without the skipped closing re-traces.
+"""One step of XNNPACK's lowering of one program, with and without the skip that step has.
 
-:mod:`nnsweep.convert.retrace` lets XNNPACK's ``preprocess`` passes skip their closing
-re-trace of a graph no pass has touched since the last one. This script builds a model's
-exported (and, for int8, quantized and calibrated) program as the ExecuTorch converter
-does, makes its edge program once, and then lowers it to XNNPACK (``to_backend`` with
-XNNPACK's passes) in turns, with the skip and without it, in one process, so the machine's
-drift between whole processes does not enter the ratio. It prints each lowering's seconds,
-the medians, their ratio, and the ``.pte`` digest of each side (they must be equal).
+``--step to_backend``: :mod:`nnsweep.convert.retrace` lets XNNPACK's ``preprocess`` passes
+skip their closing re-trace of a graph no pass has touched since the last one; the edge
+program is made once and lowered to XNNPACK (``to_backend``) in turns. ``--step edge``:
+:mod:`nnsweep.convert.redecompose` skips the edge program's last ``run_decompositions`` when
+nothing is left for it; the edge program is made in turns (then lowered, for the digest).
+The program is the model's exported (and, for int8, quantized and calibrated) one, built as
+the ExecuTorch converter does. Turns with the skip and without it alternate in one process,
+so the machine's drift between whole processes does not enter the ratio. It prints each
+turn's seconds, the medians, their ratio, and the ``.pte`` digest of each side (they must
+be equal).
 
 Usage: .venv/bin/python benchmarks/xnnpack_retrace.py [--model torchvision:mobilenet_v3_small]
-       [--quant static_int8] [--rounds 4]
+       [--quant static_int8] [--step to_backend|edge] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -40,28 +43,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="torchvision:mobilenet_v3_small")
     parser.add_argument("--quant", default="static_int8", choices=[m.value for m in QuantMode])
+    parser.add_argument("--step", default="to_backend", choices=["to_backend", "edge"])
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
+    block = "retrace_only_when_changed" if args.step == "to_backend" else "decompose_only_what_is_left"
 
     quant = QuantConfig(mode=QuantMode(args.quant), granularity=Granularity.PER_CHANNEL)
     with tempfile.TemporaryDirectory(prefix="nnsweep-retrace-") as tmp, shared_node_provenance():
         bundle = load_model(args.model, cache_dir=Path(tmp))
         program = _program(bundle, quant)
         edge = lowering._edge_program(program, [p.inner for p in _partitioners()], None)
-        skip = lowering.retrace_only_when_changed
+        skip = getattr(lowering, block)
         seconds: dict[str, list[float]] = {"skip": [], "trace every time": []}
         digests: dict[str, set[str]] = {name: set() for name in seconds}
         try:
             for n in range(args.rounds):
                 for name in seconds:
-                    lowering.retrace_only_when_changed = skip if name == "skip" else contextlib.nullcontext
+                    setattr(lowering, block, skip if name == "skip" else contextlib.nullcontext)
                     start = time.perf_counter()
+                    if args.step == "edge":
+                        edge = lowering._edge_manager(program, [p.inner for p in _partitioners()])
+                        seconds[name].append(time.perf_counter() - start)
                     lowered = lowering._to_backend(edge, _partitioners())
-                    seconds[name].append(time.perf_counter() - start)
+                    if args.step == "to_backend":
+                        seconds[name].append(time.perf_counter() - start)
                     digests[name].add(hashlib.sha256(lowered.to_executorch().buffer).hexdigest()[:16])
                     print(f"round {n + 1}, {name}: {seconds[name][-1]:.2f} s", flush=True)
         finally:
-            lowering.retrace_only_when_changed = skip
+            setattr(lowering, block, skip)
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     for name, values in seconds.items():
         spread = f"{min(values):.2f}-{max(values):.2f}"

@@ -1,7 +1,8 @@
 """ExecuTorch's lowering in its two steps, with the first kept for the next conversion.
 
-``to_edge_transform_and_lower`` makes the edge program (two ``run_decompositions``, which
-keep whole the ops the partitioners claim, such as XNNPACK's ``aten.linear``), then runs
+``to_edge_transform_and_lower`` makes the edge program (three ``run_decompositions``, which
+keep whole the ops the partitioners claim, such as XNNPACK's ``aten.linear``; the last is
+skipped when nothing is left for it, :mod:`nnsweep.convert.redecompose`), then runs
 each partitioner's ``to_backend`` and checks that no op kept whole was left undelegated.
 The edge program depends on the program and on which ops the backends keep whole, not on
 the partition limits: on mobilenet_v3_small it is about half of a lowering
@@ -39,6 +40,7 @@ from executorch.exir.program._program import (  # to_edge_transform_and_lower's 
 from torch.export import ExportedProgram
 
 from nnsweep.convert.partition import EVERY_OP, Decompose, LimitedPartitioner, call_of
+from nnsweep.convert.redecompose import decompose_only_what_is_left
 from nnsweep.convert.retrace import retrace_only_when_changed
 from nnsweep.convert.xnnpack_patterns import only_where_they_can_match
 
@@ -80,7 +82,7 @@ def lower(program: ExportedProgram, partitioners: Sequence[LimitedPartitioner], 
         named |= left
         log.debug("dropped partitions hold ops kept whole (%s): decomposing them", sorted(map(str, left)))
         _start_again(partitioners, named)
-        edge = _gen_edge_manager_for_partitioners({_METHOD: list(partitioners)}, {_METHOD: program}, _CONFIG, None)
+        edge = _edge_manager(program, list(partitioners))
         lowered = _to_backend(edge, partitioners)
         left = _kept_whole_left(lowered.exported_program(), partitioners)
     if not left:
@@ -101,12 +103,17 @@ def _edge_program(program: ExportedProgram, inner: list[Any], key: Hashable | No
         log.debug("edge program reused")
         return _kept[key]
     # The backends' own partitioners: the ops they keep whole, whatever the limits.
-    edge = _gen_edge_manager_for_partitioners({_METHOD: inner}, {_METHOD: program}, _CONFIG, None)
+    edge = _edge_manager(program, inner)
     if key is not None:
         _kept[key] = edge  # to_backend returns a new manager and leaves this one as it was
         while len(_kept) > EDGE_PROGRAMS_KEPT:
             _kept.popitem(last=False)
     return edge
+
+
+def _edge_manager(program: ExportedProgram, partitioners: list[Any]) -> EdgeProgramManager:
+    with decompose_only_what_is_left():
+        return _gen_edge_manager_for_partitioners({_METHOD: partitioners}, {_METHOD: program}, _CONFIG, None)
 
 
 def _start_again(partitioners: Sequence[LimitedPartitioner], decompose: Decompose) -> None:
