@@ -162,12 +162,11 @@ def _executorch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bo
     )
     path = tmp / "model.pte"
     path.write_bytes(edge.to_executorch().buffer)
-    program = Runtime.get().load_program(path)
-    method = program.load_method("forward")
+    program = Runtime.get().load_program(path)  # a Method does not keep its Program alive: run does
 
     def run(x: np.ndarray) -> np.ndarray:
-        assert program is not None  # a Method does not keep its Program alive: the closure does
-        return method.execute([torch.from_numpy(x)])[0].numpy()  # type: ignore[no-any-return]
+        method = program.load_method("forward")  # the program's own, loaded once and kept by it
+        return method.execute([torch.from_numpy(x)])[0].numpy()  # type: ignore[no-any-return,union-attr]
 
     return run
 
