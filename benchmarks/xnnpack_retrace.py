@@ -52,7 +52,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nnsweep-retrace-") as tmp, shared_node_provenance():
         bundle = load_model(args.model, cache_dir=Path(tmp))
         program = _program(bundle, quant)
-        edge = lowering._edge_program(program, [p.inner for p in _partitioners()], None)
+        if args.step == "to_backend":  # made once, lowered in turns
+            edge = lowering._edge_program(program, [p.inner for p in _partitioners()], None)
         skip = getattr(lowering, block)
         seconds: dict[str, list[float]] = {"skip": [], "trace every time": []}
         digests: dict[str, set[str]] = {name: set() for name in seconds}

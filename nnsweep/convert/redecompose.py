@@ -34,6 +34,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 __all__ = ["decompose_only_what_is_left", "nothing_to_decompose"]
 
 _last: ContextVar[_LastMade | None] = ContextVar("last_decomposed", default=None)  # this thread's block
@@ -85,8 +87,6 @@ def _kept_by_the_trace(target: Any, preserved: set[Any]) -> bool:
     unless the table names it: one without a ``CompositeImplicitAutograd`` kernel, or one of
     the ATen ones torch preserves when the table leaves them out. A Python function, or a
     composite operator torch decomposes whatever the table says, needs the trace."""
-    import torch
-
     if target in _BUILTINS or isinstance(target, torch._ops.HigherOrderOperator):
         return True
     op = target if isinstance(target, torch._ops.OpOverload) else getattr(target, "_op", None)  # edge ops wrap one
