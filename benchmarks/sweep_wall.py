@@ -10,7 +10,10 @@ threads 1-2. Prints
 * the floor: the conversion seconds the trials spent (a trial whose artifact was already
   in the cache spends about none) plus the seconds of the timed runs, read back from the
   sweep's Optuna study; and the ratio wall / floor;
-* conversion seconds per distinct configuration.
+* conversion seconds per distinct configuration, and beside each conversion the seconds its
+  worker spent building the artifact (the artifact's own ``convert_s``): the sweep's
+  seconds also hold the wait for a worker still loading the model and the converters
+  when its first conversion arrives.
 
 Compare two checkouts by running the same script with another command for nnsweep:
 
@@ -90,8 +93,8 @@ class _PeakMemory:
         return self.peak_mb
 
 
-def _floor(spec_path: Path) -> tuple[float, float, dict[str, float], int]:
-    """(conversion seconds spent, timed-run seconds, conversion seconds per conversion by the
+def _floor(spec_path: Path) -> tuple[float, float, dict[str, tuple[float, str]], int]:
+    """(conversion seconds spent, timed-run seconds, per conversion digest the seconds and the
     label of the trial that spent them, the distinct configurations measured).
 
     Trials that differ only in threads share one conversion: the one that joined it under
@@ -109,9 +112,23 @@ def _floor(spec_path: Path) -> tuple[float, float, dict[str, float], int]:
         digest = conversion_digest(r.config)
         if seconds > conversions.get(digest, (0.0, ""))[0]:
             conversions[digest] = (seconds, r.config.label())
-    per_config = {label: seconds for seconds, label in conversions.values()}
     distinct = len({r.config.digest() for r in records if r.samples_ms})
-    return sum(per_config.values()), timed, per_config, distinct
+    return sum(seconds for seconds, _ in conversions.values()), timed, conversions, distinct
+
+
+def _built_seconds(cache: Path) -> dict[str, float]:
+    """Seconds each artifact's conversion took inside its worker, by conversion digest
+    (``convert_s`` in the artifact's ``meta.json``: the build, without the queue)."""
+    import json
+
+    from nnsweep.artifacts.key import conversion_digest
+    from nnsweep.core.config import DeploymentConfig
+
+    built: dict[str, float] = {}
+    for meta in (cache / "artifacts").glob("*/*/meta.json"):
+        record = json.loads(meta.read_text())
+        built[conversion_digest(DeploymentConfig.from_dict(record["config"]))] = float(record["convert_s"])
+    return built
 
 
 def main() -> int:
@@ -141,19 +158,26 @@ def main() -> int:
         print(f"nnsweep run exited {proc.returncode}")
         return 1
     time_line = next((line for line in output.splitlines() if line.startswith("Time: ")), "Time: (not printed)")
-    converting, timed, per_config, distinct = _floor(spec_path)
+    converting, timed, conversions, distinct = _floor(spec_path)
+    built = _built_seconds(work / "cache")
     floor = converting + timed
     print(f"wall {wall:.1f} s; peak memory of the process tree {peak:.0f} MB")
     print(f"sweep's {time_line}")
     print(f"floor {floor:.1f} s = conversion seconds spent {converting:.1f} s + timed runs {timed:.2f} s")
     print(f"wall / floor {wall / floor:.2f}" if floor > 0 else "wall / floor: n/a")
-    if per_config:
+    if conversions:
         print(
             f"conversion seconds per distinct configuration: {converting / distinct:.1f} s "
-            f"({converting:.1f} s over the {distinct} configurations measured; {len(per_config)} conversions)"
+            f"({converting:.1f} s over the {distinct} configurations measured; {len(conversions)} conversions)"
         )
-        for label, seconds in sorted(per_config.items(), key=lambda kv: -kv[1]):
-            print(f"  {seconds:7.1f} s  {label}")
+        in_workers = sum(built.get(digest, 0.0) for digest in conversions)
+        print(
+            f"  of which building in the workers {in_workers:.1f} s ({in_workers / distinct:.1f} s per distinct "
+            f"configuration); the rest is the wait for a worker still loading the model and converters"
+        )
+        print("  sweep's s  built s  configuration")
+        for digest, (seconds, label) in sorted(conversions.items(), key=lambda kv: -kv[1][0]):
+            print(f"  {seconds:7.1f}  {built.get(digest, float('nan')):7.1f}  {label}")
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
