@@ -83,6 +83,11 @@ class Executor(ABC):
         machine overlaps a conversion there)."""
         return {self.converter_machine: 1}
 
+    def import_converters(self, runtimes: Sequence[str]) -> None:  # noqa: B027 (optional)
+        """Let the conversion workers import these runtimes' converters now, without waiting
+        for them, while the coordinator loads the model (the model itself waits for
+        :meth:`warm_converters`: a built-in model's first load writes its weights to the cache)."""
+
     def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> None:  # noqa: B027 (optional)
         """Let the conversion workers load the model and import these runtimes' converters
         now, without waiting for them (the first conversion on a worker queues behind it)."""

@@ -34,12 +34,17 @@ class ConverterWorker:
         """Load the model and import the converters of ``runtimes`` now, while the coordinator
         probes its devices (a few seconds per process that the first conversion would
         otherwise wait for). A converter that cannot load is left for its conversion to report."""
-        from nnsweep.core import runtimes as registry
-
         try:
             self.bundle(source, _cache(source, ship))
         except NnsweepError:
             return  # the first conversion loads it again and fails its trial with this reason
+        self.import_converters(runtimes)
+
+    def import_converters(self, runtimes: list[str]) -> None:
+        """Import the converters of ``runtimes`` (a few seconds, most of a worker's start-up).
+        A converter that cannot load is left for its conversion to report."""
+        from nnsweep.core import runtimes as registry
+
         for name in runtimes:
             try:
                 registry.load_object(registry.get(name).converter)

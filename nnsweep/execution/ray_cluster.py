@@ -336,6 +336,11 @@ class RayExecutor(Executor):
         reply = _relay(sent)
         return _unpacked(reply, ArtifactCache(request.model.cache_root)) if ship else reply
 
+    def import_converters(self, runtimes: Sequence[str]) -> None:
+        for actors in self._converters.values():
+            for actor in actors:  # its next call (the model's load) waits behind it on the actor
+                actor.import_converters.remote(list(runtimes))
+
     def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> None:
         for machine, actors in self._converters.items():
             for actor in actors:  # answered or not, its next call waits behind it on the actor

@@ -184,6 +184,7 @@ class Sweep:
             try:
                 log.info("phase: start-up (starting the executor, loading the model)")
                 self.executor.start(self.spec.devices)  # its agents probe their devices while the model loads
+                self.executor.import_converters(self.spec.space.runtimes)  # and its workers import
                 self.host.load()
                 self.host.check_float_layers(self.spec.space.float_layers)
                 fp = fingerprint(self.spec, self.host.bundle)
