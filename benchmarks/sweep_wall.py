@@ -123,11 +123,15 @@ def _built_seconds(cache: Path) -> dict[str, float]:
 
     from nnsweep.artifacts.key import conversion_digest
     from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.errors import NnsweepError
 
     built: dict[str, float] = {}
     for meta in (cache / "artifacts").glob("*/*/meta.json"):
-        record = json.loads(meta.read_text())
-        built[conversion_digest(DeploymentConfig.from_dict(record["config"]))] = float(record["convert_s"])
+        try:
+            record = json.loads(meta.read_text())
+            built[conversion_digest(DeploymentConfig.from_dict(record["config"]))] = float(record["convert_s"])
+        except (OSError, ValueError, KeyError, NnsweepError):  # an older nnsweep's entry: its column stays empty
+            continue
     return built
 
 
