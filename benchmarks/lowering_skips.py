@@ -1,0 +1,73 @@
+"""ExecuTorch ``.pte`` bytes with nnsweep's lowering skips on and off, for one model.
+
+The lowering skips work a toolchain step would do for nothing: the edge program's last
+decomposition (:mod:`nnsweep.convert.redecompose`), XNNPACK's closing re-traces
+(:mod:`nnsweep.convert.retrace`) and XNNPACK's pattern graphs for programs that cannot match
+them (:mod:`nnsweep.convert.xnnpack_patterns`). This converts the model for ExecuTorch in
+fp32, static int8 and dynamic int8 twice each, with the skips and with every one of them
+replaced by a block that does nothing, each time from a fresh cache and with no edge program
+kept, and prints one JSON line per mode: both sha256 prefixes (or both errors) and whether
+they are the same.
+
+Usage: lowering_skips.py MODEL [INPUT_SHAPE]
+    e.g. lowering_skips.py benchmarks/probe_models.py:swin
+         lowering_skips.py torchvision:shufflenet_v2_x0_5 1,3,64,64
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def main() -> int:
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache, default_cache_dir
+    from nnsweep.convert import lowering
+    from nnsweep.core.config import DeploymentConfig
+    from nnsweep.core.errors import NnsweepError
+    from nnsweep.models import load_model
+
+    if len(sys.argv) not in (2, 3):
+        print(__doc__.split("Usage: ")[1], file=sys.stderr)
+        return 2
+    shape = tuple(int(x) for x in sys.argv[2].split(",")) if len(sys.argv) == 3 else None
+    bundle = load_model(sys.argv[1], cache_dir=default_cache_dir() / "models", input_shape=shape)
+    skips = (
+        lowering.decompose_only_what_is_left,
+        lowering.retrace_only_when_changed,
+        lowering.only_where_they_can_match,
+    )
+    off = (_nothing, _nothing, lambda graph: _nothing())
+    for mode in ("fp32", "static_int8", "dynamic_int8"):
+        outcome = {}
+        for label, blocks in (("on", skips), ("off", off)):
+            (
+                lowering.decompose_only_what_is_left,
+                lowering.retrace_only_when_changed,
+                lowering.only_where_they_can_match,
+            ) = blocks  # type: ignore[assignment]
+            lowering.forget()
+            config = DeploymentConfig.from_dict({"runtime": "executorch", "quant": {"mode": mode}})
+            with tempfile.TemporaryDirectory() as cache_dir:
+                try:
+                    artifact, _ = deploy.convert(bundle, config, ArtifactCache(Path(cache_dir)))
+                    outcome[label] = hashlib.sha256(artifact.path.read_bytes()).hexdigest()[:16]
+                except NnsweepError as exc:
+                    outcome[label] = f"error: {exc}"[:160]
+        print(json.dumps({"model": sys.argv[1], "mode": mode, "same": outcome["on"] == outcome["off"], **outcome}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
