@@ -252,6 +252,42 @@ def test_failed_conversion_fails_that_trial_and_the_sweep_goes_on(workdir: Path,
     assert all(r.status is not TrialStatus.FAILED or "failed in trial" in (r.reason or "") for r in repeats)
 
 
+class StartUpOrder(LocalExecutor):
+    """Stands at the executor seam: records what the sweep asks of the conversion workers
+    at start-up, and when the coordinator loads the model."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__()
+        self.events = events
+
+    def import_converters(self, runtimes):  # type: ignore[no-untyped-def]
+        self.events.append(f"import {','.join(runtimes)}")
+
+    def warm_converters(self, source, runtimes):  # type: ignore[no-untyped-def]
+        self.events.append(f"warm {source.ref}")
+
+
+def test_the_workers_import_their_converters_before_the_coordinator_loads_the_model(
+    workdir: Path,
+    digits,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nnsweep.sweep.host import HostSide
+
+    events: list[str] = []
+    load = HostSide.load
+
+    def recorded(host: HostSide) -> None:
+        events.append("coordinator loads the model")
+        load(host)
+
+    monkeypatch.setattr(HostSide, "load", recorded)
+    spec = _spec(workdir, trials=1, runtime=["onnxruntime", "torch"])
+    Sweep(spec, StartUpOrder(events), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    # The model waits for the coordinator's load: a built-in model's first load writes the cache.
+    assert events == ["import onnxruntime,torch", "coordinator loads the model", "warm digits"]
+
+
 class MemoryErrorOnce(LocalExecutor):
     """Stands at the executor seam: each static int8 configuration's first conversion runs
     out of memory on the worker (a MemoryError raised there), the next one works."""
