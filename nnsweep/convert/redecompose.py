@@ -70,7 +70,7 @@ def nothing_to_decompose(program: Any, table: Any) -> bool:
     from executorch.exir.graph_module import contains_any_call_fn_target_op
     from torch._export.utils import _collect_all_valid_cia_ops
 
-    preserved = _collect_all_valid_cia_ops()  # as torch's own run_decompositions asks (cached)
+    preserved = _collect_all_valid_cia_ops()  # as torch's own run_decompositions asks (it caches aten's part)
     modules = [program.graph_module]
     while modules:
         module = modules.pop()
