@@ -21,13 +21,9 @@ import hashlib
 import json
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+_SKIPS = ("decompose_only_what_is_left", "retrace_only_when_changed", "only_where_they_can_match")
 
 
 def main() -> int:
@@ -43,20 +39,12 @@ def main() -> int:
         return 2
     shape = tuple(int(x) for x in sys.argv[2].split(",")) if len(sys.argv) == 3 else None
     bundle = load_model(sys.argv[1], cache_dir=default_cache_dir() / "models", input_shape=shape)
-    skips = (
-        lowering.decompose_only_what_is_left,
-        lowering.retrace_only_when_changed,
-        lowering.only_where_they_can_match,
-    )
-    off = (_nothing, _nothing, lambda graph: _nothing())
+    skips = {name: getattr(lowering, name) for name in _SKIPS}
     for mode in ("fp32", "static_int8", "dynamic_int8"):
         outcome = {}
-        for label, blocks in (("on", skips), ("off", off)):
-            (
-                lowering.decompose_only_what_is_left,
-                lowering.retrace_only_when_changed,
-                lowering.only_where_they_can_match,
-            ) = blocks  # type: ignore[assignment]
+        for label in ("on", "off"):
+            for name, block in skips.items():  # off: a block that does nothing (it takes the graph too)
+                setattr(lowering, name, block if label == "on" else contextlib.nullcontext)
             lowering.forget()
             config = DeploymentConfig.from_dict({"runtime": "executorch", "quant": {"mode": mode}})
             with tempfile.TemporaryDirectory() as cache_dir:

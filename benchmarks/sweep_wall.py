@@ -121,17 +121,17 @@ def _built_seconds(cache: Path) -> dict[str, float]:
     (``convert_s`` in the artifact's ``meta.json``: the build, without the queue)."""
     import json
 
+    from nnsweep.artifacts.cache import Artifact
     from nnsweep.artifacts.key import conversion_digest
-    from nnsweep.core.config import DeploymentConfig
     from nnsweep.core.errors import NnsweepError
 
     built: dict[str, float] = {}
     for meta in (cache / "artifacts").glob("*/*/meta.json"):
         try:
-            record = json.loads(meta.read_text())
-            built[conversion_digest(DeploymentConfig.from_dict(record["config"]))] = float(record["convert_s"])
-        except (OSError, ValueError, KeyError, NnsweepError):  # an older nnsweep's entry: its column stays empty
+            artifact = Artifact.from_meta(meta.parent, json.loads(meta.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, NnsweepError):  # an older nnsweep's entry: no figure
             continue
+        built[conversion_digest(artifact.config)] = artifact.convert_s
     return built
 
 
@@ -177,7 +177,8 @@ def main() -> int:
         in_workers = sum(built.get(digest, 0.0) for digest in conversions)
         print(
             f"  of which building in the workers {in_workers:.1f} s ({in_workers / distinct:.1f} s per distinct "
-            f"configuration); the rest is the wait for a worker still loading the model and converters"
+            f"configuration); the rest is time the sweep waited on a worker before it built (each "
+            f"worker's first conversion waits for the worker's start-up)"
         )
         print("  sweep's s  built s  configuration")
         for digest, (seconds, label) in sorted(conversions.items(), key=lambda kv: -kv[1][0]):
