@@ -25,6 +25,7 @@ from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 from nnsweep.core.quant import QuantConfig, QuantMode
+from nnsweep.core.through_memory import save_through_memory
 from nnsweep.models import ModelBundle
 from nnsweep.models._bundle import takes_batches
 
@@ -426,7 +427,8 @@ def exported_program(
     """
 
     def build(directory: Path) -> None:
-        torch.export.save(make(), directory / _PROGRAM)
+        program = make()
+        save_through_memory(directory / _PROGRAM, lambda f: torch.export.save(program, f))
 
     settings = {"quant": quant_settings(quant), "quantizer": quantizer}
     with stages.stage("executorch.program", settings, build) as directory:

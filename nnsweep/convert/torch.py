@@ -56,6 +56,7 @@ from nnsweep.convert.half import HalfPrecision
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
+from nnsweep.core.through_memory import save_through_memory
 from nnsweep.models import ModelBundle
 
 __all__ = ["TorchConverter", "quantize_dynamic_linears", "without_mha_fastpath"]
@@ -325,7 +326,8 @@ class TorchConverter(Converter):
                 deployable = _freeze_with_bundled_input(traced, tuple(bundle.example_input.shape), io, example)
                 meta = {"engine": engine if quant.mode.is_int8 else None, "mode": quant.mode.value}
                 path = out_dir / _ARTIFACT
-                torch.jit.save(deployable, str(path), _extra_files={META_FILE: json.dumps(meta)})
+                extra = {META_FILE: json.dumps(meta)}
+                save_through_memory(path, lambda f: torch.jit.save(deployable, f, _extra_files=extra))
             notes.extend(_trace_notes(caught))
         report = _report(
             deployable, meta["engine"], quantized_input=io.input_scale is not None, order=config.backends, notes=notes

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from nnsweep.core.atomic import atomic_path
+from nnsweep.core.through_memory import save_through_memory
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
 
 __all__ = ["train_one_cycle", "trained_bundle"]
@@ -37,8 +38,7 @@ def trained_bundle(
     else:
         train()
         if path is not None:
-            with atomic_path(path) as tmp:
-                torch.save(model.state_dict(), tmp)
+            _keep(model.state_dict(), path)
     example = torch.from_numpy(data.evaluation.inputs[:1].copy())
     return ModelBundle(
         name=name,
@@ -47,6 +47,16 @@ def trained_bundle(
         dataset=data,
         digest=module_digest(name, model, example, data.evaluation.digest(), data.calibration.digest()),
     )
+
+
+def _keep(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Write the trained weights to the cache; a disk that cannot take them costs the next
+    load a training run, so it is a warning, not the end of this one."""
+    try:
+        with atomic_path(path) as tmp:
+            save_through_memory(tmp, lambda f: torch.save(state, f))
+    except OSError as exc:
+        log.warning("cannot keep the trained weights at %s (%s): the next load trains again", path, exc.strerror or exc)
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor] | None:
