@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nnsweep.core.errors import InfrastructureError
+
 
 def _report_path(spec: Any, given: Path | None) -> Path:
     return given if given is not None else Path("reports") / f"{spec.name}.html"
@@ -19,7 +21,23 @@ def _publish_report(
     ui_url: str | None = None,
     cache_dir: Path | None = None,
 ) -> Path:
+    """Write the report (and attach it to the tracking runs); return its path.
+
+    Raises:
+        ReportNotWritten: the file could not be written (a full disk, a read-only folder);
+            the sweep's trials are untouched.
+    """
     from nnsweep.report.html import DEFAULT_UI_URL, publish_report
 
     path = _report_path(spec, given)
-    return publish_report(spec, path, tracker, devices=devices, ui_url=ui_url or DEFAULT_UI_URL, cache_dir=cache_dir)
+    try:
+        return publish_report(
+            spec, path, tracker, devices=devices, ui_url=ui_url or DEFAULT_UI_URL, cache_dir=cache_dir
+        )
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ReportNotWritten(f"cannot write the report at {exc.filename or path}: {reason}") from exc
+
+
+class ReportNotWritten(InfrastructureError):
+    """The HTML report could not be written; the trials it shows are kept in the study."""

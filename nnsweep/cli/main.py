@@ -62,8 +62,10 @@ def _setup_logging(verbosity: int) -> None:
     # torch warns about its own pytree registrations on every import of torchao; not ours to act on.
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
     if verbosity == 0:
-        # MLflow says at INFO that it creates a new database's tables: nothing to act on (-v shows it).
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+        # MLflow says at INFO that it creates a new database's tables: nothing to act on; and it logs
+        # each failed database write with its traceback (dozens of lines, again at every retry), where
+        # nnsweep's tracker says once, in one line, that tracking failed and what it keeps (-v shows both).
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

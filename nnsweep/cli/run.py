@@ -97,9 +97,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     try:
         with _stop_on_signals(sweep.stop):
             results = sweep.run()
-        report = _report_file._publish_report(
-            spec, args.report, tracker, devices=[_device_trials(r) for r in results], cache_dir=cache_dir
-        )
+        report = _written_report(spec, args, tracker, results, cache_dir)
     except SpecError as exc:  # found only once the devices are known (e.g. a device offers none of the runtimes)
         return _usage_error(exc, _SPEC_OPTIONS)
     except KeyboardInterrupt:
@@ -128,14 +126,30 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         stdout_results().write(json.dumps(out) + "\n")
     else:
         stdout_results().write(_results_text(spec, results) + "\n")
-        stdout_results().write(f"Report: {report}\n")
+        if report is not None:
+            stdout_results().write(f"Report: {report}\n")
     if unlogged:
         sys.stderr.write(
-            f"nnsweep run: {unlogged} finished trial(s) are not logged to MLflow ({spec.tracking.uri} did not "
-            "answer); the sweep's study keeps them, and the next `nnsweep run` of this spec logs them\n"
+            f"nnsweep run: {unlogged} finished trial(s) are not logged to MLflow (writing to {spec.tracking.uri} "
+            "failed, as said above); the sweep's study keeps them, and the next `nnsweep run` of this spec logs them\n"
         )
         return EXIT_FAILED
-    return EXIT_OK
+    return EXIT_OK if report is not None else EXIT_FAILED
+
+
+def _written_report(spec: Any, args: argparse.Namespace, tracker: Any, results: Any, cache_dir: Path) -> Path | None:
+    """The report of the finished sweep, or None (said on stderr) when it could not be
+    written: the sweep's results are still printed, and `nnsweep report` writes it later."""
+    try:
+        return _report_file._publish_report(
+            spec, args.report, tracker, devices=[_device_trials(r) for r in results], cache_dir=cache_dir
+        )
+    except _report_file.ReportNotWritten as exc:
+        sys.stderr.write(
+            f"nnsweep run: {exc}; the sweep's trials are kept: "
+            f"`nnsweep report {shlex.quote(str(args.spec))}` writes it once there is room\n"
+        )
+        return None
 
 
 def _with_trials(spec: Any, trials: int) -> Any:

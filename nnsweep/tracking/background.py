@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nnsweep.core.errors import first_line
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.tracking.base import Tracker
 
@@ -76,7 +77,8 @@ class BackgroundTracker:
                 getattr(self.inner, name)(*args)
             except Exception as exc:  # tracking must never stop a sweep; see the class docstring
                 if not self._failing:  # once per outage, not once per retry
-                    _log.warning("tracking %s failed (%s); kept, written when the server answers", name, exc)
+                    reason = first_line(exc)
+                    _log.warning("tracking %s failed (%s); kept, written when the server answers", name, reason)
                 self._failing = True
                 return False
             self._kept.pop(0)
@@ -157,7 +159,7 @@ class BackgroundTracker:
         try:
             return getattr(self.inner, name)(*args)
         except Exception as exc:  # tracking must never stop a sweep; see the class docstring
-            _log.warning("tracking %s failed (%s); going on without it", name, exc)
+            _log.warning("tracking %s failed (%s); going on without it", name, first_line(exc))
             return otherwise
 
     def close(self) -> int:
