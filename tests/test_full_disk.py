@@ -1,0 +1,118 @@
+"""A full disk, for real: a small tmpfs (mounting it needs root, as the emulated board's
+tests do), filled to the last byte, under the artifact cache or the sweep's folder.
+
+Before these tests, ExecuTorch's and torch's conversions ended their process on a full
+cache disk (torch's zip writer aborts, SIGABRT: `nnsweep bench` exited 134 and a sweep's
+conversion worker died as a lost agent), and a sweep whose folder could not take its HTML
+report ended on a bare OSError without printing its results.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """Mounts a tmpfs of the size given (``"8m"``) at ``tmp_path/disk``; unmounted afterwards."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+
+    def mount(size: str) -> Path:
+        command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)]
+        mounted = subprocess.run(command, capture_output=True)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+        return disk
+
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
+
+
+def _fill(disk: Path) -> None:
+    """Write to ``disk`` until it is full."""
+    with open(disk / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    assert shutil.disk_usage(disk).free < 65536
+
+
+def _nnsweep(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NNSWEEP_CACHE": str(cache)}
+    return subprocess.run(
+        [sys.executable, "-m", "nnsweep", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.mark.parametrize("runtime", ["torch", "executorch"])
+def test_a_conversion_on_a_full_cache_disk_fails_with_the_reason_and_leaves_nothing(
+    runtime: str, small_disk: Callable[[str], Path], models_dir: Path, tmp_path: Path
+) -> None:
+    """torch writes its artifact with torch.jit.save, ExecuTorch its program stage with
+    torch.export.save: both used to abort the process here."""
+    disk = small_disk("8m")
+    (disk / "models").symlink_to(models_dir)  # digits trains once per test session, elsewhere
+    _fill(disk)
+    done = _nnsweep("bench", "--model", "digits", "--runtime", runtime, "--iters", "5", cwd=tmp_path, cache=disk)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("nnsweep: error: cannot write the artifact at ")
+    assert done.stderr.strip().endswith("No space left on device")
+    assert "Traceback" not in done.stderr and "Aborted" not in done.stderr
+    assert [p for p in disk.rglob("*") if p.is_file() and p.name != "filler" and "models" not in p.parts] == []
+
+
+def test_a_sweep_whose_folder_cannot_take_its_report_prints_its_results_and_the_report_comes_later(
+    small_disk: Callable[[str], Path], models_dir: Path, tmp_path: Path
+) -> None:
+    """The study and MLflow's database (about 1.3 MB) fit in 3 MiB, the report (plotly
+    inlined, about 5 MB) does not: the sweep's results are printed, the missing report is named with the
+    command that writes it, and once there is room that command writes it."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    spec = {
+        "name": "full",
+        "model": "digits",
+        "devices": ["host"],
+        "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
+        "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8"], "threads": [1]},
+        "budget": {"trials": 2},
+        "measure": {"warmup": 2, "iters": 20},
+        "tracking": {"uri": "sqlite:///mlflow.db", "experiment": "full"},
+        "storage": "journal",
+    }
+    disk = small_disk("3m")
+    (disk / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    done = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Trials: 2 measured" in done.stdout
+    assert "nnsweep run: cannot write the report at reports/full.html: No space left on device" in done.stderr
+    assert "`nnsweep report sweep.yaml` writes it" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (disk / "reports" / "full.html").exists()  # nothing half-written
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+    written = _nnsweep("report", "sweep.yaml", cwd=disk, cache=cache)
+    assert written.returncode == 0, written.stderr[-3000:]
+    assert (disk / "reports" / "full.html").stat().st_size > 1_000_000
+    again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Trials: 2 measured" in again.stdout  # the budget was spent: nothing measured twice
