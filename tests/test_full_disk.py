@@ -1,10 +1,11 @@
 """A full disk, for real: a small tmpfs (mounting it needs root, as the emulated board's
 tests do), filled to the last byte, under the artifact cache or the sweep's folder.
 
-Before these tests, ExecuTorch's and torch's conversions ended their process on a full
-cache disk (torch's zip writer aborts, SIGABRT: `nnsweep bench` exited 134 and a sweep's
-conversion worker died as a lost agent), and a sweep whose folder could not take its HTML
-report ended on a bare OSError without printing its results.
+Before these tests, ExecuTorch's, torch's and LiteRT's conversions ended their process on
+a full cache disk (torch's zip writer aborts, SIGABRT, and `nnsweep bench` exited 134;
+LLVM's file stream exits 1; a sweep's conversion worker died as a lost agent), and a sweep
+whose folder could not take its HTML report ended on a bare OSError without printing its
+results.
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ def _nnsweep(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[
     )
 
 
-@pytest.mark.parametrize("runtime", ["torch", "executorch"])
+@pytest.mark.parametrize("runtime", ["torch", "executorch", "litert"])
 def test_a_conversion_on_a_full_cache_disk_fails_with_the_reason_and_leaves_nothing(
     runtime: str, small_disk: Callable[[str], Path], models_dir: Path, tmp_path: Path
 ) -> None:
     """torch writes its artifact with torch.jit.save, ExecuTorch its program stage with
-    torch.export.save: both used to abort the process here."""
+    torch.export.save, litert-torch its .tflite through LLVM's stream: each used to end
+    the process here (SIGABRT; LiteRT: "LLVM ERROR: IO failure on output stream", exit 1)."""
     disk = small_disk("8m")
     (disk / "models").symlink_to(models_dir)  # digits trains once per test session, elsewhere
     _fill(disk)

@@ -295,7 +295,11 @@ def export_tflite(
             # Token ids (int64 in torch) become int32 in the .tflite, and litert-torch warns;
             # the runner feeds the width the model takes.
             with printed_to_debug_log(_log, "litert-torch"), toolchain_records_to_debug_log(_log, _X64_NOTE):
-                _convert(bundle, quant, symmetric_activations).export(str(directory / _FILENAME))
+                # Not .export(path): litert-torch writes the file through LLVM's stream, which on a
+                # full disk ends the process ("LLVM ERROR: IO failure on output stream", exit 1).
+                # The bytes are the same file; Python's write raises OSError instead.
+                content = _convert(bundle, quant, symmetric_activations).model_content()
+            (directory / _FILENAME).write_bytes(content)
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
             version = metadata.version("litert-torch")
             raise ConversionError(
