@@ -450,3 +450,21 @@ def test_a_sweep_says_while_it_ranks_a_runtimes_layers(workdir: Path, digits, mo
     again: list[str] = []  # a second sweep of the model reads the ranking from the cache: nothing to say
     Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache", notice=again.append, fresh=True).run()  # type: ignore[arg-type]
     assert again == vnni
+
+
+def test_a_journal_left_with_a_torn_last_record_resumes_without_it(
+    workdir: Path, digits, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """What a write cut short leaves (nnsweep.sweep.journal): the next run, under the run
+    lock, drops the torn bytes before it writes, so its records are not glued to them."""
+    spec = _spec(workdir, trials=1)
+    Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    journal = workdir / ".nnsweep" / "t" / "optuna.journal"
+    with open(journal, "ab") as f:
+        f.write(b'{"op_code":6,"worker_id":"w","trial_id":0,"sta')  # cut off mid-record
+    more = dataclasses.replace(spec, budget=dataclasses.replace(spec.budget, trials=2))  # type: ignore[type-var]
+    (host,) = Sweep(more, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    assert "never completely written" in caplog.text
+    assert len([r for r in host.records if r.reused_from is None]) == 2
+    assert len(study_records(open_study(more, "host"))) == len(host.records)  # type: ignore[arg-type]
+    assert journal.read_bytes().endswith(b"\n")

@@ -21,6 +21,7 @@ Each module owns one part, from the loop down to the rules it calls:
 * :mod:`~nnsweep.sweep.sampler`: the Optuna sampler a new study gets;
 * :mod:`~nnsweep.sweep.studies`: the one owner of what an Optuna study stores;
 * :mod:`~nnsweep.sweep.rdb`: Optuna's database storage, waiting out a database restart;
+* :mod:`~nnsweep.sweep.journal`: Optuna's journal file, kept whole when a write to it fails;
 * :mod:`~nnsweep.sweep.state`: the run lock and the sweep's fingerprint;
 * :mod:`~nnsweep.sweep.preflight`: storage and tracking reachable before anything is written.
 

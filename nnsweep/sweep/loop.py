@@ -45,7 +45,7 @@ from nnsweep.sweep.placement import Action
 from nnsweep.sweep.recorder import Recorder
 from nnsweep.sweep.scheduler import Scheduler, default_depth
 from nnsweep.sweep.state import SweepLock, fingerprint
-from nnsweep.sweep.studies import open_study, study_records
+from nnsweep.sweep.studies import journal_path, open_study, study_records
 
 if TYPE_CHECKING:
     from nnsweep.tracking import Tracker
@@ -180,6 +180,10 @@ class Sweep:
                 new_state = new_state.parent
         lock = SweepLock(self.spec.state_dir, self.spec.name)
         lock.acquire()
+        if self.spec.storage == "journal":  # the one writer now: what a killed writer tore can go
+            from nnsweep.sweep.journal import drop_torn_tail
+
+            drop_torn_tail(journal_path(self.spec))
         try:
             try:
                 log.info("phase: start-up (starting the executor, loading the model)")

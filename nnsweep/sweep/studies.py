@@ -21,6 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.errors import SpecError
@@ -40,6 +41,7 @@ __all__ = [
     "delete_studies",
     "enqueue",
     "fingerprint_of",
+    "journal_path",
     "open_study",
     "queued",
     "record_of",
@@ -75,17 +77,22 @@ def study_name(spec: SweepSpec, device: str) -> str:
     return f"{spec.name}/{device}"
 
 
+def journal_path(spec: SweepSpec) -> Path:
+    """The sweep's Optuna journal (``storage: journal``)."""
+    return spec.state_dir / "optuna.journal"
+
+
 def _storage(spec: SweepSpec, *, create: bool) -> Any:
     import optuna
 
     if spec.storage == "journal":
-        from optuna.storages.journal import JournalFileBackend
+        from nnsweep.sweep.journal import WholeRecords
 
-        journal = spec.state_dir / "optuna.journal"
+        journal = journal_path(spec)
         if not create and not journal.is_file():
             return None  # never ran: read nothing, and create no state directory
         spec.state_dir.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+        return optuna.storages.JournalStorage(WholeRecords(journal))
     from sqlalchemy.exc import IntegrityError
 
     from nnsweep.sweep.rdb import retrying_storage  # a database restart mid-sweep is waited out

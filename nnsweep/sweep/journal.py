@@ -1,0 +1,88 @@
+"""The sweep's Optuna journal file, kept whole when a write to it fails.
+
+Optuna's ``JournalFileBackend`` appends each batch of records as lines and reads a last
+line without its newline as not written yet. But a write that fails part way (a full disk
+takes the first bytes of a record and refuses the rest) leaves those bytes at the end of
+the file, and the next append (once there is room again, or the next run) writes its
+records after them: the torn record and the next become one line that is not JSON, which
+Optuna skips while it is the last (that record is lost without a word) and refuses once
+any record follows it (``JSONDecodeError``): the sweep cannot resume, and every trial it
+recorded is out of reach (``tests/test_journal.py`` shows both with a real partial write).
+
+:class:`WholeRecords` takes a failed append back to the file's size before it, so a
+failed write leaves nothing. :func:`drop_torn_tail` removes what an append a process did
+not live to take back left (a kill between two of its writes): called under the sweep's
+run lock, when no other process writes the journal; a reader (``nnsweep report``) leaves
+the file alone, and Optuna's reader skips such a tail anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from optuna.storages.journal import JournalFileBackend
+
+__all__ = ["WholeRecords", "drop_torn_tail"]
+
+log = logging.getLogger(__name__)
+
+
+class WholeRecords(JournalFileBackend):
+    """A journal file whose failed appends are taken back (see the module docstring).
+
+    One process writes a sweep's journal (the run lock), and Optuna's ``JournalStorage``
+    appends from one thread at a time, so the size read before an append is where that
+    append starts.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(str(path))
+        self.path = path
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        size = self.path.stat().st_size if self.path.exists() else 0
+        try:
+            super().append_logs(logs)
+        except OSError:
+            with contextlib.suppress(OSError):  # removing bytes needs no room
+                os.truncate(self.path, size)
+            raise
+
+
+def drop_torn_tail(path: Path) -> int:
+    """Cut the journal at ``path`` after its last complete line; return the bytes dropped.
+
+    Only for the process holding the sweep's run lock: another writer's append under way
+    would look the same.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with open(path, "rb") as f:
+        end = size
+        while end > 0:  # read back from the end until a newline
+            start = max(0, end - 65536)
+            f.seek(start)
+            chunk = f.read(end - start)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+    if end == size:
+        return 0
+    os.truncate(path, end)
+    log.warning(
+        "the sweep's journal %s ended in a record that was never completely written (%d bytes: a full disk "
+        "or a kill while writing); dropped it, as Optuna would not read it",
+        path,
+        size - end,
+    )
+    return size - end
