@@ -118,3 +118,18 @@ def test_a_sweep_whose_folder_cannot_take_its_report_prints_its_results_and_the_
     again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Trials: 2 measured" in again.stdout  # the budget was spent: nothing measured twice
+
+
+def test_a_ranking_measured_on_a_full_cache_disk_is_still_printed(
+    small_disk: Callable[[str], Path], models_dir: Path, tmp_path: Path
+) -> None:
+    """The ranking is minutes of work on a real model, the cache entry only saves the next run
+    from it: a disk that cannot take the entry is a warning (it was `nnsweep: error: OSError`
+    after the measuring, the ranking lost)."""
+    disk = small_disk("8m")
+    (disk / "models").symlink_to(models_dir)
+    _fill(disk)
+    done = _nnsweep("sensitivity", "--model", "digits", "--runtime", "onnxruntime", cwd=tmp_path, cache=disk)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cannot keep the onnxruntime ranking at " in done.stderr and "No space left on device" in done.stderr
+    assert "1. " in done.stdout  # the ranking, first layer

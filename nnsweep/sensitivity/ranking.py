@@ -145,8 +145,12 @@ def ranking(
             f"{runtime}'s quantizer cannot rank the layers of this model ({first_line(exc, 160)}); "
             f"rank them through another runtime, or keep {runtime}'s float_layers at 0"
         ) from exc
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(report_to_dict(report)))
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(report_to_dict(report)))
+    except OSError as exc:  # measured minutes ago: keep the answer, lose only the cache entry
+        reason = exc.strerror or exc
+        log.warning("cannot keep the %s ranking at %s (%s): the next run measures it again", runtime, path, reason)
     return report, False
 
 
