@@ -180,12 +180,12 @@ class Sweep:
                 new_state = new_state.parent
         lock = SweepLock(self.spec.state_dir, self.spec.name)
         lock.acquire()
-        if self.spec.storage == "journal":  # the one writer now: what a killed writer tore can go
-            from nnsweep.sweep.journal import drop_torn_tail
-
-            drop_torn_tail(journal_path(self.spec))
         try:
             try:
+                if self.spec.storage == "journal":  # the one writer now: what a killed writer tore can go
+                    from nnsweep.sweep.journal import drop_torn_tail
+
+                    drop_torn_tail(journal_path(self.spec))
                 log.info("phase: start-up (starting the executor, loading the model)")
                 self.executor.start(self.spec.devices)  # its agents probe their devices while the model loads
                 self.executor.import_converters(self.spec.space.runtimes)  # and its workers import
