@@ -468,3 +468,41 @@ def test_a_journal_left_with_a_torn_last_record_resumes_without_it(
     assert len([r for r in host.records if r.reused_from is None]) == 2
     assert len(study_records(open_study(more, "host"))) == len(host.records)  # type: ignore[arg-type]
     assert journal.read_bytes().endswith(b"\n")
+
+
+class CacheEmptiedAfterConverting(LocalExecutor):
+    """Each configuration's first artifact leaves the cache the moment it is converted, as
+    if a user's `rm -rf` or a cleaner took it before the coordinator read it for the device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.converted: Counter[str] = Counter()
+
+    def convert(self, request: ConvertRequest, machine: str | None = None) -> Future:  # type: ignore[type-arg]
+        import shutil
+
+        digest = request.config.digest()
+        self.converted[digest] += 1
+        inner = super().convert(request, machine)
+        if self.converted[digest] > 1:
+            return inner
+        outer: Future = Future()  # type: ignore[type-arg]
+
+        def emptied(done: Future) -> None:  # type: ignore[type-arg]
+            shutil.rmtree(done.result()[0].path.parent)  # before the coordinator hears of it
+            outer.set_result(done.result())
+
+        inner.add_done_callback(emptied)
+        return outer
+
+
+def test_an_artifact_gone_from_the_cache_before_it_is_measured_is_converted_again(
+    workdir: Path, digits, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec(workdir, trials=2)
+    executor = CacheEmptiedAfterConverting()
+    (host,) = Sweep(spec, executor, RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    measured = [r for r in host.records if r.reused_from is None]
+    assert [r.status for r in measured] == [TrialStatus.OK, TrialStatus.OK]  # nothing failed for it
+    assert [executor.converted[r.config.digest()] for r in measured] == [2, 2]  # each converted once more
+    assert "its artifact is gone from the cache" in caplog.text

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.agents import Capabilities, MeasureReply
+from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
+from nnsweep.artifacts.key import conversion_digest
 from nnsweep.core.errors import InfrastructureError, TrialError
 from nnsweep.core.results import FailureKind, TrialRecord, failure_kind
 from nnsweep.sweep import outcomes, studies
@@ -128,12 +129,7 @@ class Results:
             self._conversion_failed(waiting, str(exc), failure_kind(exc), now)
             return
         except InfrastructureError as exc:
-            self._retries[digest] = self._retries.get(digest, 0) + 1
-            if self._retries[digest] > CONVERT_RETRIES:
-                raise InfrastructureError(
-                    f"conversion failed {CONVERT_RETRIES + 1} times ({exc}); mend that and run the sweep again: "
-                    "finished trials are kept, this one is requeued"
-                ) from exc
+            self._count_retry(digest, exc)
             log.warning("conversion worker failed (%s); converting again", exc)
             for ticket in waiting:
                 self.scheduler.retry(ticket, now)
@@ -148,6 +144,29 @@ class Results:
         for ticket in waiting:  # one artifact for every thread count that waited for it
             self.host.remember(for_config(artifact, ticket.config))
             self.scheduler.converted(ticket, artifact.sha256, now)
+
+    def measure_request(self, ticket: Ticket) -> MeasureRequest | None:
+        """What to send the device for ``ticket`` (its artifact's files, read now); None when
+        they left the cache after the conversion (a user's ``rm``, a cleaner): then it is
+        converted again, counted as a conversion retry."""
+        try:
+            return self.host.measure_request(ticket.config)
+        except OSError as exc:
+            self._count_retry(conversion_digest(ticket.config), exc)
+            reason = exc.strerror or exc
+            log.warning("%s trial %d: its artifact is gone from the cache (%s); converting again", ticket.device,
+                        ticket.number, reason)  # fmt: skip
+            self.scheduler.retry(ticket, self.clock())
+            return None
+
+    def _count_retry(self, digest: str, exc: Exception) -> None:
+        """Count an infrastructure failure of the conversion ``digest``; past the retries, end the run."""
+        self._retries[digest] = self._retries.get(digest, 0) + 1
+        if self._retries[digest] > CONVERT_RETRIES:
+            raise InfrastructureError(
+                f"conversion failed {CONVERT_RETRIES + 1} times ({exc}); mend that and run the sweep again: "
+                "finished trials are kept, this one is requeued"
+            ) from exc
 
     def _again(self, ticket: Ticket, kind: FailureKind) -> bool:
         """Whether a failure of ``kind`` is tried again (transient, and retries left)."""

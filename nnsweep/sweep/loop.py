@@ -45,7 +45,7 @@ from nnsweep.sweep.placement import Action
 from nnsweep.sweep.recorder import Recorder
 from nnsweep.sweep.scheduler import Scheduler, default_depth
 from nnsweep.sweep.state import SweepLock, fingerprint
-from nnsweep.sweep.studies import journal_path, open_study, study_records
+from nnsweep.sweep.studies import mend_storage, open_study, study_records
 
 if TYPE_CHECKING:
     from nnsweep.tracking import Tracker
@@ -182,10 +182,7 @@ class Sweep:
         lock.acquire()
         try:
             try:
-                if self.spec.storage == "journal":  # the one writer now: what a killed writer tore can go
-                    from nnsweep.sweep.journal import drop_torn_tail
-
-                    drop_torn_tail(journal_path(self.spec))
+                mend_storage(self.spec)  # the one writer now: what a killed writer tore can go
                 log.info("phase: start-up (starting the executor, loading the model)")
                 self.executor.start(self.spec.devices)  # its agents probe their devices while the model loads
                 self.executor.import_converters(self.spec.space.runtimes)  # and its workers import
@@ -283,7 +280,8 @@ class Sweep:
             future: Future[Any] = self.executor.convert(ConvertRequest(self.source, t.config), action.machine)
             self._futures[future] = partial(self.results.converted, conversion_digest(t.config))
         elif action.kind == "measure":
-            request = self.host.measure_request(t.config)
+            if (request := self.results.measure_request(t)) is None:
+                return  # its artifact left the cache: it converts again
             self.stats.first_measure_at.setdefault(t.device, self.clock())
             self._futures[self.executor.measure(t.device, request)] = partial(self.results.measured, t)
         elif action.kind == "evaluate":

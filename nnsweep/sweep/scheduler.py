@@ -235,8 +235,10 @@ class Scheduler:
             d.lost, d.lost_since, d.next_revive = True, now, now + 2.0
 
     def retry(self, ticket: Ticket, now: float) -> None:
-        """An infrastructure failure while converting: convert again (anywhere)."""
+        """An infrastructure failure while converting, or the artifact gone from the cache
+        before it was measured: convert again (anywhere)."""
         ticket.converted_on = None
+        ticket.artifact_sha = None
         ticket.move(Phase.PROPOSED, now)
 
     # ------------------------------------------------------------ watchdog

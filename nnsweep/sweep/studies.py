@@ -42,6 +42,7 @@ __all__ = [
     "enqueue",
     "fingerprint_of",
     "journal_path",
+    "mend_storage",
     "open_study",
     "queued",
     "record_of",
@@ -80,6 +81,16 @@ def study_name(spec: SweepSpec, device: str) -> str:
 def journal_path(spec: SweepSpec) -> Path:
     """The sweep's Optuna journal (``storage: journal``)."""
     return spec.state_dir / "optuna.journal"
+
+
+def mend_storage(spec: SweepSpec) -> None:
+    """Set right what a writer killed mid-write left in the sweep's storage: for the run
+    that holds the sweep's run lock, before it writes (:func:`nnsweep.sweep.journal.drop_torn_tail`;
+    a database keeps whole transactions itself)."""
+    if spec.storage == "journal":
+        from nnsweep.sweep.journal import drop_torn_tail
+
+        drop_torn_tail(journal_path(spec))
 
 
 def _storage(spec: SweepSpec, *, create: bool) -> Any:
