@@ -44,7 +44,10 @@ class WholeRecords(JournalFileBackend):
         self.path = path
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        size = self.path.stat().st_size if self.path.exists() else 0
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:  # the study's first record
+            size = 0
         try:
             super().append_logs(logs)
         except OSError:

@@ -41,7 +41,6 @@ __all__ = [
     "delete_studies",
     "enqueue",
     "fingerprint_of",
-    "journal_path",
     "mend_storage",
     "open_study",
     "queued",
@@ -78,7 +77,7 @@ def study_name(spec: SweepSpec, device: str) -> str:
     return f"{spec.name}/{device}"
 
 
-def journal_path(spec: SweepSpec) -> Path:
+def _journal_path(spec: SweepSpec) -> Path:
     """The sweep's Optuna journal (``storage: journal``)."""
     return spec.state_dir / "optuna.journal"
 
@@ -90,7 +89,7 @@ def mend_storage(spec: SweepSpec) -> None:
     if spec.storage == "journal":
         from nnsweep.sweep.journal import drop_torn_tail
 
-        drop_torn_tail(journal_path(spec))
+        drop_torn_tail(_journal_path(spec))
 
 
 def _storage(spec: SweepSpec, *, create: bool) -> Any:
@@ -99,7 +98,7 @@ def _storage(spec: SweepSpec, *, create: bool) -> Any:
     if spec.storage == "journal":
         from nnsweep.sweep.journal import WholeRecords
 
-        journal = journal_path(spec)
+        journal = _journal_path(spec)
         if not create and not journal.is_file():
             return None  # never ran: read nothing, and create no state directory
         spec.state_dir.mkdir(parents=True, exist_ok=True)
