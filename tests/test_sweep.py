@@ -505,4 +505,23 @@ def test_an_artifact_gone_from_the_cache_before_it_is_measured_is_converted_agai
     measured = [r for r in host.records if r.reused_from is None]
     assert [r.status for r in measured] == [TrialStatus.OK, TrialStatus.OK]  # nothing failed for it
     assert [executor.converted[r.config.digest()] for r in measured] == [2, 2]  # each converted once more
-    assert "its artifact is gone from the cache" in caplog.text
+    assert "the artifact is gone from the cache" in caplog.text
+
+
+def test_an_artifact_gone_under_several_thread_counts_is_one_retry_and_one_conversion(
+    workdir: Path, digits, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    # Two thread counts share one artifact, which leaves the cache once: one event, one
+    # conversion again for both, counted once. Counted per trial, threads [1, 2, 4] on a
+    # 4-core machine would end the sweep ("conversion failed 3 times") for a single `rm`:
+    # here, with one retry allowed, two counts would.
+    monkeypatch.setattr("nnsweep.sweep.handlers.CONVERT_RETRIES", 1)
+    spec = _spec(workdir, trials=2, quant=["fp32"], threads=[1, 2])
+    executor = CacheEmptiedAfterConverting()
+    (host,) = Sweep(spec, executor, RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    measured = [r for r in host.records if r.reused_from is None]
+    assert sorted(r.config.threads for r in measured) == [1, 2]
+    assert all(r.status is TrialStatus.OK for r in measured)
+    assert sum(executor.converted.values()) == 2
+    gone = [r.getMessage() for r in caplog.records if "the artifact is gone" in r.getMessage()]
+    assert len(gone) == 1 and gone[0].startswith("host trial 0, host trial 1:"), gone

@@ -148,15 +148,17 @@ class Results:
     def measure_request(self, ticket: Ticket) -> MeasureRequest | None:
         """What to send the device for ``ticket`` (its artifact's files, read now); None when
         they left the cache after the conversion (a user's ``rm``, a cleaner): then it is
-        converted again, counted as a conversion retry."""
+        converted again, counted as one conversion retry with the trials READY with the same
+        artifact (its other thread counts), which would find it gone too."""
         try:
             return self.host.measure_request(ticket.config)
         except OSError as exc:
             self._count_retry(conversion_digest(ticket.config), exc)
-            reason = exc.strerror or exc
-            log.warning("%s trial %d: its artifact is gone from the cache (%s); converting again", ticket.device,
-                        ticket.number, reason)  # fmt: skip
-            self.scheduler.retry(ticket, self.clock())
+            same = self.scheduler.ready_with(ticket.artifact_sha) if ticket.artifact_sha else []
+            trials = ", ".join(f"{t.device} trial {t.number}" for t in [ticket, *same])
+            log.warning("%s: the artifact is gone from the cache (%s); converting again", trials, exc.strerror or exc)
+            for t in [ticket, *same]:
+                self.scheduler.retry(t, self.clock())
             return None
 
     def _count_retry(self, digest: str, exc: Exception) -> None:

@@ -18,7 +18,8 @@ MEASURING back to READY: the timed runs met other processes' work on their cores
 what the runtime's threads left spare (:attr:`nnsweep.bench.Timing.contended`); the trial
 is measured again once, and that figure stands. MEASURING back to PROPOSED: the artifact
 left the cache before its files were read for the device (a user's ``rm``, a cleaner):
-it is converted again, as after a conversion's infrastructure failure.
+it is converted again, as after a conversion's infrastructure failure; the trials READY
+with the same artifact (other thread counts) go back to PROPOSED with it.
 ``EVALUATING``: a device whose tool only times (a phone over adb) gave latencies;
 the host runs the artifact for its outputs. ``HELD``: the result is known but the
 device's fp32 baseline, which the accuracy constraint needs, is not yet.
@@ -84,7 +85,7 @@ _ENDINGS = frozenset({Phase.FAILED, Phase.REQUEUED})
 _MOVES: dict[Phase, frozenset[Phase]] = {
     Phase.PROPOSED: frozenset({Phase.CONVERTING, Phase.READY, Phase.TWIN, Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.CONVERTING: frozenset({Phase.READY, Phase.PROPOSED}) | _ENDINGS,
-    Phase.READY: frozenset({Phase.MEASURING, Phase.HELD, Phase.TOLD}) | _ENDINGS,
+    Phase.READY: frozenset({Phase.MEASURING, Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
     Phase.MEASURING: frozenset({Phase.READY, Phase.EVALUATING, Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
     Phase.EVALUATING: frozenset({Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.TWIN: frozenset({Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,

@@ -241,6 +241,10 @@ class Scheduler:
         ticket.artifact_sha = None
         ticket.move(Phase.PROPOSED, now)
 
+    def ready_with(self, artifact_sha: str) -> list[Ticket]:
+        """The trials, on any device, READY to measure the artifact ``artifact_sha``."""
+        return [t for d in self.devices.values() for t in d.live(Phase.READY) if t.artifact_sha == artifact_sha]
+
     # ------------------------------------------------------------ watchdog
     def hung(self, now: float, limit_s: float) -> list[Ticket]:
         """Measurements with no answer ``limit_s`` after they started (each reported once)."""
