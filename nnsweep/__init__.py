@@ -26,6 +26,7 @@ from nnsweep.core.errors import (
     InfrastructureError,
     NnsweepError,
     SpecError,
+    SweepStateNotWritten,
     TrialError,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "QuantConfig",
     "QuantMode",
     "SpecError",
+    "SweepStateNotWritten",
     "TrialError",
     "__version__",
 ]

@@ -46,11 +46,10 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
 
 def _fill(disk: Path) -> None:
     """Write to ``disk`` until it is full."""
-    with open(disk / "filler", "wb") as f:
+    with open(disk / "filler", "wb", buffering=0) as f:  # unbuffered: nothing left for close to fail on
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     assert shutil.disk_usage(disk).free < 65536
@@ -118,6 +117,44 @@ def test_a_sweep_whose_folder_cannot_take_its_report_prints_its_results_and_the_
     again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Trials: 2 measured" in again.stdout  # the budget was spent: nothing measured twice
+
+
+@pytest.mark.parametrize(("room", "written"), [(0, "run.owner"), (4096, "optuna.journal")])
+def test_a_sweep_that_cannot_write_its_state_names_the_file_and_runs_once_there_is_room(
+    room: int, written: str, small_disk: Callable[[str], Path], models_dir: Path, tmp_path: Path
+) -> None:
+    """The folder is full before the run's first write: the run lock's owner file (no room
+    at all) or the study's first record (a few KB left) failed with a bare
+    `OSError: [Errno 28] No space left on device` (no file named, "run again with -v")."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    spec = {
+        "name": "nospace",
+        "model": "digits",
+        "space": {"runtime": ["onnxruntime"], "quant": ["fp32"], "threads": [1]},
+        "budget": {"trials": 1},
+        "measure": {"warmup": 2, "iters": 20, "remeasure": 0},
+    }
+    disk = small_disk("8m")
+    (disk / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    _fill(disk)
+    if room:
+        (disk / "filler").write_bytes(b"\0" * (os.path.getsize(disk / "filler") - room))
+    done = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
+    assert done.returncode == 1, done.stderr[-3000:]
+    state = disk / ".nnsweep" / "nospace"
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"nnsweep: error: cannot write the sweep's state at {state / written}: No space left on device; "
+        "what it recorded before is kept: make room and run the sweep again"
+    )
+    assert "Traceback" not in done.stderr
+    assert not (state / "run.owner").exists() and not (state / "run.tmp").exists()  # no run left behind
+
+    (disk / "filler").unlink()
+    again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Trials: 1 measured" in again.stdout
 
 
 def test_a_ranking_measured_on_a_full_cache_disk_is_still_printed(

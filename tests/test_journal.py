@@ -44,7 +44,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 40, hard))
 try:
     told(3.0)
 except OSError as exc:
-    print("refused", exc.errno, file=sys.stderr)
+    print("refused", exc.errno, type(exc).__name__, exc, file=sys.stderr)
 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 for x in (4.0, 5.0):
     told(x)
@@ -74,6 +74,8 @@ def test_a_partial_write_is_taken_back_and_the_journal_stays_readable(tmp_path: 
     assert done.returncode == 0, done.stderr[-2000:]
     assert "refused 27" in done.stderr  # EFBIG: the record did not fit
     assert done.stdout.strip() == "[1.0, 2.0, 4.0, 5.0]"  # the refused trial is not there, nothing else lost
+    journal = tmp_path / "optuna.journal"
+    assert f"SweepStateNotWritten cannot write the sweep's state at {journal}: File too large;" in done.stderr
     for line in (tmp_path / "optuna.journal").read_text().splitlines():
         json.loads(line)  # every line a whole record
 

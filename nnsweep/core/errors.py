@@ -26,6 +26,7 @@ __all__ = [
     "InfrastructureError",
     "NnsweepError",
     "SpecError",
+    "SweepStateNotWritten",
     "TrialError",
     "clip",
     "excerpt",
@@ -89,6 +90,27 @@ class ConversionStorageError(InfrastructureError):
     def __init__(self, message: str, path: object = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class SweepStateNotWritten(NnsweepError, OSError):
+    """A sweep's state (``.nnsweep/NAME/``: its run lock, its study journal) could not be
+    written (a full disk, a read-only folder). An ``OSError`` still (errno, strerror, the
+    path), so code that handles a failed write handles it; the message says what is kept
+    and what to do.
+
+    Args:
+        path: the file or folder.
+        cause: the write's own error.
+    """
+
+    def __init__(self, path: object, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+
+    def __str__(self) -> str:
+        return (
+            f"cannot write the sweep's state at {self.filename}: {self.strerror}; what it recorded "
+            "before is kept: make room and run the sweep again"
+        )
 
 
 MAX_EXCERPT = 60  # characters of an offending value quoted in a message

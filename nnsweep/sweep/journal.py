@@ -10,7 +10,8 @@ any record follows it (``JSONDecodeError``): the sweep cannot resume, and every 
 recorded is out of reach (``tests/test_journal.py`` shows both with a real partial write).
 
 :class:`WholeRecords` takes a failed append back to the file's size before it, so a
-failed write leaves nothing. :func:`drop_torn_tail` removes what an append a process did
+failed write leaves nothing, and raises :class:`~nnsweep.core.errors.SweepStateNotWritten`
+naming the journal (Optuna's own error names no file). :func:`drop_torn_tail` removes what an append a process did
 not live to take back left (a kill between two of its writes): called under the sweep's
 run lock, when no other process writes the journal; a reader (``nnsweep report``) leaves
 the file alone, and Optuna's reader skips such a tail anyway.
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import JournalFileBackend
+
+from nnsweep.core.errors import SweepStateNotWritten
 
 __all__ = ["WholeRecords", "drop_torn_tail"]
 
@@ -50,10 +53,10 @@ class WholeRecords(JournalFileBackend):
             size = 0
         try:
             super().append_logs(logs)
-        except OSError:
+        except OSError as exc:
             with contextlib.suppress(OSError):  # removing bytes needs no room
                 os.truncate(self.path, size)
-            raise
+            raise SweepStateNotWritten(self.path, exc) from exc
 
 
 def drop_torn_tail(path: Path) -> int:

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.core.errors import SpecError
+from nnsweep.core.errors import SpecError, SweepStateNotWritten
 
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle
@@ -66,15 +66,22 @@ class SweepLock:
         """
         from filelock import Timeout
 
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
             self._lock.acquire()
         except Timeout:
             raise SweepBusy("spec", f"sweep {self.sweep!r} is already running ({self._holder()})") from None
+        except OSError as exc:
+            raise SweepStateNotWritten(exc.filename or self.state_dir, exc) from exc
         info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         tmp = self._owner.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
-        tmp.replace(self._owner)
+        try:
+            tmp.write_text(json.dumps(info))
+            tmp.replace(self._owner)
+        except OSError as exc:  # a full disk: nothing of this run is left, the lock included
+            tmp.unlink(missing_ok=True)
+            self._lock.release()
+            raise SweepStateNotWritten(self._owner, exc) from exc
 
     def _holder(self) -> str:
         try:
