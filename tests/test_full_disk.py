@@ -157,6 +157,42 @@ def test_a_sweep_that_cannot_write_its_state_names_the_file_and_runs_once_there_
     assert "Trials: 1 measured" in again.stdout
 
 
+def test_an_mlflow_database_the_disk_cannot_hold_is_not_left_half_created(
+    small_disk: Callable[[str], Path], models_dir: Path, tmp_path: Path
+) -> None:
+    """300 KB free: the run lock and the study fit, MLflow's tables do not. MLflow's
+    migrations, committed one by one, left a half-created mlflow.db, and every later run
+    failed with "table _alembic_tmp_model_version_tags already exists" until the file was
+    found and removed."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    spec = {
+        "name": "nodb",
+        "model": "digits",
+        "space": {"runtime": ["onnxruntime"], "quant": ["fp32"], "threads": [1]},
+        "budget": {"trials": 1},
+        "measure": {"warmup": 2, "iters": 20, "remeasure": 0},
+    }
+    disk = small_disk("8m")
+    (disk / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    _fill(disk)
+    os.truncate(disk / "filler", os.path.getsize(disk / "filler") - 300_000)
+    done = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"nnsweep: error: cannot create the MLflow database at {disk / 'mlflow.db'}: database or disk is full; "
+        "nothing was written there: make room and run again"
+    )
+    assert not (disk / "mlflow.db").exists()
+    assert [p.name for p in disk.iterdir() if "mlflow" in p.name] == []
+
+    (disk / "filler").unlink()
+    again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Trials: 1 measured" in again.stdout
+
+
 def test_a_ranking_measured_on_a_full_cache_disk_is_still_printed(
     small_disk: Callable[[str], Path], models_dir: Path, tmp_path: Path
 ) -> None:

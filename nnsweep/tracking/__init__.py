@@ -2,7 +2,8 @@
 
 * :mod:`~nnsweep.tracking.base`: the :class:`Tracker` contract and :class:`NullTracker`;
 * :mod:`~nnsweep.tracking.background`: :class:`BackgroundTracker`, another tracker's calls on one thread;
-* :mod:`~nnsweep.tracking.mlflow_tracker`: :class:`MlflowTracker`, the only module that imports mlflow;
+* :mod:`~nnsweep.tracking.mlflow_tracker`: :class:`MlflowTracker`, the module that talks to MLflow;
+* :mod:`~nnsweep.tracking.sqlite_store`: a new sqlite database created whole (MLflow's tables), or not at all;
 * :mod:`~nnsweep.tracking.uris`: sqlite URIs and artifact locations.
 """
 

@@ -69,6 +69,9 @@ class _Experiment:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
+            from nnsweep.tracking.sqlite_store import create_whole
+
+            create_whole(self.uri)
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 

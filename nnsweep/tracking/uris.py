@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-__all__ = ["absolute_sqlite_uri", "artifact_location"]
+__all__ = ["absolute_sqlite_uri", "artifact_location", "database_file"]
 
 
 def absolute_sqlite_uri(uri: str, base: Path | None = None) -> str:
@@ -51,12 +51,22 @@ def artifact_location(uri: str, experiment: str) -> str | None:
         >>> artifact_location("sqlite:////data/sweeps/mlflow.db", "digits/fast")
         'file:///data/sweeps/mlartifacts/digits_fast'
     """
-    uri = absolute_sqlite_uri(uri)
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
-        return None
-    db = unquote(uri[len(prefix) :].split("?", 1)[0])
-    if not db or db == ":memory:":
+    db = database_file(absolute_sqlite_uri(uri))
+    if db is None:
         return None
     folder = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip(".") or "experiment"
-    return (Path(db).parent / "mlartifacts" / folder).as_uri()
+    return (db.parent / "mlartifacts" / folder).as_uri()
+
+
+def database_file(uri: str) -> Path | None:
+    """The file of an absolute sqlite URI; ``None`` for anything else (a relative or
+    in-memory one, a server, another database).
+
+    Example:
+        >>> database_file("sqlite:////data/sweeps/mlflow.db?timeout=30")
+        PosixPath('/data/sweeps/mlflow.db')
+    """
+    prefix = "sqlite:////"
+    if not uri.startswith(prefix):
+        return None
+    return Path(unquote("/" + uri[len(prefix) :].split("?", 1)[0]))
