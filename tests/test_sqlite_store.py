@@ -42,3 +42,23 @@ def test_a_database_that_cannot_be_written_is_named_and_nothing_is_left(tmp_path
     with pytest.raises(TrackingStoreNotCreated, match=f"cannot create the MLflow database at {db}: "):
         create_whole(f"sqlite:///{db}")
     assert [p.name for p in tmp_path.iterdir()] == ["a-file"]
+
+
+def test_what_a_killed_creation_left_is_removed_and_a_live_one_s_is_not(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = tmp_path / f".mlflow.db.{int(ended.stdout)}.creating"
+    gone.write_bytes(b"half")
+    (tmp_path / f"{gone.name}-journal").write_bytes(b"half")
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as running:
+        building = tmp_path / f".mlflow.db.{running.pid}.creating"
+        building.write_bytes(b"under way")
+        try:
+            assert create_whole(f"sqlite:///{tmp_path / 'mlflow.db'}") is True
+        finally:
+            running.kill()
+    assert not gone.exists() and not (tmp_path / f"{gone.name}-journal").exists()
+    assert building.exists()  # another process's creation under way is left to it
+    assert (tmp_path / "mlflow.db").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 from nnsweep.core.errors import InfrastructureError
 from nnsweep.tracking.uris import database_file
@@ -44,6 +45,7 @@ def create_whole(uri: str) -> bool:
     except ImportError:  # another MLflow: it creates the database itself, as before
         return False
 
+    _drop_abandoned(path)
     building = path.with_name(f".{path.name}.{os.getpid()}.creating")
     engine = None
     try:
@@ -67,3 +69,22 @@ def create_whole(uri: str) -> bool:
         for leftover in (building, building.with_name(building.name + "-journal")):
             with contextlib.suppress(OSError):
                 leftover.unlink()
+
+
+def _drop_abandoned(path: Path) -> None:
+    """Remove what a process killed while it created ``path``'s tables left beside it."""
+    for leftover in path.parent.glob(f".{path.name}.*.creating*"):
+        pid = leftover.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
