@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -316,6 +317,37 @@ def test_storage_and_tracking_uris_are_checked_before_anything_starts(
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"nnsweep: error: {text}") and proc.stderr.count("\n") == 1, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda db: db.write_bytes(b"SQLite format 3\0" + bytes(3000)), "file is not a database"),
+        (lambda db: os.truncate(db, db.stat().st_size // 2), "database disk image is malformed"),
+    ],
+    ids=["header-only", "cut-in-half"],
+)
+def test_a_damaged_sqlite_database_is_refused_by_name_before_anything_starts(
+    tmp_path: Path, damage: Callable[[Path], object], reason: str
+) -> None:
+    """MLflow and Optuna failed on it with `DatabaseError: file is not a database` (and `-v`)."""
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    with sqlite3.connect(db) as made:  # a database with a few pages, as a tracking store has
+        made.execute("CREATE TABLE t (x BLOB)")
+        made.executemany("INSERT INTO t VALUES (?)", [(bytes(2000),) for _ in range(40)])
+    made.close()
+    damage(db)
+    before = db.read_bytes()
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nmodel: digits\ntracking: {uri: 'sqlite:///mlflow.db'}\n")
+    proc = _run(["--cache-dir", str(tmp_path / "cache"), "run", str(spec)], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"nnsweep: error: tracking.uri: '{db}' is a damaged SQLite database ({reason}): restore it or move it aside\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "s.yaml"] and db.read_bytes() == before
 
 
 @pytest.mark.integration

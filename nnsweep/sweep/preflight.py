@@ -130,6 +130,8 @@ def _check_sqlite(database: str | None, field: str) -> None:
             raise SpecError(field, f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
         if head and head != _SQLITE_MAGIC:
             raise SpecError(field, f"{str(path)!r} exists and is not an SQLite database")
+        if head:
+            _check_readable(path, field)
         if not os.access(path, os.W_OK):
             raise SpecError(field, f"{str(path)!r} is not writable")
         return
@@ -137,6 +139,23 @@ def _check_sqlite(database: str | None, field: str) -> None:
         raise SpecError(field, f"the folder of {str(path)!r} does not exist")
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise SpecError(field, f"cannot create {str(path)!r}: its folder is not writable")
+
+
+def _check_readable(path: Path, field: str) -> None:
+    """An SQLite file whose pages cannot be read (cut short, overwritten): refused here, where
+    MLflow and Optuna would fail on it with ``DatabaseError: file is not a database``."""
+    import contextlib
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:  # locked or busy: another process's, not a damaged file
+        return
+    except sqlite3.DatabaseError as exc:
+        raise SpecError(
+            field, f"{str(path)!r} is a damaged SQLite database ({exc}): restore it or move it aside"
+        ) from None
 
 
 def _bounded(what: str, field: str, timeout_s: float, call: Any) -> None:
