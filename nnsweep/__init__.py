@@ -26,6 +26,7 @@ from nnsweep.core.errors import (
     InfrastructureError,
     NnsweepError,
     SpecError,
+    SweepStateDamaged,
     SweepStateNotWritten,
     TrialError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "QuantConfig",
     "QuantMode",
     "SpecError",
+    "SweepStateDamaged",
     "SweepStateNotWritten",
     "TrialError",
     "__version__",

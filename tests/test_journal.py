@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nnsweep.sweep.journal import drop_torn_tail
 
@@ -100,3 +102,42 @@ def test_drop_torn_tail_keeps_the_whole_lines(tmp_path: Path, content: bytes, ke
 def test_drop_torn_tail_of_no_journal_is_nothing(tmp_path: Path) -> None:
     assert drop_torn_tail(tmp_path / "none") == 0
     assert not (tmp_path / "none").exists()
+
+
+def _journal_of_a_few_trials(path: Path) -> None:
+    import optuna
+
+    from nnsweep.sweep.journal import open_journal
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name="s", storage=open_journal(path), directions=["maximize", "minimize"])
+    span = {
+        "x": optuna.distributions.FloatDistribution(0, 9),
+        "r": optuna.distributions.CategoricalDistribution(["a", "b"]),
+    }
+    for x in (1.0, 2.0, 3.0):
+        study.add_trial(optuna.trial.create_trial(params={"x": x, "r": "a"}, distributions=span, values=[x, -x]))
+    study.set_user_attr("fingerprint", {"model": "m"})
+
+
+@given(data=st.data())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_damaged_journal_opens_or_is_named_never_a_bare_error(tmp_path: Path, data: st.DataObject) -> None:
+    """Bytes overwritten, cut out or added anywhere (a bad disk, an editor): the journal
+    either opens (a torn last line is Optuna's to skip) or ends on SweepStateDamaged naming
+    it, never Optuna's bare JSONDecodeError or KeyError."""
+    from nnsweep.core.errors import SweepStateDamaged
+    from nnsweep.sweep.journal import open_journal
+
+    path = tmp_path / "optuna.journal"
+    path.unlink(missing_ok=True)
+    _journal_of_a_few_trials(path)
+    whole = path.read_bytes()
+    start = data.draw(st.integers(0, len(whole)))
+    end = data.draw(st.integers(start, min(len(whole), start + 40)))
+    inserted = data.draw(st.one_of(st.binary(max_size=20), st.sampled_from([b"", b"\n", b'"', b"{", b"}", b"0", b"x"])))
+    path.write_bytes(whole[:start] + inserted + whole[end:])
+    try:
+        open_journal(path)
+    except SweepStateDamaged as exc:
+        assert str(path) in str(exc) and "\n" not in str(exc).strip()

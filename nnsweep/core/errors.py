@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "InfrastructureError",
     "NnsweepError",
     "SpecError",
+    "SweepStateDamaged",
     "SweepStateNotWritten",
     "TrialError",
     "clip",
@@ -110,6 +112,24 @@ class SweepStateNotWritten(NnsweepError, OSError):
         return (
             f"cannot write the sweep's state at {self.filename}: {self.strerror}; what it recorded "
             "before is kept: make room and run the sweep again"
+        )
+
+
+class SweepStateDamaged(NnsweepError, ValueError):
+    """A sweep's state (``.nnsweep/NAME/``) holds something no run wrote whole: a study
+    journal line that is not a record, before others (a torn tail is mended, not this).
+
+    Args:
+        path: the file.
+        where: which part of it (``line 3``).
+        cause: what reading it said.
+    """
+
+    def __init__(self, path: object, where: str, cause: object) -> None:
+        self.path = path
+        super().__init__(
+            f"the sweep's study at {path} is damaged ({where}: {cause}): restore it from a copy, "
+            f"or move {os.path.dirname(str(path))} aside to start the sweep again from nothing"
         )
 
 

@@ -22,14 +22,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import JournalFileBackend
 
-from nnsweep.core.errors import SweepStateNotWritten
+from nnsweep.core.errors import SweepStateDamaged, SweepStateNotWritten
 
-__all__ = ["WholeRecords", "drop_torn_tail"]
+__all__ = ["WholeRecords", "drop_torn_tail", "open_journal"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,17 @@ class WholeRecords(JournalFileBackend):
         super().__init__(str(path))
         self.path = path
 
+    def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
+        """Optuna's reading, with a damaged line (not JSON, or without its newline, before
+        others) as :class:`~nnsweep.core.errors.SweepStateDamaged` naming the file and the line."""
+        read = 0
+        try:
+            for record in super().read_logs(log_number_from):
+                read += 1
+                yield record
+        except ValueError as exc:  # json.JSONDecodeError, or Optuna's "Invalid log format."
+            raise SweepStateDamaged(self.path, f"line {log_number_from + read + 1}", exc) from exc
+
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         try:
             size = self.path.stat().st_size
@@ -57,6 +69,25 @@ class WholeRecords(JournalFileBackend):
             with contextlib.suppress(OSError):  # removing bytes needs no room
                 os.truncate(self.path, size)
             raise SweepStateNotWritten(self.path, exc) from exc
+
+
+def open_journal(path: Path) -> Any:
+    """Optuna's ``JournalStorage`` on the journal at ``path`` (through :class:`WholeRecords`),
+    its records replayed.
+
+    Raises:
+        SweepStateDamaged: a line is not a record, or a record is not one Optuna can apply
+            (a key or value changed by hand or by a bad disk): named, where Optuna raised a
+            bare ``JSONDecodeError`` or ``KeyError``.
+    """
+    import optuna
+
+    try:
+        return optuna.storages.JournalStorage(WholeRecords(path))
+    except SweepStateDamaged:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise SweepStateDamaged(path, "a record Optuna cannot apply", f"{type(exc).__name__}: {exc}") from exc
 
 
 def drop_torn_tail(path: Path) -> int:

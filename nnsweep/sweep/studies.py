@@ -93,16 +93,15 @@ def mend_storage(spec: SweepSpec) -> None:
 
 
 def _storage(spec: SweepSpec, *, create: bool) -> Any:
-    import optuna
 
     if spec.storage == "journal":
-        from nnsweep.sweep.journal import WholeRecords
+        from nnsweep.sweep.journal import open_journal
 
         journal = _journal_path(spec)
         if not create and not journal.is_file():
             return None  # never ran: read nothing, and create no state directory
         spec.state_dir.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(WholeRecords(journal))
+        return open_journal(journal)
     from sqlalchemy.exc import IntegrityError
 
     from nnsweep.sweep.rdb import retrying_storage  # a database restart mid-sweep is waited out
