@@ -193,3 +193,35 @@ def recurrent(tmp_path: Path) -> Path:
     path = tmp_path / "recurrent.py"
     path.write_text(_RECURRENT)
     return path
+
+
+class XnnpackLowering:
+    """ExecuTorch's XNNPACK lowering of a program two ways, for tests that nnsweep's lowering
+    (with its skips) gives ExecuTorch's own bytes: XNNPACK's partitioner with no partition
+    limits, ``to_edge_transform_and_lower`` with IR checks off, ``to_executorch``."""
+
+    def partitioner(self):  # type: ignore[no-untyped-def]
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        from nnsweep.convert.partition import LimitedPartitioner
+        from nnsweep.core.config import PartitionLimits
+
+        return LimitedPartitioner(XnnpackPartitioner(), PartitionLimits())
+
+    def nnsweep_s(self, program) -> bytes:  # type: ignore[no-untyped-def]
+        from nnsweep.convert import lowering
+
+        return bytes(lowering.lower(program, [self.partitioner()], None).to_executorch().buffer)
+
+    def executorch_s(self, program) -> bytes:  # type: ignore[no-untyped-def]
+        from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+        edge = to_edge_transform_and_lower(
+            program, partitioner=[self.partitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+        )
+        return bytes(edge.to_executorch().buffer)
+
+
+@pytest.fixture(scope="session")
+def xnnpack() -> XnnpackLowering:
+    return XnnpackLowering()

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
-from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from torch import nn
 from torch.export import ExportedProgram, default_decompositions
 
 from nnsweep.convert import lowering, redecompose
-from nnsweep.convert.partition import LimitedPartitioner
 from nnsweep.convert.redecompose import decompose_only_what_is_left, nothing_to_decompose
-from nnsweep.core.config import PartitionLimits
+
+if TYPE_CHECKING:
+    from conftest import XnnpackLowering
 
 
 class _Block(nn.Module):
@@ -39,10 +38,6 @@ class _Block(nn.Module):
 def _program() -> ExportedProgram:
     torch.manual_seed(0)
     return torch.export.export(_Block().eval(), (torch.randn(1, 3, 8, 8),))
-
-
-def _partitioner() -> LimitedPartitioner:
-    return LimitedPartitioner(XnnpackPartitioner(), PartitionLimits())
 
 
 def _graph(program: ExportedProgram) -> list[Any]:
@@ -80,20 +75,18 @@ def skipped(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[list[Any], l
     yield found
 
 
-def test_the_last_decomposition_is_skipped_and_makes_what_torch_would(skipped: list[Any]) -> None:
-    lowering.lower(_program(), [_partitioner()], None)
+def test_the_last_decomposition_is_skipped_and_makes_what_torch_would(
+    skipped: list[Any], xnnpack: XnnpackLowering
+) -> None:
+    lowering.lower(_program(), [xnnpack.partitioner()], None)
     assert len(skipped) == 1, "XNNPACK takes every op it keeps whole here: the last call has nothing left"
     kept, traced = skipped[0]
     assert kept == traced
 
 
-def test_the_lowered_bytes_are_executorch_s_own() -> None:
+def test_the_lowered_bytes_are_executorch_s_own(xnnpack: XnnpackLowering) -> None:
     program = _program()
-    own = to_edge_transform_and_lower(
-        program, partitioner=[_partitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
-    )
-    ours = lowering.lower(program, [_partitioner()], None)
-    assert bytes(ours.to_executorch().buffer) == bytes(own.to_executorch().buffer)
+    assert xnnpack.nnsweep_s(program) == xnnpack.executorch_s(program)
 
 
 def test_a_target_left_in_the_table_is_decomposed() -> None:

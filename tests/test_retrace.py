@@ -7,13 +7,12 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 from executorch.backends.xnnpack import _passes as xnnpack_passes
-from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+from executorch.exir import to_edge
 from executorch.exir.pass_base import ExportPass
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -21,9 +20,10 @@ from torch import nn
 from torch.fx import GraphModule
 
 from nnsweep.convert import lowering
-from nnsweep.convert.partition import LimitedPartitioner
 from nnsweep.convert.retrace import is_plain_retrace, retrace_only_when_changed
-from nnsweep.core.config import PartitionLimits
+
+if TYPE_CHECKING:
+    from conftest import XnnpackLowering
 
 
 class _ConvBlock(nn.Module):
@@ -89,10 +89,6 @@ def _program(name: str) -> torch.export.ExportedProgram:
     return torch.export.export(make().eval(), (torch.randn(shape),))
 
 
-def _partitioner() -> LimitedPartitioner:
-    return LimitedPartitioner(XnnpackPartitioner(), PartitionLimits())
-
-
 def _structure(graph_module: GraphModule) -> list[Any]:
     """A graph as the next pass sees it: nodes by name, metadata but the provenance
     (``from_node`` names the pass that made a node), fake values by shape, dtype and stride."""
@@ -145,24 +141,19 @@ def skips() -> Iterator[list[tuple[list[Any], list[Any]]]]:
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_each_skip_returns_what_the_trace_would_make(name: str, skips: list[tuple[list[Any], list[Any]]]) -> None:
-    lowering.lower(_program(name), [_partitioner()], None)
+def test_each_skip_returns_what_the_trace_would_make(
+    name: str, skips: list[tuple[list[Any], list[Any]]], xnnpack: XnnpackLowering
+) -> None:
+    lowering.lower(_program(name), [xnnpack.partitioner()], None)
     assert skips, "no re-trace was skipped"
     for kept, traced in skips:
         assert kept == traced
 
 
-def _executorch_s_own(program: torch.export.ExportedProgram) -> bytes:
-    own = to_edge_transform_and_lower(
-        program, partitioner=[_partitioner()], compile_config=EdgeCompileConfig(_check_ir_validity=False)
-    )
-    return bytes(own.to_executorch().buffer)
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_lowering_gives_executorch_s_own_bytes(name: str) -> None:
+def test_lowering_gives_executorch_s_own_bytes(name: str, xnnpack: XnnpackLowering) -> None:
     program = _program(name)
-    assert bytes(lowering.lower(program, [_partitioner()], None).to_executorch().buffer) == _executorch_s_own(program)
+    assert xnnpack.nnsweep_s(program) == xnnpack.executorch_s(program)
 
 
 _LAYERS: dict[str, Callable[[int], nn.Module]] = {
@@ -227,7 +218,9 @@ def _static_int8(model: nn.Module, example: torch.Tensor) -> torch.export.Export
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(layers=st.lists(st.sampled_from(sorted(_LAYERS)), min_size=1, max_size=5), quantized=st.booleans())
-def test_drawn_models_skip_only_what_the_trace_would_remake(layers: list[str], quantized: bool) -> None:
+def test_drawn_models_skip_only_what_the_trace_would_remake(
+    layers: list[str], quantized: bool, xnnpack: XnnpackLowering
+) -> None:
     """Models nobody wrote by hand: each skip is what the trace would make, and the outcome
     is ExecuTorch's own, in float and in static int8: the same bytes, or the same error
     where ExecuTorch's own lowering fails."""
@@ -235,15 +228,15 @@ def test_drawn_models_skip_only_what_the_trace_would_remake(layers: list[str], q
     model, example = _Drawn(layers).eval(), torch.randn(1, 3, 6, 6)
     program = _static_int8(model, example) if quantized else torch.export.export(model, (example,))
     try:
-        own: bytes | Exception = _executorch_s_own(program)
+        own: bytes | Exception = xnnpack.executorch_s(program)
     except Exception as exc:  # an ExecuTorch fault on this model, without nnsweep's block
         own = exc
     with _watching_skips() as seen:
         if isinstance(own, Exception):
             with pytest.raises(type(own)):
-                lowering.lower(program, [_partitioner()], None).to_executorch()
+                xnnpack.nnsweep_s(program)
             return
-        ours = bytes(lowering.lower(program, [_partitioner()], None).to_executorch().buffer)
+        ours = xnnpack.nnsweep_s(program)
     assert seen, "no re-trace was skipped"
     for kept, traced in seen:
         assert kept == traced

@@ -5,20 +5,18 @@ the ops the patterns need."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.graphs import bilinear_2d
-from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from torch import nn
 from torch.fx import Graph
 
-from nnsweep.convert import lowering
-from nnsweep.convert.partition import LimitedPartitioner
 from nnsweep.convert.xnnpack_patterns import PATTERNS, Patterns, edge_op_names, only_where_they_can_match
-from nnsweep.core.config import PartitionLimits
+
+if TYPE_CHECKING:
+    from conftest import XnnpackLowering
 
 
 class _Convs(nn.Module):
@@ -64,20 +62,6 @@ def _program(name: str) -> torch.export.ExportedProgram:
     return torch.export.export(make().eval(), (torch.randn(shape),))
 
 
-def _executorch_s_own(program: torch.export.ExportedProgram) -> bytes:
-    edge = to_edge_transform_and_lower(
-        program,
-        partitioner=[LimitedPartitioner(XnnpackPartitioner(), PartitionLimits())],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False),
-    )
-    return bytes(edge.to_executorch().buffer)
-
-
-def _nnsweep_s(program: torch.export.ExportedProgram) -> bytes:
-    partitioner = LimitedPartitioner(XnnpackPartitioner(), PartitionLimits())
-    return bytes(lowering.lower(program, [partitioner], None).to_executorch().buffer)
-
-
 @pytest.mark.parametrize("provider", PATTERNS, ids=lambda p: p.function)
 def test_every_pattern_holds_the_ops_its_skip_is_decided_on(provider: Patterns) -> None:
     patterns = list(_original(provider)())
@@ -87,9 +71,9 @@ def test_every_pattern_holds_the_ops_its_skip_is_decided_on(provider: Patterns) 
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_lowering_gives_executorch_s_own_bytes(name: str) -> None:
+def test_lowering_gives_executorch_s_own_bytes(name: str, xnnpack: XnnpackLowering) -> None:
     program = _program(name)
-    assert _nnsweep_s(program) == _executorch_s_own(program)
+    assert xnnpack.nnsweep_s(program) == xnnpack.executorch_s(program)
 
 
 def _lookups() -> list[int]:
@@ -98,17 +82,17 @@ def _lookups() -> list[int]:
     return [b.cache_info().hits + b.cache_info().misses for b in builders]
 
 
-def test_a_program_without_the_needed_ops_asks_for_no_pattern() -> None:
+def test_a_program_without_the_needed_ops_asks_for_no_pattern(xnnpack: XnnpackLowering) -> None:
     program = _program("convs")
     before = _lookups()
-    _nnsweep_s(program)
+    xnnpack.nnsweep_s(program)
     assert _lookups() == before
 
 
-def test_a_program_with_attention_is_given_the_attention_patterns() -> None:
+def test_a_program_with_attention_is_given_the_attention_patterns(xnnpack: XnnpackLowering) -> None:
     program = _program("attention")
     before = _lookups()
-    _nnsweep_s(program)
+    xnnpack.nnsweep_s(program)
     after = _lookups()
     assert after[0] == before[0]  # no upsampling
     assert after[1] > before[1]
