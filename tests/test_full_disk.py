@@ -44,8 +44,8 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
         subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
 
 
-def _fill(disk: Path) -> None:
-    """Write to ``disk`` until it is full."""
+def _fill(disk: Path, leave: int = 0) -> None:
+    """Write to ``disk`` until it is full, then give back ``leave`` bytes."""
     with open(disk / "filler", "wb", buffering=0) as f:  # unbuffered: nothing left for close to fail on
         try:
             while True:
@@ -53,6 +53,32 @@ def _fill(disk: Path) -> None:
         except OSError:
             pass
     assert shutil.disk_usage(disk).free < 65536
+    if leave:
+        os.truncate(disk / "filler", os.path.getsize(disk / "filler") - leave)
+
+
+def _one_trial_sweep(name: str, disk: Path, models_dir: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A one-trial ONNX Runtime sweep's spec in ``disk`` (``sweep.yaml``); its cache apart
+    in ``tmp_path``. Returns (disk, cache)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    spec = {
+        "name": name,
+        "model": "digits",
+        "space": {"runtime": ["onnxruntime"], "quant": ["fp32"], "threads": [1]},
+        "budget": {"trials": 1},
+        "measure": {"warmup": 2, "iters": 20, "remeasure": 0},
+    }
+    (disk / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    return disk, cache
+
+
+def _runs_once_there_is_room(disk: Path, cache: Path) -> None:
+    (disk / "filler").unlink()
+    again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Trials: 1 measured" in again.stdout
 
 
 def _nnsweep(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -126,21 +152,8 @@ def test_a_sweep_that_cannot_write_its_state_names_the_file_and_runs_once_there_
     """The folder is full before the run's first write: the run lock's owner file (no room
     at all) or the study's first record (a few KB left) failed with a bare
     `OSError: [Errno 28] No space left on device` (no file named, "run again with -v")."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "models").symlink_to(models_dir)
-    spec = {
-        "name": "nospace",
-        "model": "digits",
-        "space": {"runtime": ["onnxruntime"], "quant": ["fp32"], "threads": [1]},
-        "budget": {"trials": 1},
-        "measure": {"warmup": 2, "iters": 20, "remeasure": 0},
-    }
-    disk = small_disk("8m")
-    (disk / "sweep.yaml").write_text(yaml.safe_dump(spec))
-    _fill(disk)
-    if room:
-        (disk / "filler").write_bytes(b"\0" * (os.path.getsize(disk / "filler") - room))
+    disk, cache = _one_trial_sweep("nospace", small_disk("8m"), models_dir, tmp_path)
+    _fill(disk, leave=room)
     done = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
     assert done.returncode == 1, done.stderr[-3000:]
     state = disk / ".nnsweep" / "nospace"
@@ -151,10 +164,7 @@ def test_a_sweep_that_cannot_write_its_state_names_the_file_and_runs_once_there_
     assert "Traceback" not in done.stderr
     assert not (state / "run.owner").exists() and not (state / "run.tmp").exists()  # no run left behind
 
-    (disk / "filler").unlink()
-    again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "Trials: 1 measured" in again.stdout
+    _runs_once_there_is_room(disk, cache)
 
 
 def test_an_mlflow_database_the_disk_cannot_hold_is_not_left_half_created(
@@ -164,20 +174,8 @@ def test_an_mlflow_database_the_disk_cannot_hold_is_not_left_half_created(
     migrations, committed one by one, left a half-created mlflow.db, and every later run
     failed with "table _alembic_tmp_model_version_tags already exists" until the file was
     found and removed."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "models").symlink_to(models_dir)
-    spec = {
-        "name": "nodb",
-        "model": "digits",
-        "space": {"runtime": ["onnxruntime"], "quant": ["fp32"], "threads": [1]},
-        "budget": {"trials": 1},
-        "measure": {"warmup": 2, "iters": 20, "remeasure": 0},
-    }
-    disk = small_disk("8m")
-    (disk / "sweep.yaml").write_text(yaml.safe_dump(spec))
-    _fill(disk)
-    os.truncate(disk / "filler", os.path.getsize(disk / "filler") - 300_000)
+    disk, cache = _one_trial_sweep("nodb", small_disk("8m"), models_dir, tmp_path)
+    _fill(disk, leave=300_000)
     done = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
@@ -187,10 +185,7 @@ def test_an_mlflow_database_the_disk_cannot_hold_is_not_left_half_created(
     assert not (disk / "mlflow.db").exists()
     assert [p.name for p in disk.iterdir() if "mlflow" in p.name] == []
 
-    (disk / "filler").unlink()
-    again = _nnsweep("run", "sweep.yaml", "--executor", "local", cwd=disk, cache=cache)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "Trials: 1 measured" in again.stdout
+    _runs_once_there_is_room(disk, cache)
 
 
 def test_a_ranking_measured_on_a_full_cache_disk_is_still_printed(
