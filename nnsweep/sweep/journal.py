@@ -11,10 +11,12 @@ recorded is out of reach (``tests/test_journal.py`` shows both with a real parti
 
 :class:`WholeRecords` takes a failed append back to the file's size before it, so a
 failed write leaves nothing, and raises :class:`~nnsweep.core.errors.SweepStateNotWritten`
-naming the journal (Optuna's own error names no file). :func:`drop_torn_tail` removes what an append a process did
-not live to take back left (a kill between two of its writes): called under the sweep's
-run lock, when no other process writes the journal; a reader (``nnsweep report``) leaves
-the file alone, and Optuna's reader skips such a tail anyway.
+naming the journal (Optuna's own error names no file). :func:`drop_torn_tail` removes
+what an append a process did not live to take back left (a kill between two of its
+writes): called under the sweep's run lock, when no other process writes the journal; a
+reader (``nnsweep report``) leaves the file alone, and Optuna's reader skips such a tail
+anyway. Damage anywhere else (a line that is not a record, before others) is
+:class:`~nnsweep.core.errors.SweepStateDamaged` from :func:`open_journal`.
 """
 
 from __future__ import annotations

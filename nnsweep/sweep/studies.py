@@ -93,7 +93,6 @@ def mend_storage(spec: SweepSpec) -> None:
 
 
 def _storage(spec: SweepSpec, *, create: bool) -> Any:
-
     if spec.storage == "journal":
         from nnsweep.sweep.journal import open_journal
 

@@ -1,12 +1,13 @@
 """A new sqlite MLflow database, created whole or not at all.
 
 MLflow creates a sqlite store's tables the first time a client opens it: its initial
-schema, then some fifty alembic migrations, each committed on its own. A full disk part
-way leaves a database that is neither empty nor current, and every later open fails on
-the migration it stopped in (``table _alembic_tmp_model_version_tags already exists``)
-until the user finds and removes the file. :func:`create_whole` runs MLflow's own table
-creation on a file beside the database and links it into place only once it is complete,
-so the database is whole or absent, and a failure says which file and why.
+schema, then its alembic migrations (67 in MLflow 3.17), each committed on its own. A
+full disk part way leaves a database that is neither empty nor current, and every later
+open fails on the migration it stopped in (``table _alembic_tmp_model_version_tags
+already exists``) until the user finds and removes the file. :func:`create_whole` runs
+MLflow's own table creation on a file beside the database and links it into place only
+once it is complete, so the database is whole or absent, and a failure says which file
+and why.
 """
 
 from __future__ import annotations
