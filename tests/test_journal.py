@@ -141,3 +141,22 @@ def test_a_damaged_journal_opens_or_is_named_never_a_bare_error(tmp_path: Path, 
         open_journal(path)
     except SweepStateDamaged as exc:
         assert str(path) in str(exc) and "\n" not in str(exc).strip()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b'{"op_code":99,"worker_id":"w"}', b'{"worker_id":"w"}', b"[]"],
+    ids=["unknown-operation", "no-operation", "not-an-object"],
+)
+def test_a_record_optuna_cannot_apply_is_named(tmp_path: Path, line: bytes) -> None:
+    """Whole JSON lines Optuna cannot apply: an operation it does not know ended on its
+    `AssertionError: Should not reach.` (found by the test above in a fresh clone's run)."""
+    from nnsweep.core.errors import SweepStateDamaged
+    from nnsweep.sweep.journal import open_journal
+
+    path = tmp_path / "optuna.journal"
+    _journal_of_a_few_trials(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:2], line + b"\n", *lines[2:]]))
+    with pytest.raises(SweepStateDamaged, match="a record Optuna cannot apply"):
+        open_journal(path)

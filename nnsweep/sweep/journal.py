@@ -80,15 +80,17 @@ def open_journal(path: Path) -> Any:
     Raises:
         SweepStateDamaged: a line is not a record, or a record is not one Optuna can apply
             (a key or value changed by hand or by a bad disk): named, where Optuna raised a
-            bare ``JSONDecodeError`` or ``KeyError``.
+            bare ``JSONDecodeError``, ``KeyError``, ... or ``AssertionError`` ("Should not
+            reach.", an operation code it does not know).
+        OSError: the file could not be read (not damage).
     """
     import optuna
 
     try:
         return optuna.storages.JournalStorage(WholeRecords(path))
-    except SweepStateDamaged:
+    except (SweepStateDamaged, OSError, MemoryError):
         raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+    except Exception as exc:  # replaying a file's records: what else fails there is the file's
         raise SweepStateDamaged(path, "a record Optuna cannot apply", f"{type(exc).__name__}: {exc}") from exc
 
 
