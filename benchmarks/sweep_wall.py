@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
@@ -120,37 +121,46 @@ def _floor(spec_path: Path) -> tuple[float, float, dict[str, tuple[float, str]],
     return sum(seconds for seconds, _ in conversions.values()), timed, conversions, distinct
 
 
-def _built_seconds(cache: Path) -> dict[str, float]:
-    """Seconds each artifact's conversion took inside its worker, by conversion digest
-    (``convert_s`` in the artifact's ``meta.json``: the build, without the queue)."""
+def _metas(cache: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Each artifact's ``meta.json`` in the cache, read once: (its path, its fields)."""
     import json
 
+    found = []
+    for meta in (cache / "artifacts").glob("*/*/meta.json"):
+        try:
+            found.append((meta, json.loads(meta.read_text())))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _built_seconds(metas: list[tuple[Path, dict[str, Any]]]) -> dict[str, float]:
+    """Seconds each artifact's conversion took inside its worker, by conversion digest
+    (``convert_s`` in the artifact's ``meta.json``: the build, without the queue)."""
     from nnsweep.artifacts.cache import Artifact
     from nnsweep.artifacts.key import conversion_digest
     from nnsweep.core.errors import NnsweepError
 
     built: dict[str, float] = {}
-    for meta in (cache / "artifacts").glob("*/*/meta.json"):
+    for meta, fields in metas:
         try:
-            artifact = Artifact.from_meta(meta.parent, json.loads(meta.read_text()))
-        except (OSError, ValueError, KeyError, TypeError, NnsweepError):  # an older nnsweep's entry: no figure
+            artifact = Artifact.from_meta(meta.parent, fields)
+        except (ValueError, KeyError, TypeError, NnsweepError):  # an older nnsweep's entry: no figure
             continue
         built[conversion_digest(artifact.config)] = artifact.convert_s
     return built
 
 
-def _building_wall(cache: Path) -> tuple[float, float]:
+def _building_wall(metas: list[tuple[Path, dict[str, Any]]]) -> tuple[float, float]:
     """(seconds during which at least one worker was building an artifact, the sum of the
     building seconds). Each artifact's building interval ends when its ``meta.json`` was
-    written (the file's mtime) and lasts its ``convert_s``: read from the raw JSON, so an
+    written (the file's mtime) and lasts its ``convert_s``: read from the raw fields, so an
     older nnsweep's entries count too. Conversions run side by side make the first figure
     smaller than the second; one at a time, the two are equal."""
-    import json
-
     intervals = []
-    for meta in (cache / "artifacts").glob("*/*/meta.json"):
+    for meta, fields in metas:
         try:
-            seconds = float(json.loads(meta.read_text())["convert_s"])
+            seconds = float(fields["convert_s"])
             end = meta.stat().st_mtime
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -191,7 +201,8 @@ def main() -> int:
         return 1
     time_line = next((line for line in output.splitlines() if line.startswith("Time: ")), "Time: (not printed)")
     converting, timed, conversions, distinct = _floor(spec_path)
-    built = _built_seconds(work / "cache")
+    metas = _metas(work / "cache")
+    built = _built_seconds(metas)
     floor = converting + timed
     print(f"wall {wall:.1f} s; peak memory of the process tree {peak:.0f} MB")
     print(f"sweep's {time_line}")
@@ -208,7 +219,7 @@ def main() -> int:
             f"configuration); the rest is time the sweep waited on a worker before it built (each "
             f"worker's first conversion waits for the worker's start-up)"
         )
-        covered, summed = _building_wall(work / "cache")
+        covered, summed = _building_wall(metas)
         print(
             f"  the workers' building as wall time (the union of their intervals): {covered:.1f} s, "
             f"{covered / distinct:.1f} s per distinct configuration (summed {summed:.1f} s; equal when "

@@ -36,7 +36,7 @@ def test_overlapping_builds_count_once_and_apart_ones_add(tmp_path: Path, sweep_
     _artifact(tmp_path, "bb1", 4.0, 998.0)  # 994-998: inside the first
     _artifact(tmp_path, "cc1", 6.0, 1_004.0)  # 998-1004: overlaps the first's end
     _artifact(tmp_path, "dd1", 3.0, 1_010.0)  # 1007-1010: apart
-    covered, summed = sweep_wall._building_wall(tmp_path)
+    covered, summed = sweep_wall._building_wall(sweep_wall._metas(tmp_path))
     assert summed == pytest.approx(23.0)
     assert covered == pytest.approx(14.0 + 3.0)
 
@@ -47,5 +47,5 @@ def test_one_at_a_time_the_two_figures_agree_and_bad_entries_are_skipped(tmp_pat
     _artifact(tmp_path, "cc1", "not a number", 200.0)
     (tmp_path / "artifacts" / "dd" / "dd1").mkdir(parents=True)
     (tmp_path / "artifacts" / "dd" / "dd1" / "meta.json").write_text("{torn")
-    covered, summed = sweep_wall._building_wall(tmp_path)
+    covered, summed = sweep_wall._building_wall(sweep_wall._metas(tmp_path))
     assert covered == pytest.approx(summed) == pytest.approx(12.0)

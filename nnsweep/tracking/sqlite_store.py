@@ -48,12 +48,12 @@ def create_whole(uri: str) -> bool:
 
     _drop_abandoned(path)
     building = path.with_name(f".{path.name}.{os.getpid()}.creating")
-    engine = None
     try:
         engine = sqlalchemy.create_engine(f"sqlite:///{building}")
-        _initialize_tables(engine)
-        engine.dispose()
-        engine = None
+        try:
+            _initialize_tables(engine)
+        finally:
+            engine.dispose()
         try:
             os.link(building, path)  # never over a database another process created meanwhile
         except FileExistsError:
@@ -65,8 +65,6 @@ def create_whole(uri: str) -> bool:
             f"cannot create the MLflow database at {path}: {reason}; nothing was written there: make room and run again"
         ) from exc
     finally:
-        if engine is not None:
-            engine.dispose()
         for leftover in (building, building.with_name(building.name + "-journal")):
             with contextlib.suppress(OSError):
                 leftover.unlink()
@@ -74,18 +72,10 @@ def create_whole(uri: str) -> bool:
 
 def _drop_abandoned(path: Path) -> None:
     """Remove what a process killed while it created ``path``'s tables left beside it."""
+    import psutil
+
     for leftover in path.parent.glob(f".{path.name}.*.creating*"):
         pid = leftover.name[len(path.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
             with contextlib.suppress(OSError):
                 leftover.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
