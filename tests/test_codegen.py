@@ -129,3 +129,14 @@ def test_a_lowering_within_the_block_gives_the_same_bytes() -> None:
     with generated_code_compiled_once():
         assert _lowered() == pte
         assert _lowered() == pte  # the second lowering reuses the first one's compilations
+
+
+def test_the_sources_kept_stay_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codegen, "_codes", codegen.OrderedDict())
+    monkeypatch.setattr(codegen, "_kept_chars", 0)
+    sources = [f"def forward(self, x):\n    return x + {k}\n" for k in range(10)]
+    monkeypatch.setattr(codegen, "_KEPT_CHARS", 3 * len(sources[0]))
+    for k, src in enumerate(sources):
+        compiled(src, f"<eval_with_key>.{k}")
+    assert list(codegen._codes) == sources[-3:]  # the least recently used went first
+    assert codegen._kept_chars == sum(map(len, sources[-3:]))

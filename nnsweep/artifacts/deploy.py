@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.artifacts.key import artifact_key
 from nnsweep.convert._base import Converter, rnn_export_warning_silenced
-from nnsweep.convert.provenance import shared_node_provenance
+from nnsweep.convert.shortcuts import repeated_work_skipped
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError, clip, first_line
@@ -71,7 +71,7 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
             converter.stages = cache.stages.for_model(bundle.digest, config.runtime)
         try:
             # torch.export and FX tracing keep process-global state: one conversion at a time per process.
-            with _CONVERT_LOCK, rnn_export_warning_silenced(), shared_node_provenance():
+            with _CONVERT_LOCK, rnn_export_warning_silenced(), repeated_work_skipped():
                 return _named_float_layers(converter.convert(bundle, config, out_dir), config)
         except TrialError:
             raise

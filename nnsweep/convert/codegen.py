@@ -26,14 +26,16 @@ from typing import Any
 
 __all__ = ["compiled", "generated_code_compiled_once"]
 
-# Distinct sources kept: a conversion of mobilenet_v3_small makes a few dozen; a code object
-# is some kilobytes.
-_KEPT = 512
+# The sources kept, in characters (their code objects take about as many bytes): a
+# mobilenet_v3_small conversion's distinct sources are some 20 KB each; a large model's, a
+# megabyte. The least recently used go first.
+_KEPT_CHARS = 32 * 2**20
 _lock = threading.Lock()
 _users = 0  # blocks in force, in any thread
 _installed = False  # whether torch's function is this module's now
 _torch_own: Any = None  # torch's _exec_with_source, once seen
 _codes: OrderedDict[str, types.CodeType] = OrderedDict()
+_kept_chars = 0
 
 
 @contextlib.contextmanager
@@ -72,14 +74,17 @@ def compiled(src: str, filename: str) -> types.CodeType:
         code = _codes.get(src)
         if code is not None:
             _codes.move_to_end(src)
-    if code is None:
-        code = compile(src, filename, "exec", dont_inherit=True)
-        with _lock:
+    if code is not None:
+        return _named(code, filename)
+    code = compile(src, filename, "exec", dont_inherit=True)
+    global _kept_chars
+    with _lock:
+        if src not in _codes:
             _codes[src] = code
-            while len(_codes) > _KEPT:
-                _codes.popitem(last=False)
-        return code
-    return _named(code, filename)
+            _kept_chars += len(src)
+        while _kept_chars > _KEPT_CHARS and len(_codes) > 1:
+            _kept_chars -= len(_codes.popitem(last=False)[0])
+    return code
 
 
 def _named(code: types.CodeType, filename: str) -> types.CodeType:

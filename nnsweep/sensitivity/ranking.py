@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nnsweep.convert._base import rnn_export_warning_silenced
-from nnsweep.convert.provenance import shared_node_provenance
+from nnsweep.convert.shortcuts import repeated_work_skipped
 from nnsweep.core.atomic import atomic_path
 from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
 from nnsweep.core.quant import Granularity
@@ -133,7 +133,7 @@ def ranking(
 
     quantize_one: tuple[Method, ...] = ("quantize_one",)
     try:
-        with rnn_export_warning_silenced(), shared_node_provenance():
+        with rnn_export_warning_silenced(), repeated_work_skipped():
             evaluate = evaluator(bundle, runtime, granularity)  # exports the model
             report = measure(layers, counted, methods=quantize_one)
         if isinstance(evaluate, TorchEvaluator):
