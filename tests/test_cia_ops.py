@@ -3,7 +3,6 @@ converts (nnsweep.convert.cia_ops): the same operators, the same decompositions.
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -71,23 +70,3 @@ def test_a_decomposition_within_the_block_makes_the_same_graph() -> None:
     with cia_ops_looked_up_once():
         assert program.run_decompositions().graph_module.code == outside
         assert program.run_decompositions().graph_module.code == outside
-
-
-def test_nested_and_concurrent_blocks_keep_it_until_the_last_ends() -> None:
-    own = utils._materialize_cpp_cia_ops
-    entered, release = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with cia_ops_looked_up_once():
-            entered.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    entered.wait(10)
-    with cia_ops_looked_up_once(), cia_ops_looked_up_once():
-        pass
-    assert utils._materialize_cpp_cia_ops is not own  # the other block is still in force
-    release.set()
-    thread.join(10)
-    assert utils._materialize_cpp_cia_ops is own

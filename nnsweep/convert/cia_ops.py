@@ -18,40 +18,15 @@ a custom op defined) makes them run again. Outside a block, and when torch has n
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any
+
+from nnsweep.convert.stand_in import StandIn
 
 __all__ = ["cia_ops_looked_up_once"]
 
 _KEY = "CompositeImplicitAutograd"
-_lock = threading.Lock()
-_users = 0  # blocks in force, in any thread
-_installed = False  # whether torch's function is this module's now
-_torch_own: Any = None  # torch's _materialize_cpp_cia_ops, once seen (kept: a call may outlast a block)
 _looked_up: frozenset[str] = frozenset()  # the registrations of the last lookups
-
-
-@contextlib.contextmanager
-def cia_ops_looked_up_once() -> Iterator[None]:
-    """Within the block, torch looks up its composite operators again only when new ones exist."""
-    from torch._export import utils
-
-    global _users, _installed, _torch_own
-    with _lock:
-        if _users == 0 and hasattr(utils, "_materialize_cpp_cia_ops"):
-            _torch_own = utils._materialize_cpp_cia_ops
-            utils._materialize_cpp_cia_ops = _materialize_when_new
-            _installed = True
-        _users += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0 and _installed:
-                utils._materialize_cpp_cia_ops = _torch_own
-                _installed = False
 
 
 def _materialize_when_new() -> None:
@@ -62,5 +37,21 @@ def _materialize_when_new() -> None:
     registered = frozenset(torch._C._dispatch_get_registrations_for_dispatch_key(_KEY))
     if registered == _looked_up:
         return
-    _torch_own()
+    _STAND_IN.original()
     _looked_up = registered
+
+
+def _export_utils() -> Any:
+    from torch._export import utils
+
+    return utils
+
+
+_STAND_IN = StandIn(_export_utils, "_materialize_cpp_cia_ops", _materialize_when_new)
+
+
+@contextlib.contextmanager
+def cia_ops_looked_up_once() -> Iterator[None]:
+    """Within the block, torch looks up its composite operators again only when new ones exist."""
+    with _STAND_IN.block():
+        yield

@@ -24,6 +24,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+from nnsweep.convert.stand_in import StandIn
+
 __all__ = ["compiled", "generated_code_compiled_once"]
 
 # The sources kept, in characters (their code objects take about as many bytes): a
@@ -31,33 +33,8 @@ __all__ = ["compiled", "generated_code_compiled_once"]
 # megabyte. The least recently used go first.
 _KEPT_CHARS = 32 * 2**20
 _lock = threading.Lock()
-_users = 0  # blocks in force, in any thread
-_installed = False  # whether torch's function is this module's now
-_torch_own: Any = None  # torch's _exec_with_source, once seen
 _codes: OrderedDict[str, types.CodeType] = OrderedDict()
 _kept_chars = 0
-
-
-@contextlib.contextmanager
-def generated_code_compiled_once() -> Iterator[None]:
-    """Within the block, torch.fx compiles each distinct generated source once per process."""
-    from torch.fx import graph_module
-
-    global _users, _installed, _torch_own
-    with _lock:
-        if _users == 0 and hasattr(graph_module, "_exec_with_source"):
-            _torch_own = graph_module._exec_with_source
-            graph_module._exec_with_source = _exec_with_source
-            _installed = True
-        _users += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0 and _installed:
-                graph_module._exec_with_source = _torch_own
-                _installed = False
 
 
 def _exec_with_source(src: str, globals: dict[str, Any], co_fields: dict[str, Any] | None = None) -> None:
@@ -66,6 +43,22 @@ def _exec_with_source(src: str, globals: dict[str, Any], co_fields: dict[str, An
 
     filename = _loader.cache(src, globals, co_fields)  # what torch names it (co_fields: where it was traced)
     exec(compiled(src, filename), globals)
+
+
+def _graph_module() -> Any:
+    from torch.fx import graph_module
+
+    return graph_module
+
+
+_STAND_IN = StandIn(_graph_module, "_exec_with_source", _exec_with_source)
+
+
+@contextlib.contextmanager
+def generated_code_compiled_once() -> Iterator[None]:
+    """Within the block, torch.fx compiles each distinct generated source once per process."""
+    with _STAND_IN.block():
+        yield
 
 
 def compiled(src: str, filename: str) -> types.CodeType:

@@ -23,37 +23,29 @@ proposed to PyTorch (pytorch/pytorch#193051); PyTorch 2.14 still deep-copies. Wh
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
+from nnsweep.convert.stand_in import StandIn
+
 __all__ = ["shared_node_provenance"]
 
-_lock = threading.Lock()
-_users = 0  # blocks in force, in any thread
-_installed = False  # whether this module put __deepcopy__ on NodeSource
+
+def _node_source() -> type:
+    from torch.fx.traceback import NodeSource
+
+    return NodeSource
+
+
+def _itself(record: Any, memo: dict[int, Any]) -> Any:
+    return record
+
+
+_STAND_IN = StandIn(_node_source, "__deepcopy__", _itself, adds=True)
 
 
 @contextlib.contextmanager
 def shared_node_provenance() -> Iterator[None]:
     """Within the block, ``copy.deepcopy`` of a ``torch.fx.traceback.NodeSource`` returns it."""
-    from torch.fx.traceback import NodeSource
-
-    global _users, _installed
-    with _lock:
-        if _users == 0 and "__deepcopy__" not in vars(NodeSource):
-            NodeSource.__deepcopy__ = _itself  # type: ignore[attr-defined]
-            _installed = True
-        _users += 1
-    try:
+    with _STAND_IN.block():
         yield
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0 and _installed:
-                del NodeSource.__deepcopy__  # type: ignore[attr-defined]
-                _installed = False
-
-
-def _itself(record: Any, memo: dict[int, Any]) -> Any:
-    return record

@@ -10,7 +10,9 @@ compares mobilenet_v3_small's artifacts):
 * :mod:`nnsweep.convert.cia_ops`: torch's composite operators looked up again only when
   new ones were registered.
 
-Every conversion (:func:`nnsweep.artifacts.deploy.convert`) and every layer ranking
+Each puts its function where the toolchain looks one up while a block is in force
+(:class:`~nnsweep.convert.stand_in.StandIn`). Every conversion
+(:func:`nnsweep.artifacts.deploy.convert`) and every layer ranking
 (:mod:`nnsweep.sensitivity.ranking`) runs in one.
 """
 
