@@ -2,8 +2,8 @@
 
 Each ``run_decompositions`` (and each ``CustomDecompTable`` made for one) asks torch for
 the composite-implicit operators it may keep (``_collect_all_valid_cia_ops``), and torch
-answers per operator namespace: for each of the 41 namespaces of a conversion worker
-(ExecuTorch, torchao and litert-torch loaded) it first looks up every composite operator
+answers per operator namespace: for each of the 41 namespaces of a process with ExecuTorch
+loaded (44 with litert-torch too) it first looks up every composite operator
 the C++ dispatcher has, 836 of them, so that each exists in ``torch.ops``
 (``_materialize_cpp_cia_ops``). A lookup makes an attribute the first time and finds it
 after, so all but the first round find what is there: 64 ms a call, about 2.7 s of
