@@ -10,7 +10,9 @@ threads 1-2. Prints
 * the floor: the conversion seconds the trials spent (a trial whose artifact was already
   in the cache spends about none) plus the seconds of the timed runs, read back from the
   sweep's Optuna study; and the ratio wall / floor;
-* conversion seconds per distinct configuration, and beside each conversion the seconds its
+* conversion seconds per distinct configuration (each conversion digest once: the floor's
+  figure; and the time line's converting over the same count, which also counts an older
+  nnsweep's conversions of one configuration at several thread counts), and beside each conversion the seconds its
   worker spent building the artifact (the artifact's own ``convert_s``): the sweep's
   seconds also hold the wait for a worker still loading the model and the converters
   when its first conversion arrives;
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -173,6 +176,12 @@ def _building_wall(metas: list[tuple[Path, dict[str, Any]]]) -> tuple[float, flo
     return covered, sum(end - start for start, end in intervals)
 
 
+def time_line_seconds(time_line: str, part: str) -> float | None:
+    """The seconds the sweep's ``Time:`` line gives ``part`` (``converting 121.7 s``), or None."""
+    match = re.search(rf"\b{re.escape(part)} ([0-9.]+) s\b", time_line)
+    return float(match.group(1)) if match else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=24)
@@ -213,6 +222,12 @@ def main() -> int:
             f"conversion seconds per distinct configuration: {converting / distinct:.1f} s "
             f"({converting:.1f} s over the {distinct} configurations measured; {len(conversions)} conversions)"
         )
+        line_converting = time_line_seconds(time_line, "converting")
+        if line_converting is not None:  # counts every conversion, also of an nnsweep that converted threads apart
+            print(
+                f"  the time line's converting per distinct configuration: {line_converting / distinct:.1f} s "
+                f"({line_converting:.1f} s over {distinct}; the line above counts each conversion digest once)"
+            )
         in_workers = sum(built.get(digest, 0.0) for digest in conversions)
         print(
             f"  of which building in the workers {in_workers:.1f} s ({in_workers / distinct:.1f} s per distinct "

@@ -49,3 +49,14 @@ def test_one_at_a_time_the_two_figures_agree_and_bad_entries_are_skipped(tmp_pat
     (tmp_path / "artifacts" / "dd" / "dd1" / "meta.json").write_text("{torn")
     covered, summed = sweep_wall._building_wall(sweep_wall._metas(tmp_path))
     assert covered == pytest.approx(summed) == pytest.approx(12.0)
+
+
+def test_the_time_line_s_seconds_are_read_by_name(sweep_wall) -> None:
+    line = (
+        "Time: starting its runtimes 3.0 s, waiting to convert 213.8 s, converting 121.7 s, "
+        "waiting for the device 298.4 s, measuring 23.2 s; timed runs 19.4 s = 83.45% of the time measuring"
+    )
+    assert sweep_wall.time_line_seconds(line, "converting") == 121.7
+    assert sweep_wall.time_line_seconds(line, "waiting to convert") == 213.8
+    assert sweep_wall.time_line_seconds(line, "measuring") == 23.2
+    assert sweep_wall.time_line_seconds("Time: (not printed)", "converting") is None
