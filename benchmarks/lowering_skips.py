@@ -5,7 +5,8 @@ edge program's last decomposition (:mod:`nnsweep.convert.redecompose`), XNNPACK'
 re-traces (:mod:`nnsweep.convert.retrace`) and XNNPACK's pattern graphs for programs that
 cannot match them (:mod:`nnsweep.convert.xnnpack_patterns`). Every conversion: the shortcuts
 of :mod:`nnsweep.convert.shortcuts` (provenance records shared, generated code compiled
-once, composite operators looked up once). This converts the model for the runtime in fp32,
+once, composite operators looked up once); LiteRT's and Arm NN's: litert-torch's JAX
+lowerings made once (:mod:`nnsweep.convert.jax_lowering`). This converts the model for the runtime in fp32,
 static int8 and dynamic int8 twice each, with the skips and with every one of them replaced
 by a block that does nothing, each time from a fresh cache and with no edge program kept,
 and prints one JSON line per mode: both sha256 prefixes (or both errors) and whether they
@@ -44,6 +45,10 @@ def main() -> int:
     bundle = load_model(sys.argv[1], cache_dir=default_cache_dir() / "models", input_shape=shape)
     skips = [(lowering, name, getattr(lowering, name)) for name in _SKIPS]
     skips.append((deploy, "repeated_work_skipped", deploy.repeated_work_skipped))
+    if runtime in ("litert", "armnn"):  # their converter's own block (it imports litert-torch)
+        from nnsweep.convert import litert
+
+        skips.append((litert, "jax_lowerings_made_once", litert.jax_lowerings_made_once))
     for mode in ("fp32", "static_int8", "dynamic_int8"):
         outcome = {}
         for label in ("on", "off"):

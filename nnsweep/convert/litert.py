@@ -49,6 +49,7 @@ from nnsweep.convert._base import (
 )
 from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.convert.bags import unbagged_copy
+from nnsweep.convert.jax_lowering import jax_lowerings_made_once
 from nnsweep.convert.pt2e import calibrated, fold_weight_computations, own_layer_for_each_batch_norm
 from nnsweep.convert.ptq_convert import convert_ptq
 from nnsweep.core.artifact import IOSpec
@@ -294,7 +295,11 @@ def export_tflite(
         try:
             # Token ids (int64 in torch) become int32 in the .tflite, and litert-torch warns;
             # the runner feeds the width the model takes.
-            with printed_to_debug_log(_log, "litert-torch"), toolchain_records_to_debug_log(_log, _X64_NOTE):
+            with (
+                printed_to_debug_log(_log, "litert-torch"),
+                toolchain_records_to_debug_log(_log, _X64_NOTE),
+                jax_lowerings_made_once(),  # another mode or model of this process lowered many of its ops
+            ):
                 # Not .export(path): litert-torch writes the file through LLVM's stream, which on a
                 # full disk ends the process ("LLVM ERROR: IO failure on output stream", exit 1).
                 # The bytes are the same file; Python's write raises OSError instead.

@@ -10,6 +10,11 @@ compares mobilenet_v3_small's artifacts):
 * :mod:`nnsweep.convert.cia_ops`: torch's composite operators looked up again only when
   new ones were registered.
 
+A fourth, :mod:`nnsweep.convert.jax_lowering` (litert-torch's JAX lowerings made once per
+process), has its block in the LiteRT converter, around litert-torch's conversion: it
+stands in for a function of litert-torch, which a block here would import into every
+process, ExecuTorch's and ONNX Runtime's too.
+
 Each puts its function where the toolchain looks one up while a block is in force
 (:class:`~nnsweep.convert.stand_in.StandIn`). Every conversion
 (:func:`nnsweep.artifacts.deploy.convert`) and every layer ranking
