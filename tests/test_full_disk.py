@@ -63,6 +63,11 @@ def _one_trial_sweep(name: str, disk: Path, models_dir: Path, tmp_path: Path) ->
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "models").symlink_to(models_dir)
+    _write_one_trial_spec(name, disk)
+    return disk, cache
+
+
+def _write_one_trial_spec(name: str, folder: Path) -> None:
     spec = {
         "name": name,
         "model": "digits",
@@ -70,8 +75,7 @@ def _one_trial_sweep(name: str, disk: Path, models_dir: Path, tmp_path: Path) ->
         "budget": {"trials": 1},
         "measure": {"warmup": 2, "iters": 20, "remeasure": 0},
     }
-    (disk / "sweep.yaml").write_text(yaml.safe_dump(spec))
-    return disk, cache
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(spec))
 
 
 def _runs_once_there_is_room(disk: Path, cache: Path) -> None:
@@ -201,3 +205,35 @@ def test_a_ranking_measured_on_a_full_cache_disk_is_still_printed(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cannot keep the onnxruntime ranking at " in done.stderr and "No space left on device" in done.stderr
     assert "1. " in done.stdout  # the ranking, first layer
+
+
+def test_a_sweep_whose_cache_disk_is_full_waits_and_measures_once_room_is_made(
+    small_disk: Callable[[str], Path], digits: object, models_dir: Path, tmp_path: Path
+) -> None:
+    """The artifact cache's disk is full when the sweep converts: the conversion is retried
+    after a pause (5 s, then 30 s), not at once, so room made meanwhile (here, by this test,
+    as a cleaner would) lets the same run measure instead of ending on three failures in a
+    fraction of a second."""
+    cache = small_disk("8m")
+    (cache / "models").symlink_to(models_dir)
+    work = tmp_path / "work"
+    work.mkdir()
+    _write_one_trial_spec("waits", work)
+    _fill(cache)
+    env = {**os.environ, "NNSWEEP_CACHE": str(cache)}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "nnsweep", "run", "sweep.yaml", "--executor", "local"],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert run.stderr is not None
+    seen = []
+    for line in run.stderr:  # until the first retry is announced
+        seen.append(line)
+        if "converting again in 5 s" in line:
+            break
+    assert "No space left on device" in seen[-1], "".join(seen)[-3000:]
+    (cache / "filler").unlink()  # a cleaner makes room during the pause
+    out, err = run.communicate(timeout=900)
+    assert run.returncode == 0, err[-3000:]
+    assert "Trials: 1 measured" in out
+    assert "conversion failed" not in err

@@ -176,6 +176,18 @@ def test_conversions_spread_over_machines_build_servers_first_never_beside_a_mea
     ]
 
 
+def test_a_retry_after_an_infrastructure_failure_converts_only_once_its_pause_is_over() -> None:
+    s = Scheduler(HOST, {HOST: 1})
+    s.add(DeviceState("host", HOST, 10))
+    ex = FakeExecutor(s)
+    a = ex.propose("host", config(1), 0.0)
+    assert [(x.kind, x.ticket.number) for x in ex.step(0.0)] == [("convert", a.number)]
+    s.retry(a, 1.0, 5.0)  # the worker failed on a full disk: try again in 5 s
+    assert a.phase is Phase.PROPOSED
+    assert ex.step(5.9) == []  # the slot is free, the pause is not over
+    assert [(x.kind, x.ticket.number) for x in ex.step(6.0)] == [("convert", a.number)]
+
+
 def test_isolation_two_devices_on_one_machine_never_measure_together() -> None:
     _s, ex = scheduler(("a", "box"), ("b", "box"))
     ta, tb = ex.propose("a", config(1), 0.0), ex.propose("b", config(2), 0.0)

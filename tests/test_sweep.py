@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from concurrent.futures import Future
 from pathlib import Path
@@ -347,9 +348,11 @@ class FlakyDisk(LocalExecutor):
         super().__init__()
         self.always = always
         self.failed: set[str] = set()
+        self.asked: dict[str, list[float]] = {}  # digest -> when each conversion was asked
 
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future:  # type: ignore[type-arg]
         digest = request.config.digest()
+        self.asked.setdefault(digest, []).append(time.monotonic())
         if self.always or digest not in self.failed:
             self.failed.add(digest)
             full: Future = Future()  # type: ignore[type-arg]
@@ -358,13 +361,18 @@ class FlakyDisk(LocalExecutor):
         return super().convert(request, machine)
 
 
-def test_a_full_disk_is_retried_not_recorded(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+def test_a_full_disk_is_retried_after_a_pause_not_recorded(workdir: Path, digits, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("nnsweep.sweep.handlers.CONVERT_BACKOFF_S", (0.4, 5.0))
     spec = _spec(workdir, trials=2)
-    results = Sweep(spec, FlakyDisk(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+    disk = FlakyDisk()
+    results = Sweep(spec, disk, RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
     assert [r.status for r in results[0].records if r.reused_from is None] == [TrialStatus.OK, TrialStatus.OK]
+    assert sorted(len(asked) for asked in disk.asked.values()) == [2, 2]  # each failed once, then converted
+    assert all(second - first >= 0.4 for first, second in disk.asked.values())  # not at once: after the pause
 
 
-def test_a_disk_that_stays_full_ends_the_run_and_loses_nothing(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+def test_a_disk_that_stays_full_ends_the_run_and_loses_nothing(workdir: Path, digits, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("nnsweep.sweep.handlers.CONVERT_BACKOFF_S", (0.1, 0.2))
     spec = _spec(workdir, trials=2)
     tracker = RecordingTracker()
     with pytest.raises(InfrastructureError, match="No space left on device"):

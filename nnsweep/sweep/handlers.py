@@ -43,6 +43,9 @@ __all__ = ["DeviceResult", "Results", "SweepStats", "finish"]
 log = logging.getLogger(__name__)
 
 CONVERT_RETRIES = 2  # an infrastructure failure (a full disk) is retried, never recorded
+# Seconds a conversion waits before its first and later retries after an infrastructure
+# failure: a disk a cleaner frees, a worker's machine that settles, gets that long.
+CONVERT_BACKOFF_S = (5.0, 30.0)
 TRANSIENT_RETRIES = 2  # a transient failure (timeout, hang, MemoryError, a crashed worker) is tried again
 
 
@@ -129,10 +132,11 @@ class Results:
             self._conversion_failed(waiting, str(exc), failure_kind(exc), now)
             return
         except InfrastructureError as exc:
-            self._count_retry(digest, exc)
-            log.warning("conversion worker failed (%s); converting again", exc)
+            tries = self._count_retry(digest, exc)
+            pause = CONVERT_BACKOFF_S[min(tries, len(CONVERT_BACKOFF_S)) - 1]
+            log.warning("conversion worker failed (%s); converting again in %.0f s", exc, pause)
             for ticket in waiting:
-                self.scheduler.retry(ticket, now)
+                self.scheduler.retry(ticket, now, pause)
             return
         except Exception as exc:  # raised on a worker: an unforeseen failure fails these trials only
             reason = f"conversion failed: {type(exc).__name__}: {exc}"
@@ -161,14 +165,16 @@ class Results:
                 self.scheduler.retry(t, self.clock())
             return None
 
-    def _count_retry(self, digest: str, exc: Exception) -> None:
-        """Count an infrastructure failure of the conversion ``digest``; past the retries, end the run."""
+    def _count_retry(self, digest: str, exc: Exception) -> int:
+        """Count an infrastructure failure of the conversion ``digest`` and return how many
+        it has had; past the retries, end the run."""
         self._retries[digest] = self._retries.get(digest, 0) + 1
         if self._retries[digest] > CONVERT_RETRIES:
             raise InfrastructureError(
                 f"conversion failed {CONVERT_RETRIES + 1} times ({exc}); mend that and run the sweep again: "
                 "finished trials are kept, this one is requeued"
             ) from exc
+        return self._retries[digest]
 
     def _again(self, ticket: Ticket, kind: FailureKind) -> bool:
         """Whether a failure of ``kind`` is tried again (transient, and retries left)."""

@@ -123,6 +123,7 @@ class Ticket:
     twin_of: Ticket | None = None  # set while it is a TWIN
     outcome: TrialRecord | None = None  # set when it is HELD or TOLD
     hung: bool = False
+    not_before: float = 0.0  # a conversion retried after an infrastructure failure waits until then
     history: list[tuple[Phase, float]] = field(default_factory=list)
 
     def move(self, to: Phase, now: float) -> None:

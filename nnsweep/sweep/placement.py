@@ -139,6 +139,8 @@ class Placement:
                     ticket.converted_on = converting[digest]
                     ticket.move(Phase.CONVERTING, now)
                     continue
+                if ticket.not_before > now:  # a retry's pause is not over
+                    continue
                 machine = next((m for m in order if free[m] > 0), None)
                 if machine is None:
                     return actions

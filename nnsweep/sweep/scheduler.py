@@ -234,11 +234,12 @@ class Scheduler:
         if lost:
             d.lost, d.lost_since, d.next_revive = True, now, now + 2.0
 
-    def retry(self, ticket: Ticket, now: float) -> None:
+    def retry(self, ticket: Ticket, now: float, pause_s: float = 0.0) -> None:
         """An infrastructure failure while converting, or the artifact gone from the cache
-        before it was measured: convert again (anywhere)."""
+        before it was measured: convert again (anywhere), not before ``pause_s`` from ``now``."""
         ticket.converted_on = None
         ticket.artifact_sha = None
+        ticket.not_before = now + pause_s
         ticket.move(Phase.PROPOSED, now)
 
     def ready_with(self, artifact_sha: str) -> list[Ticket]:
