@@ -3,11 +3,12 @@ The full-disk case itself, on a real tmpfs: tests/test_full_disk.py."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
-from nnsweep.tracking.sqlite_store import TrackingStoreNotCreated, create_whole
+from nnsweep.tracking.sqlite_store import TrackingStoreNotCreated, create_whole, runs_held, why_mlflow_cannot_open
 from nnsweep.tracking.uris import database_file
 
 
@@ -62,3 +63,121 @@ def test_what_a_killed_creation_left_is_removed_and_a_live_one_s_is_not(tmp_path
     assert not gone.exists() and not (tmp_path / f"{gone.name}-journal").exists()
     assert building.exists()  # another process's creation under way is left to it
     assert (tmp_path / "mlflow.db").exists()
+
+
+def _revisions(uri: str) -> list[str]:
+    """MLflow's schema revisions, oldest first."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    script = ScriptDirectory.from_config(_get_alembic_config(uri))
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+def _half_made(db: Path) -> None:
+    """What MLflow's own creation leaves when the disk fills part way (here SQLite's page
+    limit stands for the disk: 40 pages of the ~100 a whole database takes)."""
+    import sqlalchemy
+    import sqlalchemy.exc
+    from mlflow.store.db.utils import _initialize_tables
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    sqlalchemy.event.listen(engine, "connect", lambda con, _: con.execute("PRAGMA max_page_count = 40"))
+    with pytest.raises(sqlalchemy.exc.OperationalError, match="database or disk is full"):
+        _initialize_tables(engine)
+    engine.dispose()
+
+
+@pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")  # MLflow's migrations warn on sqlite
+def test_a_database_whose_creation_stopped_part_way_is_told_apart_and_left_as_it_was(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path / "mlflow.db"
+    _half_made(db)
+    with pytest.raises(Exception, match="already exists"):  # what MLflow does with it, at every open
+        MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    before = db.read_bytes()
+    reason = why_mlflow_cannot_open(db)
+    assert reason is not None and "its creation or upgrade stopped part way" in reason, reason
+    assert db.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["mlflow.db"]
+    assert runs_held(db) == 0
+
+
+@pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
+def test_a_database_an_older_mlflow_made_is_one_mlflow_upgrades(tmp_path: Path) -> None:
+    import sqlalchemy
+    from alembic import command
+    from mlflow.store.db.utils import InitialBase, _get_alembic_config
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    engine = sqlalchemy.create_engine(uri)
+    InitialBase.metadata.create_all(engine)
+    with engine.begin() as connection:
+        config = _get_alembic_config(uri)
+        config.attributes["connection"] = connection
+        command.upgrade(config, _revisions(uri)[5])  # an older MLflow's schema, complete
+    engine.dispose()
+    assert _revision(db) == _revisions(uri)[5]
+    before = db.read_bytes()
+    assert why_mlflow_cannot_open(db) is None
+    assert db.read_bytes() == before  # only a copy was upgraded
+    client = MlflowClient(tracking_uri=uri)  # MLflow upgrades the file itself
+    client.create_experiment("x")
+    assert _revision(db) == _revisions(uri)[-1] and runs_held(db) == 0
+
+
+def _revision(db: Path) -> str:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        return str(con.execute("SELECT version_num FROM alembic_version").fetchone()[0])
+
+
+def test_a_complete_or_empty_database_is_not_tried(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    create_whole(f"sqlite:///{db}")
+    assert why_mlflow_cannot_open(db) is None
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    assert why_mlflow_cannot_open(empty) is None and runs_held(empty) is None
+
+
+def test_a_sweep_on_a_half_made_database_is_refused_by_name_before_anything_starts(tmp_path: Path) -> None:
+    """It ended on `OperationalError: (sqlite3.OperationalError) table datasets already exists`
+    (exit 1), after the run lock and the study were written; every later run the same."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "mlflow.db"
+    _half_made(db)
+    before = db.read_bytes()
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nmodel: digits\ntracking: {uri: 'sqlite:///mlflow.db'}\n")
+    command = [sys.executable, "-m", "nnsweep", "--cache-dir", str(tmp_path / "cache"), "run", str(spec)]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"nnsweep: error: tracking.uri: '{db}': MLflow cannot create the tables it lacks (table datasets already "
+        "exists): its creation or upgrade stopped part way; it holds no runs: remove it (or move it aside) and run "
+        "again\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "s.yaml"] and db.read_bytes() == before
+
+
+def test_a_half_made_database_that_holds_runs_is_not_called_disposable(tmp_path: Path) -> None:
+    """An upgrade stopped part way leaves the runs the database held: restore, never remove."""
+    import sqlite3
+
+    from nnsweep.core.errors import SpecError
+    from nnsweep.sweep.preflight import check_tracking
+
+    db = tmp_path / "mlflow.db"
+    _half_made(db)
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
+        con.execute("INSERT INTO runs (run_uuid, experiment_id, lifecycle_stage) VALUES ('r1', 0, 'active')")
+    with pytest.raises(SpecError, match="it holds 1 run: restore it from a copy, or move it aside"):
+        check_tracking(f"sqlite:///{db}")

@@ -9,6 +9,7 @@ nothing, and fail with one :class:`~nnsweep.core.errors.SpecError` naming the fi
 What is checked:
     ``journal``                 the folder the journal goes in can be created and written
     ``sqlite:///FILE``          the file's folder exists and is writable; an existing file is SQLite
+                                (for tracking: one MLflow can open, not one whose creation stopped part way)
     other database URLs         the dialect and its driver are installed, and the server answers
     ``http(s)://`` (tracking)   the MLflow server answers ``/health``
     ``databricks`` (tracking)   accepted as is (its credentials live in its own config)
@@ -64,8 +65,25 @@ def check_tracking(uri: str, *, timeout_s: float = TIMEOUT_S) -> None:
         )
     if scheme in ("http", "https"):
         _check_server(uri, timeout_s)
+        return
+    if (path := _check_database(uri, "tracking.uri", timeout_s)) is not None:
+        _check_mlflow_can_open(path)
+
+
+def _check_mlflow_can_open(path: Path) -> None:
+    """An existing MLflow database whose creation or upgrade stopped part way (a full disk,
+    a killed process): MLflow fails on it at every open, after the sweep has started."""
+    from nnsweep.tracking.sqlite_store import runs_held, why_mlflow_cannot_open
+
+    if (reason := why_mlflow_cannot_open(path)) is None:
+        return
+    runs = runs_held(path)
+    if runs == 0:
+        advice = "it holds no runs: remove it (or move it aside) and run again"
     else:
-        _check_database(uri, "tracking.uri", timeout_s)
+        held = "runs" if runs is None else f"{runs} run{'s' if runs != 1 else ''}"
+        advice = f"it holds {held}: restore it from a copy, or move it aside to start a new database"
+    raise SpecError("tracking.uri", f"{str(path)!r}: {reason}; {advice}")
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -91,7 +109,8 @@ def _writable_folder(folder: Path, field: str, what: str) -> None:
         raise SpecError(field, f"{what} {str(folder)!r} is not writable (no write permission on {str(probe)!r})")
 
 
-def _check_database(url_text: str, field: str, timeout_s: float) -> None:
+def _check_database(url_text: str, field: str, timeout_s: float) -> Path | None:
+    """Check a database URL; returns the file of an sqlite database that exists (else None)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -109,12 +128,13 @@ def _check_database(url_text: str, field: str, timeout_s: float) -> None:
     except ImportError as exc:
         raise SpecError(field, f"the driver for {url.drivername!r} is not installed: {_first_line(exc)}") from None
     if url.get_backend_name() == "sqlite":
-        _check_sqlite(url.database, field)
-        return
+        return _check_sqlite(url.database, field)
     _connect(url, shown, field, timeout_s)
+    return None
 
 
-def _check_sqlite(database: str | None, field: str) -> None:
+def _check_sqlite(database: str | None, field: str) -> Path | None:
+    """Check an sqlite database's file; returns it if it exists and has content (else None)."""
     if not database or database == ":memory:":
         raise SpecError(field, "an in-memory sqlite database keeps nothing; give a file: sqlite:///name.db")
     path = Path(database)
@@ -134,11 +154,12 @@ def _check_sqlite(database: str | None, field: str) -> None:
             _check_readable(path, field)
         if not os.access(path, os.W_OK):
             raise SpecError(field, f"{str(path)!r} is not writable")
-        return
+        return path if head else None
     if not path.parent.is_dir():
         raise SpecError(field, f"the folder of {str(path)!r} does not exist")
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise SpecError(field, f"cannot create {str(path)!r}: its folder is not writable")
+    return None
 
 
 def _check_readable(path: Path, field: str) -> None:

@@ -8,18 +8,24 @@ already exists``) until the user finds and removes the file. :func:`create_whole
 MLflow's own table creation on a file beside the database and links it into place only
 once it is complete, so the database is whole or absent, and a failure says which file
 and why.
+
+A database half-made before (by an nnsweep older than this, or by MLflow itself) is told
+apart from one MLflow can open or upgrade by :func:`why_mlflow_cannot_open`, which does on a
+copy what MLflow would do to the file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from nnsweep.core.errors import InfrastructureError
 from nnsweep.tracking.uris import database_file
 
-__all__ = ["TrackingStoreNotCreated", "create_whole"]
+__all__ = ["TrackingStoreNotCreated", "create_whole", "runs_held", "why_mlflow_cannot_open"]
 
 
 class TrackingStoreNotCreated(InfrastructureError):
@@ -79,3 +85,81 @@ def _drop_abandoned(path: Path) -> None:
         if pid.isdigit() and not psutil.pid_exists(int(pid)):
             with contextlib.suppress(OSError):
                 leftover.unlink()
+
+
+def why_mlflow_cannot_open(path: Path) -> str | None:
+    """Why MLflow cannot open the existing sqlite database ``path``, or None if it can.
+
+    MLflow creates the tables a database lacks (its initial schema, then its migrations)
+    when a client opens it: that upgrades a database an older MLflow made, and fails on one
+    whose creation or upgrade stopped part way (``table spans already exists``), on every
+    open. Only when MLflow would create tables is anything tried: on a copy (SQLite's
+    backup), which is removed; the file itself is only read."""
+    import sqlite3
+    import tempfile
+
+    import sqlalchemy
+    import sqlalchemy.exc
+
+    try:
+        from mlflow.store.db.utils import _all_tables_exist, _initialize_tables, _is_empty_database
+    except ImportError:  # another MLflow: it reports the database itself
+        return None
+    engine = sqlalchemy.create_engine("sqlite://", creator=lambda: _read_only(path))
+    try:
+        if _is_empty_database(engine) or _all_tables_exist(engine):
+            return None  # MLflow creates every table, or none
+    except sqlalchemy.exc.SQLAlchemyError:
+        return None  # unreadable or locked: reported where it is opened
+    finally:
+        engine.dispose()
+    with tempfile.TemporaryDirectory(prefix="nnsweep-mlflow-") as folder:
+        copy = Path(folder) / "copy.db"
+        with contextlib.closing(_read_only(path)) as source, contextlib.closing(sqlite3.connect(copy)) as target:
+            source.backup(target)
+        trial = sqlalchemy.create_engine(f"sqlite:///{copy}")
+        try:
+            with _quiet():  # MLflow's and alembic's lines about the copy would read as the file's
+                _initialize_tables(trial)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            return f"MLflow cannot create the tables it lacks ({reason}): its creation or upgrade stopped part way"
+        finally:
+            trial.dispose()
+    return None
+
+
+def runs_held(path: Path) -> int | None:
+    """How many runs the MLflow database ``path`` holds (None: it has no runs table or is unreadable)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(_read_only(path)) as db:
+            return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
+    except sqlite3.Error:
+        return None
+
+
+def _read_only(path: Path) -> Any:
+    import sqlite3
+
+    return sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """MLflow's and alembic's log lines and warnings held back."""
+    import logging
+    import warnings
+
+    loggers = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
