@@ -88,10 +88,20 @@ class Cluster:
 
 
 def _as_client(c: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The test process is a Ray client of ``c`` too."""
+    """The test process is a Ray client of ``c`` too.
+
+    Ray's core reads ``RAY_AUTH_MODE`` into its config when it is first imported and keeps
+    the token it loads: in a pytest process where an earlier test imported Ray (as
+    ``tests/test_ray_cluster.py`` does), the client would connect in that test's mode and be
+    refused by this cluster. Ray's own tests reset both after changing the environment; so
+    does this. (nnsweep's commands set the environment before they import Ray.)"""
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"):
         if key in c.env:
             monkeypatch.setenv(key, c.env[key])
+    if "ray._raylet" in sys.modules:
+        from ray._private.authentication_test_utils import reset_auth_token_state
+
+        reset_auth_token_state()
 
 
 def _workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path) -> None:
