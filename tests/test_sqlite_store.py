@@ -181,3 +181,22 @@ def test_a_half_made_database_that_holds_runs_is_not_called_disposable(tmp_path:
         con.execute("INSERT INTO runs (run_uuid, experiment_id, lifecycle_stage) VALUES ('r1', 0, 'active')")
     with pytest.raises(SpecError, match="it holds 1 run: restore it from a copy, or move it aside"):
         check_tracking(f"sqlite:///{db}")
+
+
+def test_a_trial_that_fails_for_its_own_reasons_refuses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy's own disk full (or any failure that is not a schema made part way) says
+    nothing of the file: it is left for MLflow to open and report."""
+    import sqlite3
+
+    import sqlalchemy.exc
+
+    db = tmp_path / "mlflow.db"
+    _half_made(db)
+
+    def full(engine: object) -> None:
+        raise sqlalchemy.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
+
+    monkeypatch.setattr("mlflow.store.db.utils._initialize_tables", full)
+    assert why_mlflow_cannot_open(db) is None

@@ -28,6 +28,11 @@ from nnsweep.tracking.uris import database_file
 __all__ = ["TrackingStoreNotCreated", "create_whole", "runs_held", "why_mlflow_cannot_open"]
 
 
+# What MLflow's creation meets in a schema made part way: a table, index or column that a
+# migration it runs again had already made.
+_HALF_MADE = ("already exists", "duplicate column name")
+
+
 class TrackingStoreNotCreated(InfrastructureError):
     """A new sqlite MLflow database could not be created (a full disk, a read-only folder)."""
 
@@ -115,14 +120,19 @@ def why_mlflow_cannot_open(path: Path) -> str | None:
         engine.dispose()
     with tempfile.TemporaryDirectory(prefix="nnsweep-mlflow-") as folder:
         copy = Path(folder) / "copy.db"
-        with contextlib.closing(_read_only(path)) as source, contextlib.closing(sqlite3.connect(copy)) as target:
-            source.backup(target)
+        try:
+            with contextlib.closing(_read_only(path)) as source, contextlib.closing(sqlite3.connect(copy)) as target:
+                source.backup(target)
+        except (OSError, sqlite3.Error):
+            return None  # no room for the copy, or the file is busy: MLflow reports what it meets
         trial = sqlalchemy.create_engine(f"sqlite:///{copy}")
         try:
             with _quiet():  # MLflow's and alembic's lines about the copy would read as the file's
                 _initialize_tables(trial)
         except sqlalchemy.exc.SQLAlchemyError as exc:
             reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            if not any(sign in reason for sign in _HALF_MADE):
+                return None  # not the mark of a schema made part way (the copy's own disk full ...)
             return f"MLflow cannot create the tables it lacks ({reason}): its creation or upgrade stopped part way"
         finally:
             trial.dispose()
