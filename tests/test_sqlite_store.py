@@ -200,3 +200,25 @@ def test_a_trial_that_fails_for_its_own_reasons_refuses_nothing(
 
     monkeypatch.setattr("mlflow.store.db.utils._initialize_tables", full)
     assert why_mlflow_cannot_open(db) is None
+
+
+def test_a_complete_database_is_told_whole_without_importing_mlflow(tmp_path: Path) -> None:
+    """The preflight runs before anything starts: MLflow's import (seconds) would hold back
+    the executor's start on every run with an existing database."""
+    import subprocess
+    import sys
+
+    from nnsweep.tracking.sqlite_store import _at_mlflow_head
+
+    db = tmp_path / "mlflow.db"
+    create_whole(f"sqlite:///{db}")
+    assert _at_mlflow_head(db)
+    probe = (
+        "import sys; from nnsweep.sweep.preflight import check_tracking; "
+        f"check_tracking('sqlite:///{db}'); print(sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow'))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    half = tmp_path / "half.db"
+    _half_made(half)
+    assert not _at_mlflow_head(half)  # MLflow's own test decides

@@ -103,6 +103,8 @@ def why_mlflow_cannot_open(path: Path) -> str | None:
     import sqlite3
     import tempfile
 
+    if _at_mlflow_head(path):
+        return None  # complete: MLflow creates nothing (decided without importing MLflow)
     import sqlalchemy
     import sqlalchemy.exc
 
@@ -137,6 +139,34 @@ def why_mlflow_cannot_open(path: Path) -> str | None:
         finally:
             trial.dispose()
     return None
+
+
+def _at_mlflow_head(path: Path) -> bool:
+    """Whether the database records the newest schema revision of the installed MLflow's
+    migrations, read from its migration files (no import of MLflow: it takes seconds). A
+    revision is recorded only after its migration completed, so such a database is whole.
+    False whenever that cannot be told (then MLflow's own test decides)."""
+    import importlib.util
+    import re
+    import sqlite3
+
+    spec = importlib.util.find_spec("mlflow")  # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    versions = Path(next(iter(spec.submodule_search_locations))) / "store" / "db_migrations" / "versions"
+    made, replaced = set(), set()
+    try:
+        for script in versions.glob("*.py"):
+            text = script.read_text()
+            made.update(re.findall(r"^revision\s*=\s*[\"']([0-9a-z_]+)[\"']", text, re.M))
+            for line in re.findall(r"^down_revision\s*=\s*(.+)$", text, re.M):
+                replaced.update(re.findall(r"[\"']([0-9a-z_]+)[\"']", line))
+        with contextlib.closing(_read_only(path)) as db:
+            recorded = [row[0] for row in db.execute("SELECT version_num FROM alembic_version")]
+    except (OSError, UnicodeDecodeError, sqlite3.Error):
+        return False
+    heads = made - replaced
+    return len(heads) == 1 and recorded == list(heads)
 
 
 def runs_held(path: Path) -> int | None:
