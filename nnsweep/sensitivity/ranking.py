@@ -6,7 +6,9 @@ that and not leave-one-out), and keeps the result under the cache root
 (``sensitivity/<ab>/<sha256>.json``), keyed by the model's digest, the runtime, the
 weight granularity, the runtime's toolchain and nnsweep's converter sources (the same
 ingredients as an artifact key, :func:`nnsweep.artifacts.key.stage_key`). A second
-call for the same model and runtime reads it back in milliseconds.
+call for the same model and runtime reads it back in milliseconds. The entry carries the
+sha256 of its content: one truncated or altered since (or written before entries carried
+it), or one that ranks layers the model does not have, is measured again.
 
 The evaluators quantize statically (min/max calibration on the calibration split) and
 score top-1 on the calibration split (for a model without labels, top-1 agreement with
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -118,11 +121,13 @@ def ranking(
         known = ", ".join(RANKED_RUNTIMES)
         raise SpecError("runtime", f"no per-layer sensitivity for {runtime}; it has one for: {known}")
     granularity = granularity or Granularity.PER_TENSOR
-    found = cached_ranking(bundle.digest, runtime, granularity, cache_root)
-    if found is not None:
-        return found, True
     path = _entry(bundle.digest, runtime, granularity, cache_root)
     layers = quantizable_layers(bundle.module, bundle.example_input)
+    found = cached_ranking(bundle.digest, runtime, granularity, cache_root)
+    if found is not None:
+        if sorted(e.layer for e in found.layers) == sorted(layers):
+            return found, True
+        log.warning("sensitivity entry %s ranks layers this model does not have; measuring again", path.name)
     done = [0]
 
     def counted(keep: frozenset[str]) -> Score:
@@ -147,7 +152,7 @@ def ranking(
         ) from exc
     try:
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(report_to_dict(report)))
+            tmp.write_text(_sealed(report))
     except OSError as exc:  # measured minutes ago: keep the answer, lose only the cache entry
         reason = exc.strerror or exc
         log.warning("cannot keep the %s ranking at %s (%s): the next run measures it again", runtime, path, reason)
@@ -183,10 +188,32 @@ def cached_ranking(
     if not path.is_file():
         return None
     try:
-        return report_from_dict(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError) as exc:  # a damaged entry is measured again
+        return report_from_dict(_unsealed(path.read_text()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged entry is measured again
         log.warning("sensitivity entry %s is damaged (%s); measuring again", path.name, exc)
         return None
+
+
+def _sealed(report: SensitivityReport) -> str:
+    """The entry's text: the report's data and the sha256 of its canonical JSON, so an entry
+    altered after it was written (a flipped digit, a layer renamed) reads as damaged, as an
+    artifact whose bytes no longer match its manifest does."""
+    data = report_to_dict(report)
+    return json.dumps({"sha256": _digest(data), "report": data})
+
+
+def _unsealed(text: str) -> dict[str, object]:
+    """The report's data from :func:`_sealed`'s text. Raises ``ValueError`` when the digest
+    does not match (an entry written before entries were sealed has none: measured again)."""
+    entry = json.loads(text)
+    data = entry["report"]
+    if entry["sha256"] != _digest(data):
+        raise ValueError("its content does not match its sha256")
+    return data  # type: ignore[no-any-return]
+
+
+def _digest(data: object) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
