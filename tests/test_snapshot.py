@@ -96,6 +96,39 @@ def test_a_torn_or_missing_snapshot_means_loading_the_model(tmp_path: Path) -> N
     assert store.lookup("r") is None  # an input that no longer exists
 
 
+def test_a_snapshot_altered_since_it_was_kept_is_not_used(tmp_path: Path) -> None:
+    """Labels changed in a valid archive made every accuracy 0.00 % (a cache hit scored the
+    artifact against them); a digest changed in the metadata would name another model's
+    artifacts. Either is a damaged entry: the model is loaded again."""
+    store = SnapshotStore(tmp_path)
+    labels = np.array([1, 2])
+    snap = ModelSnapshot("m", "d" * 64, Split(np.zeros((2, 3), np.float32), labels), np.ones((2, 4), np.float32), (4,))
+    folder = tmp_path / "snapshots"
+
+    store.save("r", snap, {})
+    with np.load(folder / "r.npz") as data:
+        arrays = dict(data)
+    arrays["labels"] = (arrays["labels"] + 1) % 4
+    with open(folder / "r.npz", "wb") as f:
+        np.savez(f, **arrays)
+    assert store.lookup("r") is None
+
+    store.save("r", snap, {})
+    kept = store.lookup("r")
+    assert kept is not None and kept.evaluation.labels is not None
+    np.testing.assert_array_equal(kept.evaluation.labels, labels)
+    meta = json.loads((folder / "r.json").read_text())
+    meta["digest"] = "e" * 64
+    (folder / "r.json").write_text(json.dumps(meta))
+    assert store.lookup("r") is None
+
+    store.save("r", snap, {})
+    meta = json.loads((folder / "r.json").read_text())
+    del meta["sha256"], meta["arrays_sha256"]  # kept by an nnsweep before snapshots carried them
+    (folder / "r.json").write_text(json.dumps(meta))
+    assert store.lookup("r") is None
+
+
 def test_recipes_tell_models_apart(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

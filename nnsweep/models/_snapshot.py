@@ -16,7 +16,9 @@ the model, the way a build tool decides a target is up to date:
   hook on ``open`` while the model loads (the model file, modules it imports,
   weights it loads, data it reads), minus installed packages (their versions are
   in the recipe). A snapshot is used only while every input has its recorded size
-  and modification time; otherwise the model is loaded again.
+  and modification time; otherwise the model is loaded again. Its two files carry
+  sha256s (the arrays' in the metadata, the metadata's own): one altered since it was
+  written, as a damaged cache entry, is not used either.
 
 Models registered in this process (``live:``) have no recipe and are never kept.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import logging
 import os
@@ -228,6 +231,10 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _meta_digest(meta: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+
+
 class SnapshotStore:
     """Snapshots under ``root`` (the artifact cache's models folder), found by recipe."""
 
@@ -254,11 +261,16 @@ class SnapshotStore:
         """The snapshot kept for ``recipe`` if every file its load read is unchanged."""
         try:
             meta = json.loads((self.root / f"{recipe}.json").read_text())
+            if meta.pop("sha256") != _meta_digest(meta):
+                return None  # altered since: its digest would name another model's artifacts
             for path, (size, mtime_ns) in meta["inputs"].items():
                 st = os.stat(path)
                 if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
                     return None
-            with np.load(self.root / f"{recipe}.npz") as data:
+            arrays = (self.root / f"{recipe}.npz").read_bytes()
+            if hashlib.sha256(arrays).hexdigest() != meta["arrays_sha256"]:
+                return None  # altered since (labels changed would score every trial against them)
+            with np.load(io.BytesIO(arrays)) as data:
                 evaluation = Split(data["inputs"], data.get("labels"))
                 reference = data["reference"]
             return ModelSnapshot(
@@ -272,7 +284,7 @@ class SnapshotStore:
                 tuple(int(a) for a in meta["class_axes"]),
             )
         except (OSError, ValueError, KeyError, TypeError):
-            return None  # none kept, a file changed, or a torn write: load the model
+            return None  # none kept, a file changed, a torn write, or kept without sha256s: load the model
 
     def load(
         self, ref: str, recipe: str | None, loader: Callable[[], ModelBundle]
@@ -302,9 +314,13 @@ class SnapshotStore:
             "class_axes": list(snap.class_axes),
             "inputs": inputs,
         }
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        meta["arrays_sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+        meta["sha256"] = _meta_digest(meta)
         try:
-            with atomic_path(self.root / f"{recipe}.npz") as tmp, open(tmp, "wb") as f:
-                np.savez(f, **arrays)
+            with atomic_path(self.root / f"{recipe}.npz") as tmp:
+                tmp.write_bytes(buffer.getvalue())
             with atomic_path(self.root / f"{recipe}.json") as tmp:  # last: it makes the snapshot visible
                 tmp.write_text(json.dumps(meta))
         except OSError:
