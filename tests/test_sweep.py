@@ -60,6 +60,9 @@ class RecordingTracker:
     def logged(self, device: str) -> dict[int, TrialStatus]:
         return {r.number: r.status for r in self.finished if r.device == device}
 
+    def disown_trial(self, device: str, number: int) -> None:
+        self.finished = [r for r in self.finished if (r.device, r.number) != (device, number)]
+
 
 def _spec(tmp_path: Path, trials: int, remeasure: int = 0, **space: object) -> object:
     # remeasure 0 unless a test checks the end's fresh-process spread: 3 processes per front
@@ -476,6 +479,37 @@ def test_a_journal_left_with_a_torn_last_record_resumes_without_it(
     assert len([r for r in host.records if r.reused_from is None]) == 2
     assert len(study_records(open_study(more, "host"))) == len(host.records)  # type: ignore[arg-type]
     assert journal.read_bytes().endswith(b"\n")
+
+
+def test_a_study_restored_from_an_older_copy_takes_back_the_results_it_does_not_have(
+    workdir: Path, digits, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """The remedy a damaged journal's error gives ("restore it from a copy"): the tracker
+    then holds results the study does not. Left, a trial the copy had as running was
+    measured again under a new number beside the old one's record (the same configuration
+    twice in the UI); the resume takes those records back."""
+    journal = workdir / ".nnsweep" / "t" / "optuna.journal"
+
+    class CopyingTracker(RecordingTracker):
+        copy = b""
+
+        def start_trial(self, device: str, number: int, config: object) -> None:
+            super().start_trial(device, number, config)
+            if number == 1:  # the copy a user's backup made while trial 1 was converting
+                self.copy = journal.read_bytes()
+
+    spec = _spec(workdir, trials=2, quant=["fp32", "dynamic_int8"])
+    tracker = CopyingTracker()
+    Sweep(spec, LocalExecutor(), tracker, workdir / "cache").run()  # type: ignore[arg-type]
+    assert tracker.logged("host") == {0: TrialStatus.OK, 1: TrialStatus.OK} and tracker.copy
+
+    journal.write_bytes(tracker.copy)  # the user restores the copy
+    Sweep(spec, LocalExecutor(), tracker, workdir / "cache").run()  # type: ignore[arg-type]
+    assert "restored from an older copy" in caplog.text
+    results = {n: s for n, s in tracker.logged("host").items() if s is not TrialStatus.INTERRUPTED}
+    assert results == {r.number: r.status for r in study_records(open_study(spec, "host"))}  # type: ignore[arg-type]
+    measured = [r.config.digest() for r in tracker.finished if r.status is TrialStatus.OK]
+    assert len(measured) == len(set(measured)) == 2  # each configuration's result once
 
 
 class CacheEmptiedAfterConverting(LocalExecutor):

@@ -176,6 +176,31 @@ def test_resume_reuses_runs_and_kills_those_left_running(store: str) -> None:
     assert other.logged("host") == {} and len(_runs(store)) == 5
 
 
+def test_a_disowned_trial_is_deleted_and_its_number_gets_a_run_of_its_own(store: str) -> None:
+    """What a study restored from an older copy leaves: the store has a result the study
+    does not. Deleted (restorable in MLflow), it no longer stands in the UI beside the trial
+    that measures the configuration again, and a trial given its number is a new run."""
+    first = MlflowTracker(store, "exp", "sw")
+    first.open_device("host", {})
+    first.finish_trial(_ok(0))
+    first.finish_trial(_ok(1, config=FP32))
+    old = _by_trial(store)["1"].info.run_id
+
+    second = MlflowTracker(store, "exp", "sw")
+    second.open_device("host", {})
+    second.disown_trial("host", 1)
+    second.disown_trial("host", 7)  # none recorded: nothing to do
+    assert second.logged("host") == {0: TrialStatus.OK}
+    assert _client(store).get_run(old).info.lifecycle_stage == "deleted"
+    second.finish_trial(_ok(1, latency=0.7))  # another configuration under the number: no param clash
+    runs = _by_trial(store)
+    assert runs["1"].info.run_id != old and runs["1"].data.params["quant.mode"] == "static_int8"
+    assert runs["1"].data.metrics["latency_p50_ms"] == 0.7
+    third = MlflowTracker(store, "exp", "sw")
+    third.open_device("host", {})
+    assert third.logged("host") == {0: TrialStatus.OK, 1: TrialStatus.OK}
+
+
 def test_a_fresh_generation_of_a_sweep_gets_runs_of_its_own(store: str) -> None:
     old = MlflowTracker(store, "exp", "sw")
     old.bind("generation-1")

@@ -182,6 +182,7 @@ def open_devices(
         scheduler.add(state)
         logged = tracker.logged(name)
         again = studies.retried(study)
+        told: set[int] = set()  # trials whose record the study has as it ended
         for t in study.get_trials(deepcopy=False):
             role = studies.role_of(t)
             if t.state is TrialState.WAITING and role is Role.BASELINE:
@@ -191,6 +192,7 @@ def open_devices(
                 continue
             if record.status.measured and t.state is not TrialState.COMPLETE:
                 continue  # measured, but never told: not a result (as in studies.study_records)
+            told.add(t.number)
             if record.status is TrialStatus.FAILED and t.number not in again and _kind(record) in retry:
                 studies.enqueue(study, t.params, role, requeue_of=t.number)
                 log.info("%s: trial %d failed (%s); trying it again", name, t.number, _kind(record).value)
@@ -198,6 +200,17 @@ def open_devices(
                 scheduler.restore(name, record, reuse_key(model_digest, record.config), role)
             if logged.get(t.number) != record.status:
                 tracker.finish_trial(record)  # the study is the record of truth: backfill the tracker
+        for number, status in logged.items():
+            if number not in told and status is not TrialStatus.INTERRUPTED:
+                # a result the study does not have (restored from a copy older than the trial):
+                # left, it would stand beside the trial that measures the configuration again
+                log.warning(
+                    "%s: trial %d has a result in the tracking store that its study does not have (was the study "
+                    "restored from an older copy?): that record is deleted, so the store shows what the study holds",
+                    name,
+                    number,
+                )
+                tracker.disown_trial(name, number)
         return DeviceRun(caps, space, study), sweep_id
 
     devices = {}

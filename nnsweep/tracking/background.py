@@ -124,6 +124,9 @@ class BackgroundTracker:
     def finish_trial(self, record: TrialRecord) -> None:
         self._later("finish_trial", record)
 
+    def disown_trial(self, device: str, number: int) -> None:
+        self._later("disown_trial", device, number)
+
     def mark_front(
         self,
         device: str,

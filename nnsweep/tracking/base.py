@@ -3,7 +3,7 @@
 The coordinator is the only caller. Calls for one device come in this order:
 ``bind`` once per sweep generation, ``open_device`` (or ``attach_device`` to read an
 earlier run's), then ``start_trial``/``finish_trial`` per trial, ``mark_front``,
-``close_device``. Read-backs (``logged``, ``trial_links``) may come at any time.
+``close_device``; ``disown_trial`` when a device opens. Read-backs (``logged``, ``trial_links``) may come at any time.
 """
 
 from __future__ import annotations
@@ -55,6 +55,12 @@ class Tracker(Protocol):
 
     def finish_trial(self, record: TrialRecord) -> None:
         """A trial ended (measured, reused, failed or interrupted); records its outcome."""
+        ...
+
+    def disown_trial(self, device: str, number: int) -> None:
+        """Take back the record of a trial the study holds no result for (its journal or
+        database was restored from a copy older than the trial): a trial given that number
+        later gets a record of its own. A tracker with no such record does nothing."""
         ...
 
     def mark_front(
@@ -122,6 +128,9 @@ class NullTracker:
         return None
 
     def finish_trial(self, record: TrialRecord) -> None:
+        return None
+
+    def disown_trial(self, device: str, number: int) -> None:
         return None
 
     def mark_front(

@@ -332,6 +332,19 @@ class MlflowTracker:
         self._status[(record.device, record.number)] = status
         self._ended[(record.device, record.number)] = record.status
 
+    def disown_trial(self, device: str, number: int) -> None:
+        """Delete the trial's run (MLflow keeps it, restorable with ``mlflow runs restore``, until
+        ``mlflow gc``): the study holds no result for it, so the UI should not show one."""
+        key = (device, number)
+        run_id = self._children.pop(key, None)
+        if run_id is None:
+            return
+        self.client.delete_run(run_id)
+        self._status.pop(key, None)
+        self._ended.pop(key, None)
+        self._labels.pop(key, None)
+        self._unparamed.discard(key)
+
     def mark_front(
         self,
         device: str,
