@@ -3,6 +3,8 @@ that trained them (code, data, hyper-parameters), so a second load costs millise
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -31,9 +33,7 @@ def trained_bundle(
         train: trains ``model`` in place (called only on a cache miss).
     """
     path = cache_dir / f"{name}-{recipe}.pt" if cache_dir is not None else None
-    state = _read_state(path) if path is not None else None
-    if state is not None:
-        model.load_state_dict(state)
+    if path is not None and _load_state(model, path):
         model.eval()
     else:
         train()
@@ -50,24 +50,43 @@ def trained_bundle(
 
 
 def _keep(state: dict[str, torch.Tensor], path: Path) -> None:
-    """Write the trained weights to the cache; a disk that cannot take them costs the next
-    load a training run, so it is a warning, not the end of this one."""
+    """Write the trained weights to the cache, then the sha256 of the file beside it
+    (``.sha256``); a disk that cannot take them costs the next load a training run, so it
+    is a warning, not the end of this one."""
     try:
         with atomic_path(path) as tmp:
             save_through_memory(tmp, lambda f: torch.save(state, f))
+        with atomic_path(_sum_path(path)) as tmp:
+            tmp.write_text(hashlib.sha256(path.read_bytes()).hexdigest())
     except OSError as exc:
         log.warning("cannot keep the trained weights at %s (%s): the next load trains again", path, exc.strerror or exc)
 
 
-def _read_state(path: Path) -> dict[str, torch.Tensor] | None:
-    if not path.exists():
-        return None
+def _load_state(model: nn.Module, path: Path) -> bool:
+    """Load the kept weights into ``model``: ``False`` (train again) when none are kept, or
+    the file is torn, altered since it was written (its sha256, a model that would score
+    and deploy as another), written before weights carried one, or not this model's."""
     try:
-        state: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
-        return state
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != _sum_path(path).read_text().strip():
+            log.warning("cached weights %s do not match their sha256: training again", path)
+            return False
+        state = torch.load(io.BytesIO(data), weights_only=True)
+        own = model.state_dict()
+        if {k: tuple(v.shape) for k, v in state.items()} != {k: tuple(v.shape) for k, v in own.items()}:
+            log.warning("cached weights %s are not this model's: training again", path)
+            return False  # checked first: a refused load_state_dict has copied some of them already
+        model.load_state_dict(state)
+        return True
+    except FileNotFoundError:
+        return False
     except Exception as exc:  # a torn or foreign file: retrain and overwrite
         log.warning("ignoring unreadable cached weights %s: %s", path, exc)
-        return None
+        return False
+
+
+def _sum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
 
 
 def train_one_cycle(
