@@ -68,9 +68,11 @@ def test_a_changed_entry_is_measured_again(ranked, digits, change: str, caplog) 
     path = _entry(cache)
     _rewrite(path, change)
     assert cached_ranking(digits.digest, "onnxruntime", Granularity.PER_TENSOR, cache) is None
-    with caplog.at_level(logging.WARNING, logger="nnsweep.sensitivity.ranking"):
+    with caplog.at_level(logging.INFO, logger="nnsweep.sensitivity.ranking"):
         again, hit = ranking(digits, "onnxruntime", None, cache)
     assert not hit and "measuring again" in caplog.text
+    said = "written by an older nnsweep" if change == "unsealed" else "is damaged"
+    assert said in caplog.text
     assert [e.layer for e in again.layers] == [e.layer for e in report.layers]
     assert _same(cached_ranking(digits.digest, "onnxruntime", Granularity.PER_TENSOR, cache), again)  # kept again
 

@@ -189,9 +189,16 @@ def cached_ranking(
         return None
     try:
         return report_from_dict(_unsealed(path.read_text()))
+    except _UnsealedError:
+        log.info("sensitivity entry %s was written by an older nnsweep; measuring again", path.name)
+        return None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged entry is measured again
         log.warning("sensitivity entry %s is damaged (%s); measuring again", path.name, exc)
         return None
+
+
+class _UnsealedError(ValueError):
+    """An entry in the format before entries carried their sha256."""
 
 
 def _sealed(report: SensitivityReport) -> str:
@@ -206,6 +213,8 @@ def _unsealed(text: str) -> dict[str, object]:
     """The report's data from :func:`_sealed`'s text. Raises ``ValueError`` when the digest
     does not match (an entry written before entries were sealed has none: measured again)."""
     entry = json.loads(text)
+    if isinstance(entry, dict) and "whole_int8" in entry and "sha256" not in entry:
+        raise _UnsealedError
     data = entry["report"]
     if entry["sha256"] != _digest(data):
         raise ValueError("its content does not match its sha256")
