@@ -21,6 +21,8 @@ import pytest
 
 from nnsweep.agents._node import (
     RAY_ENV,
+    check_address,
+    check_head_answers,
     check_token_file,
     default_token_path,
     ensure_token,
@@ -116,6 +118,56 @@ def test_command_lines_refuse_option_like_values() -> None:
         join_command("-oops:6379", "board")
     cmd = head_command(6379, 1, dashboard_agent_port=52000)
     assert cmd[cmd.index("--dashboard-agent-listen-port") + 1] == "52000"
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [
+        ("nonsense", "is not HOST:PORT"),
+        (":6379", "is not HOST:PORT"),
+        ("head:", "is not HOST:PORT"),
+        ("head:63x79", "is not HOST:PORT"),
+        ("head:0", "out of range"),
+        ("head:99999", "out of range"),
+    ],
+)
+def test_a_malformed_head_address_is_refused_naming_the_option(address: str, said: str) -> None:
+    with pytest.raises(SpecError, match=said) as caught:
+        check_address(address)
+    assert caught.value.field == "--address"
+    assert check_address("10.0.0.1:6379") == ("10.0.0.1", 6379) and check_address("[::1]:6379") == ("::1", 6379)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again on return: nothing listens there
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once_where_ray_would_wait(tmp_path: Path) -> None:
+    """Ray's client waits for a head without end: `nnsweep devices --address` and `run
+    --address` hung (over 60 s) on a port with no head, `agent join` printed a timeout
+    every 30 s. Now each exits 2 with one line, in well under a second."""
+    with socket.socket() as listening:  # a head's port: accepts
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_head_answers(f"127.0.0.1:{listening.getsockname()[1]}")
+    address = f"127.0.0.1:{_closed_port()}"
+    with pytest.raises(SpecError, match=r"nothing accepts connections at .*Connection refused"):
+        check_head_answers(address, option="address")
+    env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_TOKEN": "0" * 32}  # no token file to check
+    for command in (["devices"], ["agent", "join", "--device", "rpi5"]):
+        start = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "nnsweep", *command, "--address", address],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            f"nnsweep: error: --address: nothing accepts connections at {address} (Connection refused): "
+            "start the head there (nnsweep agent head), or check the address and that its port is open"
+        ]
+        assert time.monotonic() - start < 30
 
 
 def test_a_machine_joins_to_convert_with_a_cpu_per_slot() -> None:

@@ -259,9 +259,7 @@ def join_command(
         resources[f"device:{device}"] = 1
     if converters:
         resources["nnsweep-converter"] = converters
-    host, _, port = address.rpartition(":")
-    if not host or host.startswith("-") or not port.isdigit():
-        raise SpecError("--address", f"{address!r} is not HOST:PORT")
+    check_address(address)
     cmd = [
         "ray", "start",
         "--address", address,
@@ -273,6 +271,42 @@ def join_command(
     if dashboard_agent_port is not None:
         cmd += ["--dashboard-agent-listen-port", str(dashboard_agent_port)]
     return [*cmd, "--block"] if block else cmd
+
+
+def check_address(address: str, option: str = "--address") -> tuple[str, int]:
+    """A Ray head's ``HOST:PORT`` (an IPv6 host in brackets), as ``(host, port)``.
+
+    Raises:
+        SpecError: not of that form, or the port outside 1-65535.
+    """
+    host, _, port = address.rpartition(":")
+    if not host or host.startswith("-") or not port.isdigit():
+        raise SpecError(option, f"{address[:80]!r} is not HOST:PORT (e.g. 192.168.1.10:6379)")
+    if not 1 <= int(port) <= 65535:
+        raise SpecError(option, f"port {port[:10]} of {address[:80]!r} is out of range: give 1 to 65535")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def check_head_answers(address: str, option: str = "--address", timeout_s: float = 5.0) -> None:
+    """Refuse at once an address where nothing accepts a connection: Ray's own client
+    waits for it without end (``nnsweep run`` and ``devices`` hung, ``agent join``
+    printed a timeout every 30 s), printing the node's address in place of a loopback one.
+
+    Raises:
+        SpecError: the address is malformed, its host unknown, or its port refuses or does
+            not answer within ``timeout_s``.
+    """
+    host, port = check_address(address, option)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise SpecError(
+            option,
+            f"nothing accepts connections at {address[:80]} ({why}): start the head there "
+            "(nnsweep agent head), or check the address and that its port is open",
+        ) from None
 
 
 # The raylet's line when an agent's port file did not appear in time, e.g.

@@ -96,6 +96,7 @@ def _join(args: argparse.Namespace, cache_dir: Path) -> int:
     import time
 
     from nnsweep.agents._node import (
+        check_head_answers,
         check_token_file,
         default_token_path,
         join_command,
@@ -118,6 +119,7 @@ def _join(args: argparse.Namespace, cache_dir: Path) -> int:
             token = default_token_path(os.environ, Path.home())
         if token is not None:
             check_token_file(token, option="--token-file", allow_readable=args.allow_readable_token)
+        check_head_answers(args.address)  # last: the checks that need no network come first
     except SpecError as exc:
         return _usage_error(exc, {})
     since = time.time() - 1.0  # some filesystems keep whole seconds

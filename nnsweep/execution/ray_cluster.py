@@ -208,6 +208,9 @@ class RayExecutor(Executor):
                 configure_logging=False,
             )
         else:
+            from nnsweep.agents._node import check_head_answers
+
+            check_head_answers(self.address, option="address")  # ray.init waits for one without end
             ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
 
     def cluster_devices(self) -> list[str]:
