@@ -250,6 +250,22 @@ def test_option_values_are_bounded(
     assert len(err.strip().splitlines()) == 1 and text in err
 
 
+def test_the_ui_on_a_port_another_process_holds_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MLflow's server logged the failed bind and exited 0, as if the UI had run."""
+    import socket
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nmodel: digits\ndevices: [host]\nspace: {runtime: [onnxruntime]}\n")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["ui", str(spec), "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"nnsweep: error: --port: {port} on 127.0.0.1 cannot be used ("), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no MLflow database made
+
+
 def test_non_utf8_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"runtime: onnxruntime\nquant: {mode: \xff\xfe}\n")
