@@ -266,6 +266,23 @@ def test_the_ui_on_a_port_another_process_holds_is_refused(tmp_path: Path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no MLflow database made
 
 
+def test_a_head_on_a_port_another_process_holds_is_refused_before_its_token_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ray's head waited 40 s for its GCS, then printed a traceback, exit 1."""
+    import socket
+
+    token = tmp_path / "auth_token"
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["agent", "head", "--port", str(port), "--token-file", str(token)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"nnsweep: error: --port: {port} on 0.0.0.0 cannot be used ("), err
+    assert not token.exists()
+
+
 def test_non_utf8_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"runtime: onnxruntime\nquant: {mode: \xff\xfe}\n")

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
 def _head(args: argparse.Namespace, cache_dir: Path) -> int:
     from nnsweep.agents._node import check_token_file, default_token_path, ensure_token, head_command, ray_env
+    from nnsweep.cli._ports import check_port_free
 
     try:
         cmd = head_command(
@@ -78,6 +79,7 @@ def _head(args: argparse.Namespace, cache_dir: Path) -> int:
             block=args.block,
             dashboard_agent_port=args.dashboard_agent_port,
         )
+        check_port_free(args.port, "0.0.0.0")  # the head's GCS listens on every interface; before the token is made
         token = args.token_file or default_token_path(os.environ, Path.home())
         created = ensure_token(token)
         check_token_file(token, option="--token-file", allow_readable=args.allow_readable_token)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nnsweep.cli._args import _int_in
 from nnsweep.cli._output import EXIT_OK, _usage_error, results
+from nnsweep.cli._ports import check_port_free
 from nnsweep.cli._spec_args import _SPEC_OPTIONS
 from nnsweep.core.errors import SpecError
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         results().write(f"{spec.name} is tracked by the MLflow server at {spec.tracking.uri}: open it in a browser\n")
         return EXIT_OK
     try:
-        _check_port_free(args.port)
+        check_port_free(args.port)
     except SpecError as exc:
         return _usage_error(exc, {})
     cmd = [
@@ -55,20 +56,3 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     sys.stderr.write(f"MLflow UI for {spec.name}: http://127.0.0.1:{args.port}  (Ctrl-C to stop)\n")
     return subprocess.call(cmd, env=env)
-
-
-def _check_port_free(port: int) -> None:
-    """Refuse a port another process holds on 127.0.0.1: MLflow's server then logs the
-    failed bind and exits 0, as if the UI had run and stopped."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            other = port + 1 if port < 65535 else port - 1
-            why = exc.strerror or str(exc)
-            raise SpecError(
-                "--port", f"{port} on 127.0.0.1 cannot be used ({why}): give another, e.g. --port {other}"
-            ) from None
