@@ -267,10 +267,11 @@ class SnapshotStore:
                 st = os.stat(path)
                 if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
                     return None
-            arrays = (self.root / f"{recipe}.npz").read_bytes()
-            if hashlib.sha256(arrays).hexdigest() != meta["arrays_sha256"]:
-                return None  # altered since (labels changed would score every trial against them)
-            with np.load(io.BytesIO(arrays)) as data:
+            arrays = self.root / f"{recipe}.npz"
+            with open(arrays, "rb") as f:  # streamed: an evaluation split can be large
+                if hashlib.file_digest(f, "sha256").hexdigest() != meta["arrays_sha256"]:
+                    return None  # altered since (labels changed would score every trial against them)
+            with np.load(arrays) as data:
                 evaluation = Split(data["inputs"], data.get("labels"))
                 reference = data["reference"]
             return ModelSnapshot(
