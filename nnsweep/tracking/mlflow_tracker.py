@@ -19,33 +19,42 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import tempfile
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.tracking.background import BackgroundTracker
 from nnsweep.tracking.base import NullTracker, Tracker
+from nnsweep.tracking.run_fields import (
+    DEVICE_TAG,
+    KIND_TAG,
+    PARAM_LIMIT,
+    SWEEP_TAG,
+    TAG_LIMIT,
+    TRIAL_TAG,
+    clip,
+    end_tags,
+    ended_as,
+    finite_metrics,
+    run_params,
+    start_tags,
+)
 from nnsweep.tracking.uris import absolute_sqlite_uri, artifact_location
 
 if TYPE_CHECKING:
     from nnsweep.core.config import DeploymentConfig
 
-__all__ = ["MlflowTracker", "TrialFields", "tracker_for", "trial_fields"]
+__all__ = ["MlflowTracker", "tracker_for"]
 
 _log = logging.getLogger(__name__)
 
-_SWEEP, _DEVICE, _KIND, _TRIAL = "nnsweep.sweep", "nnsweep.device", "nnsweep.kind", "nnsweep.trial"
 _SWEEP_ID = "nnsweep.sweep_id"  # one generation of a sweep (its studies' id): --fresh starts a new one
-# MLflow 3.17's limits (mlflow.utils.validation): tag/param value lengths, params + tags per log_batch.
-_TAG_LIMIT = 8000
-_PARAM_LIMIT = 6000
-_BATCH_LIMIT = 100
+_BATCH_LIMIT = 100  # MLflow 3.17's params + tags per log_batch (mlflow.utils.validation)
 _END_STATUS = {
     TrialStatus.OK: "FINISHED",
     TrialStatus.REUSED: "FINISHED",
@@ -85,7 +94,7 @@ class _Experiment:
                     self.client.create_experiment(
                         self.name,
                         artifact_location=artifact_location(self.uri, self.name),
-                        tags={_SWEEP: self.sweep, "mlflow.note.content": f"nnsweep sweep {self.sweep}"},
+                        tags={SWEEP_TAG: self.sweep, "mlflow.note.content": f"nnsweep sweep {self.sweep}"},
                     )
                 )
             else:
@@ -132,8 +141,8 @@ class _Experiment:
 
         stamp = _now_ms()
         ms = [Metric(k, v, stamp, 0) for k, v in (metrics or {}).items()]
-        ps = [Param(k, _clip(v, _PARAM_LIMIT)) for k, v in (params or {}).items()]
-        ts = [RunTag(k, _clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items()]
+        ps = [Param(k, clip(v, PARAM_LIMIT)) for k, v in (params or {}).items()]
+        ts = [RunTag(k, clip(v, TAG_LIMIT)) for k, v in (tags or {}).items()]
         while True:
             p_now, ps = ps[:_BATCH_LIMIT], ps[_BATCH_LIMIT:]
             t_now, ts = ts[: _BATCH_LIMIT - len(p_now)], ts[_BATCH_LIMIT - len(p_now) :]
@@ -141,6 +150,27 @@ class _Experiment:
             ms = []
             if not ps and not ts:
                 return
+
+
+@dataclass
+class _TrialRuns:
+    """What the tracker knows of each trial's run, by ``(device, trial number)``."""
+
+    ids: dict[tuple[str, int], str] = field(default_factory=dict)
+    status: dict[tuple[str, int], str] = field(default_factory=dict)  # its MLflow run status
+    labels: dict[tuple[str, int], str] = field(default_factory=dict)  # its configuration's label
+    ended: dict[tuple[str, int], TrialStatus] = field(default_factory=dict)  # what it recorded when it ended
+    # A failed write is tried again (BackgroundTracker): these say which step of a run's start it reached.
+    unanswered: set[tuple[str, int]] = field(default_factory=set)  # create_run raised: the run may exist
+    unparamed: set[tuple[str, int]] = field(default_factory=set)  # the run exists; its params are not written
+
+    def forget(self, key: tuple[str, int]) -> str | None:
+        """Drop everything known of the trial's run; its id, if one was known."""
+        for known in (self.status, self.labels, self.ended):
+            known.pop(key, None)
+        self.unanswered.discard(key)
+        self.unparamed.discard(key)
+        return self.ids.pop(key, None)
 
 
 class MlflowTracker:
@@ -168,13 +198,7 @@ class MlflowTracker:
         self.sweep_id = ""
         self._experiment = _Experiment(self.uri, experiment, sweep)
         self._parents: dict[str, str] = {}
-        self._children: dict[tuple[str, int], str] = {}
-        self._status: dict[tuple[str, int], str] = {}  # MLflow run status of each known child
-        self._labels: dict[tuple[str, int], str] = {}  # config label of each known child
-        self._ended: dict[tuple[str, int], TrialStatus] = {}  # what each ended child recorded
-        # A failed write is tried again (BackgroundTracker): these say which step of a child's start it reached.
-        self._unanswered: set[tuple[str, int]] = set()  # create_run raised: the run may exist all the same
-        self._unparamed: set[tuple[str, int]] = set()  # the run exists; its params are not written yet
+        self._runs = _TrialRuns()
 
     @property
     def client(self) -> Any:
@@ -190,20 +214,14 @@ class MlflowTracker:
         """Find and create runs of this generation of the sweep only (tag ``nnsweep.sweep_id``)."""
         if sweep_id != self.sweep_id:
             self.sweep_id = sweep_id
-            for known in (
-                self._parents,
-                self._children,
-                self._status,
-                self._labels,
-                self._ended,
-                self._unanswered,
-                self._unparamed,
-            ):
-                known.clear()
+            self._parents.clear()
+            self._runs = _TrialRuns()
 
     def _filter(self, device: str, kind: str) -> str:
         # Names reach here validated by nnsweep.spec ([A-Za-z0-9_.-]) and sweep ids are hex: nothing to escape.
-        text = f"tags.`{_SWEEP}` = '{self.sweep}' and tags.`{_DEVICE}` = '{device}' and tags.`{_KIND}` = '{kind}'"
+        text = (
+            f"tags.`{SWEEP_TAG}` = '{self.sweep}' and tags.`{DEVICE_TAG}` = '{device}' and tags.`{KIND_TAG}` = '{kind}'"
+        )
         if self.sweep_id:
             text += f" and tags.`{_SWEEP_ID}` = '{self.sweep_id}'"
         return text
@@ -216,7 +234,7 @@ class MlflowTracker:
 
         Child runs left RUNNING by a sweep that was killed are terminated as ``KILLED``.
         """
-        tags = {_SWEEP: self.sweep, _DEVICE: device, _KIND: "device", "device": device, **self._ids()}
+        tags = {SWEEP_TAG: self.sweep, DEVICE_TAG: device, KIND_TAG: "device", "device": device, **self._ids()}
         tags.update({str(k): str(v) for k, v in info.items()})
         parents = self._experiment.search(self._filter(device, "device"))
         if parents:
@@ -245,13 +263,13 @@ class MlflowTracker:
 
     def _load_children(self, device: str, *, close_running: bool) -> None:
         for child in self._experiment.search(self._filter(device, "trial")):
-            number = int(child.data.tags[_TRIAL])
+            number = int(child.data.tags[TRIAL_TAG])
             key = (device, number)
-            if key in self._children:
+            if key in self._runs.ids:
                 continue  # a duplicate from an older version: keep the first
             run_id = str(child.info.run_id)
-            self._children[key] = run_id
-            self._labels[key] = child.data.tags.get("config") or (child.info.run_name or "").removeprefix(
+            self._runs.ids[key] = run_id
+            self._runs.labels[key] = child.data.tags.get("config") or (child.info.run_name or "").removeprefix(
                 f"{device} #{number} "
             )
             status = str(child.info.status)
@@ -259,10 +277,10 @@ class MlflowTracker:
                 self._experiment.log_batch(run_id, tags={"status": TrialStatus.INTERRUPTED.value})
                 self.client.set_terminated(run_id, status="KILLED")
                 status = "KILLED"
-            self._status[key] = status
-            ended = _ended_as(status, child.data.tags.get("status", ""))
+            self._runs.status[key] = status
+            ended = ended_as(status, child.data.tags.get("status", ""))
             if ended is not None:
-                self._ended[key] = ended
+                self._runs.ended[key] = ended
 
     def _parent(self, device: str) -> str:
         if device not in self._parents:
@@ -277,35 +295,35 @@ class MlflowTracker:
         whose params were not written gets them on the next call.
         """
         key = (device, number)
-        run_id = self._children.get(key)
+        run_id = self._runs.ids.get(key)
         if run_id is None:
-            run_id = self._adopted(key) if key in self._unanswered else None
+            run_id = self._adopted(key) if key in self._runs.unanswered else None
         if run_id is None:
             label = config.label()
             tags = {"mlflow.parentRunId": self._parent(device), **self._ids()}
-            tags.update(_start_tags(self.sweep, device, number, config))
-            self._unanswered.add(key)
+            tags.update(start_tags(self.sweep, device, number, config))
+            self._runs.unanswered.add(key)
             made = self.client.create_run(self.experiment_id, run_name=f"{device} #{number} {label}", tags=tags)
             run_id = str(made.info.run_id)
-            self._unanswered.discard(key)
-            self._children[key], self._status[key], self._labels[key] = run_id, "RUNNING", label
-            self._unparamed.add(key)
-        if key in self._unparamed:
-            self._experiment.log_batch(run_id, params=_params(config))  # the same values again: allowed
-            self._unparamed.discard(key)
+            self._runs.unanswered.discard(key)
+            self._runs.ids[key], self._runs.status[key], self._runs.labels[key] = run_id, "RUNNING", label
+            self._runs.unparamed.add(key)
+        if key in self._runs.unparamed:
+            self._experiment.log_batch(run_id, params=run_params(config))  # the same values again: allowed
+            self._runs.unparamed.discard(key)
         return run_id
 
     def _adopted(self, key: tuple[str, int]) -> str | None:
         """The run an unanswered ``create_run`` made after all (its params then written again), or None."""
         device, number = key
-        found = self._experiment.search(self._filter(device, "trial") + f" and tags.`{_TRIAL}` = '{number}'")
-        self._unanswered.discard(key)
+        found = self._experiment.search(self._filter(device, "trial") + f" and tags.`{TRIAL_TAG}` = '{number}'")
+        self._runs.unanswered.discard(key)
         if not found:
             return None
         run_id = str(found[0].info.run_id)
-        self._children[key], self._status[key] = run_id, str(found[0].info.status)
-        self._labels[key] = found[0].data.tags.get("config", "")
-        self._unparamed.add(key)
+        self._runs.ids[key], self._runs.status[key] = run_id, str(found[0].info.status)
+        self._runs.labels[key] = found[0].data.tags.get("config", "")
+        self._runs.unparamed.add(key)
         return run_id
 
     def start_trial(self, device: str, number: int, config: DeploymentConfig) -> None:
@@ -319,7 +337,7 @@ class MlflowTracker:
         Non-finite metrics (an infinite SQNR of an exact model) are left out.
         """
         run_id = self._child(record.device, record.number, record.config)
-        self._experiment.log_batch(run_id, metrics=_finite(record.metrics), tags=_end_tags(record))
+        self._experiment.log_batch(run_id, metrics=finite_metrics(record.metrics), tags=end_tags(record))
         parts = record.partitions
         # The artifact repository is looked up (one get_run) for the first file and cached by MLflow.
         self.client.log_dict(run_id, record.config.to_dict(), "config.json")
@@ -329,21 +347,15 @@ class MlflowTracker:
             self.client.log_text(run_id, json.dumps(list(record.samples_ms)), "latency_samples.json")
         status = _END_STATUS[record.status]
         self.client.set_terminated(run_id, status=status)
-        self._status[(record.device, record.number)] = status
-        self._ended[(record.device, record.number)] = record.status
+        self._runs.status[(record.device, record.number)] = status
+        self._runs.ended[(record.device, record.number)] = record.status
 
     def disown_trial(self, device: str, number: int) -> None:
         """Delete the trial's run (MLflow keeps it, restorable with ``mlflow runs restore``, until
         ``mlflow gc``): the study holds no result for it, so the UI should not show one."""
-        key = (device, number)
-        run_id = self._children.pop(key, None)
-        if run_id is None:
-            return
-        self.client.delete_run(run_id)
-        self._status.pop(key, None)
-        self._ended.pop(key, None)
-        self._labels.pop(key, None)
-        self._unparamed.discard(key)
+        run_id = self._runs.forget((device, number))
+        if run_id is not None:
+            self.client.delete_run(run_id)
 
     def mark_front(
         self,
@@ -357,14 +369,14 @@ class MlflowTracker:
         the parent run."""
         front = set(pareto)
         figures = remeasured or {}
-        for (dev, number), run_id in self._children.items():
-            if dev == device and self._status.get((dev, number)) == "FINISHED":
+        for (dev, number), run_id in self._runs.ids.items():
+            if dev == device and self._runs.status.get((dev, number)) == "FINISHED":
                 self._experiment.log_batch(
                     run_id,
-                    metrics=_finite(figures.get(number, {})),
+                    metrics=finite_metrics(figures.get(number, {})),
                     tags={"pareto": str(number in front).lower(), "best": str(number == best).lower()},
                 )
-        label = "" if best is None else self._labels.get((device, best), "")
+        label = "" if best is None else self._runs.labels.get((device, best), "")
         self._experiment.log_batch(
             self._parent(device), tags={"best_trial": "" if best is None else str(best), "best_config": label}
         )
@@ -385,7 +397,7 @@ class MlflowTracker:
         A run ended ``KILLED`` counts as interrupted: a trial the study has as measured
         is then logged again, with its metrics.
         """
-        return {number: status for (dev, number), status in self._ended.items() if dev == device}
+        return {number: status for (dev, number), status in self._runs.ended.items() if dev == device}
 
     def log_device_artifact(self, device: str, name: str, path: Path) -> None:
         """Attach a file or folder (the HTML report, a Pareto plot) to the device's parent run.
@@ -401,7 +413,7 @@ class MlflowTracker:
         """Trial number -> the MLflow UI's path to its run (``#/experiments/<id>/runs/<run>``)."""
         return {
             number: f"#/experiments/{self.experiment_id}/runs/{run_id}"
-            for (dev, number), run_id in sorted(self._children.items())
+            for (dev, number), run_id in sorted(self._runs.ids.items())
             if dev == device
         }
 
@@ -416,25 +428,6 @@ def tracker_for(uri: str, experiment: str, sweep: str, *, enabled: bool = True) 
     return BackgroundTracker(MlflowTracker(uri, experiment, sweep))
 
 
-@dataclass(frozen=True)
-class TrialFields:
-    """What a trial's run holds once it has ended: its params, tags (without MLflow's own
-    ``mlflow.*``, the sweep id and the ``pareto``/``best`` marks of the front) and metrics
-    (without the front's re-measured figures)."""
-
-    params: dict[str, str]
-    tags: dict[str, str]
-    metrics: dict[str, float]
-
-
-def trial_fields(sweep: str, record: TrialRecord) -> TrialFields:
-    """The params, tags and metrics :class:`MlflowTracker` logs for a told trial: what its run
-    must hold, whatever happened to the run that logged it (benchmarks/fault_injection.py)."""
-    tags = {**_start_tags(sweep, record.device, record.number, record.config), **_end_tags(record)}
-    params = {k: _clip(v, _PARAM_LIMIT) for k, v in _params(record.config).items()}
-    return TrialFields(params, {k: _clip(v, _TAG_LIMIT) for k, v in tags.items()}, _finite(record.metrics))
-
-
 def _log_file(client: Any, run_id: str, name: str, path: Path) -> None:
     """Log a file or folder as the run's artifact ``name`` (a file renamed on the way if need be)."""
     folder, _, leaf = name.strip("/").rpartition("/")
@@ -447,65 +440,6 @@ def _log_file(client: Any, run_id: str, name: str, path: Path) -> None:
             renamed = Path(tmp) / leaf
             shutil.copyfile(path, renamed)
             client.log_artifact(run_id, str(renamed), folder or None)
-
-
-def _start_tags(sweep: str, device: str, number: int, config: DeploymentConfig) -> dict[str, str]:
-    return {
-        _SWEEP: sweep,
-        _DEVICE: device,
-        _KIND: "trial",
-        _TRIAL: str(number),
-        "device": device,
-        "runtime": config.runtime,
-        "backends": ",".join(config.backends),
-        "config": config.label(),
-        "status": "running",
-    }
-
-
-def _params(config: DeploymentConfig) -> dict[str, str]:
-    return {**config.flat(), "config_digest": config.digest()}
-
-
-def _end_tags(record: TrialRecord) -> dict[str, str]:
-    tags = {
-        "status": record.status.value,
-        "estimated": str(record.estimated).lower(),
-        # Measured under qemu-user on another CPU: real kernels, no real board's latency.
-        "emulated": str(record.emulated).lower(),
-        **{str(k): str(v) for k, v in record.tags.items()},
-    }
-    parts = record.partitions
-    if parts:
-        sizes = ",".join(str(s) for s in parts.get("sizes", []))
-        tags["partitions"] = f"{parts.get('count', 0)}" + (f" (sizes {sizes})" if sizes else "")
-    if record.reason:
-        tags["failure_reason"] = record.reason
-    if record.feasible is not None:
-        tags["feasible"] = str(record.feasible).lower()
-    if record.reused_from is not None:
-        tags["reused_from"] = str(record.reused_from)
-    return tags
-
-
-def _ended_as(run_status: str, status_tag: str) -> TrialStatus | None:
-    """What an ended run recorded: its terminal MLflow status, and the status tag for FINISHED."""
-    if run_status == "FINISHED":
-        return TrialStatus(status_tag) if status_tag in (TrialStatus.OK, TrialStatus.REUSED) else None
-    return {"FAILED": TrialStatus.FAILED, "KILLED": TrialStatus.INTERRUPTED}.get(run_status)
-
-
-def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, value in metrics.items():
-        number = float(value)
-        if math.isfinite(number):
-            out[key] = number
-    return out
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _now_ms() -> int:
