@@ -25,7 +25,7 @@ from typing import Any
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
 from nnsweep.agents._capabilities import converter_versions, refuse_version_skew
-from nnsweep.agents._node import local_token
+from nnsweep.agents._node import check_head_answers, local_token
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.convert._base import toolchain_records_to_debug_log
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError
@@ -208,8 +208,6 @@ class RayExecutor(Executor):
                 configure_logging=False,
             )
         else:
-            from nnsweep.agents._node import check_head_answers
-
             check_head_answers(self.address, option="address")  # ray.init waits for one without end
             ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
 

@@ -131,6 +131,26 @@ def _warm_start(spec: SweepSpec, device: str, space: DeviceSpace, study: optuna.
         log.info("%s: warm start with %d Pareto configurations of the other devices", device, len(found))
 
 
+def _align_tracker(tracker: Tracker, device: str, told: Mapping[int, TrialRecord]) -> None:
+    """Make the tracker show what the study holds (the record of truth): a trial logged
+    with another status than its record is logged again; a result the study does not have
+    (the study restored from a copy older than the trial) is taken back, since left it
+    would stand beside the trial that measures the configuration again."""
+    logged = tracker.logged(device)
+    for number, record in told.items():
+        if logged.get(number) != record.status:
+            tracker.finish_trial(record)
+    for number, status in logged.items():
+        if number not in told and status is not TrialStatus.INTERRUPTED:
+            log.warning(
+                "%s: trial %d has a result in the tracking store that its study does not have (was the study "
+                "restored from an older copy?): that record is deleted, so the store shows what the study holds",
+                device,
+                number,
+            )
+            tracker.disown_trial(device, number)
+
+
 def open_devices(
     spec: SweepSpec,
     plan: Plan,
@@ -180,9 +200,8 @@ def open_devices(
         deadline = None if spec.budget.timeout_s is None else now + spec.budget.timeout_s
         state = DeviceState(name, caps.machine, spec.budget.trials, depth, deadline, size)
         scheduler.add(state)
-        logged = tracker.logged(name)
         again = studies.retried(study)
-        told: set[int] = set()  # trials whose record the study has as it ended
+        told: dict[int, TrialRecord] = {}  # trials whose record the study has as it ended
         for t in study.get_trials(deepcopy=False):
             role = studies.role_of(t)
             if t.state is TrialState.WAITING and role is Role.BASELINE:
@@ -192,25 +211,13 @@ def open_devices(
                 continue
             if record.status.measured and t.state is not TrialState.COMPLETE:
                 continue  # measured, but never told: not a result (as in studies.study_records)
-            told.add(t.number)
+            told[t.number] = record
             if record.status is TrialStatus.FAILED and t.number not in again and _kind(record) in retry:
                 studies.enqueue(study, t.params, role, requeue_of=t.number)
                 log.info("%s: trial %d failed (%s); trying it again", name, t.number, _kind(record).value)
             else:
                 scheduler.restore(name, record, reuse_key(model_digest, record.config), role)
-            if logged.get(t.number) != record.status:
-                tracker.finish_trial(record)  # the study is the record of truth: backfill the tracker
-        for number, status in logged.items():
-            if number not in told and status is not TrialStatus.INTERRUPTED:
-                # a result the study does not have (restored from a copy older than the trial):
-                # left, it would stand beside the trial that measures the configuration again
-                log.warning(
-                    "%s: trial %d has a result in the tracking store that its study does not have (was the study "
-                    "restored from an older copy?): that record is deleted, so the store shows what the study holds",
-                    name,
-                    number,
-                )
-                tracker.disown_trial(name, number)
+        _align_tracker(tracker, name, told)
         return DeviceRun(caps, space, study), sweep_id
 
     devices = {}
