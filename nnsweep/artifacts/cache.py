@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from nnsweep.artifacts.stages import StageStore
 from nnsweep.convert._base import ConversionResult
 from nnsweep.core.artifact import IOSpec, PartitionReport
 from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.digests import file_sha256
 from nnsweep.core.errors import CacheCorrupted
 
 __all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "default_cache_dir"]
@@ -48,14 +48,6 @@ def default_cache_dir() -> Path:
         return Path(os.environ["NNSWEEP_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "nnsweep"
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -181,10 +173,10 @@ class ArtifactCache:
             raise CacheCorrupted(f"{_META} names key {artifact.key[:12]}")
         if not artifact.path.is_file():
             raise CacheCorrupted(f"{artifact.path.name} is missing")
-        if artifact.path.stat().st_size != artifact.size_bytes or _file_sha256(artifact.path) != artifact.sha256:
+        if artifact.path.stat().st_size != artifact.size_bytes or file_sha256(artifact.path) != artifact.sha256:
             raise CacheCorrupted(f"{artifact.path.name} does not match its checksum")
         for path, sha in artifact.sidecars.values():
-            if not path.is_file() or _file_sha256(path) != sha:
+            if not path.is_file() or file_sha256(path) != sha:
                 raise CacheCorrupted(f"{path.name} is missing or does not match its checksum")
         return artifact
 
@@ -220,10 +212,10 @@ class ArtifactCache:
                 ),
                 io=result.io,
                 size_bytes=path.stat().st_size,
-                sha256=_file_sha256(path),
+                sha256=file_sha256(path),
                 convert_s=elapsed,
                 toolchain=toolchain,
-                sidecars={name: (staging / f, _file_sha256(staging / f)) for name, f in result.sidecars.items()},
+                sidecars={name: (staging / f, file_sha256(staging / f)) for name, f in result.sidecars.items()},
                 estimates=dict(result.estimates),
                 model_notes=tuple(result.model_notes),
             )

@@ -22,7 +22,6 @@ Layout::
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 from nnsweep.artifacts.key import runtime_toolchain, stage_key
 from nnsweep.convert._base import Stages
 from nnsweep.core.config import canonical_json
+from nnsweep.core.digests import file_sha256
 from nnsweep.core.errors import CacheCorrupted
 
 __all__ = ["CachedStages", "StageStore"]
@@ -43,14 +43,6 @@ log = logging.getLogger(__name__)
 
 _META = "meta.json"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class StageStore:
@@ -103,7 +95,7 @@ class StageStore:
         try:
             build(staging)
             files = {
-                str(p.relative_to(staging)): [p.stat().st_size, _file_sha256(p)]
+                str(p.relative_to(staging)): [p.stat().st_size, file_sha256(p)]
                 for p in sorted(staging.rglob("*"))
                 if p.is_file()
             }
@@ -137,7 +129,7 @@ def _verify(entry: Path, key: str) -> None:
         raise CacheCorrupted(f"files {sorted(present ^ set(files))[:3]} are missing or unexpected")
     for name, (size, sha) in files.items():
         path = entry / name
-        if path.stat().st_size != size or _file_sha256(path) != sha:
+        if path.stat().st_size != size or file_sha256(path) != sha:
             raise CacheCorrupted(f"{name} does not match its checksum")
 
 

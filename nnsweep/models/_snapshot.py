@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnsweep.core.atomic import atomic_path
+from nnsweep.core.digests import file_sha256, json_sha256
 from nnsweep.models._bundle import Split, output_columns
 
 if TYPE_CHECKING:
@@ -231,10 +232,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _meta_digest(meta: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
-
-
 class SnapshotStore:
     """Snapshots under ``root`` (the artifact cache's models folder), found by recipe."""
 
@@ -255,22 +252,21 @@ class SnapshotStore:
         if weights is not None:
             st = weights.stat()
             parts["weights"] = [str(weights.resolve()), st.st_size, st.st_mtime_ns]
-        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+        return json_sha256(parts)
 
     def lookup(self, recipe: str) -> ModelSnapshot | None:
         """The snapshot kept for ``recipe`` if every file its load read is unchanged."""
         try:
             meta = json.loads((self.root / f"{recipe}.json").read_text())
-            if meta.pop("sha256") != _meta_digest(meta):
+            if meta.pop("sha256") != json_sha256(meta):
                 return None  # altered since: its digest would name another model's artifacts
             for path, (size, mtime_ns) in meta["inputs"].items():
                 st = os.stat(path)
                 if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
                     return None
             arrays = self.root / f"{recipe}.npz"
-            with open(arrays, "rb") as f:  # streamed: an evaluation split can be large
-                if hashlib.file_digest(f, "sha256").hexdigest() != meta["arrays_sha256"]:
-                    return None  # altered since (labels changed would score every trial against them)
+            if file_sha256(arrays) != meta["arrays_sha256"]:
+                return None  # altered since (labels changed would score every trial against them)
             with np.load(arrays) as data:
                 evaluation = Split(data["inputs"], data.get("labels"))
                 reference = data["reference"]
@@ -318,7 +314,7 @@ class SnapshotStore:
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         meta["arrays_sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
-        meta["sha256"] = _meta_digest(meta)
+        meta["sha256"] = json_sha256(meta)
         try:
             with atomic_path(self.root / f"{recipe}.npz") as tmp:
                 tmp.write_bytes(buffer.getvalue())

@@ -3,8 +3,6 @@ that trained them (code, data, hyper-parameters), so a second load costs millise
 
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +11,7 @@ import torch
 from torch import nn
 
 from nnsweep.core.atomic import atomic_path
+from nnsweep.core.digests import file_sha256
 from nnsweep.core.through_memory import save_through_memory
 from nnsweep.models._bundle import Dataset, ModelBundle, Split, module_digest
 
@@ -57,7 +56,7 @@ def _keep(state: dict[str, torch.Tensor], path: Path) -> None:
         with atomic_path(path) as tmp:
             save_through_memory(tmp, lambda f: torch.save(state, f))
         with atomic_path(_sum_path(path)) as tmp:
-            tmp.write_text(hashlib.sha256(path.read_bytes()).hexdigest())
+            tmp.write_text(file_sha256(path))
     except OSError as exc:
         log.warning("cannot keep the trained weights at %s (%s): the next load trains again", path, exc.strerror or exc)
 
@@ -67,11 +66,10 @@ def _load_state(model: nn.Module, path: Path) -> bool:
     the file is torn, altered since it was written (its sha256, a model that would score
     and deploy as another), written before weights carried one, or not this model's."""
     try:
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != _sum_path(path).read_text().strip():
+        if file_sha256(path) != _sum_path(path).read_text().strip():
             log.warning("cached weights %s do not match their sha256: training again", path)
             return False
-        state = torch.load(io.BytesIO(data), weights_only=True)
+        state = torch.load(path, weights_only=True)
         own = model.state_dict()
         if {k: tuple(v.shape) for k, v in state.items()} != {k: tuple(v.shape) for k, v in own.items()}:
             log.warning("cached weights %s are not this model's: training again", path)

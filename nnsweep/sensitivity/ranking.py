@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING
 from nnsweep.convert._base import rnn_export_warning_silenced
 from nnsweep.convert.shortcuts import repeated_work_skipped
 from nnsweep.core.atomic import atomic_path
+from nnsweep.core.digests import json_sha256
 from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
 from nnsweep.core.quant import Granularity
 from nnsweep.sensitivity.rank import (
@@ -123,7 +123,7 @@ def ranking(
     granularity = granularity or Granularity.PER_TENSOR
     path = _entry(bundle.digest, runtime, granularity, cache_root)
     layers = quantizable_layers(bundle.module, bundle.example_input)
-    found = cached_ranking(bundle.digest, runtime, granularity, cache_root)
+    found = _read_entry(path)
     if found is not None:
         if sorted(e.layer for e in found.layers) == sorted(layers):
             return found, True
@@ -184,7 +184,10 @@ def cached_ranking(
     digest: str, runtime: str, granularity: Granularity | None, cache_root: Path
 ) -> SensitivityReport | None:
     """The report :func:`ranking` kept for the model ``digest``, if any (a damaged one: ``None``)."""
-    path = _entry(digest, runtime, granularity or Granularity.PER_TENSOR, cache_root)
+    return _read_entry(_entry(digest, runtime, granularity or Granularity.PER_TENSOR, cache_root))
+
+
+def _read_entry(path: Path) -> SensitivityReport | None:
     if not path.is_file():
         return None
     try:
@@ -206,7 +209,7 @@ def _sealed(report: SensitivityReport) -> str:
     altered after it was written (a flipped digit, a layer renamed) reads as damaged, as an
     artifact whose bytes no longer match its manifest does."""
     data = report_to_dict(report)
-    return json.dumps({"sha256": _digest(data), "report": data})
+    return json.dumps({"sha256": json_sha256(data), "report": data})
 
 
 def _unsealed(text: str) -> dict[str, object]:
@@ -216,13 +219,9 @@ def _unsealed(text: str) -> dict[str, object]:
     if isinstance(entry, dict) and "whole_int8" in entry and "sha256" not in entry:
         raise _UnsealedError
     data = entry["report"]
-    if entry["sha256"] != _digest(data):
+    if entry["sha256"] != json_sha256(data):
         raise ValueError("its content does not match its sha256")
     return data  # type: ignore[no-any-return]
-
-
-def _digest(data: object) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
