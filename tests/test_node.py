@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,10 +149,6 @@ def test_an_address_where_nothing_listens_is_refused_at_once_where_ray_would_wai
     """Ray's client waits for a head without end: `nnsweep devices --address` and `run
     --address` hung (over 60 s) on a port with no head, `agent join` printed a timeout
     every 30 s. Now each exits 2 with one line, in well under a second."""
-    with socket.socket() as listening:  # a head's port: accepts
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        check_head_answers(f"127.0.0.1:{listening.getsockname()[1]}")
     address = f"127.0.0.1:{_closed_port()}"
     with pytest.raises(SpecError, match=r"nothing accepts connections at .*Connection refused"):
         check_head_answers(address, option="address")
@@ -168,6 +165,54 @@ def test_an_address_where_nothing_listens_is_refused_at_once_where_ray_would_wai
             "start the head there (nnsweep agent head), or check the address and that its port is open"
         ]
         assert time.monotonic() - start < 30
+
+
+def _answering(reply: bytes | None) -> tuple[str, threading.Thread]:
+    """A port that accepts one connection, reads what the client sends first and answers
+    ``reply`` (empty: closes the connection; ``None``: says nothing until the client gives
+    up), as ``HOST:PORT``."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:
+        with server, server.accept()[0] as conn:
+            conn.settimeout(10)
+            conn.recv(64)
+            if reply == b"":
+                return  # closes at once
+            if reply is not None:
+                conn.sendall(reply)
+            with contextlib.suppress(OSError):
+                conn.recv(64)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"127.0.0.1:{server.getsockname()[1]}", thread
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n", r"is not a Ray head \(it answered b'HTTP/1.1 '\)"),  # the dashboard
+        (b"SSH-2.0-OpenSSH_9.2\r\n", r"is not a Ray head \(it answered b'SSH-2.0-O'\)"),
+        (b"", r"is not a Ray head \(it closed the connection\)"),
+        (None, r"is not a Ray head \(it accepted the connection but said nothing in 0.5 s\)"),
+    ],
+)
+def test_a_port_that_accepts_but_is_not_a_ray_head_is_refused(reply: bytes | None, said: str) -> None:
+    """Ray's client waited without end at a port that accepts but is not a head's (`nnsweep
+    devices --address HOST:8265`, the dashboard's port, hung past 60 s): a head's GCS is a
+    gRPC server, which answers HTTP/2's preface with a SETTINGS frame; anything else is refused."""
+    address, server = _answering(reply)
+    with pytest.raises(SpecError, match=said) as caught:
+        check_head_answers(address, timeout_s=0.5)
+    assert caught.value.field == "--address" and "the dashboard's (8265)" in str(caught.value)
+    server.join(timeout=15)
+    settings = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # an empty SETTINGS frame, as a gRPC server sends first
+    address, server = _answering(settings)
+    check_head_answers(address, timeout_s=0.5)
+    server.join(timeout=15)
 
 
 def test_a_machine_joins_to_convert_with_a_cpu_per_slot() -> None:
@@ -248,6 +293,7 @@ def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_stranger
                 break
             assert time.monotonic() < deadline, "the head did not start"
             time.sleep(2)
+        check_head_answers(address)  # a real head's GCS answers as a gRPC server
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
         assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
         assert f"token in {token}" in (tmp_path / "head.log").read_text()

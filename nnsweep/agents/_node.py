@@ -287,19 +287,27 @@ def check_address(address: str, option: str = "--address") -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
+# What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame.
+# A gRPC server (a Ray head's GCS is one) answers with a SETTINGS frame of its own.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4
+
+
 def check_head_answers(address: str, option: str = "--address", timeout_s: float = 5.0) -> None:
-    """Refuse at once an address where nothing accepts a connection: Ray's own client
-    waits for it without end (``nnsweep run`` and ``devices`` hung, ``agent join``
-    printed a timeout every 30 s), printing the node's address in place of a loopback one.
+    """Refuse at once an address where no Ray head answers: Ray's own client waits for one
+    without end (``nnsweep run`` and ``devices`` hung, ``agent join`` printed a timeout every
+    30 s), printing the node's address in place of a loopback one. It waits as well at a
+    port that accepts but is not a head's (the dashboard's 8265, a web server, ssh), so the
+    port must answer the way a gRPC server does: a SETTINGS frame for the HTTP/2 preface.
+    With ``RAY_USE_TLS`` set the head speaks TLS first, and only the connection is checked.
 
     Raises:
-        SpecError: the address is malformed, its host unknown, or its port refuses or does
-            not answer within ``timeout_s``.
+        SpecError: the address is malformed, its host unknown, its port refuses or does not
+            answer within ``timeout_s``, or what answers is not a gRPC server.
     """
     host, port = check_address(address, option)
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
+        conn = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as exc:
         why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise SpecError(
@@ -307,6 +315,35 @@ def check_head_answers(address: str, option: str = "--address", timeout_s: float
             f"nothing accepts connections at {address[:80]} ({why}): start the head there "
             "(nnsweep agent head), or check the address and that its port is open",
         ) from None
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true"):
+            return
+        try:
+            conn.sendall(_HTTP2_PREFACE)
+            reply = _read_up_to(conn, 9)
+        except TimeoutError:
+            reply, said = b"", f"it accepted the connection but said nothing in {timeout_s:g} s"
+        except OSError as exc:
+            reply, said = b"", f"it dropped the connection: {exc.strerror or exc}"
+        else:
+            said = f"it answered {reply[:16]!r}" if reply else "it closed the connection"
+    if len(reply) < 9 or reply[3] != _SETTINGS:
+        raise SpecError(
+            option,
+            f"{address[:80]} is not a Ray head ({said}): give the head's port (6379 unless "
+            "`nnsweep agent head --port` said otherwise), not the dashboard's (8265) or another service's",
+        )
+
+
+def _read_up_to(conn: socket.socket, size: int) -> bytes:
+    """The first ``size`` bytes ``conn`` sends, fewer if it closes first."""
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 # The raylet's line when an agent's port file did not appear in time, e.g.
