@@ -283,6 +283,35 @@ def test_a_head_on_a_port_another_process_holds_is_refused_before_its_token_is_m
     assert not token.exists()
 
 
+def test_a_cache_folder_that_is_a_file_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bench --cache-dir FILE` trained and converted, then ended with exit 1 when it first wrote
+    the artifact (`cannot write the artifact at FILE/staging: Not a directory`)."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    bench = ["bench", "--model", "digits", "--runtime", "onnxruntime"]
+    monkeypatch.delenv("NNSWEEP_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(afile))
+    for argv, line in [
+        (["--cache-dir", str(afile), *bench], f"--cache-dir: {str(afile)!r} is not a folder: give a folder"),
+        (
+            ["--cache-dir", str(afile / "sub"), *bench],
+            f"--cache-dir: {str(afile / 'sub')!r} lies under {str(afile)!r}, which is not a folder: give a folder",
+        ),
+        (bench, f"the cache: {str(afile / '.cache' / 'nnsweep')!r} lies under {str(afile)!r}, which is not a "
+         "folder: give a folder with --cache-dir or NNSWEEP_CACHE"),
+    ]:  # fmt: skip
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"nnsweep: error: {line}"]
+    monkeypatch.setenv("NNSWEEP_CACHE", str(afile))
+    assert main(bench) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"nnsweep: error: NNSWEEP_CACHE: {str(afile)!r} is not a folder: set it to a folder, or unset it"
+    assert afile.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 def test_non_utf8_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"runtime: onnxruntime\nquant: {mode: \xff\xfe}\n")

@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 
 from nnsweep.cli import agent, bench, best, devices, report, run, sensitivity, ui
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cache_dir = args.cache_dir or default_cache_dir()
     try:
+        _check_cache_dir(cache_dir, given_by=args.cache_dir)
         with results_apart():
             code: int = args.handler(args, cache_dir)
     except SpecError as exc:
@@ -106,6 +108,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         _traceback_if_verbose(args.verbose)
         return EXIT_FAILED
     return code
+
+
+def _check_cache_dir(path: Path, given_by: Path | None) -> None:
+    """Refuse a cache folder that is a file, or lies under one, before any work: a command
+    found out only when it first wrote an artifact (``bench`` after converting, exit 1)."""
+    for folder in (path, *path.parents):
+        if not (folder.exists() or folder.is_symlink()):
+            continue
+        if folder.is_dir():
+            return
+        what = "is not a folder" if folder == path else f"lies under {str(folder)!r}, which is not a folder"
+        if given_by is not None:
+            raise SpecError("--cache-dir", f"{str(path)!r} {what}: give a folder")
+        if os.environ.get("NNSWEEP_CACHE"):
+            raise SpecError("NNSWEEP_CACHE", f"{str(path)!r} {what}: set it to a folder, or unset it")
+        raise SpecError("the cache", f"{str(path)!r} {what}: give a folder with --cache-dir or NNSWEEP_CACHE")
 
 
 def _traceback_if_verbose(verbose: int) -> None:
