@@ -312,6 +312,36 @@ def test_a_cache_folder_that_is_a_file_is_refused_before_any_work(
     assert afile.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+def test_a_report_path_that_cannot_be_a_file_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`report --out FOLDER` (or '', the current one) named its temporary file, `--out FILE/x.html`
+    said "File exists", both exit 1; `run` found out only after the whole sweep."""
+    monkeypatch.chdir(tmp_path)
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nmodel: digits\ndevices: [host]\nspace: {runtime: [onnxruntime]}\nbudget: {trials: 1}\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("mine\n")
+    cases = [
+        (["--out", "folder"], "--out: 'folder' is a folder: give the HTML file's path, e.g. folder/s.html"),
+        (["--out", ""], "--out: '.' is a folder: give the HTML file's path, e.g. s.html"),
+        (["--out", "afile/x/r.html"], "--out: 'afile/x/r.html' lies under 'afile', which is not a folder"),
+    ]
+    for options, line in cases:
+        assert main(["report", str(spec), "--no-tracking", *options]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"nnsweep: error: {line}"]
+        run_options = ["--report", *options[1:]]
+        assert main(["--cache-dir", "c", "run", str(spec), "--executor", "local", *run_options]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"nnsweep: error: {line.replace('--out', '--report')}"]
+    (tmp_path / "reports").write_text("mine\n")  # the default folder is a file
+    assert main(["--cache-dir", "c", "run", str(spec), "--executor", "local"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "nnsweep: error: --report (default reports/s.html): 'reports/s.html' lies under 'reports', which is "
+        "not a folder: give another path with --report"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "folder", "reports", "s.yaml"]  # nothing written
+
+
 def test_non_utf8_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"runtime: onnxruntime\nquant: {mode: \xff\xfe}\n")

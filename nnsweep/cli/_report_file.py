@@ -5,11 +5,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nnsweep.core.errors import InfrastructureError
+from nnsweep.cli._paths import blocking_file
+from nnsweep.core.errors import InfrastructureError, SpecError
 
 
 def _report_path(spec: Any, given: Path | None) -> Path:
     return given if given is not None else Path("reports") / f"{spec.name}.html"
+
+
+def check_report_path(spec: Any, given: Path | None, option: str) -> None:
+    """Refuse, before any work, a report path that cannot be a file: a folder (``--out ''``
+    is the current one) or a path under a file. ``run`` found out after the whole sweep and
+    ``report`` said "File exists" or named its temporary file, each with exit 1.
+
+    Raises:
+        SpecError: naming ``option`` (for the default path, the path it stands for).
+    """
+    path = _report_path(spec, given)
+    named = option if given is not None else f"{option} (default {path})"
+    if path.is_dir():
+        raise SpecError(
+            named, f"{str(given or path)!r} is a folder: give the HTML file's path, e.g. {path / (spec.name + '.html')}"
+        )
+    blocking = blocking_file(path.parent)
+    if blocking is not None:
+        hint = "" if given is not None else f": give another path with {option}"
+        raise SpecError(named, f"{str(path)!r} lies under {str(blocking)!r}, which is not a folder{hint}")
 
 
 def _publish_report(

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
     try:
         spec = _load_checked_spec(args.spec, tracking=not args.no_tracking)
+        _report_file.check_report_path(spec, args.out, "--out")
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
     devices = [load_device(spec, name) for name in spec.devices]

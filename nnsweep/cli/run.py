@@ -65,6 +65,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         spec = _load_checked_spec(args.spec, tracking=not args.no_tracking)
         if args.trials is not None:
             spec = _with_trials(spec, args.trials)
+        _report_file.check_report_path(spec, args.report, "--report")
         _ray_client_env(args.address if args.executor == "ray" else None)
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
