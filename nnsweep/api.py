@@ -121,7 +121,7 @@ def sweep(
     Raises:
         SpecError: the spec, the model or the devices refuse the sweep (nothing is written).
     """
-    from nnsweep.artifacts.cache import default_cache_dir
+    from nnsweep.artifacts.cache import check_cache_dir, default_cache_dir
     from nnsweep.execution import executor_for
     from nnsweep.spec import SweepSpec, load_yaml, parse_spec
     from nnsweep.sweep.loop import Sweep
@@ -143,10 +143,11 @@ def sweep(
         spec = dataclasses.replace(spec, model=ref) if isinstance(spec, SweepSpec) else {**spec, "model": ref}
     if not isinstance(spec, SweepSpec):
         spec = parse_spec(spec, source=source)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    check_cache_dir(cache, "cache_dir", "give a folder")
     runner = executor_for(spec, executor, address)
     tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=tracking)
     try:
-        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         return Sweep(spec, runner, tracker, cache, progress=progress, notice=notice, fresh=fresh).run()
     finally:
         close = getattr(tracker, "close", None)

@@ -39,3 +39,21 @@ def test_a_live_model_cannot_go_to_a_ray_cluster() -> None:
 
     with pytest.raises(SpecError, match="executor='local'"):
         sweep({"name": "x"}, torch.nn.Linear(4, 2), torch.randn(1, 4), executor="ray")
+
+
+def test_a_cache_folder_that_is_a_file_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It ended in an InfrastructureError after three failed conversions and their pauses
+    (35 s), the sweep's study and MLflow database already made."""
+    import torch
+
+    from nnsweep.api import sweep
+    from nnsweep.core.errors import SpecError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine\n")
+    spec = {"name": "x", "devices": ["host"], "space": {"runtime": ["onnxruntime"]}, "budget": {"trials": 1}}
+    with pytest.raises(SpecError, match=r"^cache_dir: 'afile/c' lies under 'afile', which is not a folder"):
+        sweep(spec, torch.nn.Linear(4, 2), torch.randn(1, 4), cache_dir="afile/c")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

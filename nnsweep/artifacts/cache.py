@@ -31,11 +31,12 @@ from typing import Any
 from nnsweep.artifacts.stages import StageStore
 from nnsweep.convert._base import ConversionResult
 from nnsweep.core.artifact import IOSpec, PartitionReport
+from nnsweep.core.atomic import blocking_file
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.digests import file_sha256
-from nnsweep.core.errors import CacheCorrupted
+from nnsweep.core.errors import CacheCorrupted, SpecError
 
-__all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "default_cache_dir"]
+__all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "check_cache_dir", "default_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,20 @@ def default_cache_dir() -> Path:
         return Path(os.environ["NNSWEEP_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "nnsweep"
+
+
+def check_cache_dir(path: Path, option: str, remedy: str) -> None:
+    """Refuse, before any work, a cache folder that is a file or lies under one: a sweep
+    found out when its first conversion wrote (three failed conversions and their pauses,
+    then an infrastructure error), ``bench`` after converting.
+
+    Raises:
+        SpecError: naming ``option``; the message ends with ``remedy``.
+    """
+    blocking = blocking_file(path)
+    if blocking is not None:
+        what = "is not a folder" if blocking == path else f"lies under {str(blocking)!r}, which is not a folder"
+        raise SpecError(option, f"{str(path)!r} {what}: {remedy}")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nnsweep.cli._paths import blocking_file
+from nnsweep.core.atomic import blocking_file
 from nnsweep.core.errors import InfrastructureError, SpecError
 
 

@@ -24,7 +24,6 @@ from types import ModuleType
 from nnsweep.cli import agent, bench, best, devices, report, run, sensitivity, ui
 from nnsweep.cli._args import _global_options, _Parser, _SubParser
 from nnsweep.cli._output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _one_line, _usage_error, results_apart
-from nnsweep.cli._paths import blocking_file
 from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import NnsweepError, SpecError
 
@@ -112,17 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check_cache_dir(path: Path, given_by: Path | None) -> None:
-    """Refuse a cache folder that is a file, or lies under one, before any work: a command
-    found out only when it first wrote an artifact (``bench`` after converting, exit 1)."""
-    blocking = blocking_file(path)
-    if blocking is None:
-        return
-    what = "is not a folder" if blocking == path else f"lies under {str(blocking)!r}, which is not a folder"
+    """Refuse a cache folder that is a file, or lies under one, naming where it came from."""
+    from nnsweep.artifacts.cache import check_cache_dir
+
     if given_by is not None:
-        raise SpecError("--cache-dir", f"{str(path)!r} {what}: give a folder")
-    if os.environ.get("NNSWEEP_CACHE"):
-        raise SpecError("NNSWEEP_CACHE", f"{str(path)!r} {what}: set it to a folder, or unset it")
-    raise SpecError("the cache", f"{str(path)!r} {what}: give a folder with --cache-dir or NNSWEEP_CACHE")
+        check_cache_dir(path, "--cache-dir", "give a folder")
+    elif os.environ.get("NNSWEEP_CACHE"):
+        check_cache_dir(path, "NNSWEEP_CACHE", "set it to a folder, or unset it")
+    else:
+        check_cache_dir(path, "the cache", "give a folder with --cache-dir or NNSWEEP_CACHE")
 
 
 def _traceback_if_verbose(verbose: int) -> None:

@@ -1,4 +1,5 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never a torn one."""
+"""Atomic file writes: a reader sees the old file or the whole new one, never a torn one;
+and whether a path the user gave can be made at all, checked before any work."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path"]
+__all__ = ["atomic_path", "blocking_file"]
 
 
 @contextlib.contextmanager
@@ -32,3 +33,13 @@ def atomic_path(target: Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def blocking_file(path: Path) -> Path | None:
+    """The nearest of ``path`` and its folders that exists and is not a folder (so nothing
+    can be made at ``path`` below it, nor ``path`` be a folder), or ``None``. A link to
+    nothing counts as such a file."""
+    for folder in (path, *path.parents):
+        if folder.exists() or folder.is_symlink():
+            return None if folder.is_dir() else folder
+    return None
