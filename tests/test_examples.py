@@ -164,6 +164,10 @@ def test_all_runtimes_side_by_side(tmp_path: Path, shared_cache: Path, monkeypat
 @pytest.mark.integration
 @pytest.mark.slow
 def test_adb_bridge_example_with_the_fake_phone(tmp_path: Path, shared_cache: Path) -> None:
+    """As its header says to run it: on the default executor, Ray. There the bridge agent
+    asked for a sliver of the conversion resource, which the conversion actors hold whole,
+    so it never started and the sweep waited 600 s for its probe (this test ran with the
+    local executor, which places no actors)."""
     phone = tmp_path / "phone"
     tool = phone / "data" / "local" / "tmp" / "speed_benchmark_torch"  # the example's tools: path
     tool.parent.mkdir(parents=True)
@@ -175,7 +179,7 @@ def test_adb_bridge_example_with_the_fake_phone(tmp_path: Path, shared_cache: Pa
         FAKE_ADB_LOG=str(tmp_path / "adb.log"),
         FAKE_ADB_SERIAL="R58N123",
     )
-    proc = _run("phone_adb.yaml", tmp_path, shared_cache, "--executor", "local", env=env)
+    proc = _run("phone_adb.yaml", tmp_path, shared_cache, env=env)
     ((measured, _, failed),) = _trials(proc.stdout)  # repeats of those, if the sampler made any, are free
     assert (measured, failed) == (2, 0)
     assert "36.01" in proc.stdout  # the fake tool's latency, parsed from its real output format

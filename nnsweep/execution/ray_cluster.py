@@ -143,6 +143,20 @@ def local_conversion_slots(cpus: int | None = None, available: int | None = None
     return max(1, min(cpus, available // CONVERSION_MEMORY))
 
 
+def _agent_placement(device: str, *, bridge: bool) -> dict[str, Any]:
+    """Where a device's agent runs, as actor options. A Ray-node device hosts its own agent.
+    A bridge device is driven from the coordinator's machine: the phone is attached there
+    (adb), its ssh keys are there. A bridge agent once asked for a sliver of the conversion
+    resource instead, which the conversion actors hold whole: it never started."""
+    if not bridge:
+        return {"resources": {device_resource(device): 1}}
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False)}
+
+
 class RayExecutor(Executor):
     """Executor on Ray.
 
@@ -265,11 +279,10 @@ class RayExecutor(Executor):
         import ray
 
         transport = self._transports.get(device) or LocalTransport(self._machines.get(device))
-        # A bridge device is driven from a host; a Ray-node device hosts its own agent.
-        resources = {CONVERTER_RESOURCE: 0.001} if device in self._transports else {device_resource(device): 1}
+        placement = _agent_placement(device, bridge=device in self._transports)
         self._agents[device] = (
             ray.remote(DeviceAgent)
-            .options(num_cpus=0, max_concurrency=1, resources=resources, max_restarts=0)
+            .options(num_cpus=0, max_concurrency=1, max_restarts=0, **placement)
             .remote(device, transport)
         )
 
