@@ -157,6 +157,25 @@ def _agent_placement(device: str, *, bridge: bool) -> dict[str, Any]:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False)}
 
 
+def _probe_answer(device: str, probe: Any, timeout_s: float = 600.0) -> Capabilities:
+    """What ``device``'s agent answered its probe (a Ray object ref), or why it did not.
+
+    Raises:
+        AgentLost: the agent died, or did not answer within ``timeout_s``.
+    """
+    import ray
+
+    try:
+        caps: Capabilities = ray.get(probe, timeout=timeout_s)
+    except ray.exceptions.RayActorError as exc:
+        raise AgentLost(f"agent of {device} died while probing: {exc}") from exc
+    except ray.exceptions.GetTimeoutError:
+        raise AgentLost(f"agent of {device} did not answer its probe in {timeout_s:.0f} s") from None
+    except ray.exceptions.RayTaskError as exc:
+        raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
+    return caps
+
+
 class RayExecutor(Executor):
     """Executor on Ray.
 
@@ -327,16 +346,8 @@ class RayExecutor(Executor):
             ray.kill(agent, no_restart=True)
 
     def capabilities(self, device: str) -> Capabilities:
-        import ray
-
-        try:
-            probe = self._probes.pop(device, None) or self._agents[device].capabilities.remote()
-            caps: Capabilities = ray.get(probe, timeout=600)
-        except ray.exceptions.RayActorError as exc:
-            raise AgentLost(f"agent of {device} died while probing: {exc}") from exc
-        except ray.exceptions.RayTaskError as exc:
-            raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
-        return refuse_version_skew(caps, converter_versions())
+        probe = self._probes.pop(device, None) or self._agents[device].capabilities.remote()
+        return refuse_version_skew(_probe_answer(device, probe), converter_versions())
 
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
         if machine is None or machine not in self._converters:
