@@ -215,3 +215,36 @@ def test_real_ssh_takes_an_option_like_host_after_the_separator_as_a_host(tmp_pa
     argv[argv.index("--") + 1] = f"-oProxyCommand=touch {marker}"
     subprocess.run(argv, capture_output=True, timeout=20, check=False)
     assert not marker.exists()
+
+
+@pytest.mark.skipif(__import__("shutil").which("ssh") is None, reason="needs the OpenSSH client")
+def test_a_board_that_accepts_but_never_answers_is_unreachable_within_the_connect_timeout(tmp_path: Path) -> None:
+    """A board that is off, or a firewall that drops packets, kept each ssh command waiting for
+    the system's TCP timeout (the probe of `board_ssh.yaml` at an address that drops packets:
+    minutes before its first command failed). Here the real ssh client meets a port that
+    accepts and says nothing, ssh's banner exchange, which its ConnectTimeout covers too."""
+    import socket
+    import threading
+    import time
+
+    from nnsweep.agents import SshTransport
+    from nnsweep.core.errors import AgentLost
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(server.accept()[0]), daemon=True).start()
+    ssh = tmp_path / "ssh"  # the real client, at the silent port
+    ssh.write_text(f'#!/bin/sh\nexec ssh -F /dev/null -p {port} "$@"\n')
+    ssh.chmod(0o755)
+    board = SshTransport("pi@127.0.0.1", {"litert": "/tmp/benchmark_model"}, ssh=str(ssh), timeout_s=600)
+    board.connect_timeout_s = 2
+    start = time.monotonic()
+    with pytest.raises(AgentLost, match=r"device unreachable during `uname -m`: .*timed out during banner exchange"):
+        board.probe("rpi4")
+    assert time.monotonic() - start < 30
+    server.close()
+    for conn in held:
+        conn.close()

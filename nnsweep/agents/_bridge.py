@@ -224,12 +224,20 @@ class AdbTransport(BridgeTransport):
 class SshTransport(BridgeTransport):
     """A Linux board without Ray, over ``ssh``/``scp`` (key-based login).
 
+    Every command gives up on a board that does not answer: within
+    :attr:`connect_timeout_s` when connecting (the TCP connection and ssh's banner; a
+    board that is off or behind a firewall that drops packets kept the sweep's probe
+    waiting for the system's TCP timeout, minutes, per command), and within about a
+    minute of silence from a board that vanishes mid-measurement (ssh's keep-alives),
+    not at the command's own timeout. Either is the device unreachable (exit 255).
+
     Args:
         host: ``user@host`` as ssh takes it.
         tools: runtime -> tool path on the board.
     """
 
     name = "ssh"
+    connect_timeout_s = 20
 
     def __init__(
         self,
@@ -250,12 +258,22 @@ class SshTransport(BridgeTransport):
     def target(self) -> str:
         return self.host
 
+    def _options(self) -> list[str]:
+        """ssh's and scp's options: no prompt, and no endless wait for an absent board."""
+        settings = {
+            "BatchMode": "yes",
+            "ConnectTimeout": str(self.connect_timeout_s),
+            "ServerAliveInterval": "15",
+            "ServerAliveCountMax": "4",
+        }
+        return [arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]
+
     def command(self, args: Sequence[str]) -> list[str]:
         # `--` ends ssh's options: the host (from a spec) can never be read as one.
-        return [self.ssh, "-o", "BatchMode=yes", "--", self.host, shlex.join(args)]
+        return [self.ssh, *self._options(), "--", self.host, shlex.join(args)]
 
     def push_command(self, local: Path, remote: str) -> list[str]:
-        return [self.scp, "-q", "-o", "BatchMode=yes", "--", str(local), f"{self.host}:{remote}"]
+        return [self.scp, "-q", *self._options(), "--", str(local), f"{self.host}:{remote}"]
 
 
 def _not_an_option(value: str | None, what: str) -> None:
