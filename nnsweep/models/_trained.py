@@ -3,6 +3,8 @@ that trained them (code, data, hyper-parameters), so a second load costs millise
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -66,10 +68,11 @@ def _load_state(model: nn.Module, path: Path) -> bool:
     the file is torn, altered since it was written (its sha256, a model that would score
     and deploy as another), written before weights carried one, or not this model's."""
     try:
-        if file_sha256(path) != _sum_path(path).read_text().strip():
+        data = path.read_bytes()  # read once: the bytes checked are the bytes loaded, whoever rewrites the file
+        if hashlib.sha256(data).hexdigest() != _sum_path(path).read_text().strip():
             log.warning("cached weights %s do not match their sha256: training again", path)
             return False
-        state = torch.load(path, weights_only=True)
+        state = torch.load(io.BytesIO(data), weights_only=True)
         own = model.state_dict()
         if {k: tuple(v.shape) for k, v in state.items()} != {k: tuple(v.shape) for k, v in own.items()}:
             log.warning("cached weights %s are not this model's: training again", path)
