@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -19,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nnsweep.agents._node import (
     RAY_ENV,
@@ -119,6 +122,44 @@ def test_command_lines_refuse_option_like_values() -> None:
         join_command("-oops:6379", "board")
     cmd = head_command(6379, 1, dashboard_agent_port=52000)
     assert cmd[cmd.index("--dashboard-agent-listen-port") + 1] == "52000"
+
+
+def _ray_ports(cmd: list[str], *, head: bool) -> dict[str, set[int]]:
+    """The ports ``cmd``'s ``ray start`` takes for its own components (Ray's defaults
+    where the command does not move them), by component."""
+
+    def given(option: str, default: int) -> int:
+        return int(cmd[cmd.index(option) + 1]) if option in cmd else default
+
+    ports = {
+        "workers": set(range(given("--min-worker-port", 10002), given("--max-worker-port", 19999) + 1)),
+        "dashboard agent": {given("--dashboard-agent-listen-port", 52365)},
+    }
+    if head:
+        ports["dashboard"] = {given("--dashboard-port", 8265)}
+    return ports
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    port=st.one_of(st.integers(1, 65535), st.sampled_from([8265, 10002, 12345, 19999, 52365])),
+    agent_port=st.one_of(st.none(), st.integers(1, 65535), st.sampled_from([8265, 15000, 20000, 52365])),
+)
+def test_no_port_a_user_gives_is_one_ray_takes_for_itself(port: int, agent_port: int | None) -> None:
+    """`ray start --head --port 12345` (in Ray's workers' 10002-19999), 8265 or 52365, and a
+    `--dashboard-agent-port` in the workers' range, failed with Ray's ValueError traceback
+    ("... is trying to use a port number ... that is used by other components")."""
+    if agent_port == port:
+        with pytest.raises(SpecError, match="--dashboard-agent-port: must differ from --port"):
+            head_command(port, 1, dashboard_agent_port=agent_port)
+        return
+    chosen = {port} if agent_port is None else {port, agent_port}
+    for component, taken in _ray_ports(head_command(port, 1, dashboard_agent_port=agent_port), head=True).items():
+        if component != "dashboard agent" or agent_port is None:
+            assert not taken & chosen, (component, sorted(taken & chosen))
+    if agent_port is not None:
+        taken = _ray_ports(join_command("127.0.0.1:6379", "board", dashboard_agent_port=agent_port), head=False)
+        assert agent_port not in taken["workers"]
 
 
 @pytest.mark.parametrize(
@@ -242,6 +283,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _free_port_in_rays_worker_range() -> int:
+    """A free port among the ones Ray gives its workers by default (10002-19999): a head
+    or a node's agent there made `ray start` fail before nnsweep moved the workers."""
+    for port in random.sample(range(10002, 20000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 10002-19999")
+
+
 def _session_pids(sid: int) -> list[int]:
     """The live processes of session ``sid`` (zombies wait for a reaper and run nothing)."""
     out = subprocess.run(["ps", "-o", "pid=,stat=", "-s", str(sid)], capture_output=True, text=True, check=False).stdout
@@ -272,12 +326,12 @@ def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_stranger
     # nothing of another cluster on this machine is touched.
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     base["RAY_TMPDIR"] = ray_tmp
-    port = _free_port()
+    port = _free_port_in_rays_worker_range()  # where Ray's own `ray start --head --port` fails
     address = f"127.0.0.1:{port}"
     log = (tmp_path / "head.log").open("wb")
     cmd = [sys.executable, "-m", "nnsweep.cli", "agent", "head", "--port", str(port)]
     head = subprocess.Popen(
-        [*cmd, "--dashboard-agent-port", str(_free_port()), "--block"],
+        [*cmd, "--dashboard-agent-port", str(_free_port_in_rays_worker_range()), "--block"],
         env=dict(base, HOME=str(home)),
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -196,6 +196,28 @@ def _labels(device: str | None, machine: str) -> str:
     return ",".join(f"{k}={v}" for k, v in labels.items())
 
 
+# Ports Ray takes on every node unless told otherwise. `ray start --head --port 12345` (a
+# port in the workers' range), 8265 or 52365 failed with Ray's ValueError traceback ("is
+# trying to use a port number ... that is used by other components"), so the component
+# whose default a chosen port meets is moved off it.
+_WORKER_RANGES = ((10002, 19999), (20000, 29999), (30000, 32767))  # Ray's own first; all below Linux's ephemeral ports
+_DASHBOARD_PORT = 8265  # reserved on a head even with the dashboard off
+_DASHBOARD_AGENT_PORT = 52365
+
+
+def _clear_of_ray_defaults(chosen: set[int], *, head: bool, agent_port_given: bool) -> list[str]:
+    """``ray start`` options moving Ray's default ports off the ``chosen`` ones."""
+    options: list[str] = []
+    low, high = next(r for r in _WORKER_RANGES if not any(r[0] <= p <= r[1] for p in chosen))
+    if (low, high) != _WORKER_RANGES[0]:
+        options += ["--min-worker-port", str(low), "--max-worker-port", str(high)]
+    if head and _DASHBOARD_PORT in chosen:
+        options += ["--dashboard-port", str(next(p for p in range(8266, 8270) if p not in chosen))]
+    if not agent_port_given and _DASHBOARD_AGENT_PORT in chosen:
+        options += ["--dashboard-agent-listen-port", str(_DASHBOARD_AGENT_PORT + 1)]
+    return options
+
+
 def head_command(
     port: int,
     converters: int,
@@ -207,7 +229,8 @@ def head_command(
     """``ray start --head`` for the machine that converts (and, by default, is device ``host``).
 
     ``dashboard_agent_port`` moves Ray's fixed default port (52365), for a second
-    head on one machine.
+    head on one machine. A default port of Ray's that ``port`` meets (its workers'
+    10002-19999, 8265, 52365) is moved off it.
     """
     if not 1 <= port <= 65535:
         raise SpecError("--port", f"must be a TCP port (1-65535), got {port}")
@@ -226,7 +249,11 @@ def head_command(
         "--disable-usage-stats",
     ]  # fmt: skip
     if dashboard_agent_port is not None:
+        if dashboard_agent_port == port:
+            raise SpecError("--dashboard-agent-port", f"must differ from --port ({port})")
         cmd += ["--dashboard-agent-listen-port", str(dashboard_agent_port)]
+    chosen = {port} if dashboard_agent_port is None else {port, dashboard_agent_port}
+    cmd += _clear_of_ray_defaults(chosen, head=True, agent_port_given=dashboard_agent_port is not None)
     return [*cmd, "--block"] if block else cmd
 
 
@@ -270,6 +297,7 @@ def join_command(
     ]  # fmt: skip
     if dashboard_agent_port is not None:
         cmd += ["--dashboard-agent-listen-port", str(dashboard_agent_port)]
+        cmd += _clear_of_ray_defaults({dashboard_agent_port}, head=False, agent_port_given=True)
     return [*cmd, "--block"] if block else cmd
 
 
