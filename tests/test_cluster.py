@@ -60,9 +60,11 @@ class Cluster:
         self._start("head", head_command(self.port, converters=1, block=True))
         self.wait_for("host")
 
-    def join_board(self) -> None:
-        self._start("board", join_command(self.address, "board-sim", dashboard_agent_port=_free_port(), block=True))
-        self.wait_for("board-sim")
+    def join_board(self, name: str = "board", agent_port: int | None = None, boards: int = 1) -> None:
+        """Join a node as device board-sim and wait until ``boards`` nodes offer it."""
+        port = agent_port or _free_port()
+        self._start(name, join_command(self.address, "board-sim", dashboard_agent_port=port, block=True))
+        self.wait_for("board-sim", count=boards)
 
     def kill(self, name: str) -> None:
         node = self.nodes.pop(name)
@@ -70,8 +72,11 @@ class Cluster:
             os.killpg(node.pid, signal.SIGKILL)
         node.wait(timeout=30)
 
-    def wait_for(self, device: str, timeout: float = 120) -> None:
-        probe = f"import ray; ray.init(address='{self.address}'); print('device:{device}' in ray.cluster_resources())"
+    def wait_for(self, device: str, timeout: float = 120, count: int = 1) -> None:
+        probe = (
+            f"import ray; ray.init(address='{self.address}'); "
+            f"print(ray.cluster_resources().get('device:{device}', 0) >= {count})"
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             out = subprocess.run([sys.executable, "-c", probe], env=self.env, capture_output=True, text=True)
@@ -154,6 +159,20 @@ def test_devices_lists_both_nodes_with_capabilities(cluster: Cluster) -> None:
     assert set(found) == {"host", "board-sim"}
     for caps in found.values():
         assert "xnnpack" in caps["runtimes"]["executorch"] and caps["cores"] >= 1
+
+    # A second board joined under the same name (its agent's port in Ray's workers' range,
+    # where `ray start` once failed): one device would be either board, so it is refused.
+    cluster.join_board("twin", agent_port=15000 + os.getpid() % 4000, boards=2)
+    twin = subprocess.run(
+        [sys.executable, "-m", "nnsweep.cli", "devices", "--address", cluster.address],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert twin.returncode == 2, twin.stderr
+    assert twin.stderr.startswith("nnsweep: error: devices: 'board-sim' is offered by 2 nodes of the cluster")
+    assert len(twin.stderr.splitlines()) == 1
 
 
 def test_losing_a_board_mid_sweep_requeues_and_it_resumes_on_rejoin(

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.errors import SpecError
 from nnsweep.execution._base import ConvertRequest, ModelSource
-from nnsweep.execution.ray_cluster import RayExecutor, _keeping_stop_signals
+from nnsweep.execution.ray_cluster import RayExecutor, _check_one_node_each, _keeping_stop_signals, device_nodes
 
 
 def test_shutdown_before_any_cluster_does_not_import_ray(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,3 +77,33 @@ def test_a_conversion_goes_to_an_idle_worker_not_to_the_next_in_turn() -> None:
     b.calls[1].set_result(("artifact", False))
     executor.convert(request, "vm")
     assert (len(a.calls), len(b.calls)) == (2, 2)
+
+
+def test_a_device_two_live_nodes_offer_is_refused_naming_both() -> None:
+    """Two boards joined as one device (a copied systemd unit): the agent landed on either,
+    the sweep exited 0 and `nnsweep devices` showed one. ``ray.nodes()``'s records, as Ray
+    2.60 gives them; the real cluster's case is in tests/test_cluster.py."""
+
+    def node(address: str, machine: str, *resources: str, alive: bool = True) -> dict[str, object]:
+        labels, held = {"nnsweep-machine": machine}, dict.fromkeys(resources, 1.0)
+        return {"Alive": alive, "NodeManagerAddress": address, "Labels": labels, "Resources": held}
+
+    nodes = [
+        node("10.0.0.1", "laptop", "CPU", "device:host"),
+        node("10.0.0.5", "pi-a", "device:rpi5"),
+        node("10.0.0.6", "pi-b", "device:rpi5"),
+        node("10.0.0.7", "pi-c", "device:rpi4", alive=False),
+        node("10.0.0.8", "pi-d", "device:rpi4"),
+    ]
+    offering = device_nodes(nodes)
+    assert offering == {
+        "host": [("10.0.0.1", "laptop")],
+        "rpi5": [("10.0.0.5", "pi-a"), ("10.0.0.6", "pi-b")],
+        "rpi4": [("10.0.0.8", "pi-d")],  # a dead node offers nothing
+    }
+    _check_one_node_each(["host", "rpi4"], offering)
+    with pytest.raises(SpecError) as refused:
+        _check_one_node_each(["host", "rpi5"], offering)
+    assert str(refused.value).startswith(
+        "devices: 'rpi5' is offered by 2 nodes of the cluster (10.0.0.5, machine pi-a; 10.0.0.6, machine pi-b)"
+    )

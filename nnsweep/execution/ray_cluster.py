@@ -28,7 +28,7 @@ from nnsweep.agents._capabilities import converter_versions, refuse_version_skew
 from nnsweep.agents._node import check_head_answers, local_token
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.convert._base import toolchain_records_to_debug_log
-from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError
+from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError, SpecError
 from nnsweep.execution._base import ConvertRequest, Executor, ModelSource
 from nnsweep.execution._converter import ConverterWorker, node_machine
 
@@ -157,6 +157,38 @@ def _agent_placement(device: str, *, bridge: bool) -> dict[str, Any]:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False)}
 
 
+def device_nodes(nodes: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[str, str | None]]]:
+    """Per device, the live nodes of ``ray.nodes()`` that offer it: (address, machine label)."""
+    offering: dict[str, list[tuple[str, str | None]]] = {}
+    for node in nodes:
+        if not node.get("Alive"):
+            continue
+        where = (str(node.get("NodeManagerAddress", "?")), (node.get("Labels") or {}).get("nnsweep-machine"))
+        for resource in node.get("Resources", {}):
+            if resource.startswith("device:"):
+                offering.setdefault(resource.removeprefix("device:"), []).append(where)
+    return offering
+
+
+def _check_one_node_each(devices: Sequence[str], offering: Mapping[str, list[tuple[str, str | None]]]) -> None:
+    """Refuse a device two nodes offer: its agent would land on either (after a loss, on the
+    other), so one device's trials would mix two boards' figures, and ``nnsweep devices``
+    showed one of them.
+
+    Raises:
+        SpecError: naming the device and the nodes.
+    """
+    for device in devices:
+        nodes = offering.get(device, [])
+        if len(nodes) > 1:
+            where = "; ".join(f"{address}, machine {machine or '?'}" for address, machine in nodes)
+            raise SpecError(
+                "devices",
+                f"{device!r} is offered by {len(nodes)} nodes of the cluster ({where}): a device is one board; "
+                "stop all but one, or rejoin the others under their own names (nnsweep agent join --device NAME)",
+            )
+
+
 def _probe_answer(device: str, probe: Any, timeout_s: float = 600.0) -> Capabilities:
     """What ``device``'s agent answered its probe (a Ray object ref), or why it did not.
 
@@ -261,7 +293,7 @@ class RayExecutor(Executor):
     def probe(self, devices: Sequence[str]) -> dict[str, Capabilities]:
         """Start agents for ``devices`` (no conversion workers) and ask each what it has."""
         self._connect()
-        self._label_machines()
+        self._label_machines(devices)
         for device in devices:
             self._spawn(device)
         return {device: self.capabilities(device) for device in devices}
@@ -277,7 +309,7 @@ class RayExecutor(Executor):
                     f"no node of the cluster offers device {device!r}; start its agent with "
                     f"`nnsweep agent join --address HEAD:PORT --device {device}`"
                 )
-        self._label_machines()
+        self._label_machines(devices)
         slots = int(available.get(CONVERTER_RESOURCE, 0))
         if slots < 1:
             raise InfrastructureError(
@@ -305,17 +337,17 @@ class RayExecutor(Executor):
             .remote(device, transport)
         )
 
-    def _label_machines(self) -> None:
-        """Machine names from node labels (``nnsweep-machine``, set by ``nnsweep agent join``)."""
+    def _label_machines(self, devices: Sequence[str] = ()) -> None:
+        """Machine names from node labels (``nnsweep-machine``, set by ``nnsweep agent join``),
+        after checking that no device of ``devices`` is offered by two nodes."""
         import ray
 
-        for node in ray.nodes():
-            if not node.get("Alive"):
-                continue
-            machine = (node.get("Labels") or {}).get("nnsweep-machine")
-            for resource in node.get("Resources", {}):
-                if resource.startswith("device:") and machine:
-                    self._machines.setdefault(resource.removeprefix("device:"), machine)
+        offering = device_nodes(ray.nodes())
+        _check_one_node_each(devices, offering)
+        for device, nodes in offering.items():
+            machine = nodes[0][1]
+            if machine:
+                self._machines.setdefault(device, machine)
 
     def _offered(self, device: str) -> bool:
         import ray
