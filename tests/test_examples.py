@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,13 +162,27 @@ def test_all_runtimes_side_by_side(tmp_path: Path, shared_cache: Path, monkeypat
     assert measured_on == {"executorch", "onnxruntime", "torch", "litert", "armnn"}
 
 
+def _plug_back_in(unplugged: Path, after_s: float, timeout_s: float = 600.0) -> None:
+    """Remove the fake phone's ``unplugged`` mark ``after_s`` after it appears."""
+    deadline = time.monotonic() + timeout_s
+    while not unplugged.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(after_s)
+    unplugged.unlink(missing_ok=True)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_adb_bridge_example_with_the_fake_phone(tmp_path: Path, shared_cache: Path) -> None:
     """As its header says to run it: on the default executor, Ray. There the bridge agent
     asked for a sliver of the conversion resource, which the conversion actors hold whole,
     so it never started and the sweep waited 600 s for its probe (this test ran with the
-    local executor, which places no actors)."""
+    local executor, which places no actors).
+
+    The cable is pulled after the first benchmark run and put back 10 s later: the phone is
+    back once its probe answers. A new agent alone used to count as back, so the sweep
+    "resumed" every 2.5 s, lost it again at its first command, and never ended while the
+    phone stayed away."""
     phone = tmp_path / "phone"
     tool = phone / "data" / "local" / "tmp" / "speed_benchmark_torch"  # the example's tools: path
     tool.parent.mkdir(parents=True)
@@ -178,10 +193,15 @@ def test_adb_bridge_example_with_the_fake_phone(tmp_path: Path, shared_cache: Pa
         FAKE_ADB_ROOT=str(phone),
         FAKE_ADB_LOG=str(tmp_path / "adb.log"),
         FAKE_ADB_SERIAL="R58N123",
+        FAKE_ADB_UNPLUG_AFTER_RUNS="1",
     )
+    replugged = threading.Thread(target=_plug_back_in, args=(phone / "unplugged", 10.0), daemon=True)
+    replugged.start()
     proc = _run("phone_adb.yaml", tmp_path, shared_cache, env=env)
+    replugged.join(timeout=1)
     ((measured, _, failed),) = _trials(proc.stdout)  # repeats of those, if the sampler made any, are free
     assert (measured, failed) == (2, 0)
+    assert proc.stderr.count("pixel lost") == 1 and proc.stderr.count("pixel is back") == 1, proc.stderr[-3000:]
     assert "36.01" in proc.stdout  # the fake tool's latency, parsed from its real output format
     log = (tmp_path / "adb.log").read_text()
     assert "-s R58N123 shell" in log and "/data/local/tmp/speed_benchmark_torch" in log

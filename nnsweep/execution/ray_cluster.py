@@ -366,7 +366,12 @@ class RayExecutor(Executor):
         self._spawn(device)
         try:
             ray.get(self._agents[device].ping.remote(), timeout=60)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            if device in self._transports:
+                # No node rejoins for a phone or an ssh board: its probe says it is back. A new
+                # agent alone answered at once, so an unplugged phone was "back" every 2.5 s,
+                # lost again at its first command, and the sweep never ended.
+                _probe_answer(device, self._agents[device].capabilities.remote(), timeout_s=60)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, InfrastructureError):
             return False
         return True
 
