@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import shlex
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -137,10 +138,10 @@ def test_a_runtime_without_a_tool_fails_the_trial(phone: Path, tmp_path: Path) -
 
 
 @pytest.mark.integration
-def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
-    phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
-) -> None:
-    from nnsweep.core.results import TrialStatus
+def _phone_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path, **sweep: Any) -> tuple[Any, Any]:
+    """A 2-trial sweep of digits on the fake phone (torch, fp32 and static int8), with the
+    local executor: its results and its MLflow tracker."""
+    from nnsweep.agents import bridge_transport
     from nnsweep.execution import LocalExecutor
     from nnsweep.spec import parse_spec
     from nnsweep.sweep.loop import Sweep
@@ -169,13 +170,20 @@ def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
         },
         source=tmp_path / "spec.yaml",
     )
-    from nnsweep.agents import bridge_transport
-
     tracker = MlflowTracker("sqlite:///mlflow.db", "phone", "phone")
     executor = LocalExecutor({"pixel": bridge_transport(spec.bridges["pixel"])})
-    results = Sweep(spec, executor, tracker, tmp_path / "cache").run()  # type: ignore[arg-type]
+    return Sweep(spec, executor, tracker, tmp_path / "cache", **sweep).run(), tracker  # type: ignore[arg-type]
+
+
+def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
+    phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    from nnsweep.core.results import TrialStatus
+
+    results, tracker = _phone_sweep(tmp_path, monkeypatch, models_dir)
     records = results[0].records
     assert [r.status for r in records] == [TrialStatus.OK, TrialStatus.OK]
+    assert not results[0].lost
     assert all(r.metrics["latency_p50_ms"] == pytest.approx(36.0127) for r in records)  # parsed from the tool
     assert all(r.metrics["accuracy"] > 0.95 for r in records)  # outputs from a host run of the same artifact
     runs = tracker.client.search_runs([tracker.experiment_id], "tags.`nnsweep.kind` = 'trial'")
@@ -185,6 +193,24 @@ def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
         assert run.data.tags["latency_source"] == "adb: mean of 100 runs x 2"
         assert "host run of the same artifact" in run.data.tags["accuracy_source"]
     assert any(c[2] == "push" and c[3].endswith("model.pt") for c in _commands(phone))
+
+
+def test_a_phone_unplugged_for_good_ends_the_sweep_as_lost_not_finished(
+    phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    """The cable pulled after the first benchmark run and never put back: once the lost
+    device's wait is over the sweep ends, its result says it was lost (`nnsweep run` exits 1
+    saying so; it exited 0 as if the budget had been run) and its MLflow run is KILLED, as an
+    interrupted one, to be resumed; what was measured before is kept."""
+    from nnsweep.core.results import TrialStatus
+
+    monkeypatch.setenv("FAKE_ADB_UNPLUG_AFTER_RUNS", "1")
+    results, tracker = _phone_sweep(tmp_path, monkeypatch, models_dir, lost_timeout_s=3.0)
+    assert (phone / "unplugged").exists()
+    assert results[0].lost
+    assert all(r.status is not TrialStatus.OK for r in results[0].records)  # its one run was of 2 (repeats: 2)
+    (device_run,) = tracker.client.search_runs([tracker.experiment_id], "tags.`nnsweep.kind` = 'device'")
+    assert device_run.info.status == "KILLED"
 
 
 def test_spec_values_reach_ssh_and_adb_as_arguments_never_options(tmp_path: Path) -> None:

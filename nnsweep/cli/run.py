@@ -113,7 +113,30 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     if args.json:
-        out = [
+        stdout_results().write(_results_json(results) + "\n")
+    else:
+        stdout_results().write(_results_text(spec, results) + "\n")
+        if report is not None:
+            stdout_results().write(f"Report: {report}\n")
+    lost = [r.device for r in results if r.lost]
+    if lost:
+        sys.stderr.write(
+            f"nnsweep run: {', '.join(lost)} lost and not back before the sweep ended: what was measured is kept; "
+            "run the same command again once it is back to run the rest of its budget\n"
+        )
+    if unlogged:
+        sys.stderr.write(
+            f"nnsweep run: {unlogged} finished trial(s) are not logged to MLflow (writing to {spec.tracking.uri} "
+            "failed, as said above); the sweep's study keeps them, and the next `nnsweep run` of this spec logs them\n"
+        )
+        return EXIT_FAILED
+    return EXIT_OK if report is not None and not lost else EXIT_FAILED
+
+
+def _results_json(results: Any) -> str:
+    """``nnsweep run --json``: per device its capabilities, best, front and trials."""
+    return json.dumps(
+        [
             {
                 "device": r.device,
                 "capabilities": r.capabilities.to_dict(),
@@ -121,21 +144,11 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
                 "pareto": [p.number for p in r.pareto],
                 "pareto_remeasured": [x.to_dict() for x in r.spread],
                 "trials": [t.to_dict() for t in r.records],
+                "lost": r.lost,
             }
             for r in results
         ]
-        stdout_results().write(json.dumps(out) + "\n")
-    else:
-        stdout_results().write(_results_text(spec, results) + "\n")
-        if report is not None:
-            stdout_results().write(f"Report: {report}\n")
-    if unlogged:
-        sys.stderr.write(
-            f"nnsweep run: {unlogged} finished trial(s) are not logged to MLflow (writing to {spec.tracking.uri} "
-            "failed, as said above); the sweep's study keeps them, and the next `nnsweep run` of this spec logs them\n"
-        )
-        return EXIT_FAILED
-    return EXIT_OK if report is not None else EXIT_FAILED
+    )
 
 
 def _written_report(spec: Any, args: argparse.Namespace, tracker: Any, results: Any, cache_dir: Path) -> Path | None:

@@ -81,6 +81,7 @@ class DeviceResult:
     spread: tuple[Spread, ...] = ()  # its Pareto candidates and baseline re-measured in fresh processes
     fell_off: tuple[int, ...] = ()  # trials on the sweep's front that the re-measured figures took off it
     choice: BestChoice = field(default_factory=lambda: BestChoice(None))  # how the best was chosen (ties)
+    lost: bool = False  # its agent was lost and did not come back: the sweep ended without its remaining trials
 
 
 class Results:
@@ -288,8 +289,9 @@ def finish(
             best.number if best else None,
             remeasured={s.number: s.metrics() for s in spread if s.metrics()},
         )
-        tracker.close_device(name, "FINISHED")
         state = scheduler.devices[name]
+        lost = state.lost and state.counted < state.budget and not state.exhausted  # its budget cut short
+        tracker.close_device(name, "KILLED" if lost else "FINISHED")  # KILLED: as an interrupted one, to be resumed
         breakdown = outcomes.time_breakdown(records)
         if name in starting_s:
             breakdown = {"starting its runtimes": starting_s[name], **breakdown}
@@ -297,7 +299,7 @@ def finish(
         results.append(
             DeviceResult(
                 name, dev.caps, tuple(records), tuple(decided_front), best, baseline_record or state.baseline,
-                breakdown, state.space_size, state.exhausted, tuple(spread), fell_off, choice,
+                breakdown, state.space_size, state.exhausted, tuple(spread), fell_off, choice, lost,
             )
         )  # fmt: skip
     return results
