@@ -7,6 +7,7 @@ import signal
 import sys
 from concurrent.futures import Future
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -107,3 +108,40 @@ def test_a_device_two_live_nodes_offer_is_refused_naming_both() -> None:
     assert str(refused.value).startswith(
         "devices: 'rpi5' is offered by 2 nodes of the cluster (10.0.0.5, machine pi-a; 10.0.0.6, machine pi-b)"
     )
+
+
+def test_a_lost_bridge_device_is_back_once_a_probe_begun_earlier_answers_and_revive_never_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A phone or ssh board has no node to rejoin: it is back when a new agent's probe answers.
+    Each revival only looks at the probe an earlier one began (an unreachable board's ssh waits
+    out its 20 s connect timeout, and the sweep's loop must go on meanwhile). Ray's object refs
+    stand here as the probes' names; the real path runs in tests/test_examples.py."""
+    from nnsweep.core.errors import AgentLost
+    from nnsweep.execution import ray_cluster
+
+    answers: dict[str, object] = {}  # probe -> None while it runs, else its answer or fault
+
+    spawned: list[str] = []
+
+    def respawn() -> SimpleNamespace:  # a new agent, whose probe begins when asked
+        probe = f"probe{len(spawned)}"
+        spawned.append(probe)
+        answers[probe] = None
+        return SimpleNamespace(capabilities=SimpleNamespace(remote=lambda: probe))
+
+    def answer(device: str, probe: str, timeout_s: float = 600.0) -> object:
+        if isinstance(answers[probe], Exception):
+            raise answers[probe]  # type: ignore[misc]
+        return answers[probe]
+
+    monkeypatch.setattr(ray_cluster, "_unanswered", lambda probe: probe is not None and answers[probe] is None)
+    monkeypatch.setattr(ray_cluster, "_probe_answer", answer)
+    probes: dict[str, object] = {}
+    back = ray_cluster._bridge_back
+    assert not back("pixel", probes, respawn) and spawned == ["probe0"]  # a new agent is not back yet
+    assert not back("pixel", probes, respawn) and spawned == ["probe0"]  # its probe runs: no second agent
+    answers["probe0"] = AgentLost("device unreachable during `uname -m`: error: device 'R58N123' not found")
+    assert not back("pixel", probes, respawn) and spawned == ["probe0", "probe1"]  # still away: another try
+    answers["probe1"] = "capabilities"
+    assert back("pixel", probes, respawn) and probes == {}

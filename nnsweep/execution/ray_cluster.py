@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,49 @@ def _check_one_node_each(devices: Sequence[str], offering: Mapping[str, list[tup
             )
 
 
+def _pings(agent: Any) -> bool:
+    """Whether a new agent answers (within 60 s)."""
+    import ray
+
+    try:
+        ray.get(agent.ping.remote(), timeout=60)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
+    return True
+
+
+def _bridge_back(device: str, probes: dict[str, Any], respawn: Callable[[], Any]) -> bool:
+    """Whether a lost bridge device is back: its new agent answered the probe an earlier
+    call began (``probes``: device -> a begun probe); if not, the probe goes on, or a new
+    agent (``respawn``) begins another. The loop goes on meanwhile, while an unreachable
+    board's ssh waits out its connect timeout. A new agent alone once counted as back: an
+    unplugged phone was "back" every 2.5 s, lost again at its first command, and the sweep
+    never ended."""
+    probe = probes.pop(device, None)
+    if probe is not None and _back(device, probe):
+        return True
+    probes[device] = probe if _unanswered(probe) else respawn().capabilities.remote()
+    return False
+
+
+def _unanswered(probe: Any) -> bool:
+    """Whether a probe was begun (a Ray object ref) and has no answer yet."""
+    import ray
+
+    return probe is not None and not ray.wait([probe], timeout=0)[0]
+
+
+def _back(device: str, probe: Any) -> bool:
+    """Whether a begun probe answered, and without a fault."""
+    if _unanswered(probe):
+        return False
+    try:
+        _probe_answer(device, probe)
+    except InfrastructureError:
+        return False
+    return True
+
+
 def _probe_answer(device: str, probe: Any, timeout_s: float = 600.0) -> Capabilities:
     """What ``device``'s agent answered its probe (a Ray object ref), or why it did not.
 
@@ -355,25 +399,20 @@ class RayExecutor(Executor):
         return any(node.get("Alive") and device_resource(device) in node.get("Resources", {}) for node in ray.nodes())
 
     def revive(self, device: str) -> bool:
+        if device in self._transports:  # a phone or ssh board: no node rejoins, its probe tells
+            return _bridge_back(device, self._probes, functools.partial(self._respawn, device))
+        return self._offered(device) and _pings(self._respawn(device))  # its node rejoined, its agent runs
+
+    def _respawn(self, device: str) -> Any:
+        """A new agent for ``device`` in place of the lost one."""
         import ray
 
-        if device not in self._transports and not self._offered(device):
-            return False  # its node has not rejoined
         old = self._agents.pop(device, None)
         if old is not None:
             ray.kill(old, no_restart=True)
         self._label_machines()
         self._spawn(device)
-        try:
-            ray.get(self._agents[device].ping.remote(), timeout=60)
-            if device in self._transports:
-                # No node rejoins for a phone or an ssh board: its probe says it is back. A new
-                # agent alone answered at once, so an unplugged phone was "back" every 2.5 s,
-                # lost again at its first command, and the sweep never ended.
-                _probe_answer(device, self._agents[device].capabilities.remote(), timeout_s=60)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, InfrastructureError):
-            return False
-        return True
+        return self._agents[device]
 
     def abandon(self, device: str) -> None:
         import ray
