@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import shlex
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +213,28 @@ def test_a_phone_unplugged_for_good_ends_the_sweep_as_lost_not_finished(
     assert all(r.status is not TrialStatus.OK for r in results[0].records)  # its one run was of 2 (repeats: 2)
     (device_run,) = tracker.client.search_runs([tracker.experiment_id], "tags.`nnsweep.kind` = 'device'")
     assert device_run.info.status == "KILLED"
+
+
+def test_a_phone_plugged_back_in_is_measured_again_in_the_same_sweep(
+    phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
+) -> None:
+    """The cable pulled after the first benchmark run and put back 3 s later: the sweep
+    probes the phone again and runs the rest of its budget (with the local executor it
+    stayed lost for the rest of the run and the sweep ended without it)."""
+    from nnsweep.core.results import TrialStatus
+
+    def plug_back_in() -> None:
+        while not (phone / "unplugged").exists():
+            time.sleep(0.1)
+        time.sleep(3)
+        (phone / "unplugged").unlink()
+
+    monkeypatch.setenv("FAKE_ADB_UNPLUG_AFTER_RUNS", "1")
+    replug = threading.Thread(target=plug_back_in, daemon=True)
+    replug.start()
+    results, _ = _phone_sweep(tmp_path, monkeypatch, models_dir, lost_timeout_s=60.0)
+    assert not replug.is_alive() and not results[0].lost
+    assert [r.status for r in results[0].records] == [TrialStatus.OK, TrialStatus.OK]
 
 
 def test_spec_values_reach_ssh_and_adb_as_arguments_never_options(tmp_path: Path) -> None:

@@ -39,6 +39,21 @@ class LocalExecutor(Executor):
         probe = self._probes.pop(device, None)
         return probe.result() if probe is not None else self._agents[device].capabilities()
 
+    def revive(self, device: str) -> bool:
+        """A lost phone or ssh board is back once it answers a probe again, begun at an
+        earlier call on its agent's thread (the sweep's loop goes on meanwhile). Without
+        this it stayed lost for the rest of the run, plugged back in or not."""
+        transport = self._transports.get(device)
+        if transport is None:
+            return False  # this machine's own agent is never lost
+        probe = self._probes.pop(device, None)
+        if probe is not None and probe.done() and probe.exception() is None:
+            return True
+        if probe is None or probe.done():
+            probe = self._pools[device].submit(transport.probe, device)
+        self._probes[device] = probe
+        return False
+
     def convert(self, request: ConvertRequest, machine: str | None = None) -> Future[tuple[Artifact, bool]]:
         return self._convert_pool.submit(self._converter.convert_here, request)
 
