@@ -252,6 +252,39 @@ def test_spec_values_reach_ssh_and_adb_as_arguments_never_options(tmp_path: Path
     assert push[push.index("--") + 1 :] == [str(tmp_path / "m.pt"), "pi@board:/tmp/m.pt"]
 
 
+@pytest.mark.parametrize(
+    ("host", "refused"),
+    [
+        ("pi@rpi4.local:2222", True),  # ssh: "Could not resolve hostname rpi4.local:2222"
+        ("rpi4:22", True),
+        ("ssh://pi@rpi4.local:2222", True),  # scp would get ssh://pi@rpi4.local:2222:/tmp/nnsweep/...
+        ("ssh://pi@rpi4.local", True),
+        ("pi@rpi4.local", False),
+        ("rpi4", False),
+        ("pi@192.168.1.20", False),
+        ("pi@fe80::1", False),  # an IPv6 address, not a port
+    ],
+)
+def test_an_ssh_host_with_a_port_is_refused_pointing_to_ssh_config(host: str, refused: bool) -> None:
+    from nnsweep.core.errors import SpecError
+    from nnsweep.spec import parse_spec
+
+    raw = {
+        "name": "b",
+        "model": "digits",
+        "devices": ["rpi4"],
+        "space": {"runtime": ["litert"]},
+        "bridges": {"rpi4": {"transport": "ssh", "host": host, "tools": {"litert": "/home/pi/benchmark_model"}}},
+    }
+    if not refused:
+        assert parse_spec(raw).bridges["rpi4"].target == host
+        return
+    with pytest.raises(SpecError) as error:
+        parse_spec(raw)
+    assert str(error.value).startswith(f"bridges.rpi4.host: {host!r} names a port or a URI")
+    assert "~/.ssh/config" in str(error.value)
+
+
 @pytest.mark.skipif(__import__("shutil").which("ssh") is None, reason="needs the OpenSSH client")
 def test_real_ssh_takes_an_option_like_host_after_the_separator_as_a_host(tmp_path: Path) -> None:
     """What `--` buys: even past the checks, ssh reads `-oProxyCommand=...` as a host name."""

@@ -63,6 +63,21 @@ def _check_argument(value: str | None, path: str) -> None:
         raise SpecError(path, f"{excerpt(value)} is empty or holds a NUL or line break")
 
 
+def _check_ssh_host(host: str | None, path: str) -> None:
+    """``[user@]host`` as ssh and scp both take it: a ``:PORT`` suffix or an ``ssh://`` URI
+    reached ssh as a host name ("Could not resolve hostname rpi4.local:2222") and would
+    make scp's ``host:path`` a wrong path."""
+    if host is None:
+        return
+    name = host.rpartition("@")[2]
+    if host.startswith("ssh://") or (name.count(":") == 1 and name.rpartition(":")[2].isdigit()):
+        raise SpecError(
+            path,
+            f"{excerpt(host)} names a port or a URI: give [user@]host, and set another port in "
+            "~/.ssh/config (Host rpi4 / HostName rpi4.local / Port 2222, then host: pi@rpi4)",
+        )
+
+
 def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     base = source.parent if source is not None else Path.cwd()
     model = _model(raw, base)
@@ -270,6 +285,7 @@ def _bridges(raw: Any, base: Path) -> dict[str, Bridge]:
         if b.transport == "adb" and b.host:
             raise SpecError(f"{path}.host", "is for ssh; adb devices are chosen by serial")
         _check_argument(b.host, f"{path}.host")
+        _check_ssh_host(b.host, f"{path}.host")
         _check_argument(b.serial, f"{path}.serial")
         _check_argument(b.workdir, f"{path}.workdir")
         for runtime, tool in b.tools.items():
