@@ -263,6 +263,7 @@ def test_spec_values_reach_ssh_and_adb_as_arguments_never_options(tmp_path: Path
         ("rpi4", False),
         ("pi@192.168.1.20", False),
         ("pi@fe80::1", False),  # an IPv6 address, not a port
+        ("pi@[fe80::1]", True),  # ssh looked up "[fe80::1]"
     ],
 )
 def test_an_ssh_host_with_a_port_is_refused_pointing_to_ssh_config(host: str, refused: bool) -> None:
@@ -281,8 +282,24 @@ def test_an_ssh_host_with_a_port_is_refused_pointing_to_ssh_config(host: str, re
         return
     with pytest.raises(SpecError) as error:
         parse_spec(raw)
-    assert str(error.value).startswith(f"bridges.rpi4.host: {host!r} names a port or a URI")
-    assert "~/.ssh/config" in str(error.value)
+    assert str(error.value).startswith(f"bridges.rpi4.host: {host!r}")
+    assert "~/.ssh/config" in str(error.value) or "without brackets" in str(error.value)
+
+
+@pytest.mark.skipif(__import__("shutil").which("scp") is None, reason="needs the OpenSSH client")
+def test_real_scp_reaches_an_ipv6_board_at_its_address(tmp_path: Path) -> None:
+    """scp split `pi@fe80::1:/tmp/m.pt` at its first colon and connected to host `fe80`.
+    The host scp resolves is what a ProxyCommand sees as %h; nothing is connected to."""
+    import subprocess
+
+    from nnsweep.agents import SshTransport
+
+    (tmp_path / "m.pt").write_bytes(b"model")
+    push = SshTransport("pi@fe80::1", {"torch": "/tmp/t"}).push_command(tmp_path / "m.pt", "/tmp/m.pt")
+    shows_host = "-oProxyCommand=sh -c 'echo HOST=%h >&2; exit 1'"
+    cmd = [*push[: push.index("--")], shows_host, *push[push.index("--") :]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert "HOST=fe80::1\n" in proc.stderr, proc.stderr
 
 
 @pytest.mark.skipif(__import__("shutil").which("ssh") is None, reason="needs the OpenSSH client")

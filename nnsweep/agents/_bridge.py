@@ -273,7 +273,15 @@ class SshTransport(BridgeTransport):
         return [self.ssh, *self._options(), "--", self.host, shlex.join(args)]
 
     def push_command(self, local: Path, remote: str) -> list[str]:
-        return [self.scp, "-q", *self._options(), "--", str(local), f"{self.host}:{remote}"]
+        return [self.scp, "-q", *self._options(), "--", str(local), f"{_scp_host(self.host)}:{remote}"]
+
+
+def _scp_host(host: str) -> str:
+    """``host`` as scp reads it before ``:path``: an IPv6 address in brackets. scp split
+    ``pi@fe80::1:/tmp/x`` at its first colon and connected to host ``fe80``; ssh itself
+    takes the address without brackets."""
+    user, at, name = host.rpartition("@")
+    return f"{user}{at}[{name}]" if ":" in name and not name.startswith("[") else host
 
 
 def _not_an_option(value: str | None, what: str) -> None:

@@ -70,6 +70,8 @@ def _check_ssh_host(host: str | None, path: str) -> None:
     if host is None:
         return
     name = host.rpartition("@")[2]
+    if name.startswith("["):
+        raise SpecError(path, f"{excerpt(host)}: give an IPv6 address without brackets, as ssh takes it")
     if host.startswith("ssh://") or (name.count(":") == 1 and name.rpartition(":")[2].isdigit()):
         raise SpecError(
             path,
