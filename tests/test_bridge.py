@@ -139,7 +139,6 @@ def test_a_runtime_without_a_tool_fails_the_trial(phone: Path, tmp_path: Path) -
         _transport(tmp_path).measure(request)
 
 
-@pytest.mark.integration
 def _phone_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path, **sweep: Any) -> tuple[Any, Any]:
     """A 2-trial sweep of digits on the fake phone (torch, fp32 and static int8), with the
     local executor: its results and its MLflow tracker."""
@@ -177,6 +176,7 @@ def _phone_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Pa
     return Sweep(spec, executor, tracker, tmp_path / "cache", **sweep).run(), tracker  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
     phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
@@ -197,6 +197,7 @@ def test_sweep_trial_through_the_adb_bridge_is_logged_with_the_parsed_latency(
     assert any(c[2] == "push" and c[3].endswith("model.pt") for c in _commands(phone))
 
 
+@pytest.mark.integration
 def test_a_phone_unplugged_for_good_ends_the_sweep_as_lost_not_finished(
     phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
@@ -215,6 +216,7 @@ def test_a_phone_unplugged_for_good_ends_the_sweep_as_lost_not_finished(
     assert device_run.info.status == "KILLED"
 
 
+@pytest.mark.integration
 def test_a_phone_plugged_back_in_is_measured_again_in_the_same_sweep(
     phone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models_dir: Path
 ) -> None:
