@@ -113,35 +113,40 @@ def test_a_device_two_live_nodes_offer_is_refused_naming_both() -> None:
 def test_a_lost_bridge_device_is_back_once_a_probe_begun_earlier_answers_and_revive_never_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A phone or ssh board has no node to rejoin: it is back when a new agent's probe answers.
-    Each revival only looks at the probe an earlier one began (an unreachable board's ssh waits
-    out its 20 s connect timeout, and the sweep's loop must go on meanwhile). Ray's object refs
-    stand here as the probes' names; the real path runs in tests/test_examples.py."""
-    from nnsweep.core.errors import AgentLost
+    """A phone or ssh board has no node to rejoin: it is back when its agent probes it anew
+    and it answers. Each revival only looks at the probe an earlier one began (an unreachable
+    board's ssh waits out its 20 s connect timeout, and the sweep's loop must go on
+    meanwhile); the agent probes again while it lives, a new one only once it died (not a
+    new process every 5 s while a phone stays unplugged). Names stand for Ray's object refs;
+    the real path runs in tests/test_examples.py."""
     from nnsweep.execution import ray_cluster
 
-    answers: dict[str, object] = {}  # probe -> None while it runs, else its answer or fault
+    outcomes: dict[str, str | None] = {}  # probe -> None while it runs, else back / away / dead
+    agents: list[str] = []
 
-    spawned: list[str] = []
+    def agent(name: str) -> SimpleNamespace:
+        agents.append(name)
 
-    def respawn() -> SimpleNamespace:  # a new agent, whose probe begins when asked
-        probe = f"probe{len(spawned)}"
-        spawned.append(probe)
-        answers[probe] = None
-        return SimpleNamespace(capabilities=SimpleNamespace(remote=lambda: probe))
+        def probe_again() -> str:
+            probe = f"{name}.probe{sum(p.startswith(name) for p in outcomes)}"
+            outcomes[probe] = None
+            return probe
 
-    def answer(device: str, probe: str, timeout_s: float = 600.0) -> object:
-        if isinstance(answers[probe], Exception):
-            raise answers[probe]  # type: ignore[misc]
-        return answers[probe]
+        return SimpleNamespace(probe_again=SimpleNamespace(remote=probe_again))
 
-    monkeypatch.setattr(ray_cluster, "_unanswered", lambda probe: probe is not None and answers[probe] is None)
-    monkeypatch.setattr(ray_cluster, "_probe_answer", answer)
+    monkeypatch.setattr(ray_cluster, "_unanswered", lambda probe: probe is not None and outcomes[probe] is None)
+    monkeypatch.setattr(ray_cluster, "_probe_outcome", lambda probe: outcomes[probe])
     probes: dict[str, object] = {}
-    back = ray_cluster._bridge_back
-    assert not back("pixel", probes, respawn) and spawned == ["probe0"]  # a new agent is not back yet
-    assert not back("pixel", probes, respawn) and spawned == ["probe0"]  # its probe runs: no second agent
-    answers["probe0"] = AgentLost("device unreachable during `uname -m`: error: device 'R58N123' not found")
-    assert not back("pixel", probes, respawn) and spawned == ["probe0", "probe1"]  # still away: another try
-    answers["probe1"] = "capabilities"
-    assert back("pixel", probes, respawn) and probes == {}
+    first = agent("first")
+
+    def back() -> bool:
+        return ray_cluster._bridge_back("pixel", probes, first, lambda: agent(f"new{len(agents)}"))
+
+    assert not back() and probes == {"pixel": "first.probe0"}  # the live agent probes anew
+    assert not back() and probes == {"pixel": "first.probe0"}  # its probe runs: nothing else begins
+    outcomes["first.probe0"] = "away"  # adb: device 'R58N123' not found
+    assert not back() and probes == {"pixel": "first.probe1"} and agents == ["first"]  # no new process
+    outcomes["first.probe1"] = "dead"  # the agent was killed (a hung measurement)
+    assert not back() and probes == {"pixel": "new1.probe0"} and agents == ["first", "new1"]
+    outcomes["new1.probe0"] = "back"
+    assert back() and probes == {}

@@ -35,6 +35,12 @@ class DeviceAgent:
             self._capabilities = self.transport.probe(self.device)
         return self._capabilities
 
+    def probe_again(self) -> Capabilities:
+        """Probe the device anew, not answering from the first probe: whether a lost phone
+        or ssh board answers again."""
+        self._capabilities = None
+        return self.capabilities()
+
     def measure(self, request: MeasureRequest) -> MeasureReply:
         """Measure one artifact; an emulated device's reply says so (``MeasureReply.emulated``)."""
         emulated = self.capabilities().emulated

@@ -192,27 +192,38 @@ def _check_one_node_each(devices: Sequence[str], offering: Mapping[str, list[tup
 
 def _pings(agent: Any) -> bool:
     """Whether a new agent answers (within 60 s)."""
+    return _probe_outcome(agent.ping.remote()) == "back"
+
+
+def _bridge_back(device: str, probes: dict[str, Any], agent: Any, respawn: Callable[[], Any]) -> bool:
+    """Whether a lost bridge device is back: the probe an earlier call began (``probes``)
+    answered. If not, that probe goes on, or ``agent`` probes again (a new one from
+    ``respawn`` if it died); the loop goes on meanwhile (an unreachable ssh board takes its
+    connect timeout). A new agent alone once counted as back: an unplugged phone was "back"
+    every 2.5 s, lost again at its first command, and the sweep never ended."""
+    probe = probes.pop(device, None)
+    if _unanswered(probe):
+        probes[device] = probe
+        return False
+    answer = "away" if probe is None else _probe_outcome(probe)
+    if answer == "back":
+        return True
+    probes[device] = (respawn() if answer == "dead" or agent is None else agent).probe_again.remote()
+    return False
+
+
+def _probe_outcome(probe: Any) -> str:
+    """An answered probe's outcome: ``back``; ``away``, the agent found no device (it runs on);
+    ``dead``, the agent itself died (killed after a hung measurement, or its process lost)."""
     import ray
 
     try:
-        ray.get(agent.ping.remote(), timeout=60)
+        ray.get(probe, timeout=60)
+    except ray.exceptions.RayTaskError:
+        return "away"
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-        return False
-    return True
-
-
-def _bridge_back(device: str, probes: dict[str, Any], respawn: Callable[[], Any]) -> bool:
-    """Whether a lost bridge device is back: its new agent answered the probe an earlier
-    call began (``probes``: device -> a begun probe); if not, the probe goes on, or a new
-    agent (``respawn``) begins another. The loop goes on meanwhile, while an unreachable
-    board's ssh waits out its connect timeout. A new agent alone once counted as back: an
-    unplugged phone was "back" every 2.5 s, lost again at its first command, and the sweep
-    never ended."""
-    probe = probes.pop(device, None)
-    if probe is not None and _back(device, probe):
-        return True
-    probes[device] = probe if _unanswered(probe) else respawn().capabilities.remote()
-    return False
+        return "dead"
+    return "back"
 
 
 def _unanswered(probe: Any) -> bool:
@@ -220,17 +231,6 @@ def _unanswered(probe: Any) -> bool:
     import ray
 
     return probe is not None and not ray.wait([probe], timeout=0)[0]
-
-
-def _back(device: str, probe: Any) -> bool:
-    """Whether a begun probe answered, and without a fault."""
-    if _unanswered(probe):
-        return False
-    try:
-        _probe_answer(device, probe)
-    except InfrastructureError:
-        return False
-    return True
 
 
 def _probe_answer(device: str, probe: Any, timeout_s: float = 600.0) -> Capabilities:
@@ -400,7 +400,8 @@ class RayExecutor(Executor):
 
     def revive(self, device: str) -> bool:
         if device in self._transports:  # a phone or ssh board: no node rejoins, its probe tells
-            return _bridge_back(device, self._probes, functools.partial(self._respawn, device))
+            respawn = functools.partial(self._respawn, device)
+            return _bridge_back(device, self._probes, self._agents.get(device), respawn)
         return self._offered(device) and _pings(self._respawn(device))  # its node rejoined, its agent runs
 
     def _respawn(self, device: str) -> Any:
