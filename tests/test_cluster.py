@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import IO
@@ -146,7 +146,9 @@ def _spec(trials: int) -> object:
     )
 
 
-def test_devices_lists_both_nodes_with_capabilities(cluster: Cluster) -> None:
+def test_devices_lists_both_nodes_with_capabilities(
+    cluster: Cluster, free_port_in_rays_worker_range: Callable[[], int]
+) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "nnsweep.cli", "devices", "--address", cluster.address, "--json"],
         env=cluster.env,
@@ -162,7 +164,7 @@ def test_devices_lists_both_nodes_with_capabilities(cluster: Cluster) -> None:
 
     # A second board joined under the same name (its agent's port in Ray's workers' range,
     # where `ray start` once failed): one device would be either board, so it is refused.
-    cluster.join_board("twin", agent_port=15000 + os.getpid() % 4000, boards=2)
+    cluster.join_board("twin", agent_port=free_port_in_rays_worker_range(), boards=2)
     twin = subprocess.run(
         [sys.executable, "-m", "nnsweep.cli", "devices", "--address", cluster.address],
         env=cluster.env,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -16,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -283,19 +282,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _free_port_in_rays_worker_range() -> int:
-    """A free port among the ones Ray gives its workers by default (10002-19999): a head
-    or a node's agent there made `ray start` fail before nnsweep moved the workers."""
-    for port in random.sample(range(10002, 20000), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 10002-19999")
-
-
 def _session_pids(sid: int) -> list[int]:
     """The live processes of session ``sid`` (zombies wait for a reaper and run nothing)."""
     out = subprocess.run(["ps", "-o", "pid=,stat=", "-s", str(sid)], capture_output=True, text=True, check=False).stdout
@@ -317,7 +303,9 @@ def _connect(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 @pytest.mark.ray
 @pytest.mark.integration
 @pytest.mark.slow
-def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_strangers(tmp_path: Path, ray_tmp: str) -> None:
+def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_strangers(
+    tmp_path: Path, ray_tmp: str, free_port_in_rays_worker_range: Callable[[], int]
+) -> None:
     """`nnsweep agent head` with no ~/.ray: a 0600 token appears, a client without it is refused."""
     home, stranger = tmp_path / "home", tmp_path / "stranger"
     home.mkdir()
@@ -326,12 +314,12 @@ def test_agent_head_on_a_fresh_machine_uses_a_private_token_and_refuses_stranger
     # nothing of another cluster on this machine is touched.
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     base["RAY_TMPDIR"] = ray_tmp
-    port = _free_port_in_rays_worker_range()  # where Ray's own `ray start --head --port` fails
+    port = free_port_in_rays_worker_range()  # where Ray's own `ray start --head --port` fails
     address = f"127.0.0.1:{port}"
     log = (tmp_path / "head.log").open("wb")
     cmd = [sys.executable, "-m", "nnsweep.cli", "agent", "head", "--port", str(port)]
     head = subprocess.Popen(
-        [*cmd, "--dashboard-agent-port", str(_free_port_in_rays_worker_range()), "--block"],
+        [*cmd, "--dashboard-agent-port", str(free_port_in_rays_worker_range()), "--block"],
         env=dict(base, HOME=str(home)),
         stdout=log,
         stderr=subprocess.STDOUT,

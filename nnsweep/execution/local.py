@@ -43,14 +43,13 @@ class LocalExecutor(Executor):
         """A lost phone or ssh board is back once it answers a probe again, begun at an
         earlier call on its agent's thread (the sweep's loop goes on meanwhile). Without
         this it stayed lost for the rest of the run, plugged back in or not."""
-        transport = self._transports.get(device)
-        if transport is None:
+        if device not in self._transports:
             return False  # this machine's own agent is never lost
         probe = self._probes.pop(device, None)
         if probe is not None and probe.done() and probe.exception() is None:
             return True
         if probe is None or probe.done():
-            probe = self._pools[device].submit(transport.probe, device)
+            probe = self._pools[device].submit(self._agents[device].probe_again)
         self._probes[device] = probe
         return False
 

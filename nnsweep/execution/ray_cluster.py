@@ -325,14 +325,7 @@ class RayExecutor(Executor):
         import ray
 
         self._connect()
-        names = {
-            resource.removeprefix("device:")
-            for node in ray.nodes()
-            if node.get("Alive")
-            for resource in node.get("Resources", {})
-            if resource.startswith("device:")
-        }
-        return sorted(names)
+        return sorted(device_nodes(ray.nodes()))
 
     def probe(self, devices: Sequence[str]) -> dict[str, Capabilities]:
         """Start agents for ``devices`` (no conversion workers) and ask each what it has."""
@@ -396,7 +389,7 @@ class RayExecutor(Executor):
     def _offered(self, device: str) -> bool:
         import ray
 
-        return any(node.get("Alive") and device_resource(device) in node.get("Resources", {}) for node in ray.nodes())
+        return device in device_nodes(ray.nodes())
 
     def revive(self, device: str) -> bool:
         if device in self._transports:  # a phone or ssh board: no node rejoins, its probe tells
