@@ -57,3 +57,45 @@ def test_a_cache_folder_that_is_a_file_is_refused_before_anything_is_written(
     with pytest.raises(SpecError, match=r"^cache_dir: 'afile/c' lies under 'afile', which is not a folder"):
         sweep(spec, torch.nn.Linear(4, 2), torch.randn(1, 4), cache_dir="afile/c")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+_USERS_OWN_RAY = """
+import ray, sys
+import nnsweep.api as ns
+from nnsweep.core.errors import SpecError
+ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+spec = {"name": "mine", "model": "digits", "devices": ["host"], "space": {"runtime": ["onnxruntime"]},
+        "budget": {"trials": 1}}
+try:
+    ns.sweep(spec, executor="ray", address=sys.argv[1] if len(sys.argv) > 1 else None)
+except SpecError as exc:
+    print("refused:", exc)
+
+@ray.remote
+def still() -> int:
+    return 42
+
+print("the user's own Ray still answers:", ray.get(still.remote(), timeout=60))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("address", [None, "127.0.0.1:1"])
+def test_a_process_that_called_ray_init_itself_is_refused_and_keeps_its_ray(
+    tmp_path: Path, address: str | None
+) -> None:
+    """A notebook that had called ``ray.init()`` swept on its own cluster: an
+    InfrastructureError saying no node offers 'host' and to start an agent (and with an
+    ``address`` given, not the cluster the user named)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "notebook.py"
+    script.write_text(_USERS_OWN_RAY)
+    argv = [sys.executable, str(script), *([address] if address else [])]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused: executor: this process is already connected to a Ray cluster (ray.init() was called" in done.stdout
+    assert "call ray.shutdown() first, or sweep with executor='local'" in done.stdout
+    assert "the user's own Ray still answers: 42" in done.stdout
+    assert not (tmp_path / "mlflow.db").exists()

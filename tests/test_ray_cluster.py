@@ -14,7 +14,8 @@ import pytest
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import SpecError
 from nnsweep.execution._base import ConvertRequest, ModelSource
-from nnsweep.execution.ray_cluster import RayExecutor, _check_one_node_each, _keeping_stop_signals, device_nodes
+from nnsweep.execution._ray_connection import keeping_stop_signals
+from nnsweep.execution.ray_cluster import RayExecutor, _check_one_node_each, device_nodes
 
 
 def test_shutdown_before_any_cluster_does_not_import_ray(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,7 +31,7 @@ def test_the_stop_signal_handlers_are_put_back_after_ray_init() -> None:
 
     old = signal.signal(signal.SIGTERM, mine)
     try:
-        with _keeping_stop_signals():
+        with keeping_stop_signals():
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as Ray's core worker does (its crash handler)
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
@@ -39,9 +40,9 @@ def test_the_stop_signal_handlers_are_put_back_after_ray_init() -> None:
 
 def test_a_sigterm_during_ray_init_is_an_interrupt() -> None:
     # ray.init's first SIGTERM handler calls sys.exit(15); the run would exit 15, not 130.
-    with pytest.raises(KeyboardInterrupt), _keeping_stop_signals():
+    with pytest.raises(KeyboardInterrupt), keeping_stop_signals():
         sys.exit(signal.SIGTERM)
-    with pytest.raises(SystemExit), _keeping_stop_signals():
+    with pytest.raises(SystemExit), keeping_stop_signals():
         sys.exit(3)
 
 

@@ -14,62 +14,27 @@ into its cache: a configuration is converted once, and found there on a re-run.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
 from nnsweep.agents._capabilities import converter_versions, refuse_version_skew
-from nnsweep.agents._node import check_head_answers, local_token
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
-from nnsweep.convert._base import toolchain_records_to_debug_log
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError, SpecError
 from nnsweep.execution._base import ConvertRequest, Executor, ModelSource
 from nnsweep.execution._converter import ConverterWorker, node_machine
+from nnsweep.execution._ray_connection import connect, refuse_foreign
 
 __all__ = ["CONVERSION_MEMORY", "CONVERTER_RESOURCE", "RayExecutor", "device_resource", "local_conversion_slots"]
 
 log = logging.getLogger(__name__)
 
 CONVERTER_RESOURCE = "nnsweep-converter"
-NAMESPACE = "nnsweep"
-# Ray announces on stderr the token authentication nnsweep asked for: to the debug log, as
-# nnsweep logs the token's path itself (Ray's warning that authentication is off stays).
-_RAY_TOKEN_LOG = "ray._private.authentication.authentication_token_setup"
-_TOKEN_ANNOUNCED = "Token authentication is enabled for this Ray cluster"
-
-
-@contextlib.contextmanager
-def _keeping_stop_signals() -> Iterator[None]:
-    """Put back this process's SIGTERM and SIGINT handlers after ``ray.init``, and make a SIGTERM
-    during it an interrupt. ``ray.init`` first sets a SIGTERM handler that exits with status 15,
-    then its core worker installs a crash handler on SIGTERM (it prints a stack trace and aborts
-    the process, exit -6): either would take from ``nnsweep run`` its stop at the next safe point
-    and its exit code 130. Found with benchmarks/fault_injection.py --executor ray: a SIGTERM
-    while measuring aborted the run; one during ``ray.init`` exited 15."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    except SystemExit as exc:
-        if exc.code != signal.SIGTERM:
-            raise
-        raise KeyboardInterrupt from None  # Ray's own handler, met before ours was back
-    finally:
-        for sig, handler in held.items():
-            if handler is not None:
-                signal.signal(sig, handler)
 
 
 def device_resource(device: str) -> str:
@@ -288,37 +253,12 @@ class RayExecutor(Executor):
     def _connect(self) -> None:
         import ray
 
-        if not ray.is_initialized():
-            self._started_ray = True  # from here on, shutdown() stops whatever ray.init got to start
-            with _keeping_stop_signals(), toolchain_records_to_debug_log(log, _TOKEN_ANNOUNCED, _RAY_TOKEN_LOG):
-                self._init(ray)
-
-    def _init(self, ray: Any) -> None:
-        """``ray.init``: a new local cluster of our own, or the one at ``address``."""
-        import os
-
-        if self.address is None:
-            # Ray would write ~/.ray/auth_token itself, 0644 in a 0755 folder; the token it
-            # reads is created 0600 in a 0700 folder first (no environment variable is set
-            # here; ray.init itself sets RAY_AUTH_MODE=token in this process when unset).
-            token = local_token(os.environ, Path.home())
-            if token is not None:
-                log.info("local Ray cluster: token authentication with the token in %s", token)
-            slots = self._wanted_converters or local_conversion_slots()
-            # "local": always a new cluster of our own, never one found through RAY_ADDRESS
-            # or a stale /tmp/ray/ray_current_cluster left by a `ray start` that died.
-            ray.init(
-                address="local",
-                namespace=NAMESPACE,
-                resources={device_resource("host"): 1, CONVERTER_RESOURCE: slots},
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-                configure_logging=False,
-            )
-        else:
-            check_head_answers(self.address, option="address")  # ray.init waits for one without end
-            ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        if ray.is_initialized():
+            refuse_foreign(ray)  # a notebook's own ray.init(): not the cluster nnsweep would sweep on
+            return
+        self._started_ray = True  # from here on, shutdown() stops whatever ray.init got to start
+        slots = self._wanted_converters or local_conversion_slots()
+        connect(ray, self.address, {device_resource("host"): 1, CONVERTER_RESOURCE: slots})
 
     def cluster_devices(self) -> list[str]:
         """The devices the cluster's live nodes offer (``device:<name>`` resources)."""
