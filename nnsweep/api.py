@@ -79,6 +79,7 @@ def measure(
         raise SpecError("config", f"give a config or its fields, not both ({', '.join(options)})")
     cache = ArtifactCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     bundle = load_model(_live("measure", model, example_input, dataset), cache_dir=cache.models_dir)
+    deploy.check_float_layers(bundle, config)
     artifact, hit = deploy.convert(bundle, config, cache)
     snapshot = ModelSnapshot.of(bundle)
     snapshot.warn_if_constant()

@@ -99,3 +99,17 @@ def test_a_process_that_called_ray_init_itself_is_refused_and_keeps_its_ray(
     assert "call ray.shutdown() first, or sweep with executor='local'" in done.stdout
     assert "the user's own Ray still answers: 42" in done.stdout
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_measure_refuses_float_layers_of_no_module_before_converting(tmp_path: Path) -> None:
+    """It raised the converter's ConversionError, a failed trial, for a typo in a layer's path."""
+    import torch
+
+    from nnsweep.api import measure
+    from nnsweep.core.errors import SpecError
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    quant = {"mode": "static_int8", "float_layers": ["0", "body.1"]}
+    with pytest.raises(SpecError, match=r"^quant.float_layers: 'body.1': no module of .* has that path"):
+        measure(net, torch.randn(1, 8), runtime="onnxruntime", quant=quant, cache_dir=tmp_path / "c")
+    assert not any((tmp_path / "c").rglob("*.onnx"))

@@ -863,3 +863,44 @@ def test_a_command_nnsweep_suggests_quotes_a_path_with_spaces(
     assert main(["--cache-dir", str(tmp_path / "cache"), "report", str(spec_file)]) == 1
     assert f"run `nnsweep run '{spec_file}'` first" in capsys.readouterr().err
     assert _results_text(load_spec(spec_file), []).endswith(f"`nnsweep ui '{spec_file}'`")
+
+
+@pytest.mark.parametrize(
+    ("quant", "said"),
+    [
+        (
+            {"mode": "static_int8", "float_layers": ["body.0", "nope.layer"]},
+            "--config: quant.float_layers: 'nope.layer': no module of tiny.py:build has that path "
+            "(`nnsweep sensitivity --model tiny.py:build --runtime onnxruntime` lists its layers)",
+        ),
+        ({"mode": "fp32", "float_layers": ["body.0"]}, "--config: quant.float_layers: keeps layers of an int8 model"),
+    ],
+)
+def test_a_config_file_s_float_layers_are_checked_before_anything_is_converted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], quant: dict[str, object], said: str
+) -> None:
+    """A name of no module (a typo in a --config) was found by the converter: exit 1,
+    "failed", after the model was loaded and its conversion begun; float layers under fp32
+    were dropped without a word."""
+    (tmp_path / "tiny.py").write_text(
+        "import torch\n"
+        "class Tiny(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.body = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))\n"
+        "    def forward(self, x):\n"
+        "        return self.body(x)\n"
+        "def build():\n"
+        "    return Tiny().eval(), torch.randn(1, 8)\n"
+    )
+    config = {"runtime": "onnxruntime", "backends": ["cpu"], "quant": quant}
+    (tmp_path / "c.json").write_text(json.dumps({"config": config}))
+    cache = tmp_path / "cache"
+    model = str(tmp_path / "tiny.py") + ":build"
+    code = main(["--cache-dir", str(cache), "bench", "--model", model, "--config", str(tmp_path / "c.json")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert said.replace("tiny.py:build", model) in err
+    artifacts = cache / "artifacts"
+    assert not artifacts.exists() or not any(artifacts.rglob("*.onnx")), "nothing converted"

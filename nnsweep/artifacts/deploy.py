@@ -17,7 +17,15 @@ from nnsweep.convert._base import Converter, rnn_export_warning_silenced
 from nnsweep.convert.shortcuts import repeated_work_skipped
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
-from nnsweep.core.errors import BenchmarkError, ConversionError, ConversionStorageError, TrialError, clip, first_line
+from nnsweep.core.errors import (
+    BenchmarkError,
+    ConversionError,
+    ConversionStorageError,
+    SpecError,
+    TrialError,
+    clip,
+    first_line,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,12 +42,34 @@ __all__ = [
     "DeploymentResult",
     "assemble",
     "cached",
+    "check_float_layers",
     "convert",
     "for_config",
     "measure",
     "run_artifact",
     "toolchain_failure",
 ]
+
+
+def check_float_layers(bundle: ModelBundle, config: DeploymentConfig) -> None:
+    """Refuse a configuration a user wrote whose ``float_layers`` names no module of the
+    model (a typo), before anything is converted.
+
+    Raises:
+        SpecError: on ``quant.float_layers``, naming the paths and where the model's layers are listed.
+    """
+    if unknown := _unknown_float_layers(bundle, config):
+        raise SpecError(
+            "quant.float_layers",
+            f"{', '.join(map(repr, unknown))}: no module of {bundle.name} has that path (`nnsweep sensitivity "
+            f"--model {bundle.name} --runtime {config.runtime}` lists its layers)",
+        )
+
+
+def _unknown_float_layers(bundle: ModelBundle, config: DeploymentConfig) -> list[str]:
+    """The paths of ``float_layers`` that are no module of the model (a layer folded away
+    is still a module: it has nothing to keep float, which is no mistake)."""
+    return sorted(set(config.quant.float_layers) - {name for name, _ in bundle.module.named_modules()})
 
 
 def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache) -> tuple[Artifact, bool]:
@@ -58,8 +88,7 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
     if len(bundle.outputs) > 1 and config.quant.interface is Interface.FULL:
         # One output quantization (scale, zero point) per deployed model is all IOSpec describes.
         raise ConversionError("the full (quantized in/out) interface takes single-output models; use core")
-    unknown = sorted(set(config.quant.float_layers) - {name for name, _ in bundle.module.named_modules()})
-    if unknown:  # a layer folded away has nothing to keep float; a name of no module is a mistake
+    if unknown := _unknown_float_layers(bundle, config):  # a sweep's come from the ranking: never, unless a bug
         raise ConversionError(f"float_layers names {', '.join(unknown)}: no module of {bundle.name} has that path")
 
     def build(out_dir: Any) -> Any:

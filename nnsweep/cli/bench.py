@@ -218,6 +218,8 @@ def _bench_config(args: argparse.Namespace) -> Any:
         config = DeploymentConfig.from_dict(data)
         if args.float_layers and not config.quant.float_layers:
             raise SpecError("quant.float_layers", "keeps layers of an int8 model in float: give an int8 --quant")
+        if quant.get("float_layers") and not config.quant.float_layers:  # a --config's, under fp32 or fp16
+            raise SpecError("--config: quant.float_layers", "keeps layers of an int8 model in float: give an int8 mode")
         return config
     except SpecError as exc:
         if len(exc.message) > 200:
@@ -324,6 +326,11 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
             except SpecError as exc:
                 status.clear()
                 return _usage_error(exc, _BENCH_OPTIONS)
+            try:  # the layers a --config names (--float-layers K takes them from the ranking)
+                deploy.check_float_layers(bundle, config)
+            except SpecError as exc:
+                status.clear()
+                return _usage_error(exc, {exc.field: f"--config: {exc.field}"})
             status.line(f"converting {bundle.name} for {config.label()} ...")
             artifact, hit = deploy.convert(bundle, config, cache)
         else:
