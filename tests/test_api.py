@@ -63,7 +63,7 @@ _USERS_OWN_RAY = """
 import ray, sys
 import nnsweep.api as ns
 from nnsweep.core.errors import SpecError
-ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")  # its own, as a notebook's first
 spec = {"name": "mine", "model": "digits", "devices": ["host"], "space": {"runtime": ["onnxruntime"]},
         "budget": {"trials": 1}}
 try:
