@@ -87,13 +87,18 @@ def test_a_process_that_called_ray_init_itself_is_refused_and_keeps_its_ray(
     """A notebook that had called ``ray.init()`` swept on its own cluster: an
     InfrastructureError saying no node offers 'host' and to start an agent (and with an
     ``address`` given, not the cluster the user named)."""
+    import os
     import subprocess
     import sys
 
     script = tmp_path / "notebook.py"
     script.write_text(_USERS_OWN_RAY)
     argv = [sys.executable, str(script), *([address] if address else [])]
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    # Its own HOME: Ray's own ray.init() leaves ~/.ray/auth_token readable by others (0644),
+    # which nnsweep then refuses in every later test that starts a cluster.
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "refused: executor: this process is already connected to a Ray cluster (ray.init() was called" in done.stdout
     assert "call ray.shutdown() first, or sweep with executor='local'" in done.stdout
