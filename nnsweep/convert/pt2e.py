@@ -421,18 +421,23 @@ def exported_program(
         quantizer: names the PT2E quantizer ``make`` builds (its settings beyond ``quant``).
         make: builds the program on a miss.
 
-    The program is always read back from its ``.pt2``, so a conversion lowers the same
-    program whether the stage was built now or before. The interface (``full``) is not part
-    of the stage: the caller applies it to the loaded program.
+    A program built by this call is lowered as it is in memory; one found built is read back
+    from its ``.pt2``. The two lower to the same bytes (``tests/test_stages.py`` converts a
+    configuration from a fresh stage and again from the stored one), and reading back a
+    program just written cost about 1.3 s of each conversion (docs/conversion.md). The interface
+    (``full``) is not part of the stage: the caller applies it to the program returned, which
+    is the caller's own.
     """
+    built: list[torch.export.ExportedProgram] = []
 
     def build(directory: Path) -> None:
         program = make()
         save_through_memory(directory / _PROGRAM, lambda f: torch.export.save(program, f))
+        built.append(program)
 
     settings = {"quant": quant_settings(quant), "quantizer": quantizer}
     with stages.stage("executorch.program", settings, build) as directory:
-        return torch.export.load(directory / _PROGRAM)
+        return built[0] if built else torch.export.load(directory / _PROGRAM)
 
 
 def quantize_io(program: torch.export.ExportedProgram) -> IOSpec:
