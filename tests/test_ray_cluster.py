@@ -52,9 +52,9 @@ class _FakeActor:
     def __init__(self, name: str) -> None:
         self.name = name
         self.calls: list[Future[object]] = []
-        self.convert = self  # actor.convert.remote(...)
+        self.convert = self.warm = self  # actor.convert.remote(...), actor.warm.remote(...)
 
-    def remote(self, request: object) -> _FakeActor:
+    def remote(self, *args: object) -> _FakeActor:
         self.calls.append(Future())
         return self
 
@@ -79,6 +79,20 @@ def test_a_conversion_goes_to_an_idle_worker_not_to_the_next_in_turn() -> None:
     b.calls[1].set_result(("artifact", False))
     executor.convert(request, "vm")
     assert (len(a.calls), len(b.calls)) == (2, 2)
+
+
+def test_a_machine_s_converters_are_ready_once_each_of_its_workers_has_warmed() -> None:
+    executor = RayExecutor()
+    a, b, c = _FakeActor("a"), _FakeActor("b"), _FakeActor("c")
+    executor._converters = {"vm": [a, b], "builder": [c]}
+    executor._machine = "vm"
+    ready = executor.warm_converters(ModelSource("digits", Path("/nonexistent")), ["onnxruntime"])
+    assert set(ready) == {"vm", "builder"} and not any(f.done() for f in ready.values())
+    a.calls[0].set_result(None)
+    assert not ready["vm"].done()  # b is still loading the model
+    b.calls[0].set_exception(RuntimeError("worker died"))  # its first conversion will say so
+    c.calls[0].set_result(None)
+    assert ready["vm"].result(timeout=1) is None and ready["builder"].result(timeout=1) is None
 
 
 def test_a_device_two_live_nodes_offer_is_refused_naming_both() -> None:

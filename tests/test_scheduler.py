@@ -176,6 +176,22 @@ def test_conversions_spread_over_machines_build_servers_first_never_beside_a_mea
     ]
 
 
+def test_no_conversion_starts_on_a_machine_whose_workers_are_still_starting() -> None:
+    """Its trials wait to convert (the time line's converting is then the workers' conversion,
+    not their imports and model load); another machine's ready workers convert meanwhile."""
+    s = Scheduler(HOST, {HOST: 1, "builder": 1})
+    s.add(DeviceState("host", HOST, 10))
+    ex = FakeExecutor(s)
+    s.placement.starting |= {HOST, "builder"}
+    a, b = (ex.propose("host", config(t), 0.0) for t in (1, 2))
+    assert ex.step(0.0) == [] and a.phase is b.phase is Phase.PROPOSED
+    s.placement.starting.discard("builder")
+    assert [(x.kind, x.ticket.number, x.machine) for x in ex.step(1.0)] == [("convert", a.number, "builder")]
+    s.placement.starting.discard(HOST)
+    assert [(x.kind, x.ticket.number, x.machine) for x in ex.step(2.0)] == [("convert", b.number, HOST)]
+    assert a.durations(2.0) == pytest.approx({"proposed": 1.0, "converting": 1.0})  # its wait: waiting to convert
+
+
 def test_a_retry_after_an_infrastructure_failure_converts_only_once_its_pause_is_over() -> None:
     s = Scheduler(HOST, {HOST: 1})
     s.add(DeviceState("host", HOST, 10))

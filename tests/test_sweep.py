@@ -269,6 +269,7 @@ class StartUpOrder(LocalExecutor):
 
     def warm_converters(self, source, runtimes):  # type: ignore[no-untyped-def]
         self.events.append(f"warm {source.ref}")
+        return {}
 
 
 def test_the_workers_import_their_converters_before_the_coordinator_loads_the_model(

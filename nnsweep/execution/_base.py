@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +88,18 @@ class Executor(ABC):
         for them, while the coordinator loads the model (the model itself waits for
         :meth:`warm_converters`: a built-in model's first load writes its weights to the cache)."""
 
-    def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> None:  # noqa: B027 (optional)
+    def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> Mapping[str, Future[None]]:
         """Let the conversion workers load the model and import these runtimes' converters
-        now, without waiting for them (the first conversion on a worker queues behind it)."""
+        now, without waiting for them.
+
+        Returns:
+            Machine -> a future done when all of its conversion workers are ready (failed
+            or not: a worker that could not load the model reports it at its first
+            conversion). The coordinator starts no conversion on a machine until then, so a
+            trial's converting is the workers' conversion and not their start-up (its
+            trial waits to convert meanwhile). Empty: nothing to wait for.
+        """
+        return {}
 
     def prepare(self, device: str, runtimes: Sequence[str]) -> Future[None] | None:
         """Let the device's agent get ready for these runtimes (start their warm workers).

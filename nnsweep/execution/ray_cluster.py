@@ -63,6 +63,28 @@ def _relay(source: Future[Any]) -> Future[Any]:
     return out
 
 
+def _all_done(futures: list[Future[Any]]) -> Future[None]:
+    """A future done once each of ``futures`` is, whatever each gave (a worker that failed to
+    get ready says so at its first conversion)."""
+    together: Future[None] = Future()
+    left = len(futures)
+    lock = threading.Lock()
+
+    def one_done(_: Future[Any]) -> None:
+        nonlocal left
+        with lock:
+            left -= 1
+            last = left == 0
+        if last:
+            together.set_result(None)
+
+    if not futures:
+        together.set_result(None)
+    for future in futures:
+        future.add_done_callback(one_done)
+    return together
+
+
 def _unpacked(source: Future[Any], cache: ArtifactCache) -> Future[Any]:
     """A future of the artifact in this machine's ``cache``, from one of a packed entry."""
     out: Future[Any] = Future()
@@ -376,10 +398,12 @@ class RayExecutor(Executor):
             for actor in actors:  # its next call (the model's load) waits behind it on the actor
                 actor.import_converters.remote(list(runtimes))
 
-    def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> None:
-        for machine, actors in self._converters.items():
-            for actor in actors:  # answered or not, its next call waits behind it on the actor
-                actor.warm.remote(source, list(runtimes), machine != self._machine)
+    def warm_converters(self, source: ModelSource, runtimes: Sequence[str]) -> Mapping[str, Future[None]]:
+        ready = {}
+        for machine, actors in self._converters.items():  # a conversion sent to an actor would queue behind its warm
+            ship = machine != self._machine
+            ready[machine] = _all_done([actor.warm.remote(source, list(runtimes), ship).future() for actor in actors])
+        return ready
 
     def _least_busy(self, actors: list[Any], affinity: Hashable) -> Any:
         """The actor with the fewest conversions under way: an actor works through its calls

@@ -124,6 +124,11 @@ class Results:
         if (exc := future.exception()) is not None:
             log.info("%s: its agent did not get ready (%s); measuring goes on", device, exc)
 
+    def converters_ready(self, machine: str, future: Future[None]) -> None:
+        """The conversion workers of ``machine`` are ready: conversions may start there."""
+        self.scheduler.placement.starting.discard(machine)
+        log.debug("the conversion workers of %s are ready", machine)
+
     def converted(self, digest: str, future: Future[Any]) -> None:
         now = self.clock()
         waiting = self.scheduler.placement.converting(digest)

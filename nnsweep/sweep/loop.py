@@ -221,6 +221,9 @@ class Sweep:
                 self.spec, self.executor, self.host, self._scheduler, self._recorder, self.stats, hang_limit_s,
                 self.clock,
             )  # fmt: skip
+            for machine, workers in plan.converters_ready.items():  # its first trials wait to convert meanwhile
+                self._scheduler.placement.starting.add(machine)
+                self._futures[workers] = partial(self._results.converters_ready, machine)
             for name, dev in devices.items():  # warm workers start while the first artifacts convert
                 if (ready := self.executor.prepare(name, dev.space.runtimes)) is not None:
                     self._scheduler.devices[name].starting = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nnsweep.core.results import FailureKind, TrialRecord, TrialStatus, failure_kind
@@ -35,6 +35,8 @@ from nnsweep.sweep.space import (
 from nnsweep.sweep.state import check_fingerprint
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import optuna
 
     from nnsweep.agents import Capabilities
@@ -55,6 +57,7 @@ class Plan:
 
     devices: Mapping[str, tuple[Capabilities, DeviceSpace]]
     sweep_id: str | None
+    converters_ready: Mapping[str, Future[None]] = field(default_factory=dict)  # machine -> its workers ready
 
     def notices(self) -> list[str]:
         """What the sweep says about its devices before it starts: an x86 CPU without VNNI
@@ -90,13 +93,12 @@ def check(
         study = studies.open_study(spec, name.split("/", 1)[1], create=False)
         check_fingerprint(spec.name, studies.fingerprint_of(study), fingerprint)
         sweep_id = sweep_id or studies.sweep_id_of(study)
-    if source is not None:
-        executor.warm_converters(source, spec.space.runtimes)
+    ready = executor.warm_converters(source, spec.space.runtimes) if source is not None else {}
     devices = {}
     for name in spec.devices:
         caps = executor.capabilities(name)
         devices[name] = (caps, device_space(spec, name, caps.runtimes, caps.cores, layers_for))
-    return Plan(devices, sweep_id)
+    return Plan(devices, sweep_id, ready)
 
 
 def _kind(record: TrialRecord) -> FailureKind:
