@@ -555,3 +555,20 @@ def test_xnnpack_static_annotation_without_batch_norm_patterns_prepares_the_same
     assert observers[1] == observers[0] and observers[0]
     with torch.no_grad():
         torch.testing.assert_close(prepared[1](x), prepared[0](x), rtol=0, atol=0)
+
+
+def test_a_float_output_refused_by_the_full_interface_names_the_output(tmp_path: Path) -> None:
+    """A model ending in an op the quantizer leaves float (a sigmoid) cannot take the ``full``
+    interface: the failed conversion says which output, not ExecuTorch 1.5.1's raw
+    ``Output {output_index}`` (its message lacks its f-string)."""
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Sigmoid()).eval()
+    bundle = load_model(register_live("ends_in_sigmoid", module, torch.randn(1, 3, 8, 8)))
+    quant = QuantConfig("static_int8", Granularity.PER_TENSOR, calibration_batches=1, interface=Interface.FULL)
+    with pytest.raises(ConversionError) as caught:
+        deploy.convert(bundle, DeploymentConfig("executorch", ("xnnpack", "portable"), quant), ArtifactCache(tmp_path))
+    assert "Output 0 is not a dequantize op" in str(caught.value) and "{" not in str(caught.value)

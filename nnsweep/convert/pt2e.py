@@ -448,8 +448,9 @@ def quantize_io(program: torch.export.ExportedProgram) -> IOSpec:
         in_scale, in_zp, _, _, in_dtype = quantize_input(program, 0)
         out_scale, out_zp, _, _, out_dtype = quantize_output(program, 0)
     except ValueError as exc:  # the first op taking the input, or the last giving the output, is float
+        reason = str(exc).replace("{output_index}", "0")  # ExecuTorch 1.5.1's message lacks its f-string
         raise ConversionError(
-            f"cannot give this model a quantized interface: {exc} (the ops at the model's ends must be int8: "
+            f"cannot give this model a quantized interface: {reason} (the ops at the model's ends must be int8: "
             "use the core interface, or no float layers there)"
         ) from exc
     return IOSpec(
