@@ -182,12 +182,12 @@ def test_no_conversion_starts_on_a_machine_whose_workers_are_still_starting() ->
     s = Scheduler(HOST, {HOST: 1, "builder": 1})
     s.add(DeviceState("host", HOST, 10))
     ex = FakeExecutor(s)
-    s.placement.starting |= {HOST, "builder"}
+    s.placement.converters_starting |= {HOST, "builder"}
     a, b = (ex.propose("host", config(t), 0.0) for t in (1, 2))
     assert ex.step(0.0) == [] and a.phase is b.phase is Phase.PROPOSED
-    s.placement.starting.discard("builder")
+    s.placement.converters_starting.discard("builder")
     assert [(x.kind, x.ticket.number, x.machine) for x in ex.step(1.0)] == [("convert", a.number, "builder")]
-    s.placement.starting.discard(HOST)
+    s.placement.converters_starting.discard(HOST)
     assert [(x.kind, x.ticket.number, x.machine) for x in ex.step(2.0)] == [("convert", b.number, HOST)]
     assert a.durations(2.0) == pytest.approx({"proposed": 1.0, "converting": 1.0})  # its wait: waiting to convert
 

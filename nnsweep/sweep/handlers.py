@@ -126,7 +126,7 @@ class Results:
 
     def converters_ready(self, machine: str, future: Future[None]) -> None:
         """The conversion workers of ``machine`` are ready: conversions may start there."""
-        self.scheduler.placement.starting.discard(machine)
+        self.scheduler.placement.converters_starting.discard(machine)
         log.debug("the conversion workers of %s are ready", machine)
 
     def converted(self, digest: str, future: Future[Any]) -> None:

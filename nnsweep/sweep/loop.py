@@ -222,7 +222,7 @@ class Sweep:
                 self.clock,
             )  # fmt: skip
             for machine, workers in plan.converters_ready.items():  # its first trials wait to convert meanwhile
-                self._scheduler.placement.starting.add(machine)
+                self._scheduler.placement.converters_starting.add(machine)
                 self._futures[workers] = partial(self._results.converters_ready, machine)
             for name, dev in devices.items():  # warm workers start while the first artifacts convert
                 if (ready := self.executor.prepare(name, dev.space.runtimes)) is not None:

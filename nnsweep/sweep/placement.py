@@ -60,7 +60,7 @@ class Placement:
         self.devices = devices
         self.converter_machine = converter_machine
         self.converters = {converter_machine: converters} if isinstance(converters, int) else dict(converters)
-        self.starting: set[str] = set()  # machines whose conversion workers are not ready yet: no conversion there
+        self.converters_starting: set[str] = set()  # machines whose conversion workers are not ready: none there yet
         self._evaluating: set[Ticket] = set()  # EVALUATING tickets whose host run has started
 
     def plan(self, now: float) -> list[Action]:
@@ -130,7 +130,8 @@ class Placement:
         """Start conversions in free slots: machines without devices first, never beside a measurement."""
         device_machines = {d.machine for d in self.devices.values()}
         used = list(converting.values())
-        free = {m: n - used.count(m) for m, n in self.converters.items() if m not in measuring | self.starting}
+        closed = measuring | self.converters_starting
+        free = {m: n - used.count(m) for m, n in self.converters.items() if m not in closed}
         order = sorted(free, key=lambda m: (m in device_machines, m))
         actions: list[Action] = []
         for d in self.devices.values():
