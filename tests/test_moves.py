@@ -8,7 +8,7 @@ from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, 
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective, parse_spec
 from nnsweep.sweep.lifecycle import Role
-from nnsweep.sweep.moves import neighbours, next_move, repaired
+from nnsweep.sweep.moves import neighbours, next_move, repaired, resplit
 from nnsweep.sweep.space import DeviceSpace, device_space, params_for
 
 HOST = {"executorch": ("xnnpack", "portable"), "onnxruntime": ("cpu",), "torch": ("x86", "qnnpack")}
@@ -157,6 +157,7 @@ def test_a_slower_trial_is_repaired_once_the_best_is_refined_if_a_repair_could_r
     assert move == (int8(1, runtime="onnxruntime"), Role.REPAIR)
     # never ``beaten``: even at fp32's accuracy, fp32 itself is faster
     tried.add(int8(1, runtime="onnxruntime").digest())
+    tried |= {c.digest() for r in records for c in resplit(r.config, SPACE)}  # the front's other limits
     assert next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried) is None
 
 
@@ -171,23 +172,28 @@ def test_the_fronts_int8_points_ascend_one_float_count_most_accurate_first_once_
     assert move == (int8(3, runtime="onnxruntime"), Role.REFINE)  # the most accurate int8 point, one count up
     tried.add(int8(3, runtime="onnxruntime").digest())
     # the best's own ascent is one of its neighbours (tried); fp32 has no count; the dominated trial is off the front
+    tried |= {c.digest() for r in records for c in resplit(r.config, SPACE)}
     assert next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried) is None
 
 
-def test_under_an_sqnr_objective_a_repair_is_hoped_to_reach_the_best_sqnr_measured() -> None:
-    # With SQNR an objective and its constraint, a repair gains SQNR as it gains accuracy: a slow
-    # fp32 baseline (40 dB) and a fast feasible int8 (35 dB) leave room between them that a
-    # repair of a 18 dB trial can take; counting only its accuracy, the 35 dB trial beat it.
-    sqnr = (Objective("sqnr_db", "maximize"), Objective("latency_p50_ms", "minimize"))
-
-    def measured(number: int, config: DeploymentConfig, db: float, latency: float) -> TrialRecord:
-        metrics = {"accuracy": 1.0, "sqnr_db": db, "latency_p50_ms": latency}
-        return TrialRecord("s", "host", number, config, TrialStatus.OK, metrics, feasible=db >= 30)
-
-    baseline = measured(0, dataclasses.replace(int8(), quant=QuantConfig(QuantMode.FP32)), 40.0, 0.10)
-    best = measured(1, int8(1), 35.0, 0.05)
-    between = measured(2, int8(0, runtime="onnxruntime"), 18.0, 0.07)
-    records = [baseline, best, between]
+def test_once_the_front_has_ascended_its_points_are_tried_with_other_partition_limits_most_accurate_first() -> None:
+    fp32 = dataclasses.replace(int8(), quant=QuantConfig(QuantMode.FP32))
+    baseline = record(0, fp32, 0.99, 0.10)  # the front's most accurate point
+    best = record(1, int8(1), 0.982, 0.05)
+    accurate = record(2, int8(3), 0.988, 0.06)  # on the front, at the space's highest count: no ascent
+    dominated = record(3, int8(1, max_delegated_partitions=1), 0.981, 0.07)  # off the front
+    records = [baseline, best, accurate, dominated]
     tried = {r.config.digest() for r in records} | {c.digest() for c in neighbours(best.config, SPACE)}
-    move = next_move(records, sqnr, SPACE, lambda c: c.digest() in tried)
-    assert move == (int8(1, runtime="onnxruntime"), Role.REPAIR)
+    moves = []
+    while (move := next_move(records, OBJECTIVES, SPACE, lambda c: c.digest() in tried)) is not None:
+        moves.append(move)
+        tried.add(move[0].digest())
+    assert {role for _, role in moves} == {Role.REFINE}
+    assert [c for c, _ in moves] == [*resplit(fp32, SPACE), *resplit(accurate.config, SPACE)]
+    # every variant keeps the quantized model and the backend order: only the limits change
+    variants = resplit(accurate.config, SPACE)
+    assert {(c.runtime, c.backends, c.quant) for c in variants} == {
+        (accurate.config.runtime, accurate.config.backends, accurate.config.quant)
+    }
+    assert {c.partitions for c in variants} == {PartitionLimits(1, 1), PartitionLimits(0, 2)}  # one limit at a time
+    assert resplit(int8(1, runtime="onnxruntime"), SPACE) == []  # a runtime that delegates nothing

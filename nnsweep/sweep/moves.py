@@ -36,6 +36,15 @@ count up is the likeliest next point of the front, and a chain ascends while its
 stay on it. On the search benchmark's ResNet table the front's two most accurate
 points are such steps (docs/search.md).
 
+**Resplit**: last, each point of the feasible front, the most accurate first, is tried
+with its other partition limits (role ``refine``). A partition limit changes which
+backend runs which operators, not the quantized model, so the variant keeps the point's
+accuracy (every variant in the search benchmark's tables measured the accuracy of its
+default), and only its latency can move: where it is faster, it replaces that point on
+the front. Refine tries these for the best alone; on two of those tables front points
+other than the best have variants 6 to 9 % faster than at the default limits
+(docs/search.md).
+
 **Refine**: when a trial becomes the device's fastest feasible configuration, its
 untried neighbours (one parameter changed, the others kept: a float-layer count, a
 quantizer option, a partition limit, a granularity, a backend order, a mode, a thread
@@ -73,7 +82,7 @@ from nnsweep.sweep.space import DeviceSpace, keeps_float, params_for, suggest
 _ACCURACY = "accuracy"  # the metric the accuracy constraint is on (nnsweep.sweep.outcomes)
 _FIDELITY = (_ACCURACY, "sqnr_db")  # what a repair can raise: the constrained metrics
 
-__all__ = ["neighbours", "next_move", "repaired"]
+__all__ = ["neighbours", "next_move", "repaired", "resplit"]
 
 
 def next_move(
@@ -87,7 +96,8 @@ def next_move(
     First a repair, of the most recent infeasible int8 trial the best feasible trial does
     not dominate; then the best feasible trial's first untried neighbour; then a repair
     of the most recent infeasible int8 trial that could still reach the front; then the
-    ascent of the front's int8 trials, the most accurate first.
+    ascent of the front's int8 trials, the most accurate first; then the other partition
+    limits of each front point, the most accurate first.
 
     Args:
         records: the device's told trials (their measured records suffice).
@@ -118,7 +128,19 @@ def next_move(
         up = repaired(r.config, space)  # the next count; None for fp32 and at the space's highest count
         if up is not None and not tried(up):
             return up, Role.REFINE
+    for r in front:
+        for near in resplit(r.config, space):
+            if not tried(near):
+                return near, Role.REFINE
     return None
+
+
+def resplit(config: DeploymentConfig, space: DeviceSpace) -> list[DeploymentConfig]:
+    """The neighbours of ``config`` that change only its partition limits (none where its
+    runtime delegates nothing): the same quantized model, split between backends another way."""
+    return [
+        near for near in neighbours(config, space) if dataclasses.replace(near, partitions=config.partitions) == config
+    ]
 
 
 def _first_repair(
