@@ -1,8 +1,8 @@
 """What the search benchmark's held-out models share: their data, and training with outlier channels.
 
-``heldout_model.py``, ``heldout_hybrid.py``, ``heldout_resnet.py`` and ``heldout_tcn.py`` are model files
-(``nnsweep bench --model benchmarks/heldout_model.py:heldout_mixer``); nnsweep makes
-the modules beside a model file importable, so each imports this one.
+``heldout_model.py``, ``heldout_hybrid.py``, ``heldout_resnet.py``, ``heldout_tcn.py`` and
+``heldout_se.py`` are model files (``nnsweep bench --model benchmarks/heldout_model.py:heldout_mixer``);
+nnsweep makes the modules beside a model file importable, so each imports this one.
 
 Each model makes int8 fail the same way: a few channels of one parameter (a bias, or
 a BatchNorm shift) are trained through a fixed gain (``torch.nn.utils.parametrize``,

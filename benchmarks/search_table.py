@@ -123,12 +123,21 @@ TCN_SPEC: dict[str, Any] = {
 """The ``--space tcn`` table's spec: the same space on the fourth held-out model
 (``benchmarks/heldout_tcn.py``), written after the front's ascent was added to the moves."""
 
+SE_SPEC: dict[str, Any] = {
+    **OUTLIER_SPEC,
+    "name": "search_table_se",
+    "model": "heldout_se.py:heldout_se",
+}
+"""The ``--space se`` table's spec: the same space on the fifth held-out model
+(``benchmarks/heldout_se.py``), written after the front's resplit was added to the moves."""
+
 SPACES: dict[str, dict[str, Any]] = {
     "outlier": OUTLIER_SPEC,
     "heldout": HELDOUT_SPEC,
     "hybrid": HYBRID_SPEC,
     "resnet": RESNET_SPEC,
     "tcn": TCN_SPEC,
+    "se": SE_SPEC,
 }
 """The named spaces (``--space``), each an inline spec; ``quickstart`` reads ``--spec`` instead."""
 
@@ -289,7 +298,7 @@ def main() -> None:
         default="quickstart",
         help="quickstart: --spec's space (the threads1/2 tables); outlier: OUTLIER_SPEC (mixed precision); "
         "heldout: HELDOUT_SPEC (the same space on the held-out model); hybrid: HYBRID_SPEC (on the second); "
-        "resnet: RESNET_SPEC (on the third); tcn: TCN_SPEC (on the fourth)",
+        "resnet: RESNET_SPEC (on the third); tcn: TCN_SPEC (on the fourth); se: SE_SPEC (on the fifth)",
     )
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     parser.add_argument(
