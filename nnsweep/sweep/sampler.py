@@ -10,9 +10,9 @@ outlier table (digits_outlier with ``float_layers``), whose best is no start, th
 sampler after the starts took a median of 64 trials to the best, random search given
 the same starts 52.5, and on three held-out tables it reached the front later than
 random search given the same starts on two. What reaches such a best is the
-coordinator's moves (:mod:`nnsweep.sweep.moves`: repair, refine, ascend), which come
-before the sampler: 12 to 16 trials on the five mixed-precision tables, against 28.5 to
-64 for random search given the same starts. The sampler proposes once they have
+coordinator's moves (:mod:`nnsweep.sweep.moves`: repair, refine, ascend, resplit), which
+come before the sampler: 12 to 16 trials on the six mixed-precision tables, against 24.5
+to 64 for random search given the same starts. The sampler proposes once they have
 nothing left; what these settings were chosen for is the repeats below.
 """
 
