@@ -164,6 +164,44 @@ def test_dynamic_int8_is_litert_dynamic_range(tmp_path: Path, granularity: str) 
     np.testing.assert_allclose(_run(tmp_path / result.filename, x), module(torch.from_numpy(x)).detach(), atol=0.05)
 
 
+def test_dynamic_int8_per_tensor_quantizes_depthwise_weights_per_channel_and_runs_them_right(tmp_path: Path) -> None:
+    # LiteRT's only kernel for a depthwise convolution with float input and int8 weights
+    # reads a scale per channel: with a per-tensor weight it read past the one scale, and
+    # the outputs were NaN or garbage. A convolution of one input channel is written as a
+    # depthwise one too; an ordinary convolution keeps its one scale.
+    from nnsweep.convert.litert import LiteRTConverter
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    module = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1),  # one input channel: a DEPTHWISE_CONV_2D
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8),  # depthwise
+        nn.ReLU(),
+        nn.Conv2d(8, 16, 1),  # pointwise: CONV_2D
+        nn.Flatten(),
+        nn.Linear(16 * 8 * 8, 4),
+    ).eval()
+    bundle = load_model(register_live("tiny_dw", module, torch.randn(1, 1, 8, 8)))
+    result = LiteRTConverter().convert(bundle, _config("dynamic_int8", granularity="per_tensor"), tmp_path)
+    model = tflite.load(tmp_path / result.filename)
+    subgraph = model.subgraphs[0]
+    names = tflite.operators(model)
+    scales = {
+        (i, name): len(subgraph.tensors[op.inputs[1]].quantization.scale)
+        for i, (name, op) in enumerate(zip(names, subgraph.operators, strict=True))
+        if name in ("DEPTHWISE_CONV_2D", "CONV_2D", "FULLY_CONNECTED")
+    }
+    assert sorted(scales.values()) == [1, 1, 8, 8]  # both depthwise per channel; conv and linear per tensor
+    assert all(n == 8 for (_, name), n in scales.items() if name == "DEPTHWISE_CONV_2D")
+    x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype(np.float32)
+    expected = module(torch.from_numpy(x)).detach().numpy()
+    for backends in (("cpu",), ("xnnpack", "cpu")):
+        out = _run(tmp_path / result.filename, x, backends)
+        assert np.isfinite(out).all()
+        np.testing.assert_allclose(out, expected, atol=0.05 * float(np.abs(expected).max()))
+
+
 def test_an_int8_model_that_ends_in_argmax_returns_its_classes_as_they_are(tmp_path: Path) -> None:
     # The core interface put a DEQUANTIZE after every output that was not float32, and
     # refused the argmax's int64 classes as "not a per-tensor quantized int8/uint8 tensor".

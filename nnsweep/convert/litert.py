@@ -80,7 +80,10 @@ def litert_quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_qu
         is_dynamic=quant.mode is QuantMode.DYNAMIC_INT8,
     )
     if quant.mode is QuantMode.DYNAMIC_INT8:  # activations are quantized at run time: nothing to observe
-        return float_fallback.pt2e_keep_float(pt2e_quantizer.PT2EQuantizer().set_global(config), quant.float_layers)  # type: ignore[no-any-return]
+        dynamic = float_fallback.pt2e_keep_float(pt2e_quantizer.PT2EQuantizer().set_global(config), quant.float_layers)
+        if quant.granularity is Granularity.PER_CHANNEL:
+            return dynamic  # type: ignore[no-any-return]
+        return depthwise_weights_per_channel(dynamic)
     # litert-torch observes activations with a histogram; minmax swaps the observer only.
     observer = _OBSERVERS[quant.calibration or Calibration.MINMAX]
     activation: dict[str, object] = {"observer_or_fake_quant_ctr": observer}
@@ -91,6 +94,43 @@ def litert_quantizer(quant: QuantConfig, symmetric_activations: bool) -> pt2e_qu
     config = dataclasses.replace(config, input_activation=act_in, output_activation=act_out)
     quantizer = pt2e_quantizer.PT2EQuantizer().set_global(config)
     return float_fallback.pt2e_keep_float(quantizer, quant.float_layers)  # type: ignore[no-any-return]
+
+
+_CONVOLUTIONS = (torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default, torch.ops.aten.convolution.default)
+
+
+def depthwise_weights_per_channel(quantizer: pt2e_quantizer.PT2EQuantizer) -> pt2e_quantizer.PT2EQuantizer:
+    """Make ``quantizer`` (dynamic int8, weights per tensor) quantize the weights of each
+    depthwise convolution per output channel; everything else stays per tensor.
+
+    LiteRT runs a depthwise convolution with float input and int8 weights (a dynamic-range
+    "hybrid" ``DEPTHWISE_CONV_2D``) with one kernel, ``EvalHybridPerChannel``, which reads a
+    scale per output channel: given a per-tensor weight's single scale, it read past it, and
+    XNNPACK declines the op, so nothing else runs it. Every output of a held-out model
+    (``benchmarks/heldout_se.py``) was NaN, its stem convolution (one input channel:
+    litert-torch writes it as a depthwise one) producing 3.4e38; ``digits`` and
+    ``digits_outlier`` gave NaN in one process and chance accuracy (10.0 %) in another from
+    the same file. TensorFlow Lite's own converter quantizes these weights per channel in its
+    dynamic-range mode; so does this. A convolution is depthwise where each group has one
+    input channel (the weight's second dimension is 1), as litert-torch lowers it.
+    """
+    weight_spec = pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True).weight
+    annotate = quantizer.annotate
+
+    def annotated(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        annotate(model)
+        for node in model.graph.nodes:
+            annotation = node.meta.get("quantization_annotation")
+            if node.op != "call_function" or node.target not in _CONVOLUTIONS or annotation is None:
+                continue
+            weight = node.args[1]
+            value = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
+            if weight in annotation.input_qspec_map and isinstance(value, torch.Tensor) and value.shape[1] == 1:
+                annotation.input_qspec_map[weight] = weight_spec
+        return model
+
+    quantizer.annotate = annotated  # type: ignore[method-assign]
+    return quantizer
 
 
 def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: bool) -> litert_torch.model.Model:
