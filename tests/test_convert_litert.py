@@ -202,6 +202,25 @@ def test_dynamic_int8_per_tensor_quantizes_depthwise_weights_per_channel_and_run
         np.testing.assert_allclose(out, expected, atol=0.05 * float(np.abs(expected).max()))
 
 
+def test_a_depthwise_weight_without_a_traced_value_is_read_from_its_attribute() -> None:
+    from nnsweep.convert.litert import _one_input_channel_per_group
+
+    class Convs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dw = nn.Parameter(torch.randn(8, 1, 3, 3))
+            self.pw = nn.Parameter(torch.randn(8, 8, 1, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.conv2d(nn.functional.conv2d(x, self.dw, groups=8), self.pw)
+
+    graph = torch.fx.symbolic_trace(Convs())  # get_attr nodes, no "val" in their meta
+    weights = {n.target: n for n in graph.graph.nodes if n.op == "get_attr"}
+    assert all("val" not in n.meta for n in weights.values())
+    assert _one_input_channel_per_group(graph, weights["dw"])
+    assert not _one_input_channel_per_group(graph, weights["pw"])
+
+
 def test_an_int8_model_that_ends_in_argmax_returns_its_classes_as_they_are(tmp_path: Path) -> None:
     # The core interface put a DEQUANTIZE after every output that was not float32, and
     # refused the argmax's int64 classes as "not a per-tensor quantized int8/uint8 tensor".

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import shutil
 from importlib import metadata
 from pathlib import Path
@@ -124,13 +125,23 @@ def depthwise_weights_per_channel(quantizer: pt2e_quantizer.PT2EQuantizer) -> pt
             if node.op != "call_function" or node.target not in _CONVOLUTIONS or annotation is None:
                 continue
             weight = node.args[1]
-            value = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
-            if weight in annotation.input_qspec_map and isinstance(value, torch.Tensor) and value.shape[1] == 1:
+            if weight in annotation.input_qspec_map and _one_input_channel_per_group(model, weight):
                 annotation.input_qspec_map[weight] = weight_spec
         return model
 
     quantizer.annotate = annotated  # type: ignore[method-assign]
     return quantizer
+
+
+def _one_input_channel_per_group(model: torch.fx.GraphModule, weight: object) -> bool:
+    """Whether a convolution's ``weight`` node holds a (out, 1, ...) weight: read from its
+    traced value, or from the module attribute a ``get_attr`` names."""
+    if not isinstance(weight, torch.fx.Node):
+        return False
+    value = weight.meta.get("val")
+    if value is None and weight.op == "get_attr":
+        value = operator.attrgetter(str(weight.target))(model)
+    return isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[1] == 1
 
 
 def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: bool) -> litert_torch.model.Model:
