@@ -128,12 +128,15 @@ def test_run_trials_below_one_is_a_usage_error(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
-def test_best_without_a_study_says_so(tmp_path: Path) -> None:
+def test_best_and_report_of_a_sweep_that_never_ran_say_so_in_one_line_and_exit_2(tmp_path: Path) -> None:
+    # `report` exited 1 here while `best` exited 2: both are the user's next step, not a failure
     spec = tmp_path / "s.yaml"
     spec.write_text("name: never_run\nmodel: digits\n")
-    proc = _run(["best", str(spec)], tmp_path)
-    assert proc.returncode in (1, 2) and "nnsweep run" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    for command in (["best", str(spec)], ["report", str(spec), "--no-tracking"]):
+        proc = _run(command, tmp_path)
+        assert proc.returncode == 2 and "nnsweep run" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing written
 
 
 @pytest.mark.integration
@@ -860,7 +863,7 @@ def test_a_command_nnsweep_suggests_quotes_a_path_with_spaces(
     folder.mkdir()
     spec_file = folder / "s.yaml"
     spec_file.write_text("name: spaced\nmodel: digits\nspace: {runtime: [onnxruntime], quant: [fp32]}\n")
-    assert main(["--cache-dir", str(tmp_path / "cache"), "report", str(spec_file)]) == 1
+    assert main(["--cache-dir", str(tmp_path / "cache"), "report", str(spec_file)]) == 2
     assert f"run `nnsweep run '{spec_file}'` first" in capsys.readouterr().err
     assert _results_text(load_spec(spec_file), []).endswith(f"`nnsweep ui '{spec_file}'`")
 

@@ -346,7 +346,7 @@ def test_report_command_writes_the_file_and_refuses_a_sweep_that_never_ran(
 
     other = tmp_path / "other.yaml"
     other.write_text("name: other\nmodel: digits\n", encoding="utf-8")
-    assert main(["report", str(other)]) == 1
+    assert main(["report", str(other)]) == 2
     assert "run `nnsweep run" in capsys.readouterr().err
     assert not (tmp_path / "reports").exists() and not (tmp_path / "mlflow.db").exists()
     assert main(["report", str(tmp_path / "missing.yaml")]) == 2

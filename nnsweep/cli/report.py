@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nnsweep.cli import _report_file
 from nnsweep.cli._args import _http_url
-from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, _usage_error, results
+from nnsweep.cli._output import EXIT_OK, EXIT_USAGE, _usage_error, results
 from nnsweep.cli._spec_args import _SPEC_OPTIONS, _load_checked_spec
 from nnsweep.core.errors import SpecError
 
@@ -44,11 +44,11 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
     devices = [load_device(spec, name) for name in spec.devices]
-    if not any(d.records for d in devices):
+    if not any(d.records for d in devices):  # as `best` of a sweep that never ran: the user's next step, exit 2
         sys.stderr.write(
             f"nnsweep report: {spec.name} has no trials yet: run `nnsweep run {shlex.quote(str(args.spec))}` first\n"
         )
-        return EXIT_FAILED
+        return EXIT_USAGE
     from nnsweep.tracking import MlflowTracker, NullTracker
 
     tracking = spec.tracking
