@@ -7,25 +7,12 @@ for their medium. Metric names are the ones :mod:`nnsweep.core.results` records.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
-from nnsweep.core import runtimes
+from nnsweep.core import metrics, runtimes
 from nnsweep.core.config import DeploymentConfig, Interface
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
-
-# Shown as percentages; sizes in KiB; everything else as measured.
-_PERCENT = frozenset({"accuracy", "top1_agreement", "accuracy_drop"})
-_NAMES = {
-    "accuracy": "accuracy",
-    "top1_agreement": "top-1 agreement with fp32",
-    "accuracy_drop": "accuracy drop vs fp32",
-    "sqnr_db": "SQNR (dB)",
-    "size_bytes": "size (KiB)",
-    "peak_rss_mb": "peak memory (MB)",
-    "speedup_vs_fp32": "speed-up vs fp32",
-}
 
 
 def metric_name(metric: str, *, unit: bool = True) -> str:
@@ -33,24 +20,12 @@ def metric_name(metric: str, *, unit: bool = True) -> str:
 
     With ``unit=False`` the bare name, for text where the value carries its unit (``fmt``).
     """
-    if not unit:
-        return re.sub(r" \([^)]*\)$", "", metric_name(metric))
-    if metric in _PERCENT:
-        return f"{_NAMES[metric]} (%)"
-    if metric in _NAMES:
-        return _NAMES[metric]
-    if metric.startswith("latency_") and metric.endswith("_ms"):
-        return f"latency {metric[len('latency_') : -len('_ms')]} (ms)"
-    return metric.replace("_", " ")
+    return metrics.row(metric).title(unit=unit)
 
 
 def scale(metric: str) -> float:
     """Factor from the recorded unit to the shown one (fractions to %, bytes to KiB)."""
-    if metric in _PERCENT:
-        return 100.0
-    if metric == "size_bytes":
-        return 1 / 1024
-    return 1.0
+    return metrics.row(metric).scale
 
 
 def shown(value: float | None, metric: str) -> float | None:
@@ -64,16 +39,16 @@ def fmt(value: float | None, metric: str) -> str:
     """A value for a card, a hover or a table cell, with its unit."""
     if value is None:
         return "–"
-    if metric == "sqnr_db" and math.isinf(value):
+    if metric == metrics.SQNR and math.isinf(value):
         return "∞ (identical)"
     v = shown(value, metric)
     if v is None:
         return "–"
-    if metric in _PERCENT:
+    if metrics.row(metric).unit == "%":
         return f"{v:.2f} %"
-    if metric == "speedup_vs_fp32":
+    if metric == metrics.SPEEDUP:
         return f"{v:.2f}×"
-    if metric == "size_bytes":
+    if metric == metrics.SIZE:
         return f"{v:,.1f} KiB"
     if metric.endswith("_ms"):
         return f"{v:.4f} ms" if abs(v) < 1 else f"{v:.2f} ms"

@@ -47,6 +47,8 @@ def measure(
     dataset: Dataset | None = None,
     settings: MeasureSettings | None = None,
     cache_dir: Path | str | None = None,
+    metrics: Mapping[str, Callable[..., Any]] | None = None,
+    targets: Any = None,
     **options: Any,
 ) -> DeploymentResult:
     """Convert ``model`` for one configuration and measure it on this machine, as ``nnsweep bench``.
@@ -59,10 +61,15 @@ def measure(
             top-1 agreement with the float model).
         settings: warm-up, timed runs, timeout (default: 5 warm-up, 200 timed runs).
         cache_dir: the artifact cache (default ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``).
+        metrics: your own metrics by name, each ``function(outputs, targets) -> float``
+            (:mod:`nnsweep.bench.task`), scored on the deployment's outputs (``.metrics``).
+        targets: what ``metrics`` get as targets, one per evaluation sample (default: the
+            dataset's evaluation labels).
         options: fields of :class:`DeploymentConfig` when ``config`` is not given.
 
     Returns:
-        Latency statistics, memory, size, accuracy and fidelity (``.to_dict()`` is ``bench --json``).
+        Latency statistics, memory, size, accuracy, fidelity and your metrics (``.to_dict()`` is
+        ``bench --json``).
 
     Raises:
         SpecError: the model or the configuration is not valid.
@@ -83,7 +90,29 @@ def measure(
     artifact, hit = deploy.convert(bundle, config, cache)
     snapshot = ModelSnapshot.of(bundle)
     snapshot.warn_if_constant()
-    return deploy.measure(snapshot, artifact, settings or MeasureSettings(), cache_hit=hit)
+    task = _task(bundle, snapshot, metrics or {}, targets)
+    return deploy.measure(snapshot, artifact, settings or MeasureSettings(), cache_hit=hit, task=task)
+
+
+def _task(bundle: Any, snapshot: Any, metrics: Mapping[str, Callable[..., Any]], targets: Any) -> Any:
+    """Callables as the user's metrics, checked on the fp32 outputs (``None`` without any)."""
+    if not metrics:
+        return None
+    from nnsweep.bench.task import load_task
+    from nnsweep.core.metrics import BUILTIN, UserMetric
+    from nnsweep.models import per_sample_shapes
+
+    for name, function in metrics.items():
+        if name in BUILTIN or not callable(function):
+            raise SpecError(f"metrics.{name}", "is a built-in metric's name, or not a callable")
+    if targets is None:
+        targets = bundle.dataset.evaluation.labels
+    elif len(targets) != len(snapshot.evaluation):
+        raise SpecError("targets", f"{len(targets)} targets for {len(snapshot.evaluation)} evaluation inputs")
+    chosen = tuple(UserMetric(name, function, "maximize") for name, function in metrics.items())
+    task = load_task(chosen, targets, per_sample_shapes(bundle))
+    task.check(snapshot.reference)
+    return task
 
 
 def sweep(

@@ -271,7 +271,7 @@ def test_the_fp32_baseline_accuracy_reads_the_scored_output_alone(tmp_path: Path
     (tmp_path / "heads.py").write_text(TWO_HEADS + LABELLED_BY_A_HEAD)
     host = HostSide(ModelSource(f"{tmp_path}/heads.py:{builder}", tmp_path / "cache"), MeasureSettings())
     host.load()
-    assert host.eager_accuracy == 1.0
+    assert host.eager["accuracy"] == 1.0
 
 
 def test_an_argmax_output_is_judged_by_its_agreement_not_an_sqnr_of_class_numbers() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
-from nnsweep.spec import Objective
+from nnsweep.spec import Constraints, Objective
 from nnsweep.sweep import outcomes
 from nnsweep.sweep.lifecycle import Phase, Ticket
 
@@ -23,7 +23,9 @@ def _ok(number: int, accuracy: float, latency: float, **extra: float) -> TrialRe
 
 def test_judge_against_the_baseline() -> None:
     base = _ok(0, 0.97, 2.0)
-    j = outcomes.judge(_ok(1, 0.955, 1.0), OBJ, base, 0.01, eager_accuracy=0.99, phases={"measuring": 3.0})
+    j = outcomes.judge(
+        _ok(1, 0.955, 1.0), OBJ, base, Constraints({"accuracy": 0.01}), {"accuracy": 0.99}, phases={"measuring": 3.0}
+    )
     assert j.values == (0.955, 1.0) and j.record.metrics["speedup_vs_fp32"] == 2.0
     assert math.isclose(j.record.metrics["accuracy_drop"], 0.015)
     assert math.isclose(j.constraints["accuracy_drop"], 0.005)
@@ -35,10 +37,16 @@ SQNR_OBJ = (Objective("sqnr_db", "maximize"), Objective("latency_p50_ms", "minim
 
 def test_the_sqnr_constraint_judges_a_regression_output() -> None:
     noisy = _ok(1, 1.0, 1.0, sqnr_db=18.4, max_abs_err=0.2)
-    j = outcomes.judge(noisy, SQNR_OBJ, None, None, eager_accuracy=1.0, min_sqnr_db=30.0)
+    j = outcomes.judge(noisy, SQNR_OBJ, None, Constraints(min={"sqnr_db": 30.0}), {"accuracy": 1.0})
     assert j.values == (18.4, 1.0) and j.record.feasible is False
     assert math.isclose(j.constraints["sqnr_db"], 11.6) and "accuracy_drop" not in j.constraints
-    both = outcomes.judge(_ok(2, 0.99, 1.0, sqnr_db=41.0, max_abs_err=0.01), SQNR_OBJ, None, 0.01, 1.0, None, 30.0)
+    both = outcomes.judge(
+        _ok(2, 0.99, 1.0, sqnr_db=41.0, max_abs_err=0.01),
+        SQNR_OBJ,
+        None,
+        Constraints({"accuracy": 0.01}, {"sqnr_db": 30.0}),
+        {"accuracy": 1.0},
+    )
     assert set(both.constraints) == {"accuracy_drop", "sqnr_db"} and both.record.feasible is True
 
 
@@ -46,23 +54,25 @@ def test_an_output_identical_to_fp32_is_told_not_failed() -> None:
     # bench leaves out an infinite SQNR (JSON has no infinity); a sweep with SQNR as an objective
     # failed every trial whose output was exact, the fp32 baseline included.
     exact = _ok(0, 1.0, 1.0, max_abs_err=0.0)
-    j = outcomes.judge(exact, SQNR_OBJ, None, None, eager_accuracy=1.0, min_sqnr_db=30.0)
+    j = outcomes.judge(exact, SQNR_OBJ, None, Constraints(min={"sqnr_db": 30.0}), {"accuracy": 1.0})
     assert j.record.status is TrialStatus.OK and j.values == (outcomes.IDENTICAL_SQNR_DB, 1.0)
     assert j.record.feasible is True
-    on_zero = outcomes.judge(_ok(1, 1.0, 1.0, max_abs_err=0.5), SQNR_OBJ, None, None, 1.0, None, 30.0)
+    on_zero = outcomes.judge(
+        _ok(1, 1.0, 1.0, max_abs_err=0.5), SQNR_OBJ, None, Constraints(min={"sqnr_db": 30.0}), {"accuracy": 1.0}
+    )
     assert on_zero.values == (-outcomes.IDENTICAL_SQNR_DB, 1.0) and on_zero.record.feasible is False
-    unmeasured = outcomes.judge(_ok(2, 1.0, 1.0), SQNR_OBJ, None, None, eager_accuracy=1.0, min_sqnr_db=30.0)
+    unmeasured = outcomes.judge(_ok(2, 1.0, 1.0), SQNR_OBJ, None, Constraints(min={"sqnr_db": 30.0}), {"accuracy": 1.0})
     assert unmeasured.values is None and unmeasured.record.status is TrialStatus.FAILED
 
 
 def test_judge_without_a_measured_baseline_uses_the_eager_model() -> None:
-    j = outcomes.judge(_ok(1, 0.985, 1.0), OBJ, None, 0.01, eager_accuracy=0.99)
+    j = outcomes.judge(_ok(1, 0.985, 1.0), OBJ, None, Constraints({"accuracy": 0.01}), {"accuracy": 0.99})
     assert j.record.feasible is True and "speedup_vs_fp32" not in j.record.metrics
 
 
 def test_an_objective_not_measured_fails_the_trial() -> None:
     rec = TrialRecord("s", "d", 1, CFG, TrialStatus.OK, metrics={"accuracy": 0.9, "latency_p50_ms": math.inf})
-    j = outcomes.judge(rec, OBJ, None, None, eager_accuracy=1.0)
+    j = outcomes.judge(rec, OBJ, None, Constraints(), {"accuracy": 1.0})
     assert j.values is None and j.record.status is TrialStatus.FAILED and "latency_p50_ms" in (j.record.reason or "")
 
 

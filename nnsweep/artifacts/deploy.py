@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from nnsweep.bench import Evaluation, MeasureSettings, Timing
     from nnsweep.bench._warm import ForkHere, WarmWorker
+    from nnsweep.bench.task import Task
 
     Forker = WarmWorker | ForkHere
     from nnsweep.convert._base import ConversionResult
@@ -176,6 +178,7 @@ class DeploymentResult:
     cache_hit: bool
     timing: Timing
     evaluation: Evaluation
+    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)  # the user's own, by name
 
     def to_dict(self) -> dict[str, Any]:
         """The ``nnsweep bench --json`` object."""
@@ -194,6 +197,7 @@ class DeploymentResult:
             "loadavg_1m": t.loadavg_1m,
             "size_bytes": self.artifact.size_bytes,
             "accuracy": e.accuracy,
+            "metrics": dict(self.metrics),
             "fidelity": e.fidelity.to_dict(),
             "fidelity_per_output": [f.to_dict() for f in e.per_output],
             "eval_samples": e.samples,
@@ -242,14 +246,17 @@ def measure(
     *,
     cache_hit: bool = False,
     worker: Forker | None = None,
+    task: Task | None = None,
 ) -> DeploymentResult:
-    """Time ``artifact`` on this machine in a process of its own, then evaluate its outputs.
+    """Time ``artifact`` on this machine in a process of its own, then evaluate its outputs
+    (and score them with the user's ``task``).
 
     Raises:
         BenchmarkError: it did not load or run, or its outputs are unusable.
+        MetricError: a user metric failed on its outputs.
     """
     timing, outputs = run_artifact(artifact, model.evaluation.inputs, settings, worker)
-    return assemble(model, artifact, timing, outputs, cache_hit=cache_hit)
+    return assemble(model, artifact, timing, outputs, cache_hit=cache_hit, task=task)
 
 
 def assemble(
@@ -259,11 +266,14 @@ def assemble(
     outputs: np.ndarray,
     *,
     cache_hit: bool,
+    task: Task | None = None,
 ) -> DeploymentResult:
-    """Evaluate a device's ``outputs`` against the model's fp32 reference and combine with its timing.
+    """Evaluate a device's ``outputs`` against the model's fp32 reference (and with the
+    user's ``task``) and combine with its timing.
 
     Raises:
         BenchmarkError: the outputs are unusable (wrong shape, NaN).
+        MetricError: a user metric failed on them.
     """
     from nnsweep.bench import evaluate
 
@@ -285,4 +295,5 @@ def assemble(
         # wherever it runs; the converting machine's placement notes do not
         notes = (*placed.notes, *(n for n in artifact.model_notes if n not in placed.notes))
         artifact = dataclasses.replace(artifact, partitions=dataclasses.replace(placed, notes=notes))
-    return DeploymentResult(model.name, model.digest, artifact, cache_hit, timing, evaluation)
+    scores = task.score(outputs) if task is not None else {}
+    return DeploymentResult(model.name, model.digest, artifact, cache_hit, timing, evaluation, scores)

@@ -21,6 +21,7 @@ from nnsweep.cli._args import (
 )
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
+from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
@@ -75,6 +76,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _config_options(parser)
     _measure_options(parser)
+    add_task_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     parser.set_defaults(handler=run)
 
@@ -170,11 +172,12 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
             max_duration_s=args.max_duration,
         )
         check_reference(args.model)
+        metrics, data = user_metrics(args), task_data(args)
         if args.weights is not None and not args.weights.is_file():
             raise SpecError("weights", f"file {str(args.weights)[:200]!r} does not exist")
     except SpecError as exc:
         return _usage_error(exc, _BENCH_OPTIONS)
-    return _execute_bench(args, config, settings, cache_dir)
+    return _execute_bench(args, config, settings, cache_dir, (metrics, data))
 
 
 def _bench_config(args: argparse.Namespace) -> Any:
@@ -283,7 +286,9 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_dir: Path) -> int:
+def _execute_bench(
+    args: argparse.Namespace, config: Any, settings: Any, cache_dir: Path, task_input: tuple[Any, Any] = ((), None)
+) -> int:
     """Convert through the cache and measure: everything after the input is checked.
 
     On a cache hit the model is not loaded: its snapshot (digest, evaluation data,
@@ -298,7 +303,10 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
     cache = ArtifactCache(cache_dir)
     store = SnapshotStore(cache.models_dir)
     status = Status(enabled=not args.json)
-    recipe = store.recipe(args.model, args.weights, args.input_shape)
+    metrics, data = task_input
+    # the user's data or metrics need the model itself (targets, output shapes): no snapshot
+    recipe = store.recipe(args.model, args.weights, args.input_shape) if not (metrics or data) else None
+    task = None
     float_note = None
     if args.float_layers:
         try:
@@ -321,8 +329,10 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
                         weights=args.weights,
                         input_shape=args.input_shape,
                         progress=status.line,
+                        data=data,
                     ),
                 )
+                task = bench_task(bundle, metrics, snapshot.reference)
             except SpecError as exc:
                 status.clear()
                 return _usage_error(exc, _BENCH_OPTIONS)
@@ -344,7 +354,7 @@ def _execute_bench(args: argparse.Namespace, config: Any, settings: Any, cache_d
             # On a cache hit this process is still light (no torch, no thread): fork the measurement from it.
             status.line(f"measuring ({settings.warmup} warm-up + {settings.iters} timed runs) ...", ticking=False)
             fork = ForkHere.for_runtime(config.runtime)
-            result = deploy.measure(snapshot, artifact, settings, cache_hit=hit, worker=fork)
+            result = deploy.measure(snapshot, artifact, settings, cache_hit=hit, worker=fork, task=task)
     except TrialError as exc:
         status.clear()
         log.info("the failure's traceback (the toolchain's own, as its cause):", exc_info=exc)  # -v
@@ -392,6 +402,7 @@ def _bench_summary(result: Any, estimated: list[str] | None = None) -> str:
         *(_timing_lines(t) if estimated is None else estimated),
     ]
     lines += quality_lines(result.evaluation)
+    lines += [f"Metric {name}: {value:.6g}" for name, value in result.metrics.items()]
     lines.append(a.partitions.render())
     return "\n".join(lines)
 

@@ -6,7 +6,8 @@
     ├── SpecError(ValueError)           the user: bad input; abort before writing anything, exit 2
     ├── TrialError(RuntimeError)        this trial fails with its reason; the sweep goes on
     │   ├── ConversionError             the converter could not produce an artifact
-    │   └── BenchmarkError              the artifact did not load or run on the device
+    │   ├── BenchmarkError              the artifact did not load or run on the device
+    │   └── MetricError                 a user metric failed on this deployment's outputs
     └── InfrastructureError(RuntimeError)   retry elsewhere; never recorded as a measurement
         ├── AgentLost                   a device agent or its node went away
         ├── CacheCorrupted              a cache entry failed its checksum (rebuilt, not trusted)
@@ -25,6 +26,7 @@ __all__ = [
     "ConversionError",
     "ConversionStorageError",
     "InfrastructureError",
+    "MetricError",
     "NnsweepError",
     "SpecError",
     "SweepStateDamaged",
@@ -65,6 +67,10 @@ class ConversionError(TrialError):
 
 class BenchmarkError(TrialError):
     """An artifact failed to load, run, or produce usable outputs."""
+
+
+class MetricError(TrialError):
+    """A user metric raised, or gave no finite number, on one deployment's outputs."""
 
 
 class InfrastructureError(NnsweepError, RuntimeError):

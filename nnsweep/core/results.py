@@ -178,4 +178,5 @@ def metrics_from_result(result: Mapping[str, Any]) -> dict[str, float]:
         out["sqnr_db"] = float(fid["sqnr_db"])
     acc = result.get("accuracy")
     out["accuracy"] = float(acc) if acc is not None else float(fid["top1_agreement"])
+    out.update({name: float(value) for name, value in (result.get("metrics") or {}).items()})
     return out

@@ -7,10 +7,14 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
 from nnsweep.artifacts.cache import Artifact
 from nnsweep.core.config import DeploymentConfig
+
+if TYPE_CHECKING:
+    from nnsweep.models.task_data import TaskData
 
 __all__ = ["ConvertRequest", "Executor", "ModelSource"]
 
@@ -23,6 +27,7 @@ class ModelSource:
     cache_root: Path
     weights: Path | None = None
     input_shape: tuple[int, ...] | None = None
+    data: TaskData | None = None  # the user's evaluation and calibration data
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,11 @@ class ConverterWorker:
             from nnsweep.models import load_model
 
             self._bundles[source] = load_model(
-                source.ref, cache_dir=cache.models_dir, weights=source.weights, input_shape=source.input_shape
+                source.ref,
+                cache_dir=cache.models_dir,
+                weights=source.weights,
+                input_shape=source.input_shape,
+                data=source.data,
             )
         return self._bundles[source]
 

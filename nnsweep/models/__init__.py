@@ -7,6 +7,7 @@ from nnsweep.models._bundle import (
     Split,
     class_positions,
     labelled_layout,
+    per_sample_shapes,
     unlabelled_layout,
 )
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
@@ -26,6 +27,7 @@ __all__ = [
     "class_positions",
     "labelled_layout",
     "load_model",
+    "per_sample_shapes",
     "register_live",
     "unlabelled_layout",
 ]

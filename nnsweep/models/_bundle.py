@@ -24,6 +24,7 @@ __all__ = [
     "output_columns",
     "output_shapes",
     "output_sizes",
+    "per_sample_shapes",
     "shape_positions",
     "unlabelled_layout",
 ]
@@ -34,10 +35,12 @@ class Split:
     """Inputs (N, ...) float32 (uint8 pixels, or int32 or int64 token ids, for a model that takes them), and
     labels (N,) int64 where the data is labelled ((N, H, W) for a dense output's classes,
     one per position: :func:`class_positions`; (N, T) for a sequence tagger's
-    ``(T, classes)``: :func:`labelled_layout`)."""
+    ``(T, classes)``: :func:`labelled_layout`). ``targets``: what the user's data gave for
+    each sample, of any structure, for the user's metrics (:mod:`nnsweep.bench.task`)."""
 
     inputs: np.ndarray
     labels: np.ndarray | None = None
+    targets: Any = None
 
     def __post_init__(self) -> None:
         # torch tensors and nested lists are taken as the arrays they hold: a Split of tensors
@@ -274,6 +277,14 @@ def output_shapes(result: Any, batch: int = 1) -> tuple[tuple[int, ...], ...]:
         tuple(tensor.shape[1:]) if tensor.dim() and tensor.shape[0] == batch else ()
         for tensor in flatten_outputs(result)
     )
+
+
+def per_sample_shapes(bundle: ModelBundle) -> tuple[tuple[int, ...], ...]:
+    """Each of the model's outputs' per-sample shape, from one call on the example input."""
+    import torch
+
+    with torch.no_grad():
+        return output_shapes(bundle.module(bundle.example_input))
 
 
 def shape_positions(per_sample: tuple[int, ...]) -> int:

@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from nnsweep.models._module_form import (
 from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
+
+if TYPE_CHECKING:
+    from nnsweep.models.task_data import TaskData
 
 __all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
 
@@ -124,6 +127,7 @@ def load_model(
     weights: Path | None = None,
     input_shape: tuple[int, ...] | None = None,
     progress: Callable[[str], None] | None = None,
+    data: TaskData | None = None,
 ) -> ModelBundle:
     """Load the model ``ref`` names, with its example input and data.
 
@@ -133,10 +137,26 @@ def load_model(
         weights: a state dict on disk for torchvision models.
         input_shape: the input shape (batch 1) when the model does not say.
         progress: called with lines of text during long steps (training).
+        data: the user's evaluation and calibration data, in place of the model's own.
 
     Raises:
         SpecError: the reference does not resolve, or what it returns is not a model.
     """
+    bundle = _load(ref, cache_dir, weights, input_shape, progress)
+    if data is None:
+        return bundle
+    from nnsweep.models.task_data import with_data
+
+    return with_data(bundle, data)
+
+
+def _load(
+    ref: str,
+    cache_dir: Path | None,
+    weights: Path | None,
+    input_shape: tuple[int, ...] | None,
+    progress: Callable[[str], None] | None,
+) -> ModelBundle:
     kind = check_reference(ref)
     if ref == "digits_outlier":
         from nnsweep.models.digits_outlier import load_digits_outlier

@@ -30,6 +30,7 @@ from string import Template
 from typing import TYPE_CHECKING
 
 from nnsweep.core.atomic import atomic_path
+from nnsweep.core.metrics import row as metric_row
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.front import best_across_devices, best_choice, best_trial, pareto_front
 
@@ -54,6 +55,21 @@ DEFAULT_UI_URL = "http://127.0.0.1:5000"
 
 REPORT_ARTIFACT = "report.html"
 """The report's name among each device run's artifacts."""
+
+
+def bound_texts(spec: SweepSpec) -> list[str]:
+    """Each of the sweep's bounds in words, with the metric's label and unit."""
+    c, user = spec.constraints, spec.metrics
+    texts = []
+    for name, bound in c.max_drop.items():
+        m = metric_row(name, user)
+        amount = f"{bound * m.scale:g} {'points' if m.unit == '%' else m.unit}".rstrip()
+        texts.append(f"{m.label} may drop at most {amount} below each device's fp32 baseline")
+    for word, bounds in (("at least", c.min), ("at most", c.max)):
+        for name, bound in bounds.items():
+            m = metric_row(name, user)
+            texts.append(f"{m.label} {word} {bound * m.scale:g} {m.unit}".rstrip())
+    return texts
 
 
 def check_ui_url(url: str, field: str = "--ui-url") -> str:
@@ -151,13 +167,7 @@ def render_report(
     emulated = [d.device for d in devices if any(r.emulated for r in d.records)]
     speedup = _speedup_block(speedups, emulated)
     objective_text = ", ".join(f"{o.direction} {o.metric}" for o in objectives)
-    limits = []
-    if spec.max_accuracy_drop is not None:
-        points = spec.max_accuracy_drop * 100
-        limits.append(f"accuracy may drop at most {points:.2f} points below each device's fp32 baseline")
-    if spec.min_sqnr_db is not None:
-        limits.append(f"each output's SQNR against the fp32 model at least {spec.min_sqnr_db:g} dB")
-    constraint = "".join(f"; {limit}" for limit in limits)
+    constraint = "".join(f"; {limit}" for limit in bound_texts(spec))
     meta = (
         f"model {spec.model} · devices {', '.join(d.device for d in devices)} · {total} trials · "
         f"objectives: {objective_text}{constraint}"

@@ -21,7 +21,8 @@ from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, clip, excerpt
 from nnsweep.core.quant import OptionValue, QuantMode
 from nnsweep.spec.schema import schema, translate
-from nnsweep.spec.settings import _NAME, METRICS, Bridge, Budget, IntRange, Objective, SearchSpace, SweepSpec, Tracking
+from nnsweep.spec.settings import _NAME, Bridge, Budget, IntRange, Objective, SearchSpace, SweepSpec, Tracking
+from nnsweep.spec.task import build_constraints, build_data, build_metrics, check_objectives
 
 __all__ = ["parse_spec"]
 
@@ -84,7 +85,10 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     base = source.parent if source is not None else Path.cwd()
     model = _model(raw, base)
     space = _space(raw.space)
-    _check_objectives_and_devices(raw)
+    metrics = build_metrics(raw, base)
+    check_objectives(raw, metrics)
+    _check_devices(raw)
+    constraints = build_constraints(raw, metrics)
     bridges = _bridges(raw, base)
     npus = _npus(raw, bridges)
     storage = raw.storage
@@ -118,6 +122,9 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         bridges=bridges,
         npus=npus,
         source=source,
+        metrics=metrics,
+        constraints=constraints,
+        data=build_data(raw, base),
     )
 
 
@@ -262,10 +269,7 @@ def _values(values: tuple[OptionValue, ...]) -> str:
     return ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
 
 
-def _check_objectives_and_devices(raw: Any) -> None:
-    for metric in raw.objectives:
-        if metric not in METRICS:
-            raise SpecError(f"objectives.{clip(metric)}", f"unknown metric; allowed: {', '.join(METRICS)}")
+def _check_devices(raw: Any) -> None:
     for i, device in enumerate(raw.devices):
         if not _NAME.fullmatch(device):
             raise SpecError(f"devices[{i}]", f"{excerpt(device)} is not a device name (letters, digits, '_', '-', '.')")

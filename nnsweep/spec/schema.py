@@ -15,6 +15,7 @@ from nnsweep.spec.settings import (
     MAX_NODES,
     MAX_PARTITIONS,
     MAX_REPEATS,
+    MAX_SAMPLES,
     MAX_SECONDS,
     MAX_THREADS,
     MAX_TRIALS,
@@ -104,6 +105,26 @@ def schema() -> Any:
     class ConstraintsIn(_Strict):
         max_accuracy_drop: Float | None = Field(default=None, ge=0, le=1)
         min_sqnr_db: Float | None = Field(default=None, ge=0, le=200)
+        # metric -> bound: its drop below the device's fp32 baseline, and absolute bounds
+        max_drop: dict[Text, Float] = Field(default_factory=dict)
+        min: dict[Text, Float] = Field(default_factory=dict)
+        max: dict[Text, Float] = Field(default_factory=dict)
+
+    class MetricIn(_Strict):
+        function: Text = Field(min_length=1, max_length=1000)
+        goal: Literal["maximize", "minimize"]
+
+    class DataSourceIn(_Strict):
+        source: Text = Field(min_length=1, max_length=2000)
+        max_samples: Int | None = Field(default=None, ge=1, le=MAX_SAMPLES)
+        seed: Int = Field(default=0, ge=0, le=2**32 - 1)
+        transform: Text | None = Field(default=None, min_length=1, max_length=1000)
+        input_column: Text | None = Field(default=None, min_length=1, max_length=200)
+        target_column: Text | None = Field(default=None, min_length=1, max_length=200)
+
+    class DataIn(_Strict):
+        evaluation: DataSourceIn | None = None
+        calibration: DataSourceIn | None = None
 
     class BridgeIn(_Strict):
         transport: Literal["adb", "ssh"]
@@ -132,6 +153,8 @@ def schema() -> Any:
             default_factory=_default_objectives, min_length=1
         )
         constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
+        metrics: dict[Text, MetricIn] = Field(default_factory=dict)
+        data: DataIn = Field(default_factory=DataIn)
         space: SpaceIn = Field(default_factory=SpaceIn)
         budget: BudgetIn = Field(default_factory=BudgetIn)
         measure: MeasureIn = Field(default_factory=MeasureIn)

@@ -7,10 +7,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
+from nnsweep.core.metrics import BUILTIN, UserMetric
 from nnsweep.core.quant import OptionValue
+
+if TYPE_CHECKING:
+    from nnsweep.models.task_data import TaskData
 
 __all__ = [
     "MAX_FLOAT_LAYERS",
@@ -19,6 +23,7 @@ __all__ = [
     "MAX_NODES",
     "MAX_PARTITIONS",
     "MAX_REPEATS",
+    "MAX_SAMPLES",
     "MAX_SECONDS",
     "MAX_THREADS",
     "MAX_TRIALS",
@@ -26,6 +31,7 @@ __all__ = [
     "METRICS",
     "Bridge",
     "Budget",
+    "Constraints",
     "IntRange",
     "Objective",
     "SearchSpace",
@@ -34,17 +40,7 @@ __all__ = [
 ]
 
 # Metrics an objective may name, and where they come from.
-METRICS: dict[str, str] = {
-    "accuracy": "top-1 on the evaluation split (top-1 agreement with fp32 for models without labels)",
-    "top1_agreement": "top-1 agreement with the fp32 reference",
-    "sqnr_db": "signal-to-quantization-noise ratio vs the fp32 reference",
-    "latency_mean_ms": "mean latency",
-    "latency_p50_ms": "median latency",
-    "latency_p90_ms": "90th percentile latency",
-    "latency_p99_ms": "99th percentile latency",
-    "size_bytes": "artifact size",
-    "peak_rss_mb": "peak resident memory of the measuring process",
-}
+METRICS: dict[str, str] = {m.name: m.description for m in BUILTIN.values() if m.objective}
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
 # Bounds of numeric spec fields: far beyond any sensible value, so a typo (1e26,
@@ -59,6 +55,7 @@ MAX_PARTITIONS = 10_000
 MAX_NODES = 1_000_000
 MAX_FLOAT_LAYERS = 10_000
 MAX_REPEATS = 1_000
+MAX_SAMPLES = 10_000_000  # data.*.max_samples
 
 
 @dataclass(frozen=True)
@@ -116,6 +113,28 @@ class Budget:
 
     trials: int
     timeout_s: float | None
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Bounds a feasible trial meets, each keyed by metric name.
+
+    Args:
+        max_drop: how far a metric may fall below (for a metric to maximise) or rise above
+            (to minimise) the same device's fp32 baseline.
+        min, max: absolute bounds, on any metric (a size or memory budget too).
+    """
+
+    max_drop: Mapping[str, float] = field(default_factory=dict)
+    min: Mapping[str, float] = field(default_factory=dict)
+    max: Mapping[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.max_drop or self.min or self.max)
+
+    def names(self) -> set[str]:
+        """Every metric a bound names."""
+        return {*self.max_drop, *self.min, *self.max}
 
 
 @dataclass(frozen=True)
@@ -180,6 +199,9 @@ class SweepSpec:
         bridges: devices driven over adb/ssh (see :class:`Bridge`).
         npus: device -> Ethos-U configuration, for estimate-only NPU devices.
         state_dir: where the sweep keeps its Optuna journal and bookkeeping.
+        metrics: the user's own metrics (the spec's ``metrics``), usable wherever a built-in is.
+        constraints: every bound, ``max_accuracy_drop`` and ``min_sqnr_db`` folded in.
+        data: where the evaluation and calibration data come from (``None``: the model's own).
     """
 
     name: str
@@ -208,6 +230,9 @@ class SweepSpec:
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
+    metrics: tuple[UserMetric, ...] = ()
+    constraints: Constraints = field(default_factory=Constraints)
+    data: TaskData | None = None
 
 
 def _default_objectives() -> dict[str, Literal["maximize", "minimize"]]:

@@ -19,6 +19,7 @@ from nnsweep.bench import MeasureSettings
 from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig, Granularity
 from nnsweep.core.errors import SpecError
+from nnsweep.core.metrics import ACCURACY, UserMetric
 from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
 from nnsweep.execution import ModelSource
 from nnsweep.sweep.lifecycle import Ticket
@@ -26,6 +27,7 @@ from nnsweep.sweep.rankings import LayerRankings
 
 if TYPE_CHECKING:
     from nnsweep.artifacts.cache import Artifact, ArtifactCache
+    from nnsweep.bench.task import Task
     from nnsweep.models import ModelBundle, ModelSnapshot
 
 __all__ = ["HostSide", "host_twin"]
@@ -52,10 +54,15 @@ class HostSide:
         notice: told, in a line, what a long step outside the trials is doing (a runtime's
             sensitivity ranking: minutes on a large model, before its first float-layer trial),
             and when an int8 artifact is float in effect (:class:`LayerRankings`).
+        metrics: the user's own metrics, computed from each deployment's outputs here.
     """
 
     def __init__(
-        self, source: ModelSource, settings: MeasureSettings, notice: Callable[[str], None] | None = None
+        self,
+        source: ModelSource,
+        settings: MeasureSettings,
+        notice: Callable[[str], None] | None = None,
+        metrics: tuple[UserMetric, ...] = (),
     ) -> None:
         self.source = source
         self.settings = settings
@@ -63,7 +70,9 @@ class HostSide:
         self._bundle: ModelBundle | None = None
         self._snapshot: ModelSnapshot | None = None
         self._artifacts: dict[str, Artifact] = {}  # config digest -> artifact
-        self.eager_accuracy = 1.0
+        self.metrics = metrics
+        self.task: Task | None = None
+        self.eager: dict[str, float] = {ACCURACY: 1.0}  # the fp32 model's own quality metrics
         self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
         self._pool: ThreadPoolExecutor | None = None
         self.rankings = LayerRankings(source.ref, source.cache_root, notice)
@@ -117,6 +126,7 @@ class HostSide:
             cache_dir=self._cache().models_dir,
             weights=self.source.weights,
             input_shape=self.source.input_shape,
+            data=self.source.data,
         )
         self._snapshot = ModelSnapshot.of(self._bundle)
         self._snapshot.warn_if_constant()
@@ -133,7 +143,19 @@ class HostSide:
                 positions=snap.positions or None,
                 class_axes=snap.class_axes or None,
             ).accuracy
-            self.eager_accuracy = 1.0 if accuracy is None else float(accuracy)
+            self.eager[ACCURACY] = 1.0 if accuracy is None else float(accuracy)
+        if self.metrics:
+            self.task = self._task()
+            self.eager.update(self.task.check(self._snapshot.reference))
+
+    def _task(self) -> Task:
+        """The user's metrics, imported, with the evaluation targets (the data's own, else the labels)."""
+        from nnsweep.bench.task import load_task
+        from nnsweep.models import per_sample_shapes
+
+        evaluation = self.bundle.dataset.evaluation
+        targets = evaluation.targets if evaluation.targets is not None else evaluation.labels
+        return load_task(self.metrics, targets, per_sample_shapes(self.bundle))
 
     def cached(self, config: DeploymentConfig) -> Artifact | None:
         """The artifact if this machine's cache holds it already (then no worker is needed)."""
@@ -190,7 +212,7 @@ class HostSide:
         a = self._artifacts[ticket.config.digest()]
         assert reply.outputs is not None  # from the device, or from outputs() on this host
         assert self._snapshot is not None, "load() first"
-        result = deploy.assemble(self._snapshot, a, reply.timing, reply.outputs, cache_hit=False)
+        result = deploy.assemble(self._snapshot, a, reply.timing, reply.outputs, cache_hit=False, task=self.task)
         self.rankings.tell_if_float(ticket.config, result.evaluation.fidelity.sqnr_db, self._snapshot)
         data = result.to_dict()
         metrics = metrics_from_result(data)

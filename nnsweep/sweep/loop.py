@@ -110,7 +110,7 @@ class Sweep:
         self.retry = frozenset({FailureKind.TRANSIENT}) | retry_failed
         self.progress, self.depth, self.fresh, self.clock = progress, depth, fresh, clock
         self.lost_timeout_s, self.hang_grace_s = lost_timeout_s, hang_grace_s
-        self.source = ModelSource(spec.model, cache_root, spec.weights, spec.input_shape)
+        self.source = ModelSource(spec.model, cache_root, spec.weights, spec.input_shape, spec.data)
         self.settings = MeasureSettings(
             spec.warmup,
             spec.iters,
@@ -121,7 +121,7 @@ class Sweep:
             max_duration_s=spec.max_duration_s,
         )
         self.stats = SweepStats()
-        self.host = HostSide(self.source, self.settings, notice)
+        self.host = HostSide(self.source, self.settings, notice, spec.metrics)
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}
         self._scheduler: Scheduler | None = None
         self._recorder: Recorder | None = None
@@ -213,7 +213,7 @@ class Sweep:
                 self.retry,
             )  # fmt: skip
             self._recorder = Recorder(
-                self.spec, self._scheduler, self.tracker, devices, self.host.eager_accuracy, self.clock
+                self.spec, self._scheduler, self.tracker, devices, self.host.eager, self.clock
             )
             self._asker = Asker(self._scheduler, self._recorder, self.host, self.tracker, self.stats, self._start)
             hang_limit_s = self.settings.timeout_s + self.hang_grace_s

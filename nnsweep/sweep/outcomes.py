@@ -12,8 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from nnsweep.core.metrics import LATENCY_P50, SPEEDUP, SQNR, UserMetric, drop
+from nnsweep.core.metrics import row as metric_row
 from nnsweep.core.results import TrialRecord, TrialStatus
-from nnsweep.spec import Objective
+from nnsweep.spec import Constraints, Objective
 from nnsweep.sweep.lifecycle import Ticket
 
 __all__ = [
@@ -81,22 +83,22 @@ def judge(
     record: TrialRecord,
     objectives: Sequence[Objective],
     baseline: TrialRecord | None,
-    max_accuracy_drop: float | None,
-    eager_accuracy: float,
+    constraints: Constraints,
+    eager: Mapping[str, float],
     phases: Mapping[str, float] | None = None,
-    min_sqnr_db: float | None = None,
+    user: tuple[UserMetric, ...] = (),
 ) -> Judgement:
-    """Add speed-up and accuracy drop against the baseline, and the objective values.
+    """Add speed-up and each bounded metric's drop against the baseline, and the objective values.
 
     Args:
         record: a measured or reused record.
         objectives: the sweep's objectives, in order.
-        baseline: the device's measured fp32 baseline (``None``: not measured; the
-            accuracy drop is then against ``eager_accuracy``, the fp32 model run eagerly).
-        max_accuracy_drop: the accuracy constraint (``None``: none).
-        eager_accuracy: the fp32 model's own accuracy on the evaluation split.
+        baseline: the device's measured fp32 baseline (``None``: not measured; a drop is
+            then against ``eager``, the fp32 model run eagerly).
+        constraints: the sweep's bounds (a violated bound makes the trial infeasible).
+        eager: the fp32 model's own quality metrics on the evaluation split.
         phases: seconds the trial spent in each lifecycle phase (logged as ``time_<phase>_s``).
-        min_sqnr_db: the SQNR constraint (``None``: none).
+        user: the user's metrics (their goals say which way a drop goes).
 
     Returns:
         The judgement; ``values`` is ``None`` (and the record FAILED) when an objective was not measured.
@@ -104,18 +106,12 @@ def judge(
     metrics = dict(record.metrics)
     metrics.update({f"time_{phase}_s": seconds for phase, seconds in (phases or {}).items()})
     base = baseline.metrics if baseline is not None else {}
-    if base.get("latency_p50_ms") and metrics.get("latency_p50_ms"):
-        metrics["speedup_vs_fp32"] = base["latency_p50_ms"] / metrics["latency_p50_ms"]
-    if "sqnr_db" not in metrics and (sqnr := _unbounded_sqnr(metrics)) is not None:
-        metrics["sqnr_db"] = sqnr
-    constraints: dict[str, float] = {}
-    if max_accuracy_drop is not None and "accuracy" in metrics:
-        reference = base.get("accuracy", eager_accuracy)
-        metrics["accuracy_drop"] = reference - metrics["accuracy"]
-        constraints["accuracy_drop"] = metrics["accuracy_drop"] - max_accuracy_drop
-    if min_sqnr_db is not None and "sqnr_db" in metrics:
-        constraints["sqnr_db"] = min_sqnr_db - metrics["sqnr_db"]
-    feasible = all(c <= 1e-12 for c in constraints.values()) if constraints else None
+    if base.get(LATENCY_P50) and metrics.get(LATENCY_P50):
+        metrics[SPEEDUP] = base[LATENCY_P50] / metrics[LATENCY_P50]
+    if SQNR not in metrics and (sqnr := _unbounded_sqnr(metrics)) is not None:
+        metrics[SQNR] = sqnr
+    bounds = _violations(metrics, base, constraints, eager, user)
+    feasible = all(c <= 1e-12 for c in bounds.values()) if bounds else None
     values = []
     for obj in objectives:
         value = metrics.get(obj.metric)
@@ -124,7 +120,33 @@ def judge(
             bad = dataclasses.replace(record, status=TrialStatus.FAILED, reason=reason, metrics=metrics)
             return Judgement(bad, None, {})
         values.append(float(value))
-    return Judgement(dataclasses.replace(record, metrics=metrics, feasible=feasible), tuple(values), constraints)
+    return Judgement(dataclasses.replace(record, metrics=metrics, feasible=feasible), tuple(values), bounds)
+
+
+def _violations(
+    metrics: dict[str, float],
+    base: Mapping[str, float],
+    constraints: Constraints,
+    eager: Mapping[str, float],
+    user: tuple[UserMetric, ...],
+) -> dict[str, float]:
+    """Each bound's violation (feasible at most 0), keyed as Optuna's constraint values are;
+    the drops are added to ``metrics``."""
+    out: dict[str, float] = {}
+    for name, bound in constraints.max_drop.items():
+        reference = base.get(name, eager.get(name))
+        if name not in metrics or reference is None:
+            continue
+        sign = 1.0 if metric_row(name, user).goal == "maximize" else -1.0
+        metrics[drop(name)] = sign * (reference - metrics[name])
+        out[drop(name)] = metrics[drop(name)] - bound
+    for name, bound in constraints.min.items():
+        if name in metrics:
+            out[name if name == SQNR else f"min_{name}"] = bound - metrics[name]
+    for name, bound in constraints.max.items():
+        if name in metrics:
+            out[f"max_{name}"] = metrics[name] - bound
+    return out
 
 
 def _unbounded_sqnr(metrics: Mapping[str, float]) -> float | None:

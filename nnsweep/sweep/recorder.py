@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,7 @@ class Recorder:
         scheduler: the sweep's scheduler (told about every outcome).
         tracker: where trials are logged.
         devices: device name -> its run.
-        eager_accuracy: the fp32 model's own accuracy (the reference when no baseline was measured).
+        eager: the fp32 model's own quality metrics (the reference when no baseline was measured).
         clock: monotonic seconds.
     """
 
@@ -65,11 +65,11 @@ class Recorder:
         scheduler: Scheduler,
         tracker: Tracker,
         devices: dict[str, DeviceRun],
-        eager_accuracy: float,
+        eager: Mapping[str, float],
         clock: Callable[[], float],
     ) -> None:
         self.spec, self.scheduler, self.tracker, self.devices = spec, scheduler, tracker, devices
-        self.eager_accuracy, self.clock = eager_accuracy, clock
+        self.eager, self.clock = eager, clock
 
     def settle(self, ticket: Ticket, record: TrialRecord) -> None:
         """A result is known (measured, or a repeat): tell it now or hold it."""
@@ -92,10 +92,10 @@ class Recorder:
             ticket.outcome,
             self.spec.objectives,
             self.scheduler.devices[ticket.device].baseline,
-            self.spec.max_accuracy_drop,
-            self.eager_accuracy,
+            self.spec.constraints,
+            self.eager,
             ticket.durations(self.clock()),
-            self.spec.min_sqnr_db,
+            self.spec.metrics,
         )
         trial = dev.trials.pop(ticket)
         record = _with_role(judged.record, ticket)

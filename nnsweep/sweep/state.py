@@ -133,7 +133,38 @@ def fingerprint(spec: SweepSpec, bundle: ModelBundle) -> dict[str, str]:
         + (f" min_sqnr_db={spec.min_sqnr_db:g}" if spec.min_sqnr_db is not None else ""),
         "space": hashlib.sha256(_canonical(_space(spec)).encode()).hexdigest(),
         **_scoring(bundle),
+        **_task(spec),
     }
+
+
+def _task(spec: SweepSpec) -> dict[str, str]:
+    """The user's metrics and every bound beyond the two older keys (their data is in the
+    model digest). A sweep with neither has no such part, so it resumes as before."""
+    c = spec.constraints
+    extra = {
+        "max_drop": {k: v for k, v in c.max_drop.items() if (k, v) != ("accuracy", spec.max_accuracy_drop)},
+        "min": {k: v for k, v in c.min.items() if (k, v) != ("sqnr_db", spec.min_sqnr_db)},
+        "max": dict(c.max),
+    }
+    out = {}
+    if spec.metrics:
+        functions = [f"{m.name}:{m.goal}:{_function_digest(m.function)}" for m in spec.metrics]
+        out["metrics"] = ",".join(functions)
+    if any(extra.values()):
+        out["bounds"] = _canonical(extra)
+    return out
+
+
+def _function_digest(function: Any) -> str:
+    """A metric function's reference and the sha256 of the file that defines it (a changed
+    metric gives other figures: the sweep refuses to resume on them)."""
+    if callable(function):
+        return getattr(function, "__qualname__", "callable")
+    head = str(function).rpartition(":")[0]
+    path = Path(head)
+    if head.endswith(".py") and path.is_file():
+        return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+    return str(function)
 
 
 def _scoring(bundle: ModelBundle) -> dict[str, str]:

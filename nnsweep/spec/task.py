@@ -1,0 +1,105 @@
+"""The spec's task sections: the user's ``metrics``, the ``objectives`` and ``constraints``
+naming them or built-in metrics, and the ``data`` they are computed on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nnsweep.core.errors import SpecError, clip, excerpt
+from nnsweep.core.metrics import BUILTIN, UserMetric, drop, high, low, remeasured
+from nnsweep.spec.settings import _NAME, METRICS, Constraints
+
+if TYPE_CHECKING:
+    from nnsweep.models.task_data import TaskData
+
+__all__ = ["build_constraints", "build_data", "build_metrics", "check_objectives"]
+
+
+def build_metrics(raw: Any, base: Path) -> tuple[UserMetric, ...]:
+    """The ``metrics`` section: names checked against the built-ins, file references made absolute.
+
+    Raises:
+        SpecError: on ``metrics.NAME``: a bad name, one a built-in metric has, or a bad reference.
+    """
+    from nnsweep.models.references import check_function_reference
+
+    taken = set(BUILTIN)
+    derived = {f(b) for b in BUILTIN for f in (drop, remeasured, low, high)}
+    metrics = []
+    for name, m in raw.metrics.items():
+        path = f"metrics.{clip(name)}"
+        if not _NAME.fullmatch(name) or not name.isidentifier():
+            raise SpecError(path, f"{excerpt(name)} is not a metric name (a letter, then letters, digits, '_')")
+        if name in taken or name in derived or name.startswith(("time_", "measure_", "estimate_")):
+            raise SpecError(path, f"{name!r} is a built-in metric's name; call yours something else")
+        function = check_function_reference(m.function, field=f"{path}.function", base_dir=base)
+        metrics.append(UserMetric(name, function, m.goal))
+    return tuple(metrics)
+
+
+def check_objectives(raw: Any, metrics: tuple[UserMetric, ...]) -> None:
+    """Every objective names a built-in metric or one of the user's.
+
+    Raises:
+        SpecError: on ``objectives.NAME``.
+    """
+    known = [*METRICS, *(m.name for m in metrics)]
+    for metric in raw.objectives:
+        if metric not in known:
+            raise SpecError(f"objectives.{clip(metric)}", f"unknown metric; allowed: {', '.join(known)}")
+
+
+def build_constraints(raw: Any, metrics: tuple[UserMetric, ...]) -> Constraints:
+    """Every bound, ``max_accuracy_drop`` and ``min_sqnr_db`` folded into ``max_drop`` and ``min``.
+
+    Raises:
+        SpecError: a bound names an unknown metric, or names one twice.
+    """
+    c = raw.constraints
+    known = [*METRICS, *(m.name for m in metrics)]
+    for kind in ("max_drop", "min", "max"):
+        for name in getattr(c, kind):
+            if name not in known:
+                raise SpecError(f"constraints.{kind}.{clip(name)}", f"unknown metric; allowed: {', '.join(known)}")
+    for name, bound in c.max_drop.items():
+        if bound < 0:
+            raise SpecError(f"constraints.max_drop.{name}", f"must be at least 0 (got {bound})")
+    max_drop = dict(c.max_drop)
+    minimum = dict(c.min)
+    if c.max_accuracy_drop is not None:
+        if "accuracy" in max_drop:
+            raise SpecError(
+                "constraints.max_accuracy_drop", "and constraints.max_drop.accuracy both bound it: keep one"
+            )
+        max_drop["accuracy"] = c.max_accuracy_drop
+    if c.min_sqnr_db is not None:
+        if "sqnr_db" in minimum:
+            raise SpecError("constraints.min_sqnr_db", "and constraints.min.sqnr_db both bound it: keep one")
+        minimum["sqnr_db"] = c.min_sqnr_db
+    for name in set(minimum) & set(c.max):
+        if minimum[name] > c.max[name]:
+            raise SpecError(f"constraints.min.{name}", f"{minimum[name]} is above constraints.max.{name} {c.max[name]}")
+    return Constraints(max_drop=max_drop, min=minimum, max=dict(c.max))
+
+
+def build_data(raw: Any, base: Path) -> TaskData | None:
+    """The ``data`` section (``None`` when it names nothing: the model's own data)."""
+    if raw.data.evaluation is None and raw.data.calibration is None:
+        return None
+    from nnsweep.models.data_sources import DataSource
+    from nnsweep.models.task_data import TaskData
+
+    def source(d: Any) -> DataSource | None:
+        if d is None:
+            return None
+        return DataSource(
+            source=d.source,
+            max_samples=d.max_samples,
+            seed=d.seed,
+            transform=d.transform,
+            input_column=d.input_column,
+            target_column=d.target_column,
+        )
+
+    return TaskData(source(raw.data.evaluation), source(raw.data.calibration), base)
