@@ -30,6 +30,7 @@ class RecordingTracker:
         self.front: dict[str, tuple[list[int], int | None]] = {}
         self.closed: dict[str, str] = {}
         self.remeasured: dict[str, dict] = {}  # type: ignore[type-arg]
+        self.summary: dict[str, dict] = {}  # type: ignore[type-arg]
         self.quiet_calls: list[bool] = []
         self.stop_after = stop_after
 
@@ -47,9 +48,17 @@ class RecordingTracker:
         if self.stop_after is not None and len(self.finished) == self.stop_after:
             raise KeyboardInterrupt  # as if the user pressed Ctrl-C right here
 
-    def mark_front(self, device: str, pareto: list[int], best: int | None, remeasured: dict | None = None) -> None:  # type: ignore[type-arg]
+    def mark_front(  # type: ignore[override]
+        self,
+        device: str,
+        pareto: list[int],
+        best: int | None,
+        remeasured: dict | None = None,
+        summary: dict | None = None,
+    ) -> None:
         self.front[device] = (list(pareto), best)
         self.remeasured[device] = dict(remeasured or {})
+        self.summary[device] = dict(summary or {})
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:
         self.closed[device] = status
@@ -568,3 +577,40 @@ def test_an_artifact_gone_under_several_thread_counts_is_one_retry_and_one_conve
     assert sum(executor.converted.values()) == 2
     gone = [r.getMessage() for r in caplog.records if "the artifact is gone" in r.getMessage()]
     assert len(gone) == 1 and gone[0].startswith("host trial 0, host trial 1:"), gone
+
+
+def test_a_trial_that_breaks_a_quality_bound_on_the_host_is_never_timed_on_the_device(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
+    # SQNR 80 dB: every int8 deployment of digits is far below it, fp32 (the baseline) above
+    def sweep(quality_first: bool) -> list[TrialRecord]:
+        spec = parse_spec(
+            {
+                "name": f"gate{int(quality_first)}",
+                "model": "digits",
+                "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
+                "constraints": {"min": {"sqnr_db": 80}},
+                "budget": {"trials": 3},
+                "measure": {"warmup": 1, "iters": 20, "remeasure": 0},
+                "search": {"quality_first": quality_first},
+                "space": {
+                    "runtime": ["onnxruntime"],
+                    "quant": ["fp32", "static_int8"],
+                    "granularity": ["per_tensor", "per_channel"],
+                },
+            }
+        )
+        (host,) = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+        assert host.best is not None and host.best.config.quant.mode.value == "fp32"
+        return [r for r in host.records if r.status is TrialStatus.OK]
+
+    gated = sweep(True)
+    int8 = [r for r in gated if r.config.quant.mode.is_int8]
+    assert int8 and all(r.tags["quality_from"] == "host" for r in int8)
+    assert all(r.feasible is False and not r.samples_ms and "latency_p50_ms" not in r.metrics for r in int8)
+    assert all(r.metrics["sqnr_db"] < 80 for r in int8)
+    timed = sweep(False)
+    assert all(r.samples_ms and "quality_from" not in r.tags for r in timed)
+    # the same figures either way: the host ran the same artifact the device would have
+    by_config = {r.config.digest(): r for r in timed}
+    for r in int8:
+        if r.config.digest() in by_config:
+            assert r.metrics["sqnr_db"] == pytest.approx(by_config[r.config.digest()].metrics["sqnr_db"])

@@ -89,7 +89,7 @@ def test_a_metric_failing_on_the_fp32_outputs_is_the_users_mistake(metric_file: 
 
 def test_a_metric_that_takes_too_long_on_the_fp32_outputs_is_refused(metric_file: Path) -> None:
     started = time.monotonic()
-    with pytest.raises(SpecError, match="took more than 0.2 s") as err:
+    with pytest.raises(SpecError, match=r"took more than 0\.2 s") as err:
         _task(metric_file, "slow").check(np.zeros((2, 3)), timeout_s=0.2)
     assert err.value.field == "metrics.slow" and time.monotonic() - started < 4
 

@@ -46,6 +46,7 @@ __all__ = [
     "cached",
     "check_float_layers",
     "convert",
+    "evaluate_outputs",
     "for_config",
     "measure",
     "run_artifact",
@@ -259,17 +260,10 @@ def measure(
     return assemble(model, artifact, timing, outputs, cache_hit=cache_hit, task=task)
 
 
-def assemble(
-    model: ModelSnapshot,
-    artifact: Artifact,
-    timing: Timing,
-    outputs: np.ndarray,
-    *,
-    cache_hit: bool,
-    task: Task | None = None,
-) -> DeploymentResult:
-    """Evaluate a device's ``outputs`` against the model's fp32 reference (and with the
-    user's ``task``) and combine with its timing.
+def evaluate_outputs(
+    model: ModelSnapshot, outputs: np.ndarray, task: Task | None = None
+) -> tuple[Evaluation, dict[str, float]]:
+    """A deployment's ``outputs`` against the model's fp32 reference, and the user's metrics on them.
 
     Raises:
         BenchmarkError: the outputs are unusable (wrong shape, NaN).
@@ -289,11 +283,30 @@ def assemble(
         )
     except ValueError as exc:
         raise BenchmarkError(f"unusable outputs: {exc}") from exc
+    return evaluation, (task.score(outputs) if task is not None else {})
+
+
+def assemble(
+    model: ModelSnapshot,
+    artifact: Artifact,
+    timing: Timing,
+    outputs: np.ndarray,
+    *,
+    cache_hit: bool,
+    task: Task | None = None,
+) -> DeploymentResult:
+    """Evaluate a device's ``outputs`` against the model's fp32 reference (and with the
+    user's ``task``) and combine with its timing.
+
+    Raises:
+        BenchmarkError: the outputs are unusable (wrong shape, NaN).
+        MetricError: a user metric failed on them.
+    """
+    evaluation, scores = evaluate_outputs(model, outputs, task)
     if timing.placement is not None:  # the measuring machine's runtime placed the ops itself (Arm NN)
         placed = PartitionReport.from_dict(timing.placement)
         # what the conversion noted about the model (an op Arm NN reads differently) holds
         # wherever it runs; the converting machine's placement notes do not
         notes = (*placed.notes, *(n for n in artifact.model_notes if n not in placed.notes))
         artifact = dataclasses.replace(artifact, partitions=dataclasses.replace(placed, notes=notes))
-    scores = task.score(outputs) if task is not None else {}
     return DeploymentResult(model.name, model.digest, artifact, cache_hit, timing, evaluation, scores)

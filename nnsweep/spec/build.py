@@ -119,6 +119,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         remeasure=raw.measure.remeasure,
         mode_starts=raw.search.mode_starts,
         warm_start=raw.search.warm_start,
+        quality_first=raw.search.quality_first,
         bridges=bridges,
         npus=npus,
         source=source,

@@ -139,6 +139,7 @@ def schema() -> Any:
     class SearchIn(_Strict):
         mode_starts: Annotated[bool, Strict()] = True
         warm_start: Annotated[bool, Strict()] = True
+        quality_first: Annotated[bool, Strict()] = True
 
     class NpuIn(_Strict):
         target: Text

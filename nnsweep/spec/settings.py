@@ -194,6 +194,8 @@ class SweepSpec:
             (:func:`nnsweep.sweep.space.mode_starts`; ``search.mode_starts``).
         warm_start: a device's new study starts with the Pareto configurations the
             sweep's other devices found (``search.warm_start``).
+        quality_first: a trial whose artifact breaks a quality bound on the coordinator's
+            machine is not timed on the device (:mod:`nnsweep.sweep.gate`; ``search.quality_first``).
         tracking: MLflow tracking URI and experiment.
         storage: ``journal`` (a file beside the spec's state) or an RDB URL for Optuna.
         bridges: devices driven over adb/ssh (see :class:`Bridge`).
@@ -226,6 +228,7 @@ class SweepSpec:
     remeasure: int = 3
     mode_starts: bool = True
     warm_start: bool = True
+    quality_first: bool = True
     min_sqnr_db: float | None = None
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)

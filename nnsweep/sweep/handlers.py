@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
 from nnsweep.artifacts.key import conversion_digest
 from nnsweep.core.errors import InfrastructureError, TrialError
+from nnsweep.core.metrics import drop
 from nnsweep.core.results import FailureKind, TrialRecord, failure_kind
 from nnsweep.sweep import outcomes, studies
 from nnsweep.sweep.front import BestChoice, best_choice, pareto_front
+from nnsweep.sweep.gate import breaks_a_bound, with_host_quality
 from nnsweep.sweep.lifecycle import Phase, Ticket
 from nnsweep.sweep.remeasure import Spread, remeasure
 
@@ -246,12 +248,32 @@ class Results:
             return
         self._complete(ticket, dataclasses.replace(reply, outputs=outputs), on_host=True)
 
+    def gated(self, ticket: Ticket, future: Future[Any]) -> None:
+        """The host ran a READY trial's artifact for its quality: told infeasible now if that
+        breaks a quality bound, else back to READY for its device (:mod:`nnsweep.sweep.gate`).
+        A host run that fails lets the trial through: the device decides it."""
+        now = self.clock()
+        try:
+            quality = self.host.quality(ticket.config, future.result())
+        except TrialError as exc:
+            log.info("%s trial %d: no quality gate (%s); timing it on the device", ticket.device, ticket.number, exc)
+            self.scheduler.gated(ticket, {}, now)
+            return
+        baseline = self.scheduler.devices[ticket.device].baseline
+        base = baseline.metrics if baseline is not None else {}
+        if breaks_a_bound(self.spec, quality, base, self.host.eager):
+            self.recorder.settle(ticket, self.host.untimed_record(self.spec.name, ticket, quality))
+        else:
+            self.scheduler.gated(ticket, quality, now)
+
     def _complete(self, ticket: Ticket, reply: MeasureReply, *, on_host: bool) -> None:
         try:
             record = self.host.record(self.spec.name, ticket, reply, on_host=on_host)
         except TrialError as exc:
             self.recorder.fail(ticket, str(exc))
             return
+        if ticket.gate is not None:
+            record = with_host_quality(record, ticket.gate)
         self.recorder.settle(ticket, record)
 
 
@@ -293,6 +315,7 @@ def finish(
             [r.number for r in decided_front],
             best.number if best else None,
             remeasured={s.number: s.metrics() for s in spread if s.metrics()},
+            summary=_best_figures(spec, best),
         )
         state = scheduler.devices[name]
         lost = state.lost and state.counted < state.budget and not state.exhausted  # its budget cut short
@@ -311,6 +334,15 @@ def finish(
 
 
 REMEASURE_ROUNDS = 3
+
+
+def _best_figures(spec: SweepSpec, best: TrialRecord | None) -> dict[str, float]:
+    """The best trial's objectives, bounded metrics and user metrics, as ``best_<metric>``."""
+    if best is None:
+        return {}
+    names = {o.metric for o in spec.objectives} | spec.constraints.names() | {m.name for m in spec.metrics}
+    names |= {drop(n) for n in spec.constraints.max_drop}
+    return {f"best_{n}": best.metrics[n] for n in sorted(names) if n in best.metrics}
 
 
 def _remeasure_front(

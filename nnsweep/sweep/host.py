@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from nnsweep.core.metrics import ACCURACY, UserMetric
 from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
 from nnsweep.execution import ModelSource
 from nnsweep.sweep.lifecycle import Ticket
+from nnsweep.sweep.outcomes import QUALITY_FROM
 from nnsweep.sweep.rankings import LayerRankings
 
 if TYPE_CHECKING:
@@ -200,6 +202,38 @@ class HostSide:
         settings = MeasureSettings(warmup=0, iters=1, timeout_s=self.settings.timeout_s)
         _, outputs = deploy.run_artifact(a, self.bundle.dataset.evaluation.inputs, settings)
         return outputs
+
+    def quality(self, config: DeploymentConfig, outputs: Any) -> dict[str, float]:
+        """The quality metrics of ``config``'s outputs on this host (the gate's figures).
+
+        Raises:
+            TrialError: the outputs are unusable, or a user metric failed on them.
+        """
+        from nnsweep.artifacts import deploy
+
+        assert self._snapshot is not None, "load() first"
+        evaluation, scores = deploy.evaluate_outputs(self._snapshot, outputs, self.task)
+        f = evaluation.fidelity
+        figures = {"top1_agreement": f.top1_agreement, "max_abs_err": f.max_abs_err, "mean_abs_err": f.mean_abs_err}
+        figures[ACCURACY] = f.top1_agreement if evaluation.accuracy is None else float(evaluation.accuracy)
+        if math.isfinite(f.sqnr_db):
+            figures["sqnr_db"] = f.sqnr_db
+        return {**figures, **scores}
+
+    def untimed_record(self, sweep: str, ticket: Ticket, quality: dict[str, float]) -> TrialRecord:
+        """The record of a trial that broke a quality bound on this host: never timed on its device."""
+        a = self._artifacts[ticket.config.digest()]
+        tags = {"artifact_sha256": a.sha256, QUALITY_FROM: "host", "accuracy_source": "outputs from a host run"}
+        return TrialRecord(
+            sweep=sweep,
+            device=ticket.device,
+            number=ticket.number,
+            config=ticket.config,
+            status=TrialStatus.OK,
+            metrics={**quality, "size_bytes": float(a.size_bytes)},
+            partitions=a.partitions.to_dict(),
+            tags=tags,
+        )
 
     def record(self, sweep: str, ticket: Ticket, reply: MeasureReply, *, on_host: bool) -> TrialRecord:
         """The trial's record from the device's reply (outputs evaluated against fp32).

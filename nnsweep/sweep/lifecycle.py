@@ -6,7 +6,8 @@ through these phases (the only moves :func:`Ticket.move` accepts)::
                       ┌──────────── reuse (same configuration measured before) ───────────┐
                       │                                                                    ▼
     PROPOSED ──▶ CONVERTING ──▶ READY ──▶ MEASURING ──▶ EVALUATING ──▶ HELD ──▶ TOLD
-       │  ▲           │            │           │              │          │
+       │  ▲           │         ▲  │           │              │          │
+       │  │           │  GATING ◀──┘ ──▶ TOLD / HELD (a quality bound broken on the host: never timed)
        │  └─ retry ───┘            ▲└── reuse (byte-identical artifact) ─┼──▶ TOLD / HELD
        │                           └───────────┘ contended: measure again (once)
        ├──▶ TWIN (an identical configuration is in flight) ──▶ HELD / TOLD, or back to PROPOSED
@@ -20,6 +21,9 @@ is measured again once, and that figure stands. MEASURING back to PROPOSED: the 
 left the cache before its files were read for the device (a user's ``rm``, a cleaner):
 it is converted again, as after a conversion's infrastructure failure; the trials READY
 with the same artifact (other thread counts) go back to PROPOSED with it.
+``GATING``: a READY trial's artifact runs on the coordinator's host first, for its outputs
+alone; a quality bound it already breaks there makes it TOLD (infeasible, never timed on the
+device), else it goes back to READY with those figures (:mod:`nnsweep.sweep.gate`).
 ``EVALUATING``: a device whose tool only times (a phone over adb) gave latencies;
 the host runs the artifact for its outputs. ``HELD``: the result is known but the
 device's fp32 baseline, which the accuracy constraint needs, is not yet.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,6 +54,7 @@ class Phase(enum.StrEnum):
     PROPOSED = "proposed"
     CONVERTING = "converting"
     READY = "ready"
+    GATING = "gating"
     MEASURING = "measuring"
     EVALUATING = "evaluating"
     TWIN = "twin"
@@ -85,7 +91,8 @@ _ENDINGS = frozenset({Phase.FAILED, Phase.REQUEUED})
 _MOVES: dict[Phase, frozenset[Phase]] = {
     Phase.PROPOSED: frozenset({Phase.CONVERTING, Phase.READY, Phase.TWIN, Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.CONVERTING: frozenset({Phase.READY, Phase.PROPOSED}) | _ENDINGS,
-    Phase.READY: frozenset({Phase.MEASURING, Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
+    Phase.READY: frozenset({Phase.MEASURING, Phase.GATING, Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
+    Phase.GATING: frozenset({Phase.READY, Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.MEASURING: frozenset({Phase.READY, Phase.EVALUATING, Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
     Phase.EVALUATING: frozenset({Phase.HELD, Phase.TOLD}) | _ENDINGS,
     Phase.TWIN: frozenset({Phase.HELD, Phase.TOLD, Phase.PROPOSED}) | _ENDINGS,
@@ -122,6 +129,7 @@ class Ticket:
     converted_on: str | None = None  # the machine converting it, set when it enters CONVERTING
     twin_of: Ticket | None = None  # set while it is a TWIN
     outcome: TrialRecord | None = None  # set when it is HELD or TOLD
+    gate: Mapping[str, float] | None = None  # its quality on the host, set when it passed the gate
     hung: bool = False
     not_before: float = 0.0  # a conversion retried after an infrastructure failure waits until then
     history: list[tuple[Phase, float]] = field(default_factory=list)

@@ -38,6 +38,7 @@ from nnsweep.spec import Objective, SweepSpec
 from nnsweep.sweep import outcomes, resume
 from nnsweep.sweep.ask import Asker
 from nnsweep.sweep.front import best_trial
+from nnsweep.sweep.gate import gate_for
 from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
 from nnsweep.sweep.host import HostSide
 from nnsweep.sweep.lifecycle import Phase
@@ -205,7 +206,10 @@ class Sweep:
                     shutil.rmtree(new_state, ignore_errors=True)
                 raise
             self._scheduler = Scheduler(
-                self.executor.converter_machine, self.executor.converters, lost_timeout_s=self.lost_timeout_s
+                self.executor.converter_machine,
+                self.executor.converters,
+                lost_timeout_s=self.lost_timeout_s,
+                gate=gate_for(self.spec),
             )
             devices = resume.open_devices(
                 self.spec, plan, fp, self._scheduler, self.tracker, self.host.bundle.digest,
@@ -289,6 +293,8 @@ class Sweep:
             self._futures[self.executor.measure(t.device, request)] = partial(self.results.measured, t)
         elif action.kind == "evaluate":
             self._futures[self.host.submit_outputs(t.config)] = partial(self.results.evaluated, t)
+        elif action.kind == "gate":
+            self._futures[self.host.submit_outputs(t.config)] = partial(self.results.gated, t)
 
     def _interrupt(self) -> None:
         for name in self.recorder.devices:
@@ -353,4 +359,5 @@ _ACTIVITY = (
     (Phase.MEASURING, "measuring"),
     (Phase.CONVERTING, "converting"),
     (Phase.EVALUATING, "evaluating on the host"),
+    (Phase.GATING, "gating on the host"),
 )

@@ -21,10 +21,12 @@ from nnsweep.sweep.lifecycle import Ticket
 __all__ = [
     "IDENTICAL_SQNR_DB",
     "PHASE_NAMES",
+    "QUALITY_FROM",
     "Judgement",
     "failed",
     "interrupted",
     "judge",
+    "quality_violations",
     "reused",
     "time_breakdown",
 ]
@@ -62,6 +64,8 @@ def reused(ticket: Ticket, earlier: TrialRecord) -> TrialRecord:
         tags={k: v for k, v in earlier.tags.items() if k != "cache_hit"},
     )
 
+
+QUALITY_FROM = "quality_from"  # a gated sweep's tag: whose outputs decided quality, "host" or "device"
 
 # What an output identical to the fp32 model's counts as, in dB, in a sweep. Its SQNR is
 # infinite (float32's rounding alone gives about 140 dB); Optuna and MLflow store finite
@@ -110,12 +114,17 @@ def judge(
         metrics[SPEEDUP] = base[LATENCY_P50] / metrics[LATENCY_P50]
     if SQNR not in metrics and (sqnr := _unbounded_sqnr(metrics)) is not None:
         metrics[SQNR] = sqnr
-    bounds = _violations(metrics, base, constraints, eager, user)
+    bounds = quality_violations(metrics, base, constraints, eager, user)
     feasible = all(c <= 1e-12 for c in bounds.values()) if bounds else None
+    untimed = record.tags.get(QUALITY_FROM) == "host"  # broke a quality bound on the host: never timed
+    if untimed:
+        feasible = False
     values = []
     for obj in objectives:
         value = metrics.get(obj.metric)
-        if value is None or not math.isfinite(value):
+        if untimed and value is None:  # the worst value there is: it is on no front either way
+            value = math.inf if obj.direction == "minimize" else -math.inf
+        elif value is None or not math.isfinite(value):
             reason = f"objective {obj.metric} not measured"
             bad = dataclasses.replace(record, status=TrialStatus.FAILED, reason=reason, metrics=metrics)
             return Judgement(bad, None, {})
@@ -123,28 +132,29 @@ def judge(
     return Judgement(dataclasses.replace(record, metrics=metrics, feasible=feasible), tuple(values), bounds)
 
 
-def _violations(
+def quality_violations(
     metrics: dict[str, float],
     base: Mapping[str, float],
     constraints: Constraints,
     eager: Mapping[str, float],
     user: tuple[UserMetric, ...],
+    only: set[str] | None = None,
 ) -> dict[str, float]:
     """Each bound's violation (feasible at most 0), keyed as Optuna's constraint values are;
-    the drops are added to ``metrics``."""
+    the drops are added to ``metrics``. ``only``: the bounds on these metrics alone."""
     out: dict[str, float] = {}
     for name, bound in constraints.max_drop.items():
         reference = base.get(name, eager.get(name))
-        if name not in metrics or reference is None:
+        if name not in metrics or reference is None or (only is not None and name not in only):
             continue
         sign = 1.0 if metric_row(name, user).goal == "maximize" else -1.0
         metrics[drop(name)] = sign * (reference - metrics[name])
         out[drop(name)] = metrics[drop(name)] - bound
     for name, bound in constraints.min.items():
-        if name in metrics:
+        if name in metrics and (only is None or name in only):
             out[name if name == SQNR else f"min_{name}"] = bound - metrics[name]
     for name, bound in constraints.max.items():
-        if name in metrics:
+        if name in metrics and (only is None or name in only):
             out[f"max_{name}"] = metrics[name] - bound
     return out
 
@@ -165,6 +175,7 @@ PHASE_NAMES = {
     "ready": "waiting for the device",
     "measuring": "measuring",
     "evaluating": "evaluating on the host",
+    "gating": "quality gate on the host",
     "twin": "waiting for a twin",
     "held": "held for the baseline",
 }

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nnsweep.artifacts.key import conversion_digest
 from nnsweep.core.results import TrialRecord
 from nnsweep.sweep.device_state import DeviceState, execution_key
 from nnsweep.sweep.lifecycle import Phase, Ticket
+
+if TYPE_CHECKING:
+    from nnsweep.sweep.gate import Gate
 
 __all__ = ["Action", "Placement"]
 
@@ -34,7 +38,8 @@ __all__ = ["Action", "Placement"]
 @dataclass(frozen=True)
 class Action:
     """Something the caller must start: ``convert``, ``measure``, ``evaluate`` (run a
-    timed-only device's artifact on the host for its outputs) or ``reuse`` (an
+    timed-only device's artifact on the host for its outputs), ``gate`` (run an artifact on
+    the host for its quality before the device times it) or ``reuse`` (an
     artifact byte-identical to one measured before: tell ``earlier``'s values)."""
 
     kind: str
@@ -52,20 +57,28 @@ class Placement:
             its conversions unless ``converters`` says otherwise.
         converters: conversions that may run at once: a number (all on
             ``converter_machine``) or, per machine, its slots.
+        gate: which READY trials run on the host for their quality before they are timed
+            (:mod:`nnsweep.sweep.gate`; ``None``: none).
     """
 
     def __init__(
-        self, devices: Mapping[str, DeviceState], converter_machine: str, converters: int | Mapping[str, int] = 1
+        self,
+        devices: Mapping[str, DeviceState],
+        converter_machine: str,
+        converters: int | Mapping[str, int] = 1,
+        gate: Gate | None = None,
     ) -> None:
         self.devices = devices
         self.converter_machine = converter_machine
         self.converters = {converter_machine: converters} if isinstance(converters, int) else dict(converters)
         self.converters_starting: set[str] = set()  # machines whose conversion workers are not ready: none there yet
-        self._evaluating: set[Ticket] = set()  # EVALUATING tickets whose host run has started
+        self.gate = gate
+        self._evaluating: set[Ticket] = set()  # EVALUATING and GATING tickets whose host run has started
 
     def plan(self, now: float) -> list[Action]:
-        """What to start now, measurements first (a device waiting on a ready artifact is wasted time)."""
-        actions: list[Action] = []
+        """What to start now: host quality gates, then measurements (a device waiting on a
+        ready artifact is wasted time), host evaluations and conversions."""
+        actions: list[Action] = self._gates(now)
         converting = self._converting()
         busy = set(converting.values()) | ({self.converter_machine} if self._evaluating else set())
         busy |= {d.machine for d in self.devices.values() if d.starting}  # imports would perturb the timing
@@ -74,6 +87,8 @@ class Placement:
                 continue
             for ticket in list(d.live(Phase.READY)):
                 assert ticket.artifact_sha is not None  # set by Scheduler.converted()
+                if self.gate is not None and self.gate(ticket, d):
+                    continue  # waits for its gate: the host is measuring now
                 earlier = d.by_artifact.get(execution_key(ticket.artifact_sha, ticket.config))
                 if earlier is not None:
                     actions.append(Action("reuse", ticket, earlier))
@@ -89,6 +104,21 @@ class Placement:
                         self._evaluating.add(ticket)
                         actions.append(Action("evaluate", ticket))
         actions.extend(self._conversions(converting, measuring, now))
+        return actions
+
+    def _gates(self, now: float) -> list[Action]:
+        """READY trials the gate wants run on the host first, while the host measures nothing."""
+        if self.gate is None or self.converter_machine in self._measuring():
+            return []
+        actions = []
+        for d in self.devices.values():
+            if d.lost:
+                continue
+            for ticket in list(d.live(Phase.READY)):
+                if self.gate(ticket, d):
+                    ticket.move(Phase.GATING, now)
+                    self._evaluating.add(ticket)
+                    actions.append(Action("gate", ticket))
         return actions
 
     def plan_conversions(self, now: float) -> list[Action]:

@@ -27,12 +27,16 @@ import enum
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.device_state import DeviceState
 from nnsweep.sweep.lifecycle import Phase, Role, Ticket
 from nnsweep.sweep.placement import Placement
+
+if TYPE_CHECKING:
+    from nnsweep.sweep.gate import Gate
 
 __all__ = ["Admission", "Scheduler", "Settlement", "default_depth", "reuse_key"]
 
@@ -84,6 +88,7 @@ class Scheduler:
             distinct configurations even when the sampler keeps returning to known ones.
         lost_timeout_s: how long a lost device is waited for once the others are done.
         revive_every_s: how often a lost device's agent is restarted.
+        gate: which READY trials run on the host for their quality first (:mod:`nnsweep.sweep.gate`).
     """
 
     def __init__(
@@ -95,13 +100,14 @@ class Scheduler:
         divert_after: int = 3,
         lost_timeout_s: float = 300.0,
         revive_every_s: float = 5.0,
+        gate: Gate | None = None,
     ) -> None:
         self.repeat_cap = repeat_cap
         self.divert_after = divert_after
         self.lost_timeout_s = lost_timeout_s
         self.revive_every_s = revive_every_s
         self.devices: dict[str, DeviceState] = {}
-        self.placement = Placement(self.devices, converter_machine, converters)
+        self.placement = Placement(self.devices, converter_machine, converters, gate)
 
     def add(self, device: DeviceState) -> None:
         self.devices[device.name] = device
@@ -163,6 +169,13 @@ class Scheduler:
 
     def converted(self, ticket: Ticket, artifact_sha: str, now: float) -> None:
         ticket.artifact_sha = artifact_sha
+        ticket.move(Phase.READY, now)
+
+    def gated(self, ticket: Ticket, quality: Mapping[str, float], now: float) -> None:
+        """The trial's host run broke no quality bound (``quality``: its figures there, empty
+        when it could not run there): it waits for its device."""
+        self.placement.evaluated(ticket)
+        ticket.gate = dict(quality)
         ticket.move(Phase.READY, now)
 
     # ------------------------------------------------------------ outcomes

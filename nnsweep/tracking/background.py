@@ -133,8 +133,9 @@ class BackgroundTracker:
         pareto: Collection[int],
         best: int | None,
         remeasured: Mapping[int, Mapping[str, float]] | None = None,
+        summary: Mapping[str, float] | None = None,
     ) -> None:
-        self._later("mark_front", device, pareto, best, remeasured)
+        self._later("mark_front", device, pareto, best, remeasured, summary)
         self.flush()
 
     def close_device(self, device: str, status: str = "FINISHED") -> None:

@@ -69,6 +69,7 @@ class Tracker(Protocol):
         pareto: Collection[int],
         best: int | None,
         remeasured: Mapping[int, Mapping[str, float]] | None = None,
+        summary: Mapping[str, float] | None = None,
     ) -> None:
         """Label the device's Pareto-optimal trials and its best trial.
 
@@ -78,6 +79,8 @@ class Tracker(Protocol):
             best: the trial chosen as best, if any.
             remeasured: trial number -> the figures its re-measurement pooled
                 (``latency_p50_ms_remeasured`` and its interval), logged on its run.
+            summary: figures of the device as a whole (the best trial's metrics as
+                ``best_<metric>``), logged on its parent run.
         """
         ...
 
@@ -139,6 +142,7 @@ class NullTracker:
         pareto: Collection[int],
         best: int | None,
         remeasured: Mapping[int, Mapping[str, float]] | None = None,
+        summary: Mapping[str, float] | None = None,
     ) -> None:
         return None
 

@@ -363,10 +363,11 @@ class MlflowTracker:
         pareto: Collection[int],
         best: int | None,
         remeasured: Mapping[int, Mapping[str, float]] | None = None,
+        summary: Mapping[str, float] | None = None,
     ) -> None:
         """Tag the device's finished trial runs ``pareto`` and ``best`` (``true``/``false``),
-        log each re-measured run's pooled figures; put ``best_trial`` and ``best_config`` on
-        the parent run."""
+        log each re-measured run's pooled figures; put ``best_trial``, ``best_config`` and the
+        ``summary`` figures on the parent run."""
         front = set(pareto)
         figures = remeasured or {}
         for (dev, number), run_id in self._runs.ids.items():
@@ -378,7 +379,9 @@ class MlflowTracker:
                 )
         label = "" if best is None else self._runs.labels.get((device, best), "")
         self._experiment.log_batch(
-            self._parent(device), tags={"best_trial": "" if best is None else str(best), "best_config": label}
+            self._parent(device),
+            metrics=finite_metrics(summary or {}),
+            tags={"best_trial": "" if best is None else str(best), "best_config": label},
         )
 
     def quiet(self, on: bool) -> None:
