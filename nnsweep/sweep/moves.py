@@ -74,14 +74,27 @@ from typing import Any
 
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import SpecError
+from nnsweep.core.metrics import ACCURACY, BUILTIN, SQNR
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 from nnsweep.sweep.front import best_trial, dominates, pareto_front, weakly_dominates
 from nnsweep.sweep.lifecycle import Role
 from nnsweep.sweep.space import DeviceSpace, keeps_float, params_for, suggest
 
-_ACCURACY = "accuracy"  # the metric the accuracy constraint is on (nnsweep.sweep.outcomes)
-_FIDELITY = (_ACCURACY, "sqnr_db")  # what a repair can raise: the constrained metrics
+_ACCURACY = Objective(ACCURACY, "maximize")
+
+
+def _quality(objectives: Sequence[Objective]) -> list[Objective]:
+    """The objectives a repair can raise: those the outputs decide (a user's metric is one),
+    with the SQNR; ``accuracy`` when no objective is one."""
+    chosen = [o for o in objectives if o.metric not in BUILTIN or BUILTIN[o.metric].quality]
+    return [*(chosen or [_ACCURACY]), Objective(SQNR, "maximize")]
+
+
+def _most_accurate_first(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> list[TrialRecord]:
+    first = _quality(objectives)[0]
+    sign = -1.0 if first.direction == "maximize" else 1.0  # the best value first, a missing one last
+    return sorted(records, key=lambda r: sign * r.metrics.get(first.metric, sign * math.inf))
 
 __all__ = ["neighbours", "next_move", "repaired", "resplit"]
 
@@ -124,7 +137,7 @@ def next_move(
     could_reach_front = [r for r in broken if not _beaten_even_if_repaired(r, feasible, objectives)]
     if (fix := _first_repair(could_reach_front, space, learned, tried)) is not None:
         return fix, Role.REPAIR
-    front = sorted(pareto_front(feasible, objectives), key=lambda r: -r.metrics.get(_ACCURACY, -math.inf))
+    front = _most_accurate_first(pareto_front(feasible, objectives), objectives)
     for r in front:
         up = repaired(r.config, space)  # the next count; None for fp32 and at the space's highest count
         if up is not None and not tried(up):
@@ -162,11 +175,14 @@ def _beaten_even_if_repaired(
     accuracy (and SQNR) of the most accurate feasible trial: a repair keeps more layers
     float, so it gains at most that much and nothing on the other objectives."""
     hoped = dict(record.metrics)
-    for metric in _FIDELITY:
-        ceiling = max((r.metrics.get(metric, -math.inf) for r in feasible), default=-math.inf)
+    quality = _quality(objectives)
+    for o in quality:
+        pick = max if o.direction == "maximize" else min
+        worst = -math.inf if o.direction == "maximize" else math.inf
+        ceiling = pick((r.metrics.get(o.metric, worst) for r in feasible), default=worst)
         if math.isfinite(ceiling):
-            hoped[metric] = max(ceiling, hoped.get(metric, -math.inf))
-    if _ACCURACY not in hoped or not math.isfinite(hoped[_ACCURACY]):
+            hoped[o.metric] = pick(ceiling, hoped.get(o.metric, worst))
+    if quality[0].metric not in hoped or not math.isfinite(hoped[quality[0].metric]):
         return False
     return any(weakly_dominates(r, dataclasses.replace(record, metrics=hoped), objectives) for r in feasible)
 
