@@ -288,6 +288,24 @@ def test_a_datasets_folder_of_images_and_class_labels(tmp_path: Path) -> None:
     np.testing.assert_allclose(loaded.inputs[2], np.asarray(images[2], np.float32).transpose(2, 0, 1) / 255)
 
 
+def test_datasets_folder_mistakes(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = {"features": [[1.0], [1.0, 2.0], [3.0]], "label": [0, 1, 0], "note": ["a", "b", "c"]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "ragged"))
+    _refused(tmp_path, "ragged", "samples of different shapes", "sample 0 is (1,), sample 1 is (2,)", "pad them")
+    _refused(
+        tmp_path, "ragged", "target_column 'boxes' is not a column", "features, label, note", target_column="boxes"
+    )
+    _module(tmp_path, "def f(image):\n    return image\n", "tf.py")
+    _refused(tmp_path, "ragged", "a transform applies to images", "'features'", transform="tf.py:f")
+    _refused(tmp_path, "ragged", "inputs are <U1", input_column="note")
+    datasets.Dataset.from_dict({"label": [0, 1]}).save_to_disk(str(tmp_path / "labels_only"))
+    _refused(tmp_path, "labels_only", "only the target column 'label'", "input_column")
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "state.json").write_text("{}")
+    _refused(tmp_path, "fake", "does not load as a datasets folder")
+
+
 def test_a_datasets_dict_names_its_splits(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     split = datasets.Dataset.from_dict({"inputs": [[1.0], [2.0]]})
@@ -348,7 +366,7 @@ def test_functions_that_do_not_import_raise_or_return_the_wrong_thing(tmp_path: 
     _refused(tmp_path, "userdata.py:strings", "inputs are <U1", "give numbers")
     _refused(tmp_path, "userdata.py:scalar", "inputs are one number")
     _refused(tmp_path, "userdata.py:empty", "holds no samples")
-    _refused(tmp_path, "userdata.py:miscounted", "gave 3 targets for 4 inputs")
+    _refused(tmp_path, "userdata.py:miscounted", "userdata.py:miscounted() gave 3 targets for 4 inputs")
     _refused(tmp_path, "userdata.py:mapping", "gave targets as dict", "one target per sample")
     assert _load(tmp_path, "userdata.py:unindexable").targets is not None  # all kept: no indexing needed
     _refused(tmp_path, "userdata.py:unindexable", "max_samples needs targets that index", "Bag", max_samples=2)
@@ -387,7 +405,8 @@ def test_image_folder_mistakes(tmp_path: Path) -> None:
     _refused(tmp_path, "mixed/a/0.png", "unknown data format .png", "give the folder of images")
     _module(tmp_path, "def bad(image):\n    raise ValueError('too small')\n", "tf.py")
     _refused(tmp_path, "damaged", "the transform failed on a/0.png: ValueError: too small", transform="tf.py:bad")
-    _refused(tmp_path, "mixed", "tf.py has no function 'nope'", transform="tf.py:nope")
+    _refused(tmp_path, "mixed", "transform: tf.py has no function 'nope'", transform="tf.py:nope")
+    _refused(tmp_path, "mixed", "transform: file 'none.py' does not exist", transform="none.py:f")
 
 
 def test_check_fits_names_both_shapes_and_dtypes() -> None:

@@ -41,7 +41,7 @@ def default_image(image: Any) -> np.ndarray:
     return (np.asarray(image.convert("RGB"), dtype=np.float32) / np.float32(255.0)).transpose(2, 0, 1)
 
 
-def stack_samples(samples: Sequence[Any], names: Sequence[str], *, field: str) -> np.ndarray:
+def stack_samples(samples: Sequence[Any], names: Sequence[str], *, field: str, kind: str = "images") -> np.ndarray:
     """The samples stacked on a new first axis, each one shape.
 
     Raises:
@@ -59,8 +59,12 @@ def stack_samples(samples: Sequence[Any], names: Sequence[str], *, field: str) -
         if arrays[-1].shape != arrays[0].shape:
             raise SpecError(
                 field,
-                f"images of different shapes: {names[0]} is {arrays[0].shape}, {name} is {arrays[-1].shape}; "
-                "give a transform that makes every image one shape (resize or crop)",
+                f"{kind} of different shapes: {names[0]} is {arrays[0].shape}, {name} is {arrays[-1].shape}; "
+                + (
+                    "give a transform that makes every image one shape (resize or crop)"
+                    if kind == "images"
+                    else "every sample must have one shape (pad them, or give a function source that does)"
+                ),
             )
     return np.stack(arrays)
 
@@ -181,13 +185,20 @@ def hf_dataset(
     elif transform is not None:
         raise SpecError(field, f"a transform applies to images; column {inputs!r} of {folder} holds arrays")
     else:
-        values = stack_samples(list(chosen.with_format("numpy")[inputs]), names, field=field)
+        values = _numpy_column(chosen, inputs)
+        if values.dtype.hasobject:  # rows of different lengths: name two of them
+            values = stack_samples(list(values), names, field=field, kind="samples")
     if targets is None:
         return values, None, indices
     feature = ds.features[targets]
     if isinstance(feature, datasets.ClassLabel | datasets.Value) and feature.dtype not in ("string", "large_string"):
-        return values, np.asarray(chosen.with_format("numpy")[targets]), indices
+        return values, _numpy_column(chosen, targets), indices
     return values, list(chosen[targets]), indices
+
+
+def _numpy_column(ds: Any, column: str) -> np.ndarray:
+    """One column as one numpy array, read in one batch (an object array when rows differ in shape)."""
+    return np.asarray(ds.with_format("numpy", columns=[column])[:][column])
 
 
 def _column(

@@ -89,9 +89,10 @@ def load_data(spec: DataSource, *, field: str, base_dir: Path) -> LoadedData:
     """
     _check_options(spec, field)
     form, path = _form(spec.source, field, base_dir)
+    what = f"{spec.source}()" if form == "function" else excerpt(spec.source)  # how messages name the source
     if form in ("images", "datasets"):
         inputs, targets, indices = _from_folder(form, path, spec, field, base_dir)
-        inputs = _numeric(inputs, spec.source, field)
+        inputs = _numeric(inputs, what, field)
     else:
         if spec.transform is not None:
             raise SpecError(field, f"transform applies to images; {excerpt(spec.source)} gives arrays")
@@ -100,11 +101,11 @@ def load_data(spec: DataSource, *, field: str, base_dir: Path) -> LoadedData:
         else:
             assert path is not None
             raw, targets = _read_arrays(path, spec, field)
-        inputs = _numeric(raw, spec.source, field)
-        targets = _check_targets(targets, len(inputs), spec.source, field)
+        inputs = _numeric(raw, what, field)
+        targets = _check_targets(targets, len(inputs), what, field)
         indices = subset_indices(len(inputs), spec.max_samples, spec.seed)
         inputs = np.take(inputs, indices, axis=0)  # reads only the kept rows of a memory-mapped .npy
-        targets = _subset(targets, indices, len(inputs) < len(raw), spec.source, field)
+        targets = _subset(targets, indices, len(inputs) < len(raw), what, field)
     dense = np.empty(inputs.shape, inputs.dtype)  # a fresh array: standard strides on every axis
     dense[...] = inputs
     return LoadedData(dense, targets, data_digest(dense, targets, indices, field=field))
@@ -190,7 +191,12 @@ def _form(source: str, field: str, base_dir: Path) -> tuple[str, Path | None]:
 
 def _from_folder(form: str, path: Path | None, spec: DataSource, field: str, base_dir: Path) -> tuple[Any, Any, Any]:
     assert path is not None
-    transform = import_function(spec.transform, field=field, base_dir=base_dir) if spec.transform else None
+    transform = None
+    if spec.transform:
+        try:
+            transform = import_function(spec.transform, field=field, base_dir=base_dir)
+        except SpecError as exc:
+            raise SpecError(field, f"transform: {exc.message}") from None
 
     def pick(count: int) -> np.ndarray:
         return subset_indices(count, spec.max_samples, spec.seed)
@@ -269,42 +275,40 @@ def _names(keys: list[str]) -> str:
     return clip(", ".join(keys) or "nothing")
 
 
-def _numeric(value: Any, source: str, field: str) -> np.ndarray:
+def _numeric(value: Any, what: str, field: str) -> np.ndarray:
     """``value`` as a numpy array of numbers with a sample axis and at least one sample."""
     try:
         array = to_array(value)
     except (TypeError, RuntimeError) as exc:  # a tensor numpy cannot hold (bfloat16)
-        raise SpecError(field, f"{excerpt(source)}: inputs do not convert to numpy: {first_line(exc)}") from None
+        raise SpecError(field, f"{what}: inputs do not convert to numpy: {first_line(exc)}") from None
     if isinstance(array, np.generic):
         array = np.asarray(array)
     if not isinstance(array, np.ndarray):
-        raise SpecError(
-            field, f"{excerpt(source)} gave inputs as {type(value).__name__}; give a numpy array or torch tensor"
-        )
+        raise SpecError(field, f"{what} gave inputs as {type(value).__name__}; give a numpy array or torch tensor")
     if array.dtype.kind not in _NUMERIC_KINDS:
-        raise SpecError(field, f"{excerpt(source)}: inputs are {array.dtype}; give numbers (float, integer or bool)")
+        raise SpecError(field, f"{what}: inputs are {array.dtype}; give numbers (float, integer or bool)")
     if array.ndim == 0:
-        raise SpecError(field, f"{excerpt(source)}: inputs are one number; give an array with the samples first")
+        raise SpecError(field, f"{what}: inputs are one number; give an array with the samples first")
     if not len(array):
-        raise SpecError(field, f"{excerpt(source)} holds no samples")
+        raise SpecError(field, f"{what} holds no samples")
     return array
 
 
-def _check_targets(targets: Any, count: int, source: str, field: str) -> Any:
+def _check_targets(targets: Any, count: int, what: str, field: str) -> Any:
     if targets is None:
         return None
     if isinstance(targets, str | bytes | dict) or not hasattr(targets, "__len__"):
         raise SpecError(
             field,
-            f"{excerpt(source)} gave targets as {type(targets).__name__}; give one target per sample "
+            f"{what} gave targets as {type(targets).__name__}; give one target per sample "
             "(a list, tuple, numpy array or tensor)",
         )
     if len(targets) != count:
-        raise SpecError(field, f"{excerpt(source)} gave {len(targets)} targets for {count} inputs; give one per sample")
+        raise SpecError(field, f"{what} gave {len(targets)} targets for {count} inputs; give one per sample")
     return targets
 
 
-def _subset(targets: Any, indices: np.ndarray, subset: bool, source: str, field: str) -> Any:
+def _subset(targets: Any, indices: np.ndarray, subset: bool, what: str, field: str) -> Any:
     """The targets of the kept samples: all of them, untouched, unless a subset was taken."""
     if targets is None or not subset:
         return targets
@@ -317,7 +321,7 @@ def _subset(targets: Any, indices: np.ndarray, subset: bool, source: str, field:
     except Exception as exc:  # a sized object that does not index
         raise SpecError(
             field,
-            f"{excerpt(source)}: max_samples needs targets that index ({type(targets).__name__}: {first_line(exc)}); "
+            f"{what}: max_samples needs targets that index ({type(targets).__name__}: {first_line(exc)}); "
             "give a list, tuple, numpy array or tensor",
         ) from None
     return tuple(kept) if isinstance(targets, tuple) else kept
