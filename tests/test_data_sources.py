@@ -342,6 +342,8 @@ def test_functions_that_do_not_import_raise_or_return_the_wrong_thing(tmp_path: 
             return np.array(["a", "b"])
         def scalar():
             return np.float32(3.0)
+        def half():
+            return torch.zeros(3, 2, dtype=torch.bfloat16)
         def empty():
             return np.zeros((0, 3), np.float32)
         def miscounted():
@@ -366,6 +368,7 @@ def test_functions_that_do_not_import_raise_or_return_the_wrong_thing(tmp_path: 
     _refused(tmp_path, "userdata.py:strings", "inputs are <U1", "give numbers")
     _refused(tmp_path, "userdata.py:scalar", "inputs are one number")
     _refused(tmp_path, "userdata.py:empty", "holds no samples")
+    _refused(tmp_path, "userdata.py:half", "userdata.py:half(): inputs do not convert to numpy", "BFloat16")
     _refused(tmp_path, "userdata.py:miscounted", "userdata.py:miscounted() gave 3 targets for 4 inputs")
     _refused(tmp_path, "userdata.py:mapping", "gave targets as dict", "one target per sample")
     assert _load(tmp_path, "userdata.py:unindexable").targets is not None  # all kept: no indexing needed
@@ -439,14 +442,14 @@ def test_arrays_round_trip_through_npz_and_functions(
     n = len(inputs)
     targets = np.arange(n) * 3
     np.savez(tmp_path / "p.npz", inputs=inputs, targets=targets)
-    _module(
+    _module(  # the same text every example: a rewritten file's stale bytecode cannot mislead
         tmp_path,
         f"""
         import numpy as np
         def data():
             with np.load({str(tmp_path / "p.npz")!r}) as f:
                 x = f["inputs"]
-            return np.asfortranarray(x), [[i] * (i % 3) for i in range({n})]
+            return np.asfortranarray(x), [[i] * (i % 3) for i in range(len(x))]
         """,
         "prop.py",
     )
