@@ -10,10 +10,7 @@ References:
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
-import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +43,7 @@ from nnsweep.models._module_form import (
 from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
+from nnsweep.models._user_code import import_function
 
 if TYPE_CHECKING:
     from nnsweep.models.task_data import TaskData
@@ -170,7 +168,7 @@ def _load(
         return _torchvision(ref.partition(":")[2], weights, input_shape)
     if kind == "live":
         return _bundle_from(ref, _LIVE[ref.partition(":")[2]], input_shape)
-    return _user(ref, kind, input_shape)
+    return _user(ref, input_shape)
 
 
 def _torchvision(name: str, weights: Path | None, input_shape: tuple[int, ...] | None) -> ModelBundle:
@@ -389,29 +387,8 @@ def _recalibrate_batchnorm(module: Any, inputs: Any) -> None:
     module.eval()
 
 
-def _user(ref: str, kind: str, input_shape: tuple[int, ...] | None) -> ModelBundle:
-
-    head, _, func_name = ref.rpartition(":")
-    try:
-        if kind == "file":
-            path = Path(head).resolve()
-            if str(path.parent) not in sys.path:
-                # as for a script, the modules beside the file import; appended, so they
-                # never shadow an installed package
-                sys.path.append(str(path.parent))
-            spec = importlib.util.spec_from_file_location(f"nnsweep_user_{path.stem}", path)
-            if spec is None or spec.loader is None:
-                raise ImportError(f"cannot load {path}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(head)
-    except Exception as exc:  # the user's code: any failure to import is their input error
-        raise SpecError("model", f"{head} does not import: {type(exc).__name__}: {exc}") from exc
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise SpecError("model", f"{head} has no function {func_name!r}")
+def _user(ref: str, input_shape: tuple[int, ...] | None) -> ModelBundle:
+    func = import_function(ref, field="model")
     try:
         result = func()
     except Exception as exc:

@@ -1,0 +1,57 @@
+"""Import the function a ``package.module:function`` or ``path/to/file.py:function``
+reference names: a user's model, data or transform, each resolved the same way."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nnsweep.core.errors import SpecError, first_line
+
+__all__ = ["import_function", "is_function_reference"]
+
+
+def is_function_reference(ref: str) -> bool:
+    """Whether ``ref`` has the form ``head:function`` (a module or a ``.py`` file, then a name)."""
+    head, sep, name = ref.rpartition(":")
+    return bool(sep and head and name.isidentifier())
+
+
+def import_function(ref: str, *, field: str, base_dir: Path | None = None) -> Callable[..., Any]:
+    """The callable ``ref`` names, its module imported (a file's, from ``base_dir`` when relative).
+
+    Raises:
+        SpecError: on ``field``: the module does not import (its exception's type and
+            first line) or has no callable of that name.
+    """
+    head, _, func_name = ref.rpartition(":")
+    try:
+        if head.endswith(".py"):
+            path = Path(head).expanduser()
+            path = (path if path.is_absolute() or base_dir is None else base_dir / path).resolve()
+            if not path.is_file():
+                raise SpecError(field, f"file {head!r} does not exist (looked for {path})")
+            if str(path.parent) not in sys.path:
+                # as for a script, the modules beside the file import; appended, so they
+                # never shadow an installed package
+                sys.path.append(str(path.parent))
+            spec = importlib.util.spec_from_file_location(f"nnsweep_user_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(head)
+    except SpecError:
+        raise
+    except Exception as exc:  # the user's code: any failure to import is their input error
+        raise SpecError(field, f"{head} does not import: {first_line(exc)}") from exc
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise SpecError(field, f"{head} has no function {func_name!r}")
+    return func
