@@ -40,7 +40,7 @@ def user_metrics(args: argparse.Namespace) -> tuple[UserMetric, ...]:
     Raises:
         SpecError: on ``--metric``: not NAME=REF, a built-in's name, or a name given twice.
     """
-    from nnsweep.models.references import check_function_reference
+    from nnsweep.models import check_function_reference
 
     metrics: list[UserMetric] = []
     for text in args.metric:

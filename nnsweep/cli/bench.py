@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -286,6 +287,19 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def _load(args: argparse.Namespace, cache: Any, progress: Any, data: Any) -> Any:
+    from nnsweep.models import load_model
+
+    return load_model(
+        args.model,
+        cache_dir=cache.models_dir,
+        weights=args.weights,
+        input_shape=args.input_shape,
+        progress=progress,
+        data=data,
+    )
+
+
 def _execute_bench(
     args: argparse.Namespace, config: Any, settings: Any, cache_dir: Path, task_input: tuple[Any, Any] = ((), None)
 ) -> int:
@@ -298,7 +312,7 @@ def _execute_bench(
     from nnsweep.artifacts import deploy
     from nnsweep.artifacts.cache import ArtifactCache
     from nnsweep.bench._warm import ForkHere
-    from nnsweep.models import SnapshotStore, load_model
+    from nnsweep.models import SnapshotStore
 
     cache = ArtifactCache(cache_dir)
     store = SnapshotStore(cache.models_dir)
@@ -320,18 +334,7 @@ def _execute_bench(
         if artifact is None or snapshot is None:
             status.line(f"loading {args.model} ...", tty_only=True)
             try:
-                bundle, snapshot = store.load(
-                    args.model,
-                    recipe,
-                    lambda: load_model(
-                        args.model,
-                        cache_dir=cache.models_dir,
-                        weights=args.weights,
-                        input_shape=args.input_shape,
-                        progress=status.line,
-                        data=data,
-                    ),
-                )
+                bundle, snapshot = store.load(args.model, recipe, partial(_load, args, cache, status.line, data))
                 task = bench_task(bundle, metrics, snapshot.reference)
             except SpecError as exc:
                 status.clear()

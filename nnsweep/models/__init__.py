@@ -13,6 +13,7 @@ from nnsweep.models._bundle import (
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore
+from nnsweep.models._user_code import check_function_reference, import_function
 
 __all__ = [
     "BUILTIN",
@@ -22,9 +23,11 @@ __all__ = [
     "ModelSnapshot",
     "SnapshotStore",
     "Split",
+    "check_function_reference",
     "check_input_shape",
     "check_reference",
     "class_positions",
+    "import_function",
     "labelled_layout",
     "load_model",
     "per_sample_shapes",

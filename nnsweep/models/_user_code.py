@@ -12,13 +12,32 @@ from typing import Any
 
 from nnsweep.core.errors import SpecError, first_line
 
-__all__ = ["import_function", "is_function_reference"]
+__all__ = ["check_function_reference", "import_function", "is_function_reference"]
 
 
 def is_function_reference(ref: str) -> bool:
     """Whether ``ref`` has the form ``head:function`` (a module or a ``.py`` file, then a name)."""
     head, sep, name = ref.rpartition(":")
     return bool(sep and head and name.isidentifier())
+
+
+def check_function_reference(ref: str, *, field: str, base_dir: Path | None = None) -> str:
+    """``ref`` with a file's path made absolute (relative to ``base_dir``), its form checked,
+    nothing imported: what a spec keeps, so a worker in another folder finds the same file.
+
+    Raises:
+        SpecError: on ``field``: not ``module:function`` / ``file.py:function``, or the file is missing.
+    """
+    if not is_function_reference(ref):
+        raise SpecError(field, f"{ref!r} is not a function reference; give package.module:function or file.py:function")
+    head, _, name = ref.rpartition(":")
+    if not head.endswith(".py"):
+        return ref
+    path = Path(head).expanduser()
+    path = path if path.is_absolute() or base_dir is None else base_dir / path
+    if not path.is_file():
+        raise SpecError(field, f"file {str(path)!r} does not exist")
+    return f"{path.resolve()}:{name}"
 
 
 def import_function(ref: str, *, field: str, base_dir: Path | None = None) -> Callable[..., Any]:

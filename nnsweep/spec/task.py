@@ -22,7 +22,7 @@ def build_metrics(raw: Any, base: Path) -> tuple[UserMetric, ...]:
     Raises:
         SpecError: on ``metrics.NAME``: a bad name, one a built-in metric has, or a bad reference.
     """
-    from nnsweep.models.references import check_function_reference
+    from nnsweep.models import check_function_reference
 
     taken = set(BUILTIN)
     derived = {f(b) for b in BUILTIN for f in (drop, remeasured, low, high)}

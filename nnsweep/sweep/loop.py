@@ -80,10 +80,8 @@ class Sweep:
         tracker: where trials are logged (MLflow, or nothing).
         cache_root: the artifact cache shared by the coordinator and the conversion workers.
         progress: called with a snapshot of every device whenever something changes.
-        notice: called with a line when a long step outside the trials starts or moves on
-            (a runtime's sensitivity ranking, before its first float-layer trial).
-        depth: trials in flight per device (converting ahead while it measures); ``None``:
-            :func:`default_depth` of the executor's conversion slots.
+        notice: called with a line when a long step outside the trials starts or moves on.
+        depth: trials in flight per device, converting ahead (``None``: :func:`default_depth`).
         lost_timeout_s: how long to wait for a lost device once every other device is done.
         hang_grace_s: a measurement with no result this long after its own timeout is hung.
         fresh: delete the sweep's studies first and start over.
@@ -205,11 +203,9 @@ class Sweep:
                 if new_state is not None:  # refused before anything was measured: leave nothing behind
                     shutil.rmtree(new_state, ignore_errors=True)
                 raise
+            gate = gate_for(self.spec)
             self._scheduler = Scheduler(
-                self.executor.converter_machine,
-                self.executor.converters,
-                lost_timeout_s=self.lost_timeout_s,
-                gate=gate_for(self.spec),
+                self.executor.converter_machine, self.executor.converters, lost_timeout_s=self.lost_timeout_s, gate=gate
             )
             devices = resume.open_devices(
                 self.spec, plan, fp, self._scheduler, self.tracker, self.host.bundle.digest,
@@ -291,10 +287,9 @@ class Sweep:
                 return  # its artifact left the cache: it converts again
             self.stats.first_measure_at.setdefault(t.device, self.clock())
             self._futures[self.executor.measure(t.device, request)] = partial(self.results.measured, t)
-        elif action.kind == "evaluate":
-            self._futures[self.host.submit_outputs(t.config)] = partial(self.results.evaluated, t)
-        elif action.kind == "gate":
-            self._futures[self.host.submit_outputs(t.config)] = partial(self.results.gated, t)
+        elif action.kind in ("evaluate", "gate"):  # a run on this host for the outputs alone
+            then = self.results.evaluated if action.kind == "evaluate" else self.results.gated
+            self._futures[self.host.submit_outputs(t.config)] = partial(then, t)
 
     def _interrupt(self) -> None:
         for name in self.recorder.devices:
