@@ -100,7 +100,7 @@ def qemu_cpu(environ: Mapping[str, str]) -> str:
     """The CPU model qemu-user runs a process as, from the environment it started with.
 
     qemu-user reads ``QEMU_CPU`` at each exec; without it, it emulates its ``max`` CPU,
-    which advertises features no real core of these boards has (docs/arm-sim.md), so
+    which advertises features no real core of these boards has (docs/how-to/emulated-board.md), so
     ``max (QEMU_CPU unset)`` says an exec path dropped the variable.
 
     Example:

@@ -17,7 +17,7 @@ default Ray executor's ``ray.init()``) gets the same private token before Ray lo
 for one: :func:`local_token`. Ray matches Python
 versions down to the patch level by default; a board's OS rarely has the head's
 patch version, so nodes and clients match the minor version
-(``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor``). See docs/security.md.
+(``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor``). See docs/explanation/security.md.
 
 A slow machine (a small board, a busy one, an emulated one) can fail to join: the
 raylet gives Ray's Python agents a fixed 15 s to write their port files and then

@@ -37,7 +37,7 @@ scales cannot repair an activation tensor.
 Keeping that tensor in float means keeping its producer (``blocks.2.dw``) *and* its
 consumer (``blocks.2.pw1``) in float: a runtime quantizes a tensor when either end
 of it is quantized (the producer's output or the consumer's input). Everything else
-can be int8, which recovers the fp32 accuracy (docs/mixed-precision.md).
+can be int8, which recovers the fp32 accuracy (benchmarks/results/mixed_precision.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-layer int8 sensitivity: which layers to keep in float (issue #20, prototype).
 
 A layer is a module path of the user's model (``blocks.2.pw1``). Two measurements
-per layer, both against a toolchain's real quantizer (docs/mixed-precision.md):
+per layer, both against a toolchain's real quantizer (benchmarks/results/mixed_precision.md):
 
 ``float_one`` (leave one out)
     quantize every candidate layer except this one; the score is the accuracy
@@ -360,7 +360,7 @@ def onnxruntime_evaluator(
     quantizer's decisions and nothing else, as the PT2E rankings run their quantized
     programs in torch. Fused, the host's int8 kernels would enter the ranking: on an x86 CPU
     without VNNI their u8s8 products saturate in int16, which a device with VNNI or an Arm
-    CPU does not do (docs/mixed-precision.md).
+    CPU does not do (benchmarks/results/mixed_precision.md).
 
     The exported and quantized models live in a temporary folder that goes with the
     evaluator: it is removed when the evaluator is collected, or at the latest when the

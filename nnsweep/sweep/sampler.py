@@ -1,7 +1,7 @@
 """The sampler of every device's study.
 
 ``benchmarks/search_replay.py`` replays strategies against tables that measured every
-configuration of a finite space (``benchmarks/data/``); docs/search.md gives the
+configuration of a finite space (``benchmarks/data/``); benchmarks/results/search.md gives the
 figures. They do not show this sampler beating random search: on the two quickstart
 tables (digits_gn) the best configuration and the front are default deployments that
 the starts (:func:`nnsweep.sweep.space.mode_starts`) measure before the sampler
@@ -36,7 +36,7 @@ def make_sampler(seed: int) -> optuna.samplers.BaseSampler:
     :func:`repeat_escape`). On the quickstart tables, without the coordinator's own
     draw after 3 repeats, the random draw after a repeat cut the repeats that count past
     the coordinator's cap (1 against 13 over 20 seeds on one table, 70 against 309 on
-    the other) at equal hypervolume within the seeds' spread (docs/search.md). That is
+    the other) at equal hypervolume within the seeds' spread (benchmarks/results/search.md). That is
     all the benchmark supports: on those tables the starts, not the sampler, find the
     best, and on the outlier table this sampler is no better than random search.
 

@@ -364,7 +364,7 @@ def mode_starts(space: DeviceSpace) -> list[DeploymentConfig]:
     calibration and interface where the space has them (else its first), no partition
     limits, no float layers. Quantization moves latency and accuracy most, and the
     partition limits mostly give byte-identical artifacts, hence these starts. What the
-    tabular benchmark (docs/search.md) says of them: on the two quickstart tables
+    tabular benchmark (benchmarks/results/search.md) says of them: on the two quickstart tables
     (digits_gn; the starts were designed after they were measured) the best
     configuration and the front are themselves default deployments, so the starts reach
     them (trial 2 or 4 to the best, 9 to 99 % of the hypervolume) and random search given
