@@ -1,4 +1,4 @@
-"""Anchor for issue #20: Intel Neural Compressor's accuracy-driven tuning beside nnsweep's mixed precision.
+"""An anchor: Intel Neural Compressor's accuracy-driven tuning beside nnsweep's mixed precision.
 
 Same model (``digits_outlier``), same tolerance (top-1 at most 1 % relative below fp32 on
 the evaluation split, INC's ``tolerable_loss=0.01``), same calibration samples (the first

@@ -19,7 +19,7 @@ from nnsweep.core.errors import AgentLost, BenchmarkError
 
 FAKE_ADB = Path(__file__).parent / "fakes" / "adb"
 
-# The seeds' example outputs, verbatim.
+# The tools' outputs as they print them, verbatim.
 SPEED_BENCHMARK_TORCH = """Starting benchmark.
 
 Running warmup runs.
