@@ -98,7 +98,7 @@ def test_probe_reads_the_phone_and_pushes_the_tool(phone: Path, tmp_path: Path) 
     assert pushed in _commands(phone)
 
 
-def test_measure_pushes_runs_the_seeds_command_and_cleans_up(phone: Path, tmp_path: Path) -> None:
+def test_measure_pushes_runs_the_tools_command_and_cleans_up(phone: Path, tmp_path: Path) -> None:
     transport = _transport(tmp_path)
     request = MeasureRequest(
         runtime="torch",
