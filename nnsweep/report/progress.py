@@ -2,8 +2,7 @@
 
 On a terminal a ``rich`` live display shows one row per device (trials done of the
 budget, failed and reused counts, time per trial, ETA, current activity, best so far);
-otherwise one plain line per device each time its counts change, so a log stays short,
-e.g. ``host: 1/4 trials (0 failed, 0 reused) · 30.0 s/trial · ETA 1m30s · converting``.
+otherwise one plain line per device each time its counts change, so a log stays short.
 Snapshots come from the coordinator (``Sweep(progress=display.update)``): objects with
 the attributes of ``nnsweep.sweep.loop.DeviceProgress``. The pace is measured here from
 the wall clock, over the trials finished since the device was first seen (restored ones
@@ -155,7 +154,21 @@ class ProgressDisplay:
 
     # ------------------------------------------------------------------ public
     def update(self, devices: Sequence[DeviceSnapshot]) -> None:
-        """Show a new snapshot of every device."""
+        """Show a new snapshot of every device.
+
+        Example:
+            >>> import io
+            >>> from types import SimpleNamespace
+            >>> out = io.StringIO()
+            >>> display = ProgressDisplay(stream=out, terminal=False, clock=iter([0.0, 30.0]).__next__)
+            >>> snap = dict(device="host", budget=4, failed=0, reused=0, activity="converting", best=None, lost=False)
+            >>> display.update([SimpleNamespace(done=0, **snap)])
+            >>> display.update([SimpleNamespace(done=1, **snap)])
+            >>> display.close()
+            >>> print(out.getvalue().rstrip())
+            host: 0/4 trials (0 failed, 0 reused) · converting
+            host: 1/4 trials (0 failed, 0 reused) · 30.0 s/trial · ETA 1m30s · converting
+        """
         if not self.enabled:
             return
         now = self._clock()
