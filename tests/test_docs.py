@@ -1,6 +1,7 @@
 """The user's reference is checked against the code: every option of every ``nnsweep`` command
-is in docs/reference/cli.md, every key of the sweep YAML in docs/reference/spec.md, and every
-relative link of the README and docs/ (and benchmarks/results/) leads to a file that exists."""
+is in docs/reference/cli.md, every key of the sweep YAML in docs/reference/spec.md, every
+runtime and backend in docs/reference/runtimes.md, and every relative link of the README,
+docs/ and benchmarks/results/ leads to a file (and heading) that exists."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CLI_DOC = ROOT / "docs" / "reference" / "cli.md"
 SPEC_DOC = ROOT / "docs" / "reference" / "spec.md"
+RUNTIMES_DOC = ROOT / "docs" / "reference" / "runtimes.md"
 # The options every command shares (documented once, under "Common to every command").
 COMMON = {"-h", "--help", "-v", "--verbose", "--cache-dir"}
 
@@ -110,6 +112,23 @@ def test_the_spec_reference_names_every_example_spec() -> None:
     doc = SPEC_DOC.read_text(encoding="utf-8")
     missing = [p.name for p in sorted((ROOT / "sweeps").glob("*.yaml")) if f"sweeps/{p.name}" not in doc]
     assert not missing, f"{SPEC_DOC.relative_to(ROOT)} does not name: {missing}"
+
+
+def test_every_runtime_and_backend_is_in_the_runtimes_reference() -> None:
+    from importlib import metadata
+
+    from nnsweep.core import runtimes
+
+    doc = RUNTIMES_DOC.read_text(encoding="utf-8")
+    plugins = {entry.name for entry in metadata.entry_points(group="nnsweep.runtimes")}
+    builtin = [name for name in runtimes.listed_names() if name not in plugins]
+    assert len(builtin) >= 5, builtin
+    missing = []
+    for name in builtin:
+        info = runtimes.get(name)
+        missing += [name] if f"`{name}`" not in doc else []
+        missing += [f"{name} backend {b}" for b in info.backends if f"`{b}`" not in doc]
+    assert not missing, f"{RUNTIMES_DOC.relative_to(ROOT)} does not document: {missing}"
 
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
