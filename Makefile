@@ -50,7 +50,7 @@ arm-sim-stop:
 	$(ARM_SIM) stop
 # `make test` builds or reuses the board for the `emulation` tests wherever it can (root
 # on x86_64 Linux), with the lite agent (no PyTorch or ExecuTorch: minutes on a new
-# machine, see docs/how-to/emulated-board.md); a board built with every runtime is reused as it is.
+# machine, see benchmarks/results/arm_sim.md); a board built with every runtime is reused as it is.
 # NNSWEEP_ARM_SIM_TESTS=0 leaves the board out (its tests then skip, saying why).
 NNSWEEP_ARM_SIM_TESTS ?= 1
 export NNSWEEP_ARM_SIM_TESTS

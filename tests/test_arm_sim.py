@@ -331,7 +331,7 @@ def board(tmp_path_factory: pytest.TempPathFactory, ray_token: Path) -> Iterator
         NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT=str(_free_port()),
         NNSWEEP_ARM_SIM_AGENT=os.environ.get("NNSWEEP_ARM_SIM_AGENT", "lite"),
     )
-    # Builds the root on a new machine (lite agent: docs/how-to/emulated-board.md has the minutes), or
+    # Builds the root on a new machine (lite agent: benchmarks/results/arm_sim.md has the minutes), or
     # reinstalls the agent when the checkout changed; `make test` has built it already.
     subprocess.run(["bash", str(ARM_SIM), "build"], env=env, check=True, timeout=3600)
     log = open(tmp / "head.log", "ab")  # noqa: SIM115 (kept open for the head's lifetime)
