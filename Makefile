@@ -36,7 +36,7 @@ system-deps:
 quickstart: install
 	$(BIN)/nnsweep run sweeps/quickstart.yaml
 
-# An emulated aarch64 board (Debian arm64 under qemu-user, docs/arm-sim.md), cached in
+# An emulated aarch64 board (Debian arm64 under qemu-user, docs/how-to/emulated-board.md), cached in
 # /var/cache/nnsweep-arm-sim: `make arm-sim` builds it once (with every runtime: 49 min
 # measured on a busy 2-core machine, mostly pip unpacking torch's aarch64 CUDA wheels
 # under emulation; NNSWEEP_ARM_SIM_AGENT=lite: 5 min) and joins the head at ARM_SIM_HEAD
@@ -50,7 +50,7 @@ arm-sim-stop:
 	$(ARM_SIM) stop
 # `make test` builds or reuses the board for the `emulation` tests wherever it can (root
 # on x86_64 Linux), with the lite agent (no PyTorch or ExecuTorch: minutes on a new
-# machine, see docs/arm-sim.md); a board built with every runtime is reused as it is.
+# machine, see benchmarks/results/arm_sim.md); a board built with every runtime is reused as it is.
 # NNSWEEP_ARM_SIM_TESTS=0 leaves the board out (its tests then skip, saying why).
 NNSWEEP_ARM_SIM_TESTS ?= 1
 export NNSWEEP_ARM_SIM_TESTS

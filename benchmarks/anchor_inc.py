@@ -1,9 +1,9 @@
-"""Anchor for issue #20: Intel Neural Compressor's accuracy-driven tuning beside nnsweep's mixed precision.
+"""An anchor: Intel Neural Compressor's accuracy-driven tuning beside nnsweep's mixed precision.
 
 Same model (``digits_outlier``), same tolerance (top-1 at most 1 % relative below fp32 on
 the evaluation split, INC's ``tolerable_loss=0.01``), same calibration samples (the first
 128 of the calibration split, min/max unless a config says otherwise), int8 weights per
-channel on both sides. Prints one table (docs/anchors.md has the last run's).
+channel on both sides. Prints one table (benchmarks/results/anchors.md has the last run's).
 
 INC (``neural-compressor-pt`` 3.10, PyTorch backend, no IPEX here, so its static int8 is
 the PT2E path: ``torch.export`` + torchao's ``X86InductorQuantizer``):

@@ -1,4 +1,4 @@
-"""The digits model on the emulated aarch64 board next to this x86 host (docs/arm-sim.md).
+"""The digits model on the emulated aarch64 board next to this x86 host (docs/how-to/emulated-board.md).
 
 Converts each configuration below on the host (through nnsweep's cache), measures the
 same artifact twice — on the host, and on the board (``device_agents/arm_sim.sh run``:

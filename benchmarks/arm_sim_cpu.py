@@ -2,7 +2,7 @@
 (per-channel) digits.
 
 XNNPACK picks its int8 kernels from the CPU's features; under qemu-user's default
-``max`` CPU it picks kernels that compute wrong results (docs/arm-sim.md). For each CPU
+``max`` CPU it picks kernels that compute wrong results (docs/how-to/emulated-board.md). For each CPU
 the board can emulate (``NNSWEEP_ARM_SIM_CPU``), and for ``max`` (the board's /sys tree
 says Cortex-A72, but the measuring process starts with ``QEMU_CPU=max``: how the board
 ran before it named its CPU), this runs the same .tflite / .pte on the evaluation split on the

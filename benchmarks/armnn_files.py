@@ -1,7 +1,7 @@
 """Write the ``.tflite`` files nnsweep's Arm NN converter makes (litert-torch's file with
 explicit FULLY_CONNECTED biases, before Arm NN's placement) for a set of models and modes,
 and an ``index.json``, so another Arm NN version's parser can be tried on the same bytes
-(``benchmarks/armnn_parse.py``, run by that version's system Python; docs/coverage.md).
+(``benchmarks/armnn_parse.py``, run by that version's system Python; benchmarks/results/coverage.md).
 
 Usage: .venv/bin/python benchmarks/armnn_files.py OUT_DIR
 """

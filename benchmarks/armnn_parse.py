@@ -1,7 +1,7 @@
 """Which of the files ``benchmarks/armnn_files.py`` wrote this Arm NN parses, optimizes for
 CpuRef and runs (one inference of zeros). Run it with the Python that has PyArmNN (Debian's
 ``python3-pyarmnn``): the host's system ``python3`` for its Arm NN, or another suite's in
-a chroot (docs/coverage.md, "Arm NN versions"). Each file is tried in a process of its
+a chroot (benchmarks/results/coverage.md, "Arm NN versions"). Each file is tried in a process of its
 own: Arm NN 20.08 aborts the process on some models.
 
 Usage: python3 benchmarks/armnn_parse.py DIR

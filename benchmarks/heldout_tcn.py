@@ -12,7 +12,7 @@ The first and last blocks are residual, the middle one is not. The convolutions 
 ``Conv2d`` with (3, 1) kernels over (steps, 1), as sequence models for TFLite are often
 written. (A ``Conv1d`` version found that ExecuTorch 1.5.1's XNNPACK backend fails a
 float ``Conv1d`` beside int8 layers; the converter now writes such a layer as a
-``Conv2d`` itself: docs/mixed-precision.md.)
+``Conv2d`` itself: benchmarks/results/mixed_precision.md.)
 
 What int8 breaks: four channels of ``block2.bn1``'s shift (the BatchNorm bias) are
 trained through a fixed gain of 256 (``torch.nn.utils.parametrize``, removed after

@@ -1,4 +1,4 @@
-"""A held-out vision transformer for the layer ranking's tie-break (docs/mixed-precision.md §6).
+"""A held-out vision transformer for the layer ranking's tie-break (benchmarks/results/mixed_precision.md §6).
 
 Random weights (seed 0), a 1x3x32x32 input and no dataset: nnsweep scores it by top-1
 agreement with fp32 on synthetic inputs, which int8 does not change, so every layer

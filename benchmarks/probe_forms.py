@@ -1,4 +1,4 @@
-"""The forms in which training code hands a model over, probed on 2026-11-29 (docs/coverage.md,
+"""The forms in which training code hands a model over, probed on 2026-11-29 (benchmarks/results/coverage.md,
 "The forms a model comes in"), loadable as ``benchmarks/probe_forms.py:NAME`` by
 ``nnsweep bench --model``.
 
@@ -8,7 +8,7 @@ weights), returned as training and serving code leaves it: compiled with ``torch
 ``.module()``), cast to float16, pruned with ``torch.nn.utils.prune``, with the hook-based
 ``weight_norm`` or ``spectral_norm``, and with a forward hook that scales a layer's output.
 
-Probed later (docs/coverage.md, "More forms, and the outputs a model returns"): wrapped in
+Probed later (benchmarks/results/coverage.md, "More forms, and the outputs a model returns"): wrapped in
 ``nn.DataParallel``, with channels-last weights, already quantized (``quantize_dynamic``,
 QAT-prepared, torchao), built on the meta device, with lazy layers, and returning its
 outputs as a named tuple, a list or nested containers.

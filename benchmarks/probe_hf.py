@@ -1,4 +1,4 @@
-"""Hugging Face ``transformers`` models probed on 2026-11-29 (docs/coverage.md), loadable as
+"""Hugging Face ``transformers`` models probed on 2026-11-29 (benchmarks/results/coverage.md), loadable as
 ``benchmarks/probe_hf.py:NAME`` by ``nnsweep bench --model``.
 
 Each function builds a small model from its configuration class (random weights, nothing

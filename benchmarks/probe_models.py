@@ -1,5 +1,5 @@
-"""Models probed on 2026-11-29 (docs/coverage.md, docs/conversion.md "Half precision"), loadable
-as ``benchmarks/probe_models.py:NAME`` by ``nnsweep bench --model``.
+"""Models probed for coverage (benchmarks/results/coverage.md, docs/explanation/conversion.md
+"Half precision"), loadable as ``benchmarks/probe_models.py:NAME`` by ``nnsweep bench --model``.
 
 Each function returns ``(module, example_input)`` with seeded random weights and no data, as
 a user's model file would: ``nnsweep bench`` then measures fidelity against the fp32 model

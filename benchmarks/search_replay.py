@@ -214,7 +214,7 @@ class Run:
 NEAR = 0.03
 """A configuration this much slower than the table's best counts as reaching it in the
 "within 3 %" column: fresh processes measuring one artifact on this machine differ by
-about that much (docs/measurement.md), so a table's best over a configuration that
+about that much (docs/explanation/measurement.md), so a table's best over a configuration that
 close is decided by its one sample."""
 
 

@@ -4,7 +4,7 @@ Logs N trials the way the coordinator does (start_trial, then finish_trial with
 metrics, tags, partition report and latency samples) into a temporary
 ``sqlite:///…/mlflow.db`` and prints median / p90 milliseconds for start, finish
 and the two together, then the cost of resuming (``open_device`` on a store that
-already holds those N trials). docs/architecture.md §4 records ~50 ms/run with
+already holds those N trials). docs/explanation/architecture.md §5 records ~50 ms/run with
 ``log_batch``.
 
 Usage: .venv/bin/python benchmarks/tracking_overhead.py [--trials 100]

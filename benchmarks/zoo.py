@@ -45,7 +45,8 @@ MODELS = {
     "gru": f"{USER_MODELS}:gru",
     "unet": f"{USER_MODELS}:unet",
 }
-# resnet18, convnext, gru and unet are opt-in: resnet18's row adds about 6 minutes on 2 cores (docs/coverage.md).
+# resnet18, convnext, gru and unet are opt-in: resnet18's row adds about 6 minutes on 2 cores
+# (benchmarks/results/coverage.md).
 DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads", "text_classifier")
 MODES = ("fp32", "fp16", "dynamic_int8", "static_int8")
 

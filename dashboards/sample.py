@@ -174,7 +174,8 @@ def sample_devices() -> list[DeviceTrials]:
             partitions=ort,
             size_kib=105,
         ),
-        # QNNPACK on x86 is numerically broken for conv + ReLU6 (docs/architecture.md §4): the gate must catch it.
+        # QNNPACK on x86 is numerically broken for conv + ReLU6 (docs/explanation/architecture.md §5):
+        # the gate must catch it.
         _record(
             "host",
             4,

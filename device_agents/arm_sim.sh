@@ -3,7 +3,7 @@
 # arm64 root run by qemu-user through binfmt_misc, with the agent installed by
 # device_agents/install.sh (the script a real board runs, unchanged) and Debian's Arm NN
 # (CpuAcc and CpuRef backends). The chroot shares the host's network namespace, so the
-# board joins a head on this machine over loopback. docs/arm-sim.md explains why each
+# board joins a head on this machine over loopback. docs/how-to/emulated-board.md explains why each
 # step is there; every latency measured on this board is emulated (labelled so).
 #
 #   arm_sim.sh build                 build the root once (cached outside the checkout) and
@@ -57,7 +57,7 @@ midr_of() {
 }
 
 # qemu-user's default CPU (`max`) advertises features these cores lack (dot product, SVE,
-# i8mm), and XNNPACK's int8 kernels then compute wrong results (docs/arm-sim.md). qemu
+# i8mm), and XNNPACK's int8 kernels then compute wrong results (docs/how-to/emulated-board.md). qemu
 # reads QEMU_CPU at every exec, so it is exported here (debootstrap, chroot) and passed
 # again through the `env -i` of in_root; Ray's processes and the agent's inherit it.
 midr=$(midr_of "$cpu") || { echo "arm-sim: unknown NNSWEEP_ARM_SIM_CPU '$cpu' (cortex-a72, cortex-a76 or neoverse-n1)" >&2; exit 2; }

@@ -53,23 +53,14 @@ def measure(
 ) -> DeploymentResult:
     """Convert ``model`` for one configuration and measure it on this machine, as ``nnsweep bench``.
 
-    Args:
-        model: the float model (put in eval mode).
-        example_input: one input of batch size 1.
-        config: the deployment (default: ``DeploymentConfig(**options)``, e.g. ``runtime="onnxruntime"``).
-        dataset: calibration and evaluation data (default: random inputs; accuracy is then
-            top-1 agreement with the float model).
-        settings: warm-up, timed runs, timeout (default: 5 warm-up, 200 timed runs).
-        cache_dir: the artifact cache (default ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``).
-        metrics: your own metrics by name, each ``function(outputs, targets) -> float``
-            (:mod:`nnsweep.bench.task`), scored on the deployment's outputs (``.metrics``).
-        targets: what ``metrics`` get as targets, one per evaluation sample (default: the
-            dataset's evaluation labels).
-        options: fields of :class:`DeploymentConfig` when ``config`` is not given.
-
-    Returns:
-        Latency statistics, memory, size, accuracy, fidelity and your metrics (``.to_dict()`` is
-        ``bench --json``).
+    ``config`` defaults to ``DeploymentConfig(**options)`` (e.g. ``runtime="onnxruntime"``);
+    ``dataset`` to random inputs (accuracy is then top-1 agreement with the float model);
+    ``settings`` to 5 warm-up and 200 timed runs; ``cache_dir`` to ``$NNSWEEP_CACHE`` or
+    ``~/.cache/nnsweep``. Returns latency statistics, memory, size, accuracy and fidelity
+    (``.to_dict()`` is ``bench --json``).
+    ``metrics`` are your own, by name, each ``function(outputs, targets) -> float``
+    (:mod:`nnsweep.bench.task`), scored on the deployment's outputs (``.metrics``);
+    ``targets`` are what they get, one per evaluation sample (default: the evaluation labels).
 
     Raises:
         SpecError: the model or the configuration is not valid.
@@ -131,22 +122,14 @@ def sweep(
 ) -> list[DeviceResult]:
     """Run a sweep, as ``nnsweep run``: per device its trials, Pareto front and best configuration.
 
-    Args:
-        spec: a :class:`~nnsweep.spec.SweepSpec`, the mapping a sweep YAML holds, or the
-            path of a sweep YAML (read as ``nnsweep run`` reads it).
-        model: a live model to sweep (then ``example_input`` too); it replaces the spec's
-            ``model`` (which a mapping may leave out). Only this process has it, so a live
-            model is swept with the ``local`` executor.
-        example_input: one input of batch size 1, for ``model``.
-        dataset: calibration and evaluation data for ``model``.
-        executor: ``local`` (threads in this process) or ``ray``.
-        address: a Ray cluster to join (``ray`` only).
-        tracking: log to the spec's MLflow store.
-        fresh: delete the sweep's studies first (after changing its model or spec).
-        cache_dir: the artifact cache (default ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``).
-        progress: called with every device's progress whenever something changes.
-        notice: called with a line when a long step outside the trials starts or moves on
-            (a runtime's sensitivity ranking, minutes on a large model).
+    ``spec`` is a :class:`~nnsweep.spec.SweepSpec`, a sweep YAML's mapping or its path.
+    ``model`` (with ``example_input`` of batch size 1, and optionally ``dataset``) is a live
+    model that replaces the spec's; only this process has it, so it is swept with the
+    ``local`` executor. ``executor`` is ``local`` or ``ray`` (``address``: a cluster to
+    join); ``tracking`` logs to the spec's MLflow store; ``fresh`` deletes the sweep's studies
+    first; ``cache_dir`` defaults to ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``.
+    ``progress`` gets every device's progress on each change, ``notice`` a line when a long
+    step outside the trials (a sensitivity ranking) starts or moves on.
 
     Raises:
         SpecError: the spec, the model or the devices refuse the sweep (nothing is written).

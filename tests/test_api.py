@@ -1,4 +1,4 @@
-"""The Python API, through the README's example exactly as a user copies it."""
+"""The Python API, through the example of docs/how-to/python-api.md exactly as a user copies it."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "python-api.md"
 
 pytestmark = pytest.mark.integration
 
 
 def _example() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = DOC.read_text(encoding="utf-8")
     found = re.search(r"<!-- api-example[^>]*-->\n```python\n(.*?)```", text, re.S)
-    assert found is not None, "README.md lost its Python API example"
+    assert found is not None, "docs/how-to/python-api.md lost its Python API example"
     return found.group(1)
 
 
@@ -24,7 +24,7 @@ def test_the_readme_example_measures_and_sweeps_a_live_model(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the sweep's state, mlflow.db and reports land here
     monkeypatch.setenv("HOME", str(tmp_path))  # and the artifact cache (~/.cache/nnsweep)
-    exec(compile(_example(), "README.md", "exec"), {})
+    exec(compile(_example(), "python-api.md", "exec"), {})
     out = capsys.readouterr().out
     assert re.search(r"onnxruntime fp32 p50: \d+\.\d+ ms", out)
     assert re.search(r"host best: onnxruntime/cpu/\S+ front: \[\d", out)

@@ -331,7 +331,7 @@ def board(tmp_path_factory: pytest.TempPathFactory, ray_token: Path) -> Iterator
         NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT=str(_free_port()),
         NNSWEEP_ARM_SIM_AGENT=os.environ.get("NNSWEEP_ARM_SIM_AGENT", "lite"),
     )
-    # Builds the root on a new machine (lite agent: docs/arm-sim.md has the minutes), or
+    # Builds the root on a new machine (lite agent: benchmarks/results/arm_sim.md has the minutes), or
     # reinstalls the agent when the checkout changed; `make test` has built it already.
     subprocess.run(["bash", str(ARM_SIM), "build"], env=env, check=True, timeout=3600)
     log = open(tmp / "head.log", "ab")  # noqa: SIM115 (kept open for the head's lifetime)
@@ -490,7 +490,7 @@ def test_litert_xnnpack_int8_on_the_board_agrees_with_the_host(  # type: ignore[
     board: Board, digits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Under qemu's default ``max`` CPU, XNNPACK's int8 kernels gave 10 % top-1 agreement with
-    x86 (docs/arm-sim.md); with a named CPU in every process of the board they agree. The
+    x86 (docs/how-to/emulated-board.md); with a named CPU in every process of the board they agree. The
     measurement goes the way a sweep's does: the board's agent (a Ray worker) forks a
     measuring process, so QEMU_CPU has to survive ``ray start`` and both forks."""
     from nnsweep.artifacts import deploy

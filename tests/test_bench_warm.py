@@ -196,7 +196,7 @@ def test_executorch_threads_are_set_in_each_child_before_loading(digits, cache, 
     lock = MachineLock(tmp_path / "m.lock")
     try:
         # One threadpool size per child, from one worker that never sized it: changing the
-        # size after a program is loaded would segfault (docs/measurement.md).
+        # size after a program is loaded would segfault (docs/explanation/measurement.md).
         for threads in (1, 2, 1):
             timing, outputs = measure_in_subprocess(
                 runtime="executorch",

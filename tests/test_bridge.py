@@ -19,7 +19,7 @@ from nnsweep.core.errors import AgentLost, BenchmarkError
 
 FAKE_ADB = Path(__file__).parent / "fakes" / "adb"
 
-# The seeds' example outputs, verbatim.
+# The tools' outputs as they print them, verbatim.
 SPEED_BENCHMARK_TORCH = """Starting benchmark.
 
 Running warmup runs.
@@ -98,7 +98,7 @@ def test_probe_reads_the_phone_and_pushes_the_tool(phone: Path, tmp_path: Path) 
     assert pushed in _commands(phone)
 
 
-def test_measure_pushes_runs_the_seeds_command_and_cleans_up(phone: Path, tmp_path: Path) -> None:
+def test_measure_pushes_runs_the_tools_command_and_cleans_up(phone: Path, tmp_path: Path) -> None:
     transport = _transport(tmp_path)
     request = MeasureRequest(
         runtime="torch",

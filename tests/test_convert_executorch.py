@@ -485,7 +485,7 @@ def test_a_runtime_failure_says_what_executorch_logged(tmp_path: Path) -> None:
 
 # SQNR of the same model written batch-agnostic (torch.flatten(h, 1)): static 22.4 dB, QAT
 # 22.0 dB. QAT one sample a call reaches 6-7 dB: its moving-average observers follow
-# single samples' ranges, narrower than a batch's, so the outputs clip (docs/conversion.md).
+# single samples' ranges, narrower than a batch's, so the outputs clip (docs/explanation/conversion.md).
 @pytest.mark.parametrize(("mode", "floor_db"), [("static_int8", 15.0), ("qat_int8", 3.0)])
 def test_a_model_of_batch_one_calibrates_and_fine_tunes_one_sample_a_call(  # type: ignore[no-untyped-def]
     batch_of_one, tmp_path: Path, mode: str, floor_db: float

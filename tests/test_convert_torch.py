@@ -233,7 +233,8 @@ def _with_relu6(bundle: ModelBundle) -> ModelBundle:
 
 
 def test_qnnpack_conv_relu6_is_visibly_broken_on_x86(digits: ModelBundle, cache: ArtifactCache) -> None:
-    """QNNPACK's conv + ReLU6 is numerically wrong on x86 (docs/architecture.md §4): accuracy and fidelity show it."""
+    """QNNPACK's conv + ReLU6 is numerically wrong on x86 (docs/explanation/architecture.md §5):
+    accuracy and fidelity show it."""
     bundle = _with_relu6(digits)
     reference = ModelSnapshot.of(bundle).reference
     labels = bundle.dataset.evaluation.labels

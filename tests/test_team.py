@@ -1,7 +1,7 @@
 """Team mode with real parts: a PostgreSQL server and an ``mlflow server --serve-artifacts``
 backed by it, both started and stopped here on 127.0.0.1, and two "laptops" — other
 processes in other working directories that share nothing with the server but the spec's
-URLs — sweeping different models into them at once (docs/team.md is the recipe).
+URLs — sweeping different models into them at once (docs/how-to/team-mode.md is the recipe).
 
 PostgreSQL refuses to run as root: as root, the database runs as the ``postgres`` user
 (Debian's package creates it) in a directory of its own under the system's temp directory,
@@ -169,7 +169,7 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
         server.start()
         server.create_database("mlflow")
         server.create_database("optuna")
-        # docs/team.md's step 2: Optuna's tables, created once before anybody sweeps. Two first
+        # docs/how-to/team-mode.md's step 2: Optuna's tables, created once before anybody sweeps. Two first
         # sweeps creating them at once collide in PostgreSQL's catalog (UniqueViolation).
         subprocess.run(
             [str(VENV_BIN / "optuna"), "studies", "--storage", server.url("optuna")],

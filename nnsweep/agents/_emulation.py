@@ -1,24 +1,13 @@
 """Is this device's userland emulated? Detected, never declared.
 
-An emulated board (``device_agents/arm_sim.sh``) is a Debian arm64 root run by
-qemu-user through binfmt_misc on an x86_64 host: ``uname -m`` inside says
-``aarch64`` and the runtimes run their real aarch64 kernels, so accuracy and
-fidelity measured there are the aarch64 code's own, but every latency is the
-emulator's and says nothing about a real board. Two signatures give it away,
-either one is enough:
-
-* ``/proc/cpuinfo`` describes the host's CPU, not an Arm one: qemu-user (Debian
-  bookworm's 7.2) passes the host kernel's file through, so an aarch64 process reads
-  ``vendor_id``/``flags`` lines with ``sse2`` in them. A real Arm CPU shows
-  ``CPU implementer`` and ``Features`` lines instead.
-* The executable behind an emulated parent process is the emulator: qemu-user hides
-  its own ``/proc/self/exe``, not its parent's, which points at the emulator
-  (``qemu-aarch64-static``, or Debian's ``/usr/libexec/qemu-binfmt/aarch64-binfmt-P``
-  as seen from the host; inside the chroot that path does not exist, so the kernel's
-  link text is all there is). This one still works where a newer qemu fakes ``/proc/cpuinfo``.
-
-The functions take the texts they read as arguments, so tests feed them the real
-files of both kinds of machine.
+An emulated board (``device_agents/arm_sim.sh``: Debian arm64 under qemu-user on x86_64)
+runs the real aarch64 kernels, so its accuracy is real but every latency is the
+emulator's. Either signature gives it away: ``/proc/cpuinfo`` describes an x86 CPU
+(qemu-user passes the host's file through; a real Arm CPU shows ``CPU implementer`` and
+``Features``), or the executable behind the parent process is the emulator (qemu-user
+hides its own ``/proc/self/exe``, not its parent's), which still works where a newer qemu
+fakes ``/proc/cpuinfo``. The functions take the texts they read as arguments, so tests
+feed them real files of both kinds of machine.
 """
 
 from __future__ import annotations
@@ -100,7 +89,7 @@ def qemu_cpu(environ: Mapping[str, str]) -> str:
     """The CPU model qemu-user runs a process as, from the environment it started with.
 
     qemu-user reads ``QEMU_CPU`` at each exec; without it, it emulates its ``max`` CPU,
-    which advertises features no real core of these boards has (docs/arm-sim.md), so
+    which advertises features no real core of these boards has (docs/how-to/emulated-board.md), so
     ``max (QEMU_CPU unset)`` says an exec path dropped the variable.
 
     Example:

@@ -1,29 +1,14 @@
 """Starting Ray nodes for nnsweep: the head (conversions, the host device) and boards.
 
-These build the ``ray start`` command lines; ``nnsweep agent head`` and
-``nnsweep agent join`` run them. A joining node offers the custom resource
-``device:<name>`` (the coordinator places that device's agent there) and labels
-``nnsweep-device``, ``nnsweep-machine`` and ``arch``. It offers no CPUs to Ray, so
-no conversion or other task is ever scheduled on a board: its cores are for
-measurements only.
-
-Authentication: every node and client runs with Ray's token authentication
-(``RAY_AUTH_MODE=token``). The head generates the token when there is none
-(``secrets.token_hex(32)``, as ``ray get-auth-token --generate`` does) and writes
-it 0600 in a 0700 folder; Ray itself would write it 0644 in a 0755 folder. A token
-file that group or others can read is refused unless the user says otherwise,
-because whoever holds the token can run code on every node. A local cluster (the
-default Ray executor's ``ray.init()``) gets the same private token before Ray looks
-for one: :func:`local_token`. Ray matches Python
-versions down to the patch level by default; a board's OS rarely has the head's
-patch version, so nodes and clients match the minor version
-(``RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor``). See docs/security.md.
-
-A slow machine (a small board, a busy one, an emulated one) can fail to join: the
-raylet gives Ray's Python agents a fixed 15 s to write their port files and then
-aborts, and ``ray start`` only says the node "timed out during startup"
-(ray-project/ray#65983). :func:`start_failure` finds the raylet's own reason in its
-log so that ``nnsweep agent join`` can say it in one line.
+These build the ``ray start`` command lines that ``nnsweep agent head``/``join`` run. A
+joining node offers the resource ``device:<name>`` and no CPUs, so nothing but its
+device's measurements is scheduled there. Every node and client uses Ray's token
+authentication; the head generates the token 0600 in a 0700 folder (Ray's own would be
+0644), token files others can read are refused (whoever holds it runs code on every
+node), and a local cluster gets the same private token (:func:`local_token`). Python
+versions match at the minor level, since a board's OS rarely has the head's patch
+version (docs/explanation/security.md). A slow machine can fail to join when the raylet's
+15 s agent timeout expires: :func:`start_failure` finds the raylet's reason in its log.
 """
 
 from __future__ import annotations
@@ -140,26 +125,16 @@ def check_token_file(
 def local_token(environ: Mapping[str, str], home: Path) -> Path | None:
     """Make sure a local ``ray.init()`` finds a private token; call it just before.
 
-    Ray 2.60's local ``ray.init()`` turns token authentication on when
-    ``RAY_AUTH_MODE`` is unset and, finding no token, writes ``~/.ray/auth_token``
-    itself with the umask's mode (0644 in a 0755 folder), a file ``nnsweep agent head``
-    then refuses. Ray's loader takes ``$RAY_AUTH_TOKEN``, else the file
-    ``$RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``; so the file it would read is
-    created here first (:func:`ensure_token`) and Ray uses it as it is. No environment
-    variable is set: ``environ`` is only read.
-
-    Args:
-        environ: the environment Ray will read (``os.environ`` for this process).
-        home: the home folder Ray will use (``Path.home()``).
-
-    Returns:
-        The token file, or ``None`` when Ray will not read one: ``RAY_AUTH_MODE`` is set
-        to something other than ``token`` (the user turned authentication off), or the
-        token is given in ``RAY_AUTH_TOKEN``.
+    Ray's local ``ray.init()`` with ``RAY_AUTH_MODE`` unset writes ``~/.ray/auth_token``
+    itself with the umask's mode (0644), which ``nnsweep agent head`` then refuses; so the
+    file Ray would read (``$RAY_AUTH_TOKEN_PATH``, else ``home/.ray/auth_token``) is created
+    here first (:func:`ensure_token`). ``environ`` is only read. Returns the token file, or
+    ``None`` when Ray reads none (``RAY_AUTH_MODE`` other than ``token``, or the token in
+    ``RAY_AUTH_TOKEN``).
 
     Raises:
-        SpecError: (field ``token``) the file cannot be written, or an existing one can be
-            read by group or others, or holds no token.
+        SpecError: (field ``token``) the file cannot be written, is readable by group or
+            others, or holds no token.
     """
     mode = environ.get("RAY_AUTH_MODE")
     if (mode is not None and mode.lower() != "token") or environ.get("RAY_AUTH_TOKEN"):

@@ -69,20 +69,13 @@ def check_cache_dir(path: Path, option: str, remedy: str) -> None:
 class Artifact:
     """A converted model in the cache.
 
-    Args:
-        key: the cache key.
-        path: the artifact file.
-        config: the deployment it was built for.
-        partitions: where its ops run.
-        io: its input/output representation.
-        size_bytes: artifact file size.
-        sha256: artifact file checksum.
-        convert_s: how long the conversion took.
-        toolchain: the versions it was built with.
-        sidecars: name -> (file, sha256) of extra files that travel with the artifact.
-        estimates: compiler estimates for the target (see ConversionResult).
-        model_notes: notes about the model that hold wherever it runs (see ConversionResult);
-            they are among ``partitions.notes`` too.
+    ``key`` is its cache key, ``path`` the artifact file (``size_bytes``, ``sha256``),
+    ``config`` the deployment it was built for, ``partitions`` where its ops run, ``io`` its
+    input/output representation, ``convert_s`` the conversion's seconds, ``toolchain`` the
+    versions it was built with. ``sidecars`` maps names to ``(file, sha256)`` of extra files
+    that travel with it; ``estimates`` are compiler estimates for the target and
+    ``model_notes`` notes that hold wherever it runs (also among ``partitions.notes``; see
+    ConversionResult).
     """
 
     key: str

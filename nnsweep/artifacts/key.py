@@ -1,24 +1,13 @@
 """The one owner of the artifact key: what names the bytes a conversion produces.
 
-An artifact's key is the full sha256 of
-
-* the model's digest (architecture, weights, data; :class:`~nnsweep.models.ModelBundle`),
-* the deployment configuration in canonical JSON (:meth:`DeploymentConfig.to_dict`) less
-  the runtime's runtime-only knobs (:attr:`RuntimeInfo.runtime_only`, ``threads`` for
-  every runtime): ``threads: [1, 2]`` converts once. Entries written while threads were
-  in the key are simply never looked up again (their keys held them),
-* the toolchain: Python, the machine, nnsweep's version and each package the runtime
-  declares (:attr:`RuntimeInfo.packages`), read without importing them,
-* a digest of nnsweep's converter sources, so an edited converter in a checkout
-  rebuilds its artifacts instead of reusing what the old code made.
-
-The cache (:mod:`nnsweep.artifacts.cache`) stores entries under this key; nothing else
-builds one.
-
-A *stage* (an intermediate result several artifacts share, :mod:`nnsweep.artifacts.stages`)
-is keyed here too (:func:`stage_key`): the full sha256 of the model's digest, the stage's
-name, the settings that change its bytes (what the converter says, in canonical JSON) and
-the same toolchain as its runtime's artifacts (packages and converter sources).
+An artifact's key is the sha256 of the model's digest (architecture, weights, data), the
+deployment configuration in canonical JSON less the runtime-only knobs
+(:attr:`RuntimeInfo.runtime_only`: ``threads``, so ``threads: [1, 2]`` converts once), the
+toolchain (Python, the machine, nnsweep's version, the runtime's packages, read without
+importing them) and a digest of nnsweep's converter sources (an edited converter rebuilds
+its artifacts). A *stage* (an intermediate result several artifacts share) is keyed here
+too (:func:`stage_key`): the model's digest, the stage's name, the settings that change
+its bytes and the same toolchain. Nothing else builds a key.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The stage store: intermediate results of conversions, kept in the artifact cache.
 
-A conversion's slow part is often shared with other configurations of the same model:
-ExecuTorch's quantized program does not depend on the backend order or the partition
-limits, LiteRT's and ONNX Runtime's model files not at all. A converter asks its
-:class:`~nnsweep.convert.Stages` for such a stage by name and settings; this module keeps
-each one under the cache's root, keyed by :func:`nnsweep.artifacts.key.stage_key`
-(model digest, stage, settings, the runtime's toolchain and converter sources).
-
-Entries are written as artifacts are: built in a temporary directory on the same
-filesystem, the sha256 of each file recorded in ``meta.json``, then renamed into place,
-so a reader sees a whole entry or none. A concurrent builder that loses the rename
-discards its copy and uses the winner's. An entry whose files do not match their
-checksums is removed with a warning and rebuilt.
-
-Layout::
-
-    ROOT/stages/<stage>/ab/abcdef.../<the stage's files>
-    ROOT/stages/<stage>/ab/abcdef.../meta.json   key, stage, settings, toolchain, file checksums
+A conversion's slow part is often shared with other configurations of the same model
+(ExecuTorch's quantized program does not depend on backend order or partition limits).
+A converter asks its :class:`~nnsweep.convert.Stages` for a stage by name and settings;
+each is kept under ``ROOT/stages/<stage>/ab/<key>/``, keyed by
+:func:`nnsweep.artifacts.key.stage_key`, with ``meta.json`` holding the key, settings,
+toolchain and each file's sha256. Entries are built in a temporary directory on the same
+filesystem and renamed into place, so a reader sees a whole entry or none; a builder that
+loses the rename uses the winner's. An entry whose files fail their checksums is removed
+with a warning and rebuilt.
 """
 
 from __future__ import annotations

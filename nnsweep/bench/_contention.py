@@ -1,19 +1,12 @@
 """How much CPU other processes took on the measuring process's cores while it timed.
 
-A timed loop shares its cores with whatever else the machine runs. The load average
-cannot tell whether that work landed on *these* cores *during* the timed runs; the
-kernel's per-CPU counters can. :class:`CoreClock` reads the busy time of the CPUs this
-process may run on (``/proc/stat``, in clock ticks, steal time included: a virtual
-machine's host taking the core is interference too) before and after the timed runs;
-what those cores did beyond this process's own CPU time is other processes' work.
-
-A runtime with ``threads`` threads on ``cores`` cores leaves ``cores - threads`` cores
-spare. Others' work that fits in the spare cores leaves the measurement alone (to first
-order: caches and memory bandwidth are shared anyway); work beyond it took time from
-the runtime's own threads, and :func:`contended` says so. The re-measure leaves such a
-figure out and measures again (:mod:`nnsweep.sweep.remeasure`).
-
-Where ``/proc/stat`` cannot be read (not Linux), nothing is said and nothing is left out.
+The load average cannot tell whether work landed on *these* cores *during* the timed
+runs; the kernel's per-CPU counters can. :class:`CoreClock` reads ``/proc/stat`` busy
+time (steal included) for this process's CPUs before and after; beyond this process's
+own CPU time, that is others' work. With ``threads`` on ``cores``, work that fits in the
+``cores - threads`` spare cores leaves the measurement alone; more took time from the
+runtime's threads, and :func:`contended` says so (the re-measure then measures again).
+Without ``/proc/stat`` (not Linux), nothing is said.
 """
 
 from __future__ import annotations

@@ -130,28 +130,16 @@ def evaluate(
 def predicted_classes(
     outputs: np.ndarray, like: np.ndarray | None = None, positions: int = 1, class_axis: int = 0
 ) -> np.ndarray:
-    """Each sample's class, or each of its positions' classes: what "top-1" compares, against
-    labels or the fp32 model's classes.
+    """Each sample's class, or each of its positions' classes: what "top-1" compares.
 
-    An output of several values per position gives their argmax. One value per position has
-    no argmax to speak of (it is always 0, so every deployment would agree with fp32): an
-    integer one is the class itself (a model that ends in ``argmax``), a real one a binary
-    logit, whose class is 1 when it is above 0.
-
-    Args:
-        outputs: (N, width) values; with ``positions`` > 1, ``(classes, positions)`` per
-            sample flattened (a segmentation's ``(classes, H, W)``).
-        like: the outputs whose values say which kind a one-value output is (the fp32
-            reference, so that the deployed outputs are read as the reference is); default
-            ``outputs``.
-        positions: how many positions each sample has a class at
-            (:func:`~nnsweep.models.class_positions`).
-        class_axis: where each sample's classes are: 0, ``(classes, positions)``
-            flattened; 1, ``(positions, classes)`` (a tagger's ``(T, classes)``;
-            :func:`~nnsweep.models.labelled_layout`).
-
-    Returns:
-        (N,) classes, or (N, positions) when ``positions`` > 1.
+    Several values per position give their argmax. One value per position has no argmax
+    (every deployment would agree with fp32): an integer one is the class itself, a real one
+    a binary logit (class 1 above 0); ``like`` (the fp32 reference, default ``outputs``) says
+    which kind it is, so deployed outputs are read as the reference is. ``outputs`` are
+    (N, width); with ``positions`` > 1 each sample is flattened ``(classes, positions)``
+    (``class_axis`` 0, a segmentation's ``(classes, H, W)``) or ``(positions, classes)``
+    (``class_axis`` 1, a tagger's ``(T, classes)``). Returns (N,) classes, or
+    (N, positions) when ``positions`` > 1.
     """
     out = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
     kind = out if like is None else np.asarray(like, dtype=np.float64).reshape(len(like), -1)

@@ -20,7 +20,7 @@ __all__ = ["MeasureSettings", "Timing", "time_runner"]
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How to time one artifact (defaults follow TFLite's ``benchmark_model`` and the seeds).
+    """How to time one artifact (defaults follow TFLite's ``benchmark_model``).
 
     Args:
         warmup: untimed runs after the first inference.
@@ -77,26 +77,15 @@ class MeasureSettings:
 class Timing:
     """What one measurement saw. Times in milliseconds, memory in MiB.
 
-    Besides the figures of the artifact, it says how the measurement went:
-    ``stop_reason`` (``iters``, ``min_duration``, ``stable`` or ``cap``: why the timed
-    runs ended), ``lock_wait_ms`` (time spent waiting for the machine's measurement
-    lock, see :mod:`nnsweep.bench._machine_lock`), ``isolation`` (``fresh``: a new
-    Python process; ``fork``: a child forked from a warm worker that had the runtime
-    imported; ``tool``: a device's own benchmark tool), ``parent_rss_mb`` (the warm
-    worker's resident memory when it forked: pages the child shares rather than owns)
-    and ``phases_ms``, where the measurement's wall time went (``lock_wait``,
-    ``start``: from the request to the measuring code running, ``import``: the
-    runner's runtime import, its thread setting and reading the inputs, ``load``,
-    ``first_inference``, ``warmup``, ``timed``, ``timed_cpu``: this process's CPU
-    time during the timed runs, ``outputs``: the evaluation inputs,
-    ``total``: the whole call as its caller saw it), and ``held_monotonic``: when
-    the lock was taken and given back, in seconds of ``CLOCK_MONOTONIC`` (one clock
-    for every process of a machine, so two sweeps' measurement intervals compare).
-    ``placement`` is where the runtime put the ops when it loaded the artifact in the
-    measuring process (a :class:`~nnsweep.convert.PartitionReport` as a dict), for
-    runtimes whose placement depends on the machine (Arm NN picks among the backends
-    it finds there, :meth:`~nnsweep.bench.Runner.placement`); ``None``: the converting
-    machine's report stands.
+    Besides the artifact's figures: ``stop_reason`` (``iters``, ``min_duration``, ``stable``
+    or ``cap``), ``lock_wait_ms`` (the machine's measurement lock), ``isolation`` (``fresh``
+    process, ``fork`` of a warm worker, or a device's ``tool``), ``parent_rss_mb`` (the warm
+    worker's memory the child shares), ``phases_ms`` (where the wall time went: ``lock_wait``,
+    ``start``, ``import``, ``load``, ``first_inference``, ``warmup``, ``timed``, ``timed_cpu``,
+    ``outputs``, ``total``), ``held_monotonic`` (when the lock was held, on
+    ``CLOCK_MONOTONIC``, one clock for every process of a machine) and ``placement`` (where
+    the runtime put the ops when it loaded the artifact, for runtimes whose placement depends
+    on the machine such as Arm NN; ``None``: the converting machine's report stands).
     """
 
     load_ms: float

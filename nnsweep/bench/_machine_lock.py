@@ -1,30 +1,14 @@
 """One measurement at a time on this machine, whoever asks.
 
-Two sweeps started at once (each with its own local Ray), or a sweep and a
-``nnsweep bench``, would otherwise time their artifacts on the same cores at the
-same time. Every local measurement therefore holds an exclusive ``flock(2)`` on
-one file per machine while its measuring process runs.
-
-Why ``flock``: the kernel drops the lock when the last descriptor of the open
-file goes away, which includes the holder being killed (``SIGKILL``, the OOM
-killer): a dead process cannot leave the machine locked, and there is no stale
-lock file to clean up. The descriptor is opened close-on-exec, so measuring
-processes started while it is held do not keep it alive. ``flock`` needs only
-read access to the file, so users other than its creator can lock it too.
-
-Where: one path per machine, whoever asks. ``/run/lock/nnsweep-measure.lock`` when
-``/run/lock`` is a folder everyone may write (a tmpfs on Debian and most Linux
-systems), else ``/tmp/nnsweep-measure.lock``. The choice depends on the machine only
-(the folder's mode, not whether this process may write it, nor ``$TMPDIR``): two
-processes with different ``TMPDIR``s, or of different users, take the same lock.
-``$NNSWEEP_MEASURE_LOCK`` overrides it (see :func:`default_lock_path`).
-
-Mode 0644: ``flock`` needs only an open descriptor, and a read-only one will do, so
-other users lock the file without being able to write it. Only its creator writes the
-note in it (the holder's pid and what it measures, for waiters to show; emptied again
-on release), so no other user can put text into what a waiter prints, nor fill the
-file. The file is opened with ``O_NOFOLLOW``: a symlink planted at the path in a
-world-writable folder cannot make the creator chmod or overwrite another file.
+Every local measurement holds an exclusive ``flock(2)`` on one file per machine while its
+measuring process runs, so two sweeps, or a sweep and ``nnsweep bench``, never time on the
+same cores at once. ``flock`` because the kernel drops the lock when its holder dies (no
+stale lock), it needs only read access (other users lock it too), and the descriptor is
+close-on-exec. The path depends on the machine only, not the user or ``$TMPDIR``:
+``/run/lock/nnsweep-measure.lock`` when ``/run/lock`` is world-writable, else
+``/tmp/nnsweep-measure.lock``; ``$NNSWEEP_MEASURE_LOCK`` overrides it
+(:func:`default_lock_path`). Mode 0644 and ``O_NOFOLLOW``: only its creator writes the
+holder's note in it, and a planted symlink cannot redirect that write.
 """
 
 from __future__ import annotations

@@ -17,17 +17,11 @@ _Z95 = 1.959963984540054
 def median_ci(samples_ms: Sequence[float], z: float = _Z95) -> tuple[float, float]:
     """A distribution-free confidence interval of the median (95 % by default).
 
-    The order statistics of ranks ``n/2 -+ z*sqrt(n)/2`` (the normal approximation
-    of the binomial distribution of how many samples fall below the true median)
-    bound it. This assumes independent samples; consecutive inference times are
-    not quite independent, which is why a stable interval within one process is
-    necessary but not sufficient, and the spread between processes is reported too.
-
-    Returns:
-        ``(low, high)``; with fewer than 6 samples, the whole range.
-
-    Raises:
-        ValueError: no samples.
+    The order statistics of ranks ``n/2 -+ z*sqrt(n)/2`` bound it (the normal approximation
+    of the binomial count of samples below the median). It assumes independent samples,
+    which consecutive inference times are not quite: hence the spread between processes is
+    reported too. Returns ``(low, high)``; with fewer than 6 samples, the whole range.
+    Raises ``ValueError`` on no samples.
 
     Example:
         >>> median_ci([float(x) for x in range(1, 101)])

@@ -19,8 +19,7 @@ CPUINFO = Path("/proc/cpuinfo")
 
 def saturation_hint(config: Any, cpuinfo: Path) -> str | None:
     """What to measure beside an ONNX Runtime static or dynamic int8 deployment with int8 weights
-    on an x86 CPU without VNNI, where its kernels saturate (docs/spec.md: digits static
-    15.9 -> 33.4 dB SQNR, a transformer encoder dynamic 5.3 -> 36.1 dB)."""
+    on an x86 CPU without VNNI, where its kernels saturate (benchmarks/results/onnxruntime_options.md)."""
     from nnsweep.core.options import SATURATION, unguarded_saturation, x86_without_vnni
 
     if config.runtime != "onnxruntime" or not x86_without_vnni(cpuinfo):

@@ -1,11 +1,9 @@
 """Typed, frozen deployment configurations.
 
-A :class:`DeploymentConfig` is everything that decides *how* a model is deployed:
-quantization, runtime, backend preference order, partition limits and threads.
-It is validated against the runtime's declared capabilities when it is built, and
-normalised so that two configurations that deploy the same way compare equal and
-have the same :meth:`DeploymentConfig.digest` (fields that do not apply, such as
-the granularity of an fp32 model, are cleared).
+A :class:`DeploymentConfig` is everything that decides *how* a model is deployed
+(quantization, runtime, backend order, partition limits, threads), validated against the
+runtime's capabilities when built and normalised (fields that do not apply are cleared),
+so two configurations that deploy the same way are equal and share a digest.
 
 Example:
     >>> from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
@@ -13,8 +11,6 @@ Example:
     ...                        quant=QuantConfig(mode=QuantMode.STATIC_INT8))
     >>> cfg.backends          # the runtime's CPU fallback closes every order
     ('xnnpack', 'portable')
-    >>> len(cfg.digest())
-    64
 """
 
 from __future__ import annotations

@@ -114,23 +114,16 @@ class QuantOption:
 class QuantConfig:
     """Quantization settings.
 
-    Args:
-        mode: the numeric representation.
-        granularity: weight scales per tensor or per output channel (int8 modes).
-        calibration: activation range method (``static_int8``).
-        calibration_batches: calibration batches of :data:`CALIBRATION_BATCH_SIZE`
-            samples (``static_int8``).
-        interface: ``core`` or ``full`` (static modes).
-        qat_epochs: fine-tuning epochs with fake quantization (``qat_int8``).
-        float_layers: the layers kept in float inside an int8 model (mixed precision),
-            named by the user's module path (``encoder.layers.0.linear1``); int8 modes
-            of runtimes that can (:attr:`RuntimeInfo.mixed_precision`). Sorted, so the
-            same set is the same configuration.
-        options: the runtime's own quantizer options (:class:`QuantOption`) that differ
-            from their defaults, as sorted ``(name, value)`` pairs (a mapping is taken
-            too); the runtime checks them and drops the defaults
-            (:meth:`~nnsweep.core.runtimes.RuntimeInfo.normalize_options`), so a
-            configuration at every default has none and keeps its digest.
+    ``mode`` is the numeric representation; ``granularity`` (int8) per-tensor or per-channel
+    weight scales; ``calibration`` and ``calibration_batches`` (of
+    :data:`CALIBRATION_BATCH_SIZE` samples) for ``static_int8``; ``interface`` ``core`` or
+    ``full`` (static modes); ``qat_epochs`` for ``qat_int8``. ``float_layers`` are module
+    paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
+    sorted so the same set is the same configuration. ``options`` are the runtime's own
+    quantizer options that differ from their defaults, as sorted ``(name, value)`` pairs (a
+    mapping is taken too); defaults are dropped
+    (:meth:`~nnsweep.core.runtimes.RuntimeInfo.normalize_options`), so a configuration at
+    every default keeps its digest.
     """
 
     mode: QuantMode = QuantMode.FP32

@@ -70,22 +70,13 @@ def failure_kind(error: BaseException | str) -> FailureKind:
 class TrialRecord:
     """One trial on one device.
 
-    Args:
-        sweep: the sweep's name.
-        device: the device it ran on.
-        number: the Optuna trial number in that device's study.
-        config: the deployment.
-        status: see :class:`TrialStatus`.
-        metrics: flat metric name -> value (``latency_p50_ms``, ``accuracy``, ...); empty when failed.
-        reason: why it failed (failed/interrupted trials).
-        partitions: the partition report (``PartitionReport.to_dict()``).
-        samples_ms: per-run latencies, kept so a noisy measurement can be recognised.
-        feasible: whether it met the sweep's constraints (``None`` when not measured).
-        reused_from: the trial whose measurement this one reuses.
-        estimated: the latency is a compiler estimate, not a measurement.
-        emulated: the latency was measured under emulation (see ``Capabilities.emulated``);
-            accuracy and fidelity are real (the device's own kernels computed them).
-        tags: extra labels (artifact digest, cache hit, ...).
+    ``number`` is the Optuna trial number in the device's study; ``metrics`` maps flat names
+    (``latency_p50_ms``, ``accuracy``, ...) to values, empty when failed, and ``reason`` says
+    why; ``partitions`` is ``PartitionReport.to_dict()``; ``samples_ms`` the per-run
+    latencies (so a noisy measurement can be recognised); ``feasible`` whether it met the
+    constraints (``None``: not measured); ``reused_from`` the trial whose measurement it
+    reuses. ``estimated``: the latency is a compiler estimate; ``emulated``: measured under
+    emulation (accuracy and fidelity are still the device's own). ``tags``: extra labels.
     """
 
     sweep: str

@@ -65,26 +65,16 @@ class Deployment(Protocol):
 class RuntimeInfo:
     """What a runtime supports, as data.
 
-    Args:
-        name: the runtime's name in configs and specs.
-        backends: every backend name the runtime knows, in its default preference order.
-        fallback: the backend that runs any op; it closes every order (``None``: no such backend).
-        modes: supported quantization modes, each with the granularities it allows.
-        unsupported: reasons for the modes it cannot do, shown to the user.
-        full_interface: modes that can take quantized inputs (``Interface.FULL``).
-        calibrations: activation calibration methods for static modes.
-        delegates: whether ops are delegated in partitions (partition limits apply).
-        engine_backends: whether backends only matter for int8 (the torch quantized engine).
-        converter: ``"module:Class"`` of its :class:`~nnsweep.convert.Converter`.
-        runner: ``"module:Class"`` of its :class:`~nnsweep.bench.Runner`.
-        packages: distributions whose versions enter the artifact cache key.
-        python: the interpreter that runs the runner (``None``: the one running nnsweep);
-            for a runtime installed outside the project's environment (PyArmNN).
-        no_partitions: why partition limits do not apply, when :attr:`delegates` is false.
-        probe: ``"module:function"`` that tells which backends load on this machine: called
-            with a dict it may add version strings to, it returns the backends (fallback
-            included) or ``None`` when the runtime does not load. Empty: the runtime loads
-            wherever its runner's module imports, with all its backends.
+    ``backends`` are in default preference order; ``fallback`` runs any op and closes every
+    order (``None``: none). ``modes`` maps each quantization mode to its granularities,
+    ``unsupported`` the others to reasons shown to the user; ``full_interface`` lists modes
+    that take quantized inputs; ``delegates`` says whether partition limits apply (else
+    ``no_partitions`` says why); ``engine_backends``: backends matter only for int8 (torch's
+    quantized engine). ``converter``/``runner`` are ``"module:Class"``; ``packages`` enter the
+    artifact key; ``python`` is the interpreter for a runtime outside the environment
+    (PyArmNN). ``probe`` is ``"module:function"``: given a dict to add versions to, it returns
+    the backends that load here (fallback included) or ``None``; empty means the runtime
+    loads wherever its runner imports, with all its backends.
     """
 
     name: str
@@ -254,7 +244,7 @@ def npu_target(config: Deployment) -> str | None:
     return first[0] if first and first[0] in ETHOS_U_TARGETS else None
 
 
-# Arm NN's backends in its own preference order (the seeds' "GpuAcc, CpuAcc, CpuRef");
+# Arm NN's backends in its own preference order (GPU, then Neon CPU, then the reference kernels);
 # CpuRef, the reference kernels, runs every layer Arm NN parses.
 ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
 # Debian's python3-pyarmnn is built for the system Python, not the project's environment.
@@ -353,7 +343,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         engine_backends=True,
         artifact_suffix=".pt",
         default_backends=("x86", "qnnpack"),
-        # PyTorch Mobile's NNAPI path (the seeds' workflow): convert_model_to_nnapi takes
+        # PyTorch Mobile's NNAPI path (its NNAPI preparation workflow): convert_model_to_nnapi takes
         # the whole model, fp32 or int8 with per-tensor weights only.
         whole_model={
             "nnapi": {
@@ -372,7 +362,7 @@ _BUILTIN: dict[str, RuntimeInfo] = {
         fallback="cpu",
         modes={QuantMode.FP32: _NONE, QuantMode.DYNAMIC_INT8: _I8, QuantMode.STATIC_INT8: _I8},
         # Measured: a float layer's weights came out int8 with one other layer quantized,
-        # every weight float with none (docs/mixed-precision.md).
+        # every weight float with none (benchmarks/results/mixed_precision.md).
         float_layers_refused={
             QuantMode.DYNAMIC_INT8: "litert-torch 0.10's dynamic-range conversion makes every weight int8 "
             "once one layer is quantized, float layers too"

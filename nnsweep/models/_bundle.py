@@ -106,24 +106,15 @@ class Dataset:
 class ModelBundle:
     """A float model ready to deploy.
 
-    Args:
-        name: the model reference the user gave (``digits``, ``torchvision:mobilenet_v2``).
-        module: the fp32 ``torch.nn.Module`` in eval mode.
-        example_input: one input of batch size 1.
-        dataset: calibration and evaluation data.
-        digest: sha256 of the architecture, weights and data; part of every cache key.
-        outputs: the size (per sample) of each of the model's outputs, in the order of
-            :func:`flatten_outputs`: one entry for a plain tensor, several for a tuple or
-            dict. Deployed outputs arrive concatenated in this order; fidelity is
-            computed for each. Empty: not known (treated as one output).
-        positions: for each output, how many positions each have a class of their own
-            (:func:`class_positions`): 1 for a classifier's ``(classes,)``, ``H * W`` for a
-            segmentation's ``(classes, H, W)``, ``T`` for a tagger's ``(T, classes)``. Empty:
-            1 for every output.
-        class_axes: for each output, the axis of its per-sample shape that holds the
-            classes: 0 (first) but for a ``(T, classes)`` output whose labels or input say
-            so, 1 (:func:`labelled_layout`, :func:`unlabelled_layout`). Empty: 0 for every
-            output.
+    ``name`` is the user's reference, ``module`` the fp32 module in eval mode,
+    ``example_input`` one input of batch size 1, ``dataset`` the calibration and evaluation
+    data, ``digest`` the sha256 of architecture, weights and data (part of every cache key).
+    Per output, in :func:`flatten_outputs` order (deployed outputs arrive concatenated so):
+    ``outputs`` its size per sample, ``positions`` how many positions have a class of their
+    own (1 for ``(classes,)``, ``H * W`` for ``(classes, H, W)``, ``T`` for ``(T, classes)``;
+    :func:`class_positions`), ``class_axes`` the axis holding the classes (0, or 1 for a
+    ``(T, classes)`` output whose labels or input say so; :func:`labelled_layout`). Empty
+    tuples mean one output, one position, axis 0.
     """
 
     name: str

@@ -1,21 +1,14 @@
-"""The module a model function returned, in the form nnsweep deploys: a Python ``nn.Module``
-in float32, in eval mode.
+"""The module a model function returned, in the form nnsweep deploys: a float32 ``nn.Module`` in eval mode.
 
-Training and serving code wraps models: ``torch.compile`` returns an ``OptimizedModule``
-whose ``_orig_mod`` is the module (torch's FX quantizer and TorchScript cannot take the
-wrapper; ``torch.export`` and the ONNX exporter see through it), and a module may hold
-compiled submodules. Those wrappers are taken off, so every runtime converts the same
-module and the layers keep the names the user wrote. What nnsweep cannot deploy is refused
-with what to return instead: a TorchScript module, the module of a ``torch.export``
-program (its graph has no submodules to name or to quantize per layer, and its ``eval()``
-raises), a model already quantized (nnsweep quantizes the float model for each runtime, and
-measures every deployment against it), and parameters in another float dtype or on another
-device. ``nn.DataParallel`` is taken off as ``torch.compile`` is; pruning masks and hook-based
-weight norms are made plain weights (:func:`_frozen`), and weights in another memory format
-(``model.to(memory_format=torch.channels_last)``) contiguous ones: the layout is each
-runtime's to choose, and ExecuTorch's XNNPACK lowering failed on channels-last weights.
-Outputs in a structure the exporters do not all take (a list, a named tuple, nested
-containers) are given as a plain tuple of the same tensors (:func:`with_plain_outputs`).
+Wrappers are taken off (``torch.compile``'s ``OptimizedModule``, compiled submodules,
+``nn.DataParallel``), so every runtime converts the same module and layers keep the
+user's names. Refused, saying what to return instead: a TorchScript module, a
+``torch.export`` program's module (no submodules to quantize per layer), a model already
+quantized (each runtime quantizes the float model, and every deployment is measured
+against it), parameters in another float dtype or on another device. Pruning masks and
+hook-based weight norms become plain weights (:func:`_frozen`), channels-last weights
+contiguous ones (the layout is each runtime's to choose); outputs in a list, named tuple
+or nested container become a plain tuple (:func:`with_plain_outputs`).
 """
 
 from __future__ import annotations

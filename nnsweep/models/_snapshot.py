@@ -1,26 +1,14 @@
 """What measuring a deployment needs of a model, kept so a cache hit needs no torch.
 
 A :class:`ModelSnapshot` holds the model's digest (the artifact cache key), its
-evaluation data, the fp32 reference outputs and the output layout: everything
-evaluating a deployed artifact needs, and none of the module. ``nnsweep bench``
-on a cache hit reads the snapshot and the artifact and never imports torch or
-runs the model (a load takes seconds; importing torch alone takes hundreds of MB).
-
-A :class:`SnapshotStore` finds a snapshot from the model reference without loading
-the model, the way a build tool decides a target is up to date:
-
-- the *recipe* is the reference, the weights file, the input shape and the versions
-  that change what loading produces (nnsweep and its model code, torch,
-  torchvision, numpy);
-- the *inputs* are the files the load read, recorded with a ``sys.addaudithook``
-  hook on ``open`` while the model loads (the model file, modules it imports,
-  weights it loads, data it reads), minus installed packages (their versions are
-  in the recipe). A snapshot is used only while every input has its recorded size
-  and modification time; otherwise the model is loaded again. Its two files carry
-  sha256s (the arrays' in the metadata, the metadata's own): one altered since it was
-  written, as a damaged cache entry, is not used either.
-
-Models registered in this process (``live:``) have no recipe and are never kept.
+evaluation data, the fp32 reference outputs and the output layout, none of the module:
+``nnsweep bench`` on a cache hit reads it and the artifact and never imports torch.
+A :class:`SnapshotStore` finds a snapshot without loading the model, as a build tool
+decides a target is up to date: the *recipe* (the reference, weights file, input shape,
+and the versions of nnsweep, torch, torchvision and numpy) and the *inputs* (the files the
+load opened, recorded with a ``sys.addaudithook`` hook, installed packages excepted). A
+snapshot is used only while every input keeps its recorded size and mtime and both its
+files match their sha256s. ``live:`` models have no recipe and are never kept.
 """
 
 from __future__ import annotations

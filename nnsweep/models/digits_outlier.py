@@ -1,43 +1,16 @@
 """The built-in ``digits_outlier`` model: a digits classifier that int8 hurts.
 
-Same data as ``digits`` (scikit-learn's bundled 8x8 digits, nothing downloaded),
-upsampled to 16x16 so that the wide pointwise convolutions do enough work for int8
-to pay; trained in seconds with a fixed seed, weights cached by recipe digest.
+The digits data upsampled to 16x16, a ConvNeXt/MobileNetV3-like net (stem, three
+blocks of depthwise 3x3 + wide pointwise convolutions with ReLU, so int8 pays on every
+runtime; a linear head), trained in seconds with a fixed seed, weights cached by recipe.
 
-Structure (ConvNeXt / MobileNetV3-like; about 6 M multiply-adds)::
-
-    stem      conv3x3 1->32, BN, hardswish                         16x16
-    blocks.0  dw3x3/2 32, BN; pw1 32->256, BN, ReLU; pw2 256->64, BN   8x8
-    blocks.1  dw3x3 64, BN; pw1 64->384, BN, ReLU; pw2 384->64, BN, + input
-    blocks.2  dw3x3/2 64, BN; pw1 64->384, BN, ReLU; pw2 384->128, BN  4x4
-    head      global average pool, linear 128 -> 10
-
-The blocks use ReLU, not hardswish: ONNX Runtime's QDQ int8 runs hardswish as a
-float HardSigmoid and Mul between dequantize and quantize, which made the int8 model
-slower than fp32 here; with ReLU (fused into the int8 convolution) int8 pays. The
-pointwise convolutions are wide (256-384 channels) for the same reason.
-
-Why int8 hurts it: activation outlier channels. In ``blocks.2`` four channels of
-the depthwise convolution's BatchNorm have their shift (beta) reparameterised with a
-fixed gain of 256 during training (``torch.nn.utils.parametrize``, shift starting at
-4); the parametrization is removed after training, so the deployed model is a plain
-BatchNorm whose beta is about 1000 on those channels. Those channels are nearly
-constant and act as biases, as the "massive activations" of large language models
-do (a few channels hundreds to thousands of times the median, near-constant across
-inputs); the other 60 channels, at most about 6, carry the class information.
-
-The tensor between ``blocks.2.dw`` (its BN folds into the conv) and ``blocks.2.pw1``
-therefore spans about [-5, 1025]. Every runtime quantizes activations per tensor, so
-its scale is about 4 (uint8, 255 steps; about 8 with torch's x86 7-bit activations)
-and the informative channels keep one or two levels. fp32 top-1 is 99.1 %; whole-model
-static int8 measured 11 to 18 % with per-tensor weights on ONNX Runtime, torch (x86),
-ExecuTorch and LiteRT, and 11 to 83 % with per-channel weights: per-channel *weight*
-scales cannot repair an activation tensor.
-
-Keeping that tensor in float means keeping its producer (``blocks.2.dw``) *and* its
-consumer (``blocks.2.pw1``) in float: a runtime quantizes a tensor when either end
-of it is quantized (the producer's output or the consumer's input). Everything else
-can be int8, which recovers the fp32 accuracy (docs/mixed-precision.md).
+Why int8 hurts it: activation outlier channels. Four channels of ``blocks.2``'s
+depthwise BatchNorm are trained with a large shift (a fixed gain of 256 on beta via
+``torch.nn.utils.parametrize``, removed after training), so the tensor between
+``blocks.2.dw`` and ``blocks.2.pw1`` spans about [-5, 1025] and per-tensor activation
+scales leave the informative channels one or two levels. Keeping that tensor float
+means keeping both its producer and its consumer float; everything else can be int8
+(figures: benchmarks/results/mixed_precision.md).
 """
 
 from __future__ import annotations

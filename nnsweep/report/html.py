@@ -1,15 +1,11 @@
 """The sweep report: one self-contained HTML file (``nnsweep report SPEC``).
 
-Per device: the accuracy-vs-latency scatter with the Pareto front, the fp32 baseline
-and the best configuration marked; a card with the best configuration; the partition
-map of that configuration; the latency distributions of the Pareto configurations;
-a sortable table of every trial with a link to its MLflow run. Across devices: the
-speed-up chart (device × configuration). plotly.js is inlined once, so the file opens
-offline and can be mailed or attached to an MLflow run as it is.
-
-The page template, the figure builders and the browser script live in
-:mod:`nnsweep.dashboards` (the repository's ``dashboards/`` folder); plotly is
-imported only while a report is written.
+Per device: the accuracy-vs-latency scatter with the Pareto front, the baseline and the
+best marked; the best configuration and its partition map; the Pareto configurations'
+latency distributions; a sortable table of every trial linked to MLflow. Across devices:
+the speed-up chart. plotly.js is inlined once, so the file opens offline. The template,
+figures and browser script live in :mod:`nnsweep.dashboards`; plotly is imported only
+while a report is written.
 
 Example:
     >>> from nnsweep.report.html import DeviceTrials

@@ -1,34 +1,12 @@
 """Per-device progress of a sweep, for people: bars on a terminal, plain lines in a log.
 
-On a terminal (``stderr`` is a TTY) a ``rich`` live display shows one row per device:
-a bar of trials done out of the budget, the counts of failed and reused trials, the
-time per trial, the time left (ETA), what the device is doing now and the best trial
-so far. When ``stderr`` is not a terminal (CI logs, ``2> file``) it writes one plain
-line per device each time its counts change, with the same figures, and nothing
-else: a log stays short and greppable.
-
-The display takes snapshots from the coordinator (``Sweep(progress=display.update)``):
-any object with the attributes of ``nnsweep.sweep.loop.DeviceProgress`` (``device``,
-``done``, ``budget``, ``failed``, ``reused``, ``activity``, ``best``, ``lost``).
-
-Time per trial and ETA are measured here, from the wall clock between snapshots:
-the time since the device was first seen divided by the trials it finished since
-then (trials restored from an earlier run of the same sweep are not counted, so a
-resumed sweep's pace is its own), times the trials left. Until a device finishes
-its first trial the ETA is unknown and shown as ``–``.
-
-Example:
-    >>> import io
-    >>> from types import SimpleNamespace
-    >>> out = io.StringIO()
-    >>> display = ProgressDisplay(stream=out, terminal=False, clock=iter([0.0, 30.0]).__next__)
-    >>> snap = dict(device="host", budget=4, failed=0, reused=0, activity="converting", best=None, lost=False)
-    >>> display.update([SimpleNamespace(done=0, **snap)])
-    >>> display.update([SimpleNamespace(done=1, **snap)])
-    >>> display.close()
-    >>> print(out.getvalue().rstrip())
-    host: 0/4 trials (0 failed, 0 reused) · converting
-    host: 1/4 trials (0 failed, 0 reused) · 30.0 s/trial · ETA 1m30s · converting
+On a terminal a ``rich`` live display shows one row per device (trials done of the
+budget, failed and reused counts, time per trial, ETA, current activity, best so far);
+otherwise one plain line per device each time its counts change, so a log stays short.
+Snapshots come from the coordinator (``Sweep(progress=display.update)``): objects with
+the attributes of ``nnsweep.sweep.loop.DeviceProgress``. The pace is measured here from
+the wall clock, over the trials finished since the device was first seen (restored ones
+do not count); until the first, the ETA shows ``–``.
 """
 
 from __future__ import annotations
@@ -176,7 +154,21 @@ class ProgressDisplay:
 
     # ------------------------------------------------------------------ public
     def update(self, devices: Sequence[DeviceSnapshot]) -> None:
-        """Show a new snapshot of every device."""
+        """Show a new snapshot of every device.
+
+        Example:
+            >>> import io
+            >>> from types import SimpleNamespace
+            >>> out = io.StringIO()
+            >>> display = ProgressDisplay(stream=out, terminal=False, clock=iter([0.0, 30.0]).__next__)
+            >>> snap = dict(device="host", budget=4, failed=0, reused=0, activity="converting", best=None, lost=False)
+            >>> display.update([SimpleNamespace(done=0, **snap)])
+            >>> display.update([SimpleNamespace(done=1, **snap)])
+            >>> display.close()
+            >>> print(out.getvalue().rstrip())
+            host: 0/4 trials (0 failed, 0 reused) · converting
+            host: 1/4 trials (0 failed, 0 reused) · 30.0 s/trial · ETA 1m30s · converting
+        """
         if not self.enabled:
             return
         now = self._clock()

@@ -1,32 +1,16 @@
-"""Per-layer int8 sensitivity: which layers to keep in float (issue #20, prototype).
+"""Per-layer int8 sensitivity: which layers to keep in float.
 
-A layer is a module path of the user's model (``blocks.2.pw1``). Two measurements
-per layer, both against a toolchain's real quantizer (docs/mixed-precision.md):
+A layer is a module path of the user's model (``blocks.2.pw1``). ``quantize_one`` (this
+layer int8, the other candidates float; the score is the accuracy lost) is the ranking
+:func:`keep_float` uses: a tensor is quantized when either its producer or its consumer
+is int8, so leaving one layer out (``float_one``, also measured) repairs nothing when the
+damage sits between two layers. Accuracy ranks and the outputs' SQNR against fp32 breaks
+ties (top-1 on 128 samples moves in steps of 0.8 points, so many layers tie).
 
-``float_one`` (leave one out)
-    quantize every candidate layer except this one; the score is the accuracy
-    *recovered* over whole-model int8.
-``quantize_one`` (one at a time)
-    keep every other candidate layer in float and quantize this one; the score is the
-    accuracy *lost* against all candidates float.
-
-The ranking that :func:`keep_float` uses is ``quantize_one``: int8 damage sits on
-tensors, and a tensor is quantized when *either* the layer producing it or the one
-consuming it is int8, so keeping one layer float repairs nothing when the damage is
-on a tensor between two layers (``digits_outlier``), while quantizing one layer
-alone exposes both ends. Both are measured so the claim can be checked per model.
-
-The toolchain enters through an *evaluator*: a function from the set of layers kept
-float to a :class:`Score`, top-1 accuracy and the SQNR of the outputs against fp32's.
-:func:`onnxruntime_evaluator` builds ONNX Runtime's, :mod:`nnsweep.sensitivity.torch_evaluators`
+The toolchain enters through an *evaluator*: layers kept float -> :class:`Score`.
+:func:`onnxruntime_evaluator` is ONNX Runtime's, :mod:`nnsweep.sensitivity.torch_evaluators`
 torch's, :mod:`nnsweep.sensitivity.ranking` the PT2E runtimes'. Nothing heavy is imported
 at module level.
-
-Accuracy ranks; the SQNR breaks its ties. Top-1 on a calibration split of 128 samples
-moves in steps of 0.8 points, and quantizing one layer alone often flips no answer (a
-model int8 hurts little, or one without labels scored by agreement with fp32), so many
-layers cost the same. Among them, the one whose int8 distorts the outputs most comes
-first: it is the one most likely to flip answers the split does not hold.
 """
 
 from __future__ import annotations
@@ -352,19 +336,11 @@ def onnxruntime_evaluator(
     """An evaluator that quantizes with ONNX Runtime (QDQ, minmax) and scores on ``split``.
 
     The model is exported once (:func:`nnsweep.convert.float_fallback.export_onnx_scoped`);
-    each call quantizes it with the given layers excluded and runs one thread. ``reference``:
-    the fp32 outputs on ``split`` (:func:`reference_outputs`, computed when not given).
-
-    The quantized model runs with its QDQ pairs left unfused (``session.disable_quant_qdq``):
-    each DequantizeLinear's float values go into a float operator, the arithmetic of the
-    quantizer's decisions and nothing else, as the PT2E rankings run their quantized
-    programs in torch. Fused, the host's int8 kernels would enter the ranking: on an x86 CPU
-    without VNNI their u8s8 products saturate in int16, which a device with VNNI or an Arm
-    CPU does not do (docs/mixed-precision.md).
-
-    The exported and quantized models live in a temporary folder that goes with the
-    evaluator: it is removed when the evaluator is collected, or at the latest when the
-    interpreter exits.
+    each call quantizes it with the given layers excluded and runs one thread. ``reference``
+    is the fp32 outputs on ``split`` (computed when not given). The QDQ pairs stay unfused
+    (``session.disable_quant_qdq``), so the ranking scores the quantizer's decisions, not the
+    host's int8 kernels (which saturate on x86 without VNNI, unlike on Arm). The models live
+    in a temporary folder removed with the evaluator, or at exit.
     """
     import shutil
     import tempfile

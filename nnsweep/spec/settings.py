@@ -70,22 +70,14 @@ class IntRange:
 class SearchSpace:
     """What a sweep may choose, before each device narrows it to what it has.
 
-    Args:
-        runtimes: runtimes to try.
-        quant: quantization modes.
-        granularity: weight granularities for int8 modes.
-        calibration: calibration methods for static modes (filtered per runtime).
-        interface: ``core``/``full`` for static modes.
-        backends: per runtime, the backends whose preference orders are searched
-            (all orders of them); runtimes not listed use their default order.
-        max_delegated_partitions: choices for delegating runtimes.
-        min_nodes_per_partition: range for delegating runtimes.
-        threads: thread counts.
-        float_layers: how many of the most sensitive layers an int8 configuration keeps
-            in float (0: the whole model int8), for runtimes that can.
-        quant_options: per runtime, the values of its own quantizer options to search
-            (:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options`, e.g. ONNX Runtime's
-            ``quant_format``); an option not listed stays at its default.
+    One tuple of choices per ``space`` key (docs/reference/spec.md). ``backends`` maps a
+    runtime to the backends whose preference orders are searched (every order of them;
+    unlisted runtimes use their default order); ``calibration`` is filtered per runtime;
+    partition limits apply to delegating runtimes only; ``float_layers`` counts the most
+    sensitive layers an int8 configuration keeps float (0: the whole model int8);
+    ``quant_options`` maps a runtime to the values of its own quantizer options to search
+    (:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options`); unlisted options stay at
+    their defaults.
     """
 
     runtimes: tuple[str, ...]
@@ -168,42 +160,19 @@ class Bridge:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """A validated sweep.
+    """A validated sweep: the spec's keys as typed fields (docs/reference/spec.md says each).
 
-    Args:
-        name: the sweep's name (study and experiment names derive from it).
-        model: a model reference (see :func:`nnsweep.models.load_model`).
-        devices: device names; ``host`` is this machine.
-        objectives: what to optimise, in order.
-        max_accuracy_drop: accuracy may fall at most this much below the device's
-            fp32 baseline (``None``: no constraint).
-        min_sqnr_db: each output's SQNR against the fp32 model must be at least this many
-            dB (``None``: no constraint); the constraint for models whose outputs are not
-            classes (an image, a regression). An output of class ids beside others does not
-            count (:meth:`nnsweep.bench.Fidelity.worst`).
-        space: the search space.
-        budget: per-device trial budget.
-        warmup, iters, min_duration_s, timeout_s: measurement settings.
-        until_stable, ci_rel, max_duration_s: keep timing until the p50's 95 % confidence
-            interval is within ``ci_rel`` of it, for at most ``max_duration_s``
-            (:class:`nnsweep.bench.MeasureSettings`).
-        remeasure: at the end, measure each Pareto candidate this many more times, each
-            in a fresh process, and report the spread (:mod:`nnsweep.sweep.remeasure`; 0: off).
-        mode_starts: after its default deployments, a device's new study measures each
-            runtime's default deployment in each quantization mode
-            (:func:`nnsweep.sweep.space.mode_starts`; ``search.mode_starts``).
-        warm_start: a device's new study starts with the Pareto configurations the
-            sweep's other devices found (``search.warm_start``).
-        quality_first: a trial whose artifact breaks a quality bound on the coordinator's
-            machine is not timed on the device (:mod:`nnsweep.sweep.gate`; ``search.quality_first``).
-        tracking: MLflow tracking URI and experiment.
-        storage: ``journal`` (a file beside the spec's state) or an RDB URL for Optuna.
-        bridges: devices driven over adb/ssh (see :class:`Bridge`).
-        npus: device -> Ethos-U configuration, for estimate-only NPU devices.
-        state_dir: where the sweep keeps its Optuna journal and bookkeeping.
-        metrics: the user's own metrics (the spec's ``metrics``), usable wherever a built-in is.
-        constraints: every bound, ``max_accuracy_drop`` and ``min_sqnr_db`` folded in.
-        data: where the evaluation and calibration data come from (``None``: the model's own).
+    ``max_accuracy_drop`` and ``min_sqnr_db`` are the ``constraints`` (``None``: none;
+    an output of class ids beside others does not count for the SQNR); ``warmup`` ..
+    ``remeasure`` are ``measure.*`` (:class:`nnsweep.bench.MeasureSettings`,
+    :mod:`nnsweep.sweep.remeasure`); ``mode_starts`` and ``warm_start`` are ``search.*``;
+    ``storage`` is ``journal`` (a file in ``state_dir``) or an RDB URL for Optuna;
+    ``bridges`` and ``npus`` map device names to :class:`Bridge` and Ethos-U targets;
+    ``state_dir`` is where the sweep keeps its Optuna journal and bookkeeping.
+    ``metrics`` are the user's own (usable wherever a built-in is); ``constraints`` holds every
+    bound, the two older keys folded in; ``data`` says where the evaluation and calibration
+    data come from (``None``: the model's own); ``quality_first`` is ``search.quality_first``
+    (:mod:`nnsweep.sweep.gate`).
     """
 
     name: str

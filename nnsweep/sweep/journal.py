@@ -1,21 +1,13 @@
 """The sweep's Optuna journal file, kept whole when a write to it fails.
 
-Optuna's ``JournalFileBackend`` appends each batch of records as lines and reads a last
-line without its newline as not written yet. But a write that fails part way (a full disk
-takes the first bytes of a record and refuses the rest) leaves those bytes at the end of
-the file, and the next append (once there is room again, or the next run) writes its
-records after them: the torn record and the next become one line that is not JSON, which
-Optuna skips while it is the last (that record is lost without a word) and refuses once
-any record follows it (``JSONDecodeError``): the sweep cannot resume, and every trial it
-recorded is out of reach (``tests/test_journal.py`` shows both with a real partial write).
-
-:class:`WholeRecords` takes a failed append back to the file's size before it, so a
-failed write leaves nothing, and raises :class:`~nnsweep.core.errors.SweepStateNotWritten`
-naming the journal (Optuna's own error names no file). :func:`drop_torn_tail` removes
-what an append a process did not live to take back left (a kill between two of its
-writes): called under the sweep's run lock, when no other process writes the journal; a
-reader (``nnsweep report``) leaves the file alone, and Optuna's reader skips such a tail
-anyway. Damage anywhere else (a line that is not a record, before others) is
+A write that fails part way (a full disk) leaves a torn record at the end of Optuna's
+``JournalFileBackend`` file; the next append joins it into a line that is not JSON,
+which Optuna skips while last (a silently lost record) and refuses once followed
+(``JSONDecodeError``: the sweep cannot resume). :class:`WholeRecords` takes a failed
+append back to the file's size before it and raises
+:class:`~nnsweep.core.errors.SweepStateNotWritten` naming the journal.
+:func:`drop_torn_tail` removes what a killed process left, under the sweep's run lock (a
+reader such as ``nnsweep report`` leaves the file alone). Damage anywhere else is
 :class:`~nnsweep.core.errors.SweepStateDamaged` from :func:`open_journal`.
 """
 

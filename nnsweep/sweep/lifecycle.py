@@ -1,36 +1,18 @@
 """The trial lifecycle: one state enum and the only function that moves a trial.
 
-A trial the coordinator has asked the study for is a :class:`Ticket`. It moves
-through these phases (the only moves :func:`Ticket.move` accepts)::
-
-                      ┌──────────── reuse (same configuration measured before) ───────────┐
-                      │                                                                    ▼
-    PROPOSED ──▶ CONVERTING ──▶ READY ──▶ MEASURING ──▶ EVALUATING ──▶ HELD ──▶ TOLD
-       │  ▲           │         ▲  │           │              │          │
-       │  │           │  GATING ◀──┘ ──▶ TOLD / HELD (a quality bound broken on the host: never timed)
-       │  └─ retry ───┘            ▲└── reuse (byte-identical artifact) ─┼──▶ TOLD / HELD
-       │                           └───────────┘ contended: measure again (once)
-       ├──▶ TWIN (an identical configuration is in flight) ──▶ HELD / TOLD, or back to PROPOSED
-       └── any live phase ──▶ FAILED (this trial's conversion or benchmark failed)
-                          └──▶ REQUEUED (interrupted or device lost: never a measurement;
-                                         its parameters go back to the study's queue)
-
-MEASURING back to READY: the timed runs met other processes' work on their cores beyond
-what the runtime's threads left spare (:attr:`nnsweep.bench.Timing.contended`); the trial
-is measured again once, and that figure stands. MEASURING back to PROPOSED: the artifact
-left the cache before its files were read for the device (a user's ``rm``, a cleaner):
-it is converted again, as after a conversion's infrastructure failure; the trials READY
-with the same artifact (other thread counts) go back to PROPOSED with it.
-``GATING``: a READY trial's artifact runs on the coordinator's host first, for its outputs
-alone; a quality bound it already breaks there makes it TOLD (infeasible, never timed on the
-device), else it goes back to READY with those figures (:mod:`nnsweep.sweep.gate`).
-``EVALUATING``: a device whose tool only times (a phone over adb) gave latencies;
-the host runs the artifact for its outputs. ``HELD``: the result is known but the
-device's fp32 baseline, which the accuracy constraint needs, is not yet.
-``TOLD``, ``FAILED`` and ``REQUEUED`` are terminal.
-
-Every move is stamped with the clock the caller passes, so a ticket's history is
-its time breakdown (converting, waiting for the device, measuring, ...).
+A :class:`Ticket` goes PROPOSED -> CONVERTING -> READY -> MEASURING -> EVALUATING ->
+HELD -> TOLD; the moves :func:`Ticket.move` accepts are in ``_MOVES``. Besides that path:
+reuse (a configuration or byte-identical artifact measured before) jumps to TOLD/HELD;
+TWIN waits on an identical configuration in flight; a contended measurement goes back to
+READY once; an artifact that left the cache goes back to PROPOSED; any live phase may end
+FAILED or REQUEUED (interrupted or device lost: never a measurement). EVALUATING: a device
+that only times (a phone) gave latencies and the host runs the artifact for outputs.
+HELD: the result waits for the device's fp32 baseline. TOLD, FAILED and REQUEUED are
+terminal. Every move is stamped with the caller's clock, so a ticket's history is its
+time breakdown.
+GATING: a READY trial runs on the coordinator's host for its outputs first; one that
+breaks a quality bound there is TOLD (infeasible, never timed on the device), the others
+go back to READY (:mod:`nnsweep.sweep.gate`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The coordinator: a thin loop between the scheduler's decisions and their side effects.
 
-:class:`Sweep` has each device's study asked for trials (:mod:`nnsweep.sweep.ask`), which
-the :class:`~nnsweep.sweep.scheduler.Scheduler` admits (reuse, budget) and its
-:class:`~nnsweep.sweep.placement.Placement` places (what converts and measures where, and
-when); it starts what is planned on the :class:`~nnsweep.execution.Executor`,
-and routes each finished future to its handler in :mod:`nnsweep.sweep.handlers`
-(which also builds the finished sweep's results). Outcomes become study tells
-(:mod:`nnsweep.sweep.studies`) and tracker calls. The rules live in the scheduler and the
-placement; the trial lifecycle in :mod:`nnsweep.sweep.lifecycle`; what a result says in
-:mod:`nnsweep.sweep.outcomes`.
-
-Before anything is measured, a run takes the sweep's lock and checks the sweep's
-fingerprint (:mod:`nnsweep.sweep.state`); resuming settles what a killed run left
-(:func:`nnsweep.sweep.studies.finish_interrupted`) and backfills the tracker from the
-studies, which are the record of truth.
+:class:`Sweep` asks each device's study for trials (:mod:`nnsweep.sweep.ask`), which the
+:class:`~nnsweep.sweep.scheduler.Scheduler` admits and its
+:class:`~nnsweep.sweep.placement.Placement` places; it starts what is planned on the
+:class:`~nnsweep.execution.Executor` and routes each finished future to
+:mod:`nnsweep.sweep.handlers`. Outcomes become study tells and tracker calls. Before
+anything is measured a run takes the sweep's lock and checks its fingerprint
+(:mod:`nnsweep.sweep.state`); resuming settles what a killed run left and backfills the
+tracker from the studies, which are the record of truth.
 """
 
 from __future__ import annotations
@@ -74,19 +68,15 @@ class DeviceProgress:
 class Sweep:
     """Runs one sweep spec.
 
-    Args:
-        spec: the validated sweep.
-        executor: where conversions and measurements run (local threads or Ray).
-        tracker: where trials are logged (MLflow, or nothing).
-        cache_root: the artifact cache shared by the coordinator and the conversion workers.
-        progress: called with a snapshot of every device whenever something changes.
-        notice: called with a line when a long step outside the trials starts or moves on.
-        depth: trials in flight per device, converting ahead (``None``: :func:`default_depth`).
-        lost_timeout_s: how long to wait for a lost device once every other device is done.
-        hang_grace_s: a measurement with no result this long after its own timeout is hung.
-        fresh: delete the sweep's studies first and start over.
-        retry_failed: the kinds of recorded failures tried again on resume (transient ones always).
-        clock: monotonic seconds (tests pass a fake).
+    ``executor`` runs conversions and measurements (local threads or Ray); ``tracker`` logs
+    trials (MLflow, or nothing); ``cache_root`` is the artifact cache the coordinator and
+    conversion workers share. ``progress`` gets every device's snapshot on each change,
+    ``notice`` a line when a long step outside the trials starts or moves on. ``depth``:
+    trials in flight per device (``None``: :func:`default_depth` of the conversion slots);
+    ``lost_timeout_s``: how long a lost device is waited for once the others are done;
+    ``hang_grace_s``: past its own timeout, a silent measurement is hung; ``fresh`` and
+    ``retry_failed`` are ``nnsweep run``'s options; ``clock`` is monotonic seconds (tests
+    pass a fake).
     """
 
     def __init__(

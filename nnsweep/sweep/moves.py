@@ -1,66 +1,13 @@
-"""The coordinator's own moves besides the sampler's: repair and refine.
+"""The coordinator's own moves besides the sampler's: repair, refine, ascend and resplit.
 
-**Repair**: an int8 configuration that breaks the accuracy constraint is tried again
-with one more of its most sensitive layers kept float.
+**Repair**: an int8 trial infeasible on accuracy is tried again with one more of its most
+sensitive layers float (starting at the fewest float layers any int8 trial on the device
+needed). **Refine**: the best feasible trial's untried one-knob neighbours, fine steps
+first. **Ascend**: the front's int8 points one float layer up. **Resplit**: each front
+point with its other partition limits. The sampler does not know that ``float_layers``
+repairs accuracy, hence these moves; docs/explanation/search.md says why each exists.
 
-This is the op-wise fallback of accuracy-driven quantization tools (Intel Neural
-Compressor falls back layers one at a time, most sensitive first, until the accuracy
-goal is met): keeping the layers the sensitivity ranking puts first in float recovers
-the most accuracy per layer (docs/mixed-precision.md), and the rest of the
-configuration is unchanged, so it keeps whatever made it fast. The sampler alone does
-not know that ``float_layers`` repairs accuracy: to it, the next count is one more
-categorical choice, and the constraint only says "infeasible" about the region.
-
-The coordinator queues a repair (role ``repair``) for a measured int8 trial that is
-infeasible on accuracy and that the device's best feasible trial does not dominate
-(a repair keeps more layers float: it does not get faster, so one that is slower
-than the best already is no candidate); the chain stops at the first feasible count,
-at the space's highest count, or at a count already tried. What one chain learned is
-used by the next: a repair goes at once to the fewest float layers with which any int8
-trial on the device met the constraint (when that is above the next count), since the
-layers that break int8 are a property of the model, not of one runtime's configuration;
-it costs one trial more float than needed at worst, and refine tries one fewer.
-
-Once the best's neighbours are all tried, the front gets its repairs: a trial the best
-dominates is repaired after all if it could still reach the front, that is, if no
-feasible trial is at least as good as it would be with the accuracy of the most
-accurate feasible trial (a repair gains at most about that, and nothing on the other
-objectives). A slower int8 mode that a repair brings to fp32's accuracy is such a front
-point.
-
-**Ascend**: then each int8 trial on the feasible front, the most accurate first, is tried
-with the next float-layer count (role ``refine``). A repair stops at the first count
-that meets the constraint, but the front goes on above it: each further layer kept float
-costs a little latency and buys back a little accuracy, so the same configuration one
-count up is the likeliest next point of the front, and a chain ascends while its points
-stay on it. On the search benchmark's ResNet table the front's two most accurate
-points are such steps (docs/search.md).
-
-**Resplit**: last, each point of the feasible front, the most accurate first, is tried
-with its other partition limits (role ``refine``). A partition limit changes which
-backend runs which operators, not the quantized model, so the variant is expected to keep
-the point's accuracy and move only its latency: where it is faster, it replaces that point
-on the front. In the search benchmark's tables every variant measured the accuracy of its
-default but one (ExecuTorch dynamic int8 with one layer float on the hybrid table: 95.6 %
-at the default limits, 10.4 % under each limit); a variant is measured, not assumed.
-Refine tries these for the best alone; on two of those tables front points other than the
-best have variants 6 to 9 % faster than at the default limits (docs/search.md).
-
-**Refine**: when a trial becomes the device's fastest feasible configuration, its
-untried neighbours (one parameter changed, the others kept: a float-layer count, a
-quantizer option, a partition limit, a granularity, a backend order, a mode, a thread
-count) are queued (role ``refine``), while it stays the best: the fine steps first, a
-change of backend order or quantization mode last, since the mode starts already
-measured each mode at its defaults and a different order changes which backend runs
-every operator: those are jumps to another region, not steps within the incumbent's.
-It is the local search around the incumbent of SMAC and similar tuners: the best
-configuration of a deployment space is often one knob away from the best one measured
-(a partition limit that splits the graph differently, one layer more or less in
-float), and TPE, which models each region as a whole, does not try those single steps
-on purpose.
-
-:func:`next_move` is computed from the device's records alone, whenever the study has
-no queued trial left, so it needs no state of its own and a resumed sweep goes on
+:func:`next_move` is computed from the device's records alone, so a resumed sweep goes on
 where the killed one stopped. The sampler proposes when there is no move.
 """
 

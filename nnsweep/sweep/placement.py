@@ -1,21 +1,13 @@
 """What starts now, and where: the coordinator's placement rules as pure functions of its state.
 
-No executor and no clock of its own live here: the caller passes ``now``, performs the
-:class:`Action` objects :meth:`Placement.plan` returns, and reports the results to the
-:class:`~nnsweep.sweep.scheduler.Scheduler`, which shares this placement's devices:
-
-* **one measurement per machine**: a device measures one artifact at a time, and
-  while any device on machine M measures nothing else runs on M — no other
-  device's measurement and, when M converts, no conversion and no host evaluation.
-  Devices on other machines are pipelined: their next artifacts convert meanwhile;
-* **conversions where there is room**: each machine that converts has its slots;
-  a conversion goes to a free slot on a machine that measures nothing now,
-  machines without devices first (a build server), so a device's own machine
-  converts only when nothing else can;
-* **one conversion per artifact**: a trial whose artifact is converting already (the same
-  configuration at another thread count) joins that conversion;
-* **byte-identical reuse**: a ready artifact byte-identical to one measured before with the
-  same runtime, backends and threads is not measured again (:func:`execution_key`).
+The caller passes ``now``, performs the :class:`Action` objects :meth:`Placement.plan`
+returns, and reports to the :class:`~nnsweep.sweep.scheduler.Scheduler`. The rules: one
+measurement per machine (while a device on machine M measures, nothing else runs on M:
+no other measurement, conversion or host evaluation; other machines convert meanwhile);
+conversions go to a free slot on a machine that measures nothing now, machines without
+devices first; a trial whose artifact is converting already (another thread count) joins
+that conversion; an artifact byte-identical to one measured before with the same
+runtime, backends and threads is not measured again (:func:`execution_key`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Check a sweep's storage and tracking URIs before anything starts.
 
-A wrong ``storage:`` or ``tracking.uri`` used to surface late and loud: a
-122-line SQLAlchemy traceback for an unknown scheme, or MLflow retrying an
-unreachable server for four minutes after Ray had started and the model had
-loaded. These checks run first, take a few seconds at most (``timeout_s``), write
+Otherwise a wrong ``storage:`` or ``tracking.uri`` would surface late and loud (a long
+SQLAlchemy traceback, or MLflow retrying an unreachable server for minutes after Ray
+started and the model loaded). These checks run first, take a few seconds at most (``timeout_s``), write
 nothing, and fail with one :class:`~nnsweep.core.errors.SpecError` naming the field.
 
 What is checked:

@@ -1,16 +1,11 @@
 """Optuna's RDB storage (PostgreSQL, MySQL, sqlite URLs) through a database restart.
 
-A study's database going away mid-sweep (a restart, a fail-over, a network cut) is an
-infrastructure failure: the storage operation that met it waits and tries again, with
-backoff, for up to ``patience_s``; it never becomes a trial's result. Connections are
-checked before use (``pool_pre_ping``), so those a restart left dead in the pool are
-replaced instead of failing the next operation.
-
-What is retried is one Optuna storage call (one transaction: Optuna rolls it back when it
-fails). One case is not exact: a commit the database applied whose answer was lost with
-the connection. A trial created twice that way stays RUNNING without a record and is
-requeued on the next resume (:func:`nnsweep.sweep.studies.finish_interrupted`); a state
-already set is recognised and not set again.
+A database going away mid-sweep is an infrastructure failure: the storage call (one
+transaction, which Optuna rolls back) waits and is retried with backoff for up to
+``patience_s``; it never becomes a trial's result. Connections are checked before use
+(``pool_pre_ping``). A commit applied whose answer was lost can create a trial twice: it
+stays RUNNING without a record and is requeued on the next resume
+(:func:`nnsweep.sweep.studies.finish_interrupted`); a state already set is not set again.
 
 Example:
     >>> storage = retrying_storage("sqlite:///:memory:")  # doctest: +SKIP

@@ -1,19 +1,12 @@
-"""Re-measure each device's Pareto candidates and its fp32 baseline in fresh processes
-when its sweep ends, and pool the figures: these decide the front, the best and every
-speed-up.
+"""Re-measure each device's Pareto candidates and fp32 baseline in fresh processes at the end.
 
-One measurement is one process's run. Another process can land on other cores, get
-other memory and meet other load, so its p50 differs; the candidates a user picks
-from, and the baseline every speed-up divides by, deserve to be measured more than
-once. At the end of a sweep each candidate is measured ``processes`` more times, each
-in a fresh process (never one forked from a warm worker), with the sweep's own
-settings, *interleaved* (A B C A B C ...: a drift of the machine's speed hits every
-candidate alike). A fresh process whose timed runs met other processes' work on its
-cores is left out and measured again (:attr:`nnsweep.bench.Timing.contended`). Its
-figure is then the median of the pooled p50s (the sweep's and the fresh ones) with a
-distribution-free interval for that median (order statistics: no assumption about the
-shape of the p50s' distribution). Estimated latencies (an NPU compiler's) are not
-measurements and are skipped.
+One process's p50 differs from another's (other cores, memory, load), so the figures a
+user picks from, and the baseline every speed-up divides by, are measured ``processes``
+more times, each in a fresh process with the sweep's settings, interleaved (A B C A B C:
+a drift hits every candidate alike). A contended run
+(:attr:`nnsweep.bench.Timing.contended`) is measured again. The figure that decides the
+front, the best and the speed-ups is the median of the pooled p50s with a
+distribution-free interval. Estimated latencies (an NPU compiler's) are skipped.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The sampler of every device's study.
 
-``benchmarks/search_replay.py`` replays strategies against tables that measured every
-configuration of a finite space (``benchmarks/data/``); docs/search.md gives the
-figures. They do not show this sampler beating random search: on the two quickstart
-tables (digits_gn) the best configuration and the front are default deployments that
-the starts (:func:`nnsweep.sweep.space.mode_starts`) measure before the sampler
-proposes, so random search given the same starts scores exactly the same; on the
-outlier table (digits_outlier with ``float_layers``), whose best is no start, this
-sampler after the starts took a median of 64 trials to the best, random search given
-the same starts 52.5, and on three held-out tables it reached the front later than
-random search given the same starts on two. What reaches such a best is the
-coordinator's moves (:mod:`nnsweep.sweep.moves`: repair, refine, ascend, resplit), which
-come before the sampler: 12 to 16 trials on the six mixed-precision tables, against 24.5
-to 64 for random search given the same starts. The sampler proposes once they have
-nothing left; what these settings were chosen for is the repeats below.
+It proposes after the starts (:func:`nnsweep.sweep.space.mode_starts`) and once the
+coordinator's moves (:mod:`nnsweep.sweep.moves`) have nothing left; those find the best
+configurations of the search benchmark, not the sampler, which did not beat random search
+given the same starts there (benchmarks/results/search.md, replayed by
+``benchmarks/search_replay.py``). Its settings are chosen for the repeats below.
 """
 
 from __future__ import annotations
@@ -33,12 +24,8 @@ __all__ = ["make_sampler", "repeat_escape"]
 def make_sampler(seed: int) -> optuna.samplers.BaseSampler:
     """The sampler for one device's study: multivariate TPE with groups (8 random
     startup trials), and a random draw for the trial after a repeat (see
-    :func:`repeat_escape`). On the quickstart tables, without the coordinator's own
-    draw after 3 repeats, the random draw after a repeat cut the repeats that count past
-    the coordinator's cap (1 against 13 over 20 seeds on one table, 70 against 309 on
-    the other) at equal hypervolume within the seeds' spread (docs/search.md). That is
-    all the benchmark supports: on those tables the starts, not the sampler, find the
-    best, and on the outlier table this sampler is no better than random search.
+    :func:`repeat_escape`), which cuts the repeats that count past the coordinator's cap
+    at equal hypervolume (benchmarks/results/search.md has the figures).
 
     Args:
         seed: the study's seed (sweeps are reproducible for a given seed).

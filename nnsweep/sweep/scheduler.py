@@ -1,24 +1,14 @@
 """What the studies are asked and told: the coordinator's decisions as pure functions of its state.
 
-No Optuna, no tracker, no executor and no clock of its own live here: the caller
-passes ``now``, starts what :attr:`Scheduler.placement` plans
-(:mod:`nnsweep.sweep.placement`: one measurement per machine, conversions where there
-is room), then reports back what happened. That keeps every rule testable in
-milliseconds with fakes (``tests/test_scheduler.py``):
-
-* **duplicate reuse**: a configuration measured before on a device is not measured
-  again there (:attr:`Admission.REUSE`), nor is an artifact byte-identical to one
-  measured before with the same runtime, backends and threads; a configuration
-  already in flight on the device waits for it (:attr:`Phase.TWIN`);
-* **repeats are free**: reused trials are told to the study (it learns from them)
-  but do not count toward the budget; a device whose proposals are all repeats
-  for ``repeat_cap`` asks in a row, or that has measured its whole finite space,
-  is exhausted;
-* **held baseline**: a result is held until the device's fp32 baseline, which the
-  accuracy constraint refers to, is known (or has failed);
-* **hang watchdog**: a measurement with no answer within its limit is declared hung;
-* **lost devices**: a device whose agent died is retried every ``revive_every_s``
-  and waited for up to ``lost_timeout_s`` once the others are done.
+No Optuna, tracker, executor or clock here: the caller passes ``now``, starts what
+:attr:`Scheduler.placement` plans and reports back, so every rule is tested in
+milliseconds with fakes. The rules: a configuration (or byte-identical artifact) measured
+before on a device is reused, one in flight is waited for (:attr:`Phase.TWIN`); reused
+trials are told to the study but do not count toward the budget, and a device whose
+proposals are all repeats for ``repeat_cap`` asks, or that measured its whole finite
+space, is exhausted; a result is held until the device's fp32 baseline is known; a
+measurement without an answer within its limit is hung; a lost device is retried every
+``revive_every_s`` and waited for up to ``lost_timeout_s`` once the others are done.
 """
 
 from __future__ import annotations

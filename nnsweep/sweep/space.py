@@ -356,22 +356,15 @@ def baseline_configs(space: DeviceSpace) -> list[DeploymentConfig]:
 
 
 def mode_starts(space: DeviceSpace) -> list[DeploymentConfig]:
-    """Each runtime's default deployment in each of its other quantization modes: what a
-    device measures after :func:`baseline_configs`, before the sampler proposes.
+    """Each runtime's default deployment in each of its other quantization modes.
 
-    Mode by mode (in :class:`QuantMode` order), runtime by runtime: the runtime's first
+    What a device measures after :func:`baseline_configs`, before the sampler proposes:
+    mode by mode (in :class:`QuantMode` order), runtime by runtime, the runtime's first
     backend order that runs the mode, :class:`QuantConfig`'s default granularity,
     calibration and interface where the space has them (else its first), no partition
-    limits, no float layers. Quantization moves latency and accuracy most, and the
-    partition limits mostly give byte-identical artifacts, hence these starts. What the
-    tabular benchmark (docs/search.md) says of them: on the two quickstart tables
-    (digits_gn; the starts were designed after they were measured) the best
-    configuration and the front are themselves default deployments, so the starts reach
-    them (trial 2 or 4 to the best, 9 to 99 % of the hypervolume) and random search given
-    the same starts scores exactly the same. On the outlier table (digits_outlier, with
-    ``float_layers``) every static int8 start fails the accuracy constraint and the best
-    (static int8 with 3 layers float) is no start: the coordinator's moves after the
-    starts (:mod:`nnsweep.sweep.moves`) reach it.
+    limits, no float layers. Quantization moves latency and accuracy most, and partition
+    limits mostly give byte-identical artifacts, hence these starts
+    (benchmarks/results/search.md measures them).
     """
     threads = space.threads[0]
     done = {c.digest() for c in baseline_configs(space)}

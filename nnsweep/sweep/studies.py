@@ -115,7 +115,7 @@ def _storage(spec: SweepSpec, *, create: bool) -> Any:
 
 
 def _sampler(seed: int) -> Any:
-    # Chosen on the tabular search benchmark (benchmarks/search_replay.py, docs/search.md).
+    # Chosen on the tabular search benchmark (benchmarks/search_replay.py, benchmarks/results/search.md).
     from nnsweep.sweep.sampler import make_sampler
 
     return make_sampler(seed)

@@ -25,24 +25,14 @@ _log = logging.getLogger(__name__)
 class BackgroundTracker:
     """Runs another tracker's calls on one background thread, in order.
 
-    The coordinator hands over a trial's record in microseconds instead of waiting
-    for MLflow's database and artifact writes. Calls that end a device or read back
-    (:meth:`mark_front`, :meth:`close_device`, :meth:`logged`, :meth:`trial_links`,
-    :meth:`log_device_artifact`) wait until everything before them is written.
-
-    A tracking outage loses nothing and stops nothing: a write that fails is kept, in
-    order, and every later write first tries the kept ones again, so they land as soon
-    as the server is back; :meth:`close` keeps trying, with backoff, for up to
-    ``drain_s`` seconds, and :attr:`unlogged` then says how many trials are still not
-    written. Those are not lost either: the Optuna study is the record of truth, and the
-    next run of the sweep logs every trial its tracker does not have (see
-    :mod:`nnsweep.sweep.resume`). A read-back that fails answers as if nothing were logged.
-
-    While :meth:`quiet` is on (the coordinator's machine measures), queued writes wait:
-    a database write and its Python work would land beside the timed runs.
-
-    Args:
-        inner: the tracker that does the writing.
+    The coordinator hands over a record in microseconds instead of waiting for MLflow. Calls
+    that end a device or read back (:meth:`mark_front`, :meth:`close_device`, :meth:`logged`,
+    :meth:`trial_links`, :meth:`log_device_artifact`) wait for everything before them. A
+    failed write is kept, in order, and retried before every later write; :meth:`close`
+    retries with backoff for up to ``drain_s`` seconds and :attr:`unlogged` then counts what
+    is still not written (the study keeps it, and the next run logs it). A failed read-back
+    answers as if nothing were logged. While :meth:`quiet` is on (this machine measures),
+    queued writes wait.
     """
 
     def __init__(self, inner: Tracker, drain_s: float = 120.0) -> None:

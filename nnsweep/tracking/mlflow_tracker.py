@@ -176,17 +176,11 @@ class _TrialRuns:
 class MlflowTracker:
     """Logs a sweep to MLflow: an experiment per sweep, a parent run per device, a child run per trial.
 
-    Run ids are cached in memory: after :meth:`open_device` (which searches the
-    experiment once, to resume), a trial costs two writes to start (create the run,
-    one ``log_batch`` of params) and five to finish (one ``log_batch``, three small
-    JSON artifacts, the terminal status). Not thread-safe: call it from one thread
-    at a time (wrap it in :class:`BackgroundTracker` to take it off the caller's path).
-
-    Args:
-        uri: tracking URI (``sqlite:///mlflow.db`` — relative to the working directory,
-            resolved now — ``sqlite:////abs/x.db``, ``http://host:5000``, ``postgresql+psycopg2://…``).
-        experiment: experiment name (created if missing; see :func:`artifact_location`).
-        sweep: the sweep's name (tags find runs again on resume).
+    Run ids are cached after :meth:`open_device` (one search, to resume), so a trial costs
+    two writes to start and five to finish. Not thread-safe: wrap it in
+    :class:`BackgroundTracker` to take it off the caller's path. ``uri`` is any tracking URI
+    (a relative ``sqlite:///mlflow.db`` is resolved now); ``experiment`` is created if
+    missing (:func:`artifact_location`); ``sweep`` tags the runs so a resume finds them.
 
     Example:
         >>> tracker = MlflowTracker("sqlite:///mlflow.db", "quickstart", "quickstart")  # writes nothing yet

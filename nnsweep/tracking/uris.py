@@ -33,19 +33,11 @@ def absolute_sqlite_uri(uri: str, base: Path | None = None) -> str:
 def artifact_location(uri: str, experiment: str) -> str | None:
     """Where a new experiment's artifacts go: ``mlartifacts/<experiment>`` beside a sqlite database.
 
-    MLflow's own default for a local sqlite store is ``./mlruns/<experiment id>`` in the
-    working directory of the first client, wherever the database is. Runs get their
-    own subfolders (``<run id>/artifacts``), so two experiments whose names map to the
-    same folder do not collide.
-
-    Args:
-        uri: the tracking URI (relative sqlite URIs are resolved against the working directory).
-        experiment: the experiment's name.
-
-    Returns:
-        An absolute ``file://`` URI, or ``None`` (MLflow's default) for anything that is not
-        a sqlite file: a tracking server keeps its own artifact store, and a file store keeps
-        artifacts inside its directory.
+    MLflow's default would be ``./mlruns/<experiment id>`` in the first client's working
+    directory, wherever the database is. Relative sqlite URIs are resolved against the
+    working directory. Returns an absolute ``file://`` URI, or ``None`` (MLflow's default)
+    for anything that is not a sqlite file: a server keeps its own store, a file store keeps
+    artifacts inside its directory.
 
     Example:
         >>> artifact_location("sqlite:////data/sweeps/mlflow.db", "digits/fast")
