@@ -60,7 +60,7 @@ class Task:
             try:
                 value = function([o.copy() for o in outs], self.targets)
             except Exception as exc:  # the user's code, on this deployment's outputs
-                raise MetricError(f"metric {metric.name} raised {type(exc).__name__}: {first_line(exc)}") from exc
+                raise MetricError(f"metric {metric.name} raised {first_line(exc)}") from exc
             values[metric.name] = _number(value, lambda why, m=metric.name: MetricError(f"metric {m} {why}"))
         return values
 
@@ -128,5 +128,5 @@ def _bounded(call: Callable[[], Any], timeout_s: float, field: str) -> Any:
         raise SpecError(field, f"took more than {timeout_s:g} s on the fp32 outputs")
     if "error" in box:
         exc = box["error"]
-        raise SpecError(field, f"raised on the fp32 outputs: {type(exc).__name__}: {first_line(exc)}") from exc
+        raise SpecError(field, f"raised on the fp32 outputs: {first_line(exc)}") from exc
     return box["value"]
