@@ -106,6 +106,23 @@ def _task(bundle: Any, snapshot: Any, metrics: Mapping[str, Callable[..., Any]],
     return task
 
 
+def _live_metrics(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A spec mapping whose ``metrics`` give callables as functions, with each registered as
+    ``live:NAME`` (a metric runs on the coordinator: any executor can use it)."""
+    from nnsweep.models import register_live_function
+
+    metrics = spec.get("metrics")
+    if not isinstance(metrics, Mapping):
+        return spec
+    named = {}
+    for name, entry in metrics.items():
+        function = entry.get("function") if isinstance(entry, Mapping) else None
+        if callable(function):
+            entry = {**entry, "function": register_live_function(str(name), function)}
+        named[name] = entry
+    return {**spec, "metrics": named}
+
+
 def sweep(
     spec: SweepSpec | Mapping[str, Any] | str | Path,
     model: torch.nn.Module | None = None,
@@ -129,7 +146,8 @@ def sweep(
     join); ``tracking`` logs to the spec's MLflow store; ``fresh`` deletes the sweep's studies
     first; ``cache_dir`` defaults to ``$NNSWEEP_CACHE`` or ``~/.cache/nnsweep``.
     ``progress`` gets every device's progress on each change, ``notice`` a line when a long
-    step outside the trials (a sensitivity ranking) starts or moves on.
+    step outside the trials (a sensitivity ranking) starts or moves on. A mapping's
+    ``metrics`` may give callables as their ``function``.
 
     Raises:
         SpecError: the spec, the model or the devices refuse the sweep (nothing is written).
@@ -155,7 +173,7 @@ def sweep(
         ref = _live(name, model, example_input, dataset)
         spec = dataclasses.replace(spec, model=ref) if isinstance(spec, SweepSpec) else {**spec, "model": ref}
     if not isinstance(spec, SweepSpec):
-        spec = parse_spec(spec, source=source)
+        spec = parse_spec(_live_metrics(spec), source=source)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     check_cache_dir(cache, "cache_dir", "give a folder")
     runner = executor_for(spec, executor, address)

@@ -192,3 +192,34 @@ def test_absolute_bounds_apply_to_built_in_metrics_too() -> None:
     assert ok.record.feasible is True and len(ok.constraints) == 3
     big = outcomes.judge(_record(map50=0.3, size_bytes=3e6, peak_rss_mb=100), objectives, None, bounds, {})
     assert big.record.feasible is False and big.constraints["max_size_bytes"] == 1e6
+
+
+@pytest.mark.integration
+def test_a_notebook_sweeps_on_a_metric_it_defines_as_a_callable(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nnsweep.api as ns
+
+    monkeypatch.chdir(tmp_path)  # the sweep's state lives in the working directory
+    seen: list[int] = []
+
+    def agreement_count(outputs: list[np.ndarray], targets: np.ndarray) -> float:
+        seen.append(len(outputs[0]))
+        return float(np.sum(outputs[0].argmax(1) == np.asarray(targets)))
+
+    (cache := tmp_path / "cache").mkdir()
+    (cache / "models").symlink_to(models_dir)
+    spec = {
+        "name": "nb",
+        "model": "digits",
+        "metrics": {"hits": {"function": agreement_count, "goal": "maximize"}},
+        "objectives": {"hits": "maximize", "latency_p50_ms": "minimize"},
+        "constraints": {"min": {"hits": 1}},
+        "budget": {"trials": 1},
+        "measure": {"warmup": 1, "iters": 5, "remeasure": 0},
+        "space": {"runtime": ["onnxruntime"]},
+    }
+    (host,) = ns.sweep(spec, tracking=False, cache_dir=cache)
+    (record,) = [r for r in host.records if r.status is TrialStatus.OK]
+    assert record.metrics["hits"] == max(seen) * record.metrics["accuracy"] and record.feasible is True
+    assert host.best is not None and host.best.number == record.number

@@ -13,7 +13,7 @@ from nnsweep.models._bundle import (
 from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore
-from nnsweep.models._user_code import check_function_reference, import_function
+from nnsweep.models._user_code import check_function_reference, import_function, register_live_function
 
 __all__ = [
     "BUILTIN",
@@ -32,5 +32,6 @@ __all__ = [
     "load_model",
     "per_sample_shapes",
     "register_live",
+    "register_live_function",
     "unlabelled_layout",
 ]

@@ -12,7 +12,21 @@ from typing import Any
 
 from nnsweep.core.errors import SpecError, first_line
 
-__all__ = ["check_function_reference", "import_function", "is_function_reference"]
+__all__ = ["check_function_reference", "import_function", "is_function_reference", "register_live_function"]
+
+_LIVE: dict[str, Callable[..., Any]] = {}  # "live:NAME" -> a function that lives in this process
+
+
+def register_live_function(name: str, function: Callable[..., Any]) -> str:
+    """Make a function of this process (a notebook's metric) a reference, ``live:NAME``.
+
+    Only this process resolves it: a metric runs on the coordinator, so any executor can
+    sweep with it. Registering a name again replaces the function.
+    """
+    if not callable(function) or not name.isidentifier():
+        raise SpecError(f"metrics.{name}", "give a name (letters, digits, '_') and a callable")
+    _LIVE[name] = function
+    return f"live:{name}"
 
 
 def is_function_reference(ref: str) -> bool:
@@ -31,6 +45,10 @@ def check_function_reference(ref: str, *, field: str, base_dir: Path | None = No
     if not is_function_reference(ref):
         raise SpecError(field, f"{ref!r} is not a function reference; give package.module:function or file.py:function")
     head, _, name = ref.rpartition(":")
+    if head == "live":
+        if name not in _LIVE:
+            raise SpecError(field, f"no live function {name!r} in this process (nnsweep.api registers them)")
+        return ref
     if not head.endswith(".py"):
         return ref
     path = Path(head).expanduser()
@@ -48,6 +66,8 @@ def import_function(ref: str, *, field: str, base_dir: Path | None = None) -> Ca
             first line) or has no callable of that name.
     """
     head, _, func_name = ref.rpartition(":")
+    if head == "live" and func_name in _LIVE:
+        return _LIVE[func_name]
     try:
         if head.endswith(".py"):
             path = Path(head).expanduser()
