@@ -7,8 +7,10 @@ their fronts can be compared), and prints for each: the device's busy seconds (i
 measuring), the trials timed on the device, those told infeasible from the host's run
 alone, the sweep's wall seconds, and the feasible front (configurations and accuracies).
 
-The host is the device here, so the gate's own host runs are on the same machine; on a
-board farm they run on the coordinator while the board does other work.
+The device is a board stand-in: it measures on this machine but is declared another
+machine (``LocalTransport(machine="board-sim")``), as a board joined over Ray is; the gate
+runs on the coordinator's machine, and a device that is the coordinator's machine itself
+is never gated (its time is the host's).
 
 Usage: .venv/bin/python benchmarks/quality_gate.py [--iters 200] [--out DIR]
 """
@@ -20,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nnsweep.agents import LocalTransport
 from nnsweep.core.results import TrialStatus
 from nnsweep.execution import LocalExecutor
 from nnsweep.spec import parse_spec
@@ -41,6 +44,7 @@ def run(quality_first: bool, iters: int, root: Path) -> dict[str, object]:
         {
             "name": f"gate_{'on' if quality_first else 'off'}",
             "model": "digits_outlier",
+            "devices": ["board"],
             "constraints": {"max_accuracy_drop": 0.01},
             "budget": {"trials": 40},
             "measure": {"warmup": 5, "iters": iters, "remeasure": 0},
@@ -49,7 +53,8 @@ def run(quality_first: bool, iters: int, root: Path) -> dict[str, object]:
         },
         source=root / "sweep.yaml",
     )
-    sweep = Sweep(spec, LocalExecutor(), NullTracker(), root / "cache")
+    executor = LocalExecutor({"board": LocalTransport(machine="board-sim")})
+    sweep = Sweep(spec, executor, NullTracker(), root / "cache")
     started = time.monotonic()
     (host,) = sweep.run()
     wall = time.monotonic() - started
@@ -57,7 +62,7 @@ def run(quality_first: bool, iters: int, root: Path) -> dict[str, object]:
     untimed = [r for r in ok if r.tags.get("quality_from") == "host"]
     front = pareto_front(ok, spec.objectives)
     return {
-        "device_s": sweep.stats.busy_s.get("host", 0.0),
+        "device_s": sweep.stats.busy_s.get("board", 0.0),
         "gate_s": sum(r.metrics.get("time_gating_s", 0.0) for r in ok),
         "timed": len(ok) - len(untimed),
         "untimed": len(untimed),

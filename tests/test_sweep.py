@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nnsweep.agents import LocalTransport
 from nnsweep.core.errors import ConversionError, ConversionStorageError, InfrastructureError
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.execution import ConvertRequest, LocalExecutor
@@ -581,11 +582,12 @@ def test_an_artifact_gone_under_several_thread_counts_is_one_retry_and_one_conve
 
 def test_a_trial_that_breaks_a_quality_bound_on_the_host_is_never_timed_on_the_device(workdir: Path, digits) -> None:  # type: ignore[no-untyped-def]
     # SQNR 80 dB: every int8 deployment of digits is far below it, fp32 (the baseline) above
-    def sweep(quality_first: bool) -> list[TrialRecord]:
+    def sweep(quality_first: bool, device: str) -> list[TrialRecord]:
         spec = parse_spec(
             {
-                "name": f"gate{int(quality_first)}",
+                "name": f"gate{int(quality_first)}{device}",
                 "model": "digits",
+                "devices": [device],
                 "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
                 "constraints": {"min": {"sqnr_db": 80}},
                 "budget": {"trials": 3},
@@ -598,19 +600,23 @@ def test_a_trial_that_breaks_a_quality_bound_on_the_host_is_never_timed_on_the_d
                 },
             }
         )
-        (host,) = Sweep(spec, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
-        assert host.best is not None and host.best.config.quant.mode.value == "fp32"
-        return [r for r in host.records if r.status is TrialStatus.OK]
+        # a board stand-in: it measures here but is another machine, whose time the gate saves
+        executor = LocalExecutor({"board": LocalTransport(machine="board-sim")})
+        (result,) = Sweep(spec, executor, RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
+        assert result.best is not None and result.best.config.quant.mode.value == "fp32"
+        return [r for r in result.records if r.status is TrialStatus.OK]
 
-    gated = sweep(True)
+    gated = sweep(True, "board")
     int8 = [r for r in gated if r.config.quant.mode.is_int8]
     assert int8 and all(r.tags["quality_from"] == "host" for r in int8)
     assert all(r.feasible is False and not r.samples_ms and "latency_p50_ms" not in r.metrics for r in int8)
     assert all(r.metrics["sqnr_db"] < 80 for r in int8)
-    timed = sweep(False)
+    timed = sweep(False, "board")
     assert all(r.samples_ms and "quality_from" not in r.tags for r in timed)
     # the same figures either way: the host ran the same artifact the device would have
     by_config = {r.config.digest(): r for r in timed}
     for r in int8:
         if r.config.digest() in by_config:
             assert r.metrics["sqnr_db"] == pytest.approx(by_config[r.config.digest()].metrics["sqnr_db"])
+    # on the host itself the host's time is the device's: every trial is timed there
+    assert all(r.samples_ms and "quality_from" not in r.tags for r in sweep(True, "host"))

@@ -79,7 +79,7 @@ class Placement:
                 continue
             for ticket in list(d.live(Phase.READY)):
                 assert ticket.artifact_sha is not None  # set by Scheduler.converted()
-                if self.gate is not None and self.gate(ticket, d):
+                if self._gated(ticket, d):
                     continue  # waits for its gate: the host is measuring now
                 earlier = d.by_artifact.get(execution_key(ticket.artifact_sha, ticket.config))
                 if earlier is not None:
@@ -98,6 +98,12 @@ class Placement:
         actions.extend(self._conversions(converting, measuring, now))
         return actions
 
+    def _gated(self, ticket: Ticket, device: DeviceState) -> bool:
+        """Whether ``ticket`` runs on the host before its device times it: the gate wants it,
+        and the device is on another machine (on the host itself, the host's time is the
+        device's: its measurement gives the outputs at no extra start)."""
+        return self.gate is not None and device.machine != self.converter_machine and self.gate(ticket, device)
+
     def _gates(self, now: float) -> list[Action]:
         """READY trials the gate wants run on the host first, while the host measures nothing."""
         if self.gate is None or self.converter_machine in self._measuring():
@@ -107,7 +113,7 @@ class Placement:
             if d.lost:
                 continue
             for ticket in list(d.live(Phase.READY)):
-                if self.gate(ticket, d):
+                if self._gated(ticket, d):
                     ticket.move(Phase.GATING, now)
                     self._evaluating.add(ticket)
                     actions.append(Action("gate", ticket))
