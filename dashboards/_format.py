@@ -61,15 +61,26 @@ def is_latency(metric: str) -> bool:
 
 
 def plot_axes(objectives: Sequence[Objective]) -> tuple[str, str]:
-    """The trade-off plot's (x, y): the first objective to minimise and the first to maximise.
+    """The trade-off plot's (x, y): the first cost objective (latency, size, memory) and the
+    first quality objective (accuracy, SQNR, a user's metric, whichever its direction).
 
     Falls back to latency p50 and accuracy, so a sweep on one objective still gets the usual plot.
     """
-    x = next((o.metric for o in objectives if o.direction == "minimize"), "latency_p50_ms")
-    y = next((o.metric for o in objectives if o.direction == "maximize"), "accuracy")
-    if x == y:  # a single objective: plot it against latency
-        x = "latency_p50_ms"
-    return x, y
+    quality = [o.metric for o in objectives if _is_quality(o.metric)]
+    cost = [o.metric for o in objectives if not _is_quality(o.metric)]
+    return (cost or [metrics.LATENCY_P50])[0], (quality or [metrics.ACCURACY])[0]
+
+
+def plot_title(objectives: Sequence[Objective]) -> str:
+    """The trade-off plot's heading: ``map50 vs latency p50``."""
+    x, y = plot_axes(objectives)
+    first = metric_name(y, unit=False)
+    return f"{first[:1].upper()}{first[1:]} vs {metric_name(x, unit=False)}"
+
+
+def _is_quality(metric: str) -> bool:
+    """Decided by the outputs: a built-in quality metric, or a user's (every user metric is one)."""
+    return metric not in metrics.BUILTIN or metrics.BUILTIN[metric].quality
 
 
 def backend_order(config: DeploymentConfig) -> str:

@@ -204,7 +204,7 @@ def _device_block(
     device_tpl: Template,
 ) -> str:
     """One device's section: its best card, trade-off plot, partition map, latencies and table."""
-    from nnsweep.dashboards import figures, sections
+    from nnsweep.dashboards import _format, figures, sections
 
     objectives = spec.objectives
     base = d.baseline_record()
@@ -247,6 +247,7 @@ def _device_block(
         card=sections.best_card(
             d.device, best, base, objectives, link=urls.get(best.number) if best else None, choice=choice
         ),
+        tradeoff_title=html.escape(_format.plot_title(objectives)),
         tradeoff=sections.plot_block(
             f"tradeoff-{anchor}",
             "scatter",
