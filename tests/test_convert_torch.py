@@ -900,3 +900,19 @@ def test_static_int8_refuses_a_hugging_face_classifier_in_one_line(tmp_path: Pat
     bundle = load_model(register_live("bert", net, torch.randint(0, 1000, (1, 16))))
     with pytest.raises(ConversionError, match=r"a slice bounded by a traced value .* at modeling_bert\.py:\d+ "):
         deploy.convert(bundle, STATIC_X86, ArtifactCache(tmp_path / "cache"))
+
+
+def test_a_model_whose_trace_fails_in_its_own_code_is_ranked_through_dynamic_int8(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a slice by a traced size fails with the interpreter's TypeError, not torch.fx's TraceError:
+    # before, the ranking refused it ("torch's quantizer cannot rank the layers of this model")
+    from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import ranking
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("sliced_positions", _SlicedPositions().eval(), torch.randn(1, 5, 6)))
+    with caplog.at_level("WARNING"):
+        report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
+    assert "torch.fx cannot trace this model" in caplog.text
+    assert report.mode == "dynamic_int8" and report.ranked() == ["head"]
