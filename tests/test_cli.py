@@ -865,7 +865,7 @@ def test_a_command_nnsweep_suggests_quotes_a_path_with_spaces(
     spec_file.write_text("name: spaced\nmodel: digits\nspace: {runtime: [onnxruntime], quant: [fp32]}\n")
     assert main(["--cache-dir", str(tmp_path / "cache"), "report", str(spec_file)]) == 2
     assert f"run `nnsweep run '{spec_file}'` first" in capsys.readouterr().err
-    assert _results_text(load_spec(spec_file), []).endswith(f"`nnsweep ui '{spec_file}'`")
+    assert _results_text(load_spec(spec_file), [], tracking=True).endswith(f"`nnsweep ui '{spec_file}'`")
 
 
 @pytest.mark.parametrize(
@@ -907,3 +907,36 @@ def test_a_config_file_s_float_layers_are_checked_before_anything_is_converted(
     assert said.replace("tiny.py:build", model) in err
     artifacts = cache / "artifacts"
     assert not artifacts.exists() or not any(artifacts.rglob("*.onnx")), "nothing converted"
+
+
+class _NoSweep:
+    """What replaces the sweep: it takes the spec and runs nothing (no device, no trial)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def run(self) -> list[object]:
+        return []
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("tracking", [True, False])
+def test_run_names_the_mlflow_store_only_when_it_tracks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tracking: bool
+) -> None:
+    # before: `--no-tracking` still printed "MLflow: sqlite:///mlflow.db", a database it never wrote
+    import nnsweep.cli._report_file
+    import nnsweep.sweep.loop
+
+    monkeypatch.setattr(nnsweep.sweep.loop, "Sweep", _NoSweep)
+    monkeypatch.setattr(nnsweep.cli._report_file, "_publish_report", lambda *a, **k: Path("report.html"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("name: quiet\nmodel: digits\nspace: {runtime: [onnxruntime], quant: [fp32]}\n")
+    options = [] if tracking else ["--no-tracking"]
+    assert main(["--cache-dir", str(tmp_path / "cache"), "run", "s.yaml", "--executor", "local", *options]) == 0
+    out = capsys.readouterr().out
+    assert "Report: report.html" in out
+    assert ("MLflow: sqlite:///mlflow.db (experiment 'quiet')" in out) is tracking
+    assert ("MLflow" in out) is tracking

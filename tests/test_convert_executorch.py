@@ -120,20 +120,6 @@ class _ExpandedBuffers(torch.nn.Module):
         return (self.fc(x).view(-1, 3, 4) * self.scale + self.shift).flatten(1)
 
 
-def test_dense_constants_copies_zero_stride_tensors_only() -> None:
-    from nnsweep.convert.pt2e import dense_constants
-
-    model = _ExpandedBuffers()
-    model.table = torch.ones(2).expand(5, 2)  # a plain tensor attribute is exported as a constant too
-    x = torch.randn(1, 8)
-    before, weight = model(x), model.fc.weight
-    assert dense_constants(model) == 3
-    assert all(0 not in t.stride() for t in (model.scale, model.shift, model.table))
-    assert "shift" in model._non_persistent_buffers_set and model.fc.weight is weight
-    assert torch.equal(model(x), before)
-    assert dense_constants(model) == 0
-
-
 @pytest.mark.parametrize("backends", [("xnnpack",), ("portable",)])
 def test_expanded_buffers_convert_and_run(tmp_path: Path, backends: tuple[str, ...]) -> None:
     from nnsweep.convert.executorch import ExecuTorchConverter

@@ -797,3 +797,123 @@ def test_qat_leaves_a_module_torch_runs_float_without_fake_quantizers(tmp_path: 
     result = TorchConverter().convert(bundle, DeploymentConfig("torch", ("x86",), QuantConfig("qat_int8")), tmp_path)
     deployed = torch.jit.load(str(tmp_path / result.filename))
     torch.testing.assert_close(deployed(bundle.example_input), converted(bundle.example_input))
+
+
+class _SlicedPositions(nn.Module):
+    """A buffer of positions sliced up to the input's length, as Hugging Face's BERT slices
+    its position ids (``self.position_ids[:, 0 : seq_length]``): torch.fx traces a parameter's
+    slice, but a buffer is a plain tensor, and a traced bound is no index for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("positions", torch.randn(1, 32, 6))
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        return self.head(x + self.positions[:, 0:length])  # type: ignore[no-any-return]
+
+
+class _BranchOnValue(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.head(x)  # type: ignore[no-any-return]
+        return self.head(-x)  # type: ignore[no-any-return]
+
+
+class _IntOfSize(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x.reshape(int(x.shape[0]), -1, 6))  # type: ignore[no-any-return]
+
+
+class _RangeOfSize(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(x.size(1)):
+            x = x * 0.9
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("model", "construct"),
+    [
+        (_SlicedPositions, "a slice bounded by a traced value"),
+        (_BranchOnValue, "control flow on a traced value"),
+        (_IntOfSize, "a Python number made of a traced value"),
+        (_RangeOfSize, r"an integer made of a traced value \(range\(\) of a size\)"),
+        (_ShapeLoop, "iteration over a traced value"),
+    ],
+)
+@pytest.mark.parametrize("mode", [QuantMode.STATIC_INT8, QuantMode.QAT_INT8])
+def test_int8_refuses_what_fx_cannot_trace_naming_the_construct_and_the_runtimes_that_take_it(
+    tmp_path: Path, model: type[nn.Module], construct: str, mode: QuantMode
+) -> None:
+    # before: the interpreter's last line ("TypeError: slice indices must be integers or None or
+    # have an __index__ method"), which names neither the model's code nor what to do instead
+    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live(model.__name__, model().eval(), torch.randn(1, 5, 6)))
+    config = DeploymentConfig("torch", ("x86",), QuantConfig(mode))  # refused before any fine-tuning
+    with pytest.raises(ConversionError) as info:
+        TorchConverter().convert(bundle, config, tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"torch's FX int8 quantizer cannot trace this model: {construct}".replace("\\", ""))
+    assert "at test_convert_torch.py:" in message and "\n" not in message
+    takers = "executorch, onnxruntime or litert" if mode is QuantMode.STATIC_INT8 else "executorch"
+    assert f"deploy {mode.value} with {takers} (quantized after torch.export)" in message
+    assert isinstance(info.value.__cause__, TypeError | torch.fx.proxy.TraceError)  # the traceback, for -v
+
+
+@pytest.mark.slow
+def test_static_int8_refuses_a_hugging_face_classifier_in_one_line(tmp_path: Path) -> None:
+    hf = pytest.importorskip("transformers")
+    from nnsweep.core.errors import ConversionError
+    from nnsweep.models import load_model, register_live
+
+    class Logits(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(ids).logits  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    config = hf.BertConfig(
+        vocab_size=1000, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, num_labels=3,
+    )  # fmt: skip
+    net = Logits(hf.BertForSequenceClassification(config)).eval()
+    bundle = load_model(register_live("bert", net, torch.randint(0, 1000, (1, 16))))
+    with pytest.raises(ConversionError, match=r"a slice bounded by a traced value .* at modeling_bert\.py:\d+ "):
+        deploy.convert(bundle, STATIC_X86, ArtifactCache(tmp_path / "cache"))
+
+
+def test_a_model_whose_trace_fails_in_its_own_code_is_ranked_through_dynamic_int8(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a slice by a traced size fails with the interpreter's TypeError, not torch.fx's TraceError:
+    # before, the ranking refused it ("torch's quantizer cannot rank the layers of this model")
+    from nnsweep.models import load_model, register_live
+    from nnsweep.sensitivity.ranking import ranking
+
+    torch.manual_seed(0)
+    bundle = load_model(register_live("sliced_positions", _SlicedPositions().eval(), torch.randn(1, 5, 6)))
+    with caplog.at_level("WARNING"):
+        report, _ = ranking(bundle, "torch", Granularity.PER_CHANNEL, tmp_path)
+    assert "torch.fx cannot trace this model" in caplog.text
+    assert report.mode == "dynamic_int8" and report.ranked() == ["head"]

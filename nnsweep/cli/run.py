@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     if args.json:
         stdout_results().write(_results_json(results) + "\n")
     else:
-        stdout_results().write(_results_text(spec, results) + "\n")
+        stdout_results().write(_results_text(spec, results, tracking=not args.no_tracking) + "\n")
         if report is not None:
             stdout_results().write(f"Report: {report}\n")
     lost = [r.device for r in results if r.lost]
@@ -215,7 +215,9 @@ def _device_trials(result: Any) -> Any:
     return DeviceTrials(result.device, result.records, baseline, result.capabilities.summary())
 
 
-def _results_text(spec: Any, results: Any) -> str:
+def _results_text(spec: Any, results: Any, *, tracking: bool) -> str:
+    """Each device's front, best and trials; where the runs are logged when ``tracking`` is on
+    (``--no-tracking`` writes no MLflow database, so there is none to point to)."""
     from nnsweep.report.text import render_table
 
     blocks = []
@@ -249,8 +251,9 @@ def _results_text(spec: Any, results: Any) -> str:
         blocks.append(_breakdown_text(r.breakdown))
         if r.spread:
             blocks.append(_spread_text(r.spread, r.baseline.number if r.baseline else None, r.fell_off))
-    ui = f"nnsweep ui {shlex.quote(str(spec.source))}"  # a path with spaces pastes as one argument
-    blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `{ui}`")
+    if tracking:
+        ui = f"nnsweep ui {shlex.quote(str(spec.source))}"  # a path with spaces pastes as one argument
+        blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `{ui}`")
     return "\n\n".join(blocks)
 
 

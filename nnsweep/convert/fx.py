@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from nnsweep.convert import float_fallback
+from nnsweep.convert.fx_untraceable import traced_or_refused
 from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
@@ -169,7 +170,8 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
 
     Raises:
         ConversionError: the model has a PReLU, forward hooks, or a transposed convolution
-            the engine computes wrongly, to be quantized.
+            the engine computes wrongly, to be quantized; or code torch.fx cannot trace
+            (:func:`~nnsweep.convert.fx_untraceable.untraceable`).
     """
     refuse_prelu(bundle.module)
     refuse_hooks(bundle.module)
@@ -180,12 +182,14 @@ def quantize_fx(bundle: ModelBundle, quant: QuantConfig, engine: str) -> torch.f
     example = (bundle.example_input,)
     mapping = qconfig_mapping(engine, quant)
     if quant.mode is QuantMode.QAT_INT8:
-        prepared = float_fallback.fx_prepare(model.train(), mapping, quant.float_layers, example, qat=True)
+        with traced_or_refused(quant.mode):
+            prepared = float_fallback.fx_prepare(model.train(), mapping, quant.float_layers, example, qat=True)
         batch = 32 if takes_batches(bundle) else 1
         qat_finetune(prepared, bundle, quant, batch_size=batch)
         prepared.eval()
     else:
-        prepared = float_fallback.fx_prepare(model.eval(), mapping, quant.float_layers, example)
+        with traced_or_refused(quant.mode):
+            prepared = float_fallback.fx_prepare(model.eval(), mapping, quant.float_layers, example)
         with torch.no_grad():
             for x in calibration_samples(bundle, quant):
                 prepared(x)

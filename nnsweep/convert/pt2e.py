@@ -31,7 +31,6 @@ from nnsweep.models._bundle import takes_batches
 
 __all__ = [
     "calibrated",
-    "dense_constants",
     "export",
     "exported_program",
     "fold_weight_computations",
@@ -49,40 +48,11 @@ _PROGRAM = "program.pt2"
 _META_FAILED = "failed while attempting to run meta for"
 
 
-def dense_constants(model: nn.Module) -> int:
-    """Give every buffer, parameter and tensor attribute of ``model`` that has a stride of 0
-    (made by ``expand``: one stored row seen many times) a dense copy, in place; return how many.
-
-    ExecuTorch stores a constant by its dim order, which a zero stride does not have
-    (``exir.tensor.dim_order_from_stride``: "0 in strides is not supported for ExecuTorch";
-    executorch 1.5.1 fails earlier on a non-persistent one: "Missing input spec for lifted
-    tensor"). The values are unchanged; the stored constant grows to its full size. Callers
-    pass their own copy of the model.
-    """
-    fixed = 0
-    for module in model.modules():
-        for name, buffer in module._buffers.items():
-            if buffer is not None and 0 in buffer.stride():
-                module._buffers[name] = buffer.clone(memory_format=torch.contiguous_format)
-                fixed += 1
-        for name, param in module._parameters.items():
-            if param is not None and 0 in param.stride():
-                dense = param.detach().clone(memory_format=torch.contiguous_format)
-                module._parameters[name] = nn.Parameter(dense, requires_grad=param.requires_grad)
-                fixed += 1
-        for name, value in list(vars(module).items()):  # plain tensor attributes: constants to export
-            if isinstance(value, torch.Tensor) and 0 in value.stride():
-                setattr(module, name, value.clone(memory_format=torch.contiguous_format))
-                fixed += 1
-    return fixed
-
-
 def export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torch.export.ExportedProgram:
-    """``torch.export`` of ``model`` (its zero-stride constants made dense first, in place:
-    :func:`dense_constants`, and its ``nn.EmbeddingBag`` layers an embedding and a reduction:
-    :func:`~nnsweep.convert.bags.unbag_embeddings`), with a dynamic batch dimension or for
-    the example's batch."""
-    dense_constants(model)
+    """``torch.export`` of ``model`` (its ``nn.EmbeddingBag`` layers an embedding and a
+    reduction first, in place: :func:`~nnsweep.convert.bags.unbag_embeddings`), with a dynamic
+    batch dimension or for the example's batch. Its constants have standard strides already
+    (the model's load gives them: :mod:`nnsweep.models._strides`)."""
     unbag_embeddings(model)
     if dynamic_batch:
         # Export specialises a size-1 dimension, so trace with two samples. A model whose

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnsweep.models._strides import standard_array
+
 if TYPE_CHECKING:
     import torch
 
@@ -43,8 +45,9 @@ class Split:
     targets: Any = None
 
     def __post_init__(self) -> None:
-        # torch tensors and nested lists are taken as the arrays they hold: a Split of tensors
-        # was refused with "inputs are torch.float32 but the example input is float32"
+        # torch tensors and nested lists are taken as the arrays they hold (a Split of tensors
+        # was refused with "inputs are torch.float32 but the example input is float32"), each
+        # with standard strides: numpy's x[:, None] has a stride of 0 that exporters refuse
         object.__setattr__(self, "inputs", _as_array(self.inputs))
         if self.labels is not None:
             object.__setattr__(self, "labels", _as_array(self.labels))
@@ -64,13 +67,12 @@ class Split:
 
 
 def _as_array(value: Any) -> np.ndarray:
-    """``value`` as a numpy array: a torch tensor's values (on the CPU, without its graph), or
-    ``np.asarray`` of anything else (a list)."""
-    if isinstance(value, np.ndarray):
-        return value
+    """``value`` as a numpy array with standard strides (:mod:`nnsweep.models._strides`): a
+    torch tensor's values (on the CPU, without its graph), or ``np.asarray`` of anything else
+    (a list)."""
     if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
+        value = value.detach().cpu().numpy()
+    return standard_array(np.asarray(value))
 
 
 @dataclass(frozen=True)

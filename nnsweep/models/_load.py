@@ -42,6 +42,7 @@ from nnsweep.models._module_form import (
 )
 from nnsweep.models._pixels import PIXEL_DTYPE, synthetic_pixels
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
+from nnsweep.models._strides import standard_tensor
 from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocabulary
 from nnsweep.models._user_code import import_function
 
@@ -434,12 +435,12 @@ def _bundle_from(ref: str, result: Any, input_shape: tuple[int, ...] | None) -> 
     scored = dataset.accuracy_output
     check_labels(ref, dataset, sizes[scored] // max(positions[scored], 1))
     digest = module_digest(ref, net, example, dataset.evaluation.digest(), dataset.calibration.digest())
-    return ModelBundle(ref, net, example.contiguous(), dataset, digest, sizes, positions, axes)
+    return ModelBundle(ref, net, example, dataset, digest, sizes, positions, axes)
 
 
 def _example_input(ref: str, example: Any, input_shape: tuple[int, ...] | None) -> Any:
     """The example input a model function returned (or one of ``input_shape``), checked: one
-    tensor with batch size 1."""
+    tensor with batch size 1, with standard strides (:mod:`nnsweep.models._strides`)."""
     import torch
 
     if example is None:
@@ -460,4 +461,4 @@ def _example_input(ref: str, example: Any, input_shape: tuple[int, ...] | None) 
         )
     if not isinstance(example, torch.Tensor) or example.dim() == 0 or example.shape[0] != 1:
         raise SpecError("model", f"{ref}(): the example input must be a tensor with batch size 1")
-    return example
+    return standard_tensor(example)

@@ -6,8 +6,8 @@ user's names. Refused, saying what to return instead: a TorchScript module, a
 ``torch.export`` program's module (no submodules to quantize per layer), a model already
 quantized (each runtime quantizes the float model, and every deployment is measured
 against it), parameters in another float dtype or on another device. Pruning masks and
-hook-based weight norms become plain weights (:func:`_frozen`), channels-last weights
-contiguous ones (the layout is each runtime's to choose); outputs in a list, named tuple
+hook-based weight norms become plain weights (:func:`_frozen`), channels-last or
+zero-stride weights standard-strided ones (the layout is each runtime's to choose); outputs in a list, named tuple
 or nested container become a plain tuple (:func:`with_plain_outputs`).
 """
 
@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from nnsweep.core.errors import SpecError
+from nnsweep.models._strides import has_standard_strides, standard_tensor
 
 __all__ = [
     "check_parameters",
@@ -61,7 +62,7 @@ def deployable_module(ref: str, net: Any) -> Any:
 def settled_weights(ref: str, net: Any, example: Any) -> Any:
     """``net`` (from :func:`deployable_module`) with its lazy layers initialised by a call on
     ``example``, pruning masks and hook-based weight norms made plain weights, its weights in
-    the contiguous layout and every attribute copyable (its parameters' dtype and device are
+    standard strides (:func:`_contiguous`) and every attribute copyable (its parameters' dtype and device are
     checked after the example input's: :func:`check_parameters`).
 
     Raises:
@@ -206,20 +207,26 @@ def check_parameters(ref: str, net: Any) -> None:
 
 
 def _contiguous(net: Any) -> Any:
-    """``net`` with every weight and buffer in the contiguous layout, on a copy when one is not
-    (``model.to(memory_format=torch.channels_last)``): the values are the same, the layout is
-    each runtime's to choose, and ExecuTorch's ``ChannelsLastTaggedReshapePass`` failed on a
-    channels-last weight in static int8."""
+    """``net`` with every weight, buffer and tensor attribute in standard strides
+    (:mod:`nnsweep.models._strides`), on a copy when one is not: a weight in another memory
+    format (``model.to(memory_format=torch.channels_last)``), or a constant made by ``expand``
+    or from numpy's ``x[:, None]`` (a stride of 0). The values are the same, the layout is
+    each runtime's to choose: ExecuTorch's ``ChannelsLastTaggedReshapePass`` failed on a
+    channels-last weight in static int8, and ExecuTorch stores a constant by its dim order,
+    which a stride of 0 does not have ("0 in strides is not supported for ExecuTorch")."""
     import torch
 
-    tensors = [*net.parameters(), *net.buffers()]
-    if all(tensor.is_contiguous() for tensor in tensors):
+    def tensors(model: Any) -> list[Any]:
+        # plain tensor attributes too: torch.export makes them constants of the program
+        attributes = [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)]
+        return [*model.parameters(), *model.buffers(), *attributes]
+
+    if all(has_standard_strides(tensor) for tensor in tensors(net)):
         return net
     net = copy.deepcopy(net)  # the user's model keeps its layout
     with torch.no_grad():
-        for tensor in [*net.parameters(), *net.buffers()]:
-            if not tensor.is_contiguous():
-                tensor.data = tensor.data.contiguous()
+        for tensor in tensors(net):
+            tensor.data = standard_tensor(tensor.data)  # in place: a weight shared by two layers stays shared
     return net
 
 

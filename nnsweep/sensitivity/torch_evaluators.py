@@ -49,12 +49,15 @@ class TorchEvaluator:
         self.mode = "static_int8"
 
     def __call__(self, keep: frozenset[str]) -> Score:
-        from torch.fx.proxy import TraceError
+        from nnsweep.convert.fx_untraceable import untraceable
+        from nnsweep.core.config import QuantMode
 
         if self.mode == "static_int8":
             try:
                 return self._evaluate(keep)
-            except TraceError as exc:
+            except Exception as exc:  # the trace's failure is in the model's code: a TypeError as often
+                if untraceable(exc, QuantMode.STATIC_INT8) is None:
+                    raise
                 log.warning(
                     "torch.fx cannot trace this model (%s): torch's layers are ranked through its dynamic "
                     "int8 (quantize_dynamic, the linear layers), the one int8 mode it converts the model in",
