@@ -11,6 +11,7 @@ reads the kept weights instead of training again.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -181,10 +182,9 @@ def test_the_example_sweep_runs_on_its_own_metric(spec: str, metric: str, tmp_pa
 
     shutil.copy(EXAMPLES.parent / spec, tmp_path / spec)
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
-    cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(tmp_path / "cache"), "run", spec]
-    proc = subprocess.run(
-        [*cmd, "--trials", "4", "--executor", "local"], cwd=tmp_path, capture_output=True, text=True, timeout=1200
-    )
+    env = dict(os.environ, NNSWEEP_CACHE=str(tmp_path / "cache"))  # the model functions keep their weights there too
+    cmd = [sys.executable, "-m", "nnsweep.cli", "run", spec, "--trials", "4", "--executor", "local"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Best on host:" in proc.stdout
     report = tmp_path / "reports" / f"{Path(spec).stem}.html"

@@ -6,10 +6,10 @@ Everything a sweep needs comes from this file (``sweeps/detect.yaml`` names each
     a CenterNet-style detector for 3x48x48 images: a few convolutions down to a 12x12
     grid and two raw heads, per-class centre heatmaps (logits) and a box per cell
     (centre offset and size, in cells). Trained from the seeded data below on first use
-    (about half a minute on one CPU core) and kept in nnsweep's model cache, so a
-    sweep's workers load it instead of training again.
+    (seconds on one CPU core) and kept in nnsweep's model cache, so a sweep's workers
+    load it instead of training again.
 ``evaluation_data`` / ``calibration_data``
-    seeded synthetic scenes of one to three shapes (rectangle, ellipse, triangle) in
+    seeded synthetic scenes of one to four shapes (rectangle, ellipse, triangle) in
     random colours on a noisy background; nothing is downloaded. The targets are one
     dict per image, ``{"boxes": (k, 4) xyxy pixels, "labels": (k,)}``, with ``k`` varying.
 ``map50``
@@ -77,7 +77,7 @@ def _shape_mask(kind: int, x0: int, y0: int, w: int, h: int) -> np.ndarray:
 def scenes(n: int, seed: int) -> tuple[np.ndarray, list[dict[str, np.ndarray]]]:
     """``n`` images (n, 3, SIZE, SIZE) float32 in [-1, 1] and their boxes, from a seeded RNG.
 
-    Each image holds one to three shapes that do not overlap, so every box is the tight
+    Each image holds one to four shapes that do not overlap, so every box is the tight
     box of a fully visible shape.
     """
     rng = np.random.default_rng(seed)
