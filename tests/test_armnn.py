@@ -21,13 +21,14 @@ from nnsweep.agents import _probe
 from nnsweep.artifacts import deploy
 from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
-from nnsweep.bench.runners.armnn import report_from_dot, upstream_version
-from nnsweep.convert import armnn_tflite, tflite
-from nnsweep.convert.armnn import armnn_placement, armnn_refusal
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.models import ModelSnapshot
+from nnsweep.runtimes.armnn import tflite as armnn_tflite
+from nnsweep.runtimes.armnn.converter import armnn_placement, armnn_refusal
+from nnsweep.runtimes.armnn.runner import report_from_dot, upstream_version
+from nnsweep.runtimes.common import tflite
 from nnsweep.spec import parse_spec
 from nnsweep.sweep.space import device_space
 
@@ -279,8 +280,8 @@ def test_a_machine_without_pyarmnn_is_told_what_to_install(tmp_path: Path, monke
     import dataclasses
     import os
 
-    from nnsweep.convert import armnn as armnn_convert
     from nnsweep.core import runtimes
+    from nnsweep.runtimes.armnn import converter as armnn_convert
 
     bare = tmp_path / "python3"
     bare.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'numpy'\" >&2\nexit 1\n")

@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from nnsweep.artifacts.key import runtime_toolchain, stage_key
-from nnsweep.convert._base import Stages
 from nnsweep.core.config import canonical_json
 from nnsweep.core.digests import file_sha256
 from nnsweep.core.errors import CacheCorrupted
+from nnsweep.runtimes.common.converter import Stages
 
 __all__ = ["CachedStages", "StageStore"]
 

@@ -1,12 +1,12 @@
 """Arm NN: the ``.tflite`` of the litert converter, made acceptable to Arm NN 20.08's TFLite parser.
 
-The model is converted as for ``litert`` (:func:`nnsweep.convert.litert.export_tflite`);
+The model is converted as for ``litert`` (:func:`nnsweep.runtimes.litert.converter.export_tflite`);
 int8 activations are quantized symmetrically (zero point 0), because Arm NN 20.08 pads
 quantized tensors with the integer 0 rather than their zero point; then every
 ``FULLY_CONNECTED`` without a bias gets an explicit zero bias, because Arm NN
 22.0's parser rejects the absent optional input (index -1). The partition report comes
 from Arm NN itself: the converter runs the model's placement in the system Python, where
-PyArmNN lives (``python3 -m nnsweep.bench.runners.armnn placement``), which also proves
+PyArmNN lives (``python3 -m nnsweep.runtimes.armnn.runner placement``), which also proves
 that the parser and the optimizer accept the model before any trial measures it.
 """
 
@@ -20,14 +20,15 @@ import subprocess
 from pathlib import Path
 
 from nnsweep.bench._foreign import python_command
-from nnsweep.convert import armnn_tflite, tflite
-from nnsweep.convert._base import ConversionResult, Converter
-from nnsweep.convert.litert import export_tflite
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
+from nnsweep.runtimes.armnn import tflite as armnn_tflite
+from nnsweep.runtimes.common import tflite
+from nnsweep.runtimes.common.converter import ConversionResult, Converter
+from nnsweep.runtimes.litert.converter import export_tflite
 
 __all__ = ["ArmNNConverter", "armnn_placement", "armnn_refusal"]
 
@@ -44,7 +45,7 @@ def armnn_placement(path: Path, backends: tuple[str, ...]) -> PartitionReport:
     """
     python = runtimes.get("armnn").python
     try:
-        with python_command(python, "nnsweep.bench.runners.armnn", "placement", str(path), *backends) as (argv, env):
+        with python_command(python, "nnsweep.runtimes.armnn.runner", "placement", str(path), *backends) as (argv, env):
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False, env=env)
     except FileNotFoundError as exc:
         raise ConversionError(f"Arm NN needs {python} with python3-pyarmnn, which is not installed here") from exc
@@ -68,7 +69,7 @@ def armnn_placement(path: Path, backends: tuple[str, ...]) -> PartitionReport:
 
 
 def _release() -> str:
-    from nnsweep.bench.runners.armnn import debian_release
+    from nnsweep.runtimes.armnn.runner import debian_release
 
     return f"Arm NN {debian_release() or '(release unknown)'}"
 

@@ -11,8 +11,8 @@ says so.
 As a program it answers the agent and the converter, which live in the project's
 environment::
 
-    python3 -m nnsweep.bench.runners.armnn backends          # {"release": ..., "version": ..., "backends": [...]}
-    python3 -m nnsweep.bench.runners.armnn placement MODEL.tflite CpuAcc CpuRef
+    python3 -m nnsweep.runtimes.armnn.runner backends          # {"release": ..., "version": ..., "backends": [...]}
+    python3 -m nnsweep.runtimes.armnn.runner placement MODEL.tflite CpuAcc CpuRef
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from nnsweep.bench._runner import Runner
-from nnsweep.bench.runners._outputs import concat_float, flatten_order
 from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.runtimes.common.outputs import concat_float, flatten_order
 
 __all__ = ["ArmNNRunner", "available_backends", "optimize", "report_from_dot"]
 

@@ -26,8 +26,8 @@ import copy
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from nnsweep.convert import tflite
 from nnsweep.core.errors import ConversionError
+from nnsweep.runtimes.common import tflite
 
 __all__ = [
     "add_fully_connected_bias",

@@ -1,10 +1,11 @@
-"""Converters: one module per runtime, imported lazily through :mod:`nnsweep.core.runtimes`.
+"""What the runtimes share: the converter contract, PT2E and FX quantization, the
+partition wrapper, float fallback, TFLite file handling and the toolchain shortcuts.
 
 This package's own namespace stays light (no torch): the contract and the
 partition report only.
 """
 
-from nnsweep.convert._base import ConversionResult, Converter
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
+from nnsweep.runtimes.common.converter import ConversionResult, Converter
 
 __all__ = ["ConversionResult", "Converter", "IOSpec", "PartitionReport", "Placement"]

@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from nnsweep.convert.stand_in import StandIn
+from nnsweep.runtimes.common.stand_in import StandIn
 
 __all__ = ["cia_ops_looked_up_once"]
 

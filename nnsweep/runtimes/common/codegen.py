@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from nnsweep.convert.stand_in import StandIn
+from nnsweep.runtimes.common.stand_in import StandIn
 
 __all__ = ["compiled", "generated_code_compiled_once"]
 

@@ -28,9 +28,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.convert._base import toolchain_records_to_debug_log
-from nnsweep.convert.bags import unbagged_copy
-from nnsweep.convert.float_region import (
+from nnsweep.runtimes.common.bags import unbagged_copy
+from nnsweep.runtimes.common.converter import toolchain_records_to_debug_log
+from nnsweep.runtimes.common.float_region import (
     SCOPE_SEPARATOR,
     fx_drop_float_observers,
     fx_float_region,
@@ -39,7 +39,7 @@ from nnsweep.convert.float_region import (
     onnx_float_region,
     onnx_nodes_in,
 )
-from nnsweep.convert.fx_values import drop_non_float_observers, fold_shape_arithmetic
+from nnsweep.runtimes.common.fx_values import drop_non_float_observers, fold_shape_arithmetic
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,7 +88,7 @@ def export_onnx_scoped(module: torch.nn.Module, example: torch.Tensor, path: Pat
     """
     import onnx
 
-    from nnsweep.convert.onnx_export import onnx_program
+    from nnsweep.runtimes.common.onnx_export import onnx_program
 
     program = onnx_program(
         unbagged_copy(module),  # as the converter's own export: torch.onnx writes a bag as a Loop
@@ -132,13 +132,13 @@ def name_unnamed_nodes(model: Any) -> int:
 def onnx_float_nodes(prepared: Path, keep_float: Collection[str]) -> list[str]:
     """The names of the nodes a pre-processed model (:func:`export_onnx_scoped`, then
     ``quant_pre_process``) leaves float for ``keep_float``:
-    :func:`~nnsweep.convert.float_region.onnx_float_region`,
+    :func:`~nnsweep.runtimes.common.float_region.onnx_float_region`,
     after :func:`name_unnamed_nodes` (the file is written back when a node got a name).
 
     A layer with no node of its own is left out: the exporter folded what it computes from
     weights alone into a constant (Hugging Face Swin's ``relative_position_bias``, a table
     gathered by a constant index), as PT2E's converters fold it
-    (:func:`~nnsweep.convert.pt2e.fold_weight_computations`) and the layer rankings mark it
+    (:func:`~nnsweep.runtimes.common.pt2e.fold_weight_computations`) and the layer rankings mark it
     ``inert``. That was refused ("no ONNX node comes from the module(s) ..."), and the
     ranking of such a model with it.
     """
@@ -296,9 +296,9 @@ def fx_prepare(
     """torch.ao FX ``prepare_fx`` (``prepare_qat_fx`` with ``qat``) of ``model`` under the
     engine's ``mapping``, with ``keep_float`` and the ops between them left float:
     :func:`fx_keep_float` on the mapping, then
-    :func:`~nnsweep.convert.float_region.fx_drop_float_observers` on the prepared model.
+    :func:`~nnsweep.runtimes.common.float_region.fx_drop_float_observers` on the prepared model.
     Arithmetic on input shapes is made constant first, and observers of values that are
-    not float tensors are taken out (:mod:`nnsweep.convert.fx_values`)."""
+    not float tensors are taken out (:mod:`nnsweep.runtimes.common.fx_values`)."""
     from torch.ao.quantization.quantize_fx import prepare_fx, prepare_qat_fx
 
     prepare = prepare_qat_fx if qat else prepare_fx
@@ -313,7 +313,7 @@ def fx_prepare(
 
 def _float_filter(keep_float: Collection[str]) -> Callable[[Any], bool]:
     """Accepts the nodes to quantize: not those of ``keep_float``, nor those between them
-    (:func:`~nnsweep.convert.float_region.fx_float_region`, computed once per graph)."""
+    (:func:`~nnsweep.runtimes.common.float_region.fx_float_region`, computed once per graph)."""
     regions: dict[int, tuple[Any, set[str]]] = {}  # id(graph) -> (graph, its region)
 
     def quantize(node: Any) -> bool:
@@ -327,7 +327,7 @@ def _float_filter(keep_float: Collection[str]) -> Callable[[Any], bool]:
 
 def pt2e_keep_float(quantizer: Any, keep_float: Collection[str]) -> Any:
     """Make a static PT2E quantizer leave the ops of ``keep_float``, and the ops between
-    them (:func:`~nnsweep.convert.float_region.fx_float_region`), unannotated (float).
+    them (:func:`~nnsweep.runtimes.common.float_region.fx_float_region`), unannotated (float).
 
     ``set_module_name(path, None)`` is refused by both quantizers (an assertion), so:
 

@@ -123,7 +123,7 @@ def onnx_float_region(model: Any, keep_float: Collection[str]) -> list[str]:
     constants, as in :func:`_weighted`) or an embedding's ``Gather`` (no layer to keep
     float by name, so with its neighbours float its table stays float too). Nodes
     without a name cannot be excluded by name: name them first
-    (:func:`~nnsweep.convert.float_fallback.name_unnamed_nodes`).
+    (:func:`~nnsweep.runtimes.common.float_fallback.name_unnamed_nodes`).
     """
     names = set(onnx_nodes_in(model, keep_float))
     if not names:

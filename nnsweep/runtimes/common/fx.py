@@ -1,7 +1,7 @@
 """torch.ao FX graph-mode quantization, as the torch runtime uses it: the quantized engine
 for a block, the qconfig mapping per mode and granularity, prepare/calibrate (or fine-tune)
 /convert, and stripping the quantize/dequantize at a model's boundary for the ``full``
-interface. Split from :mod:`nnsweep.convert.torch`, which turns the result into TorchScript."""
+interface. Split from :mod:`nnsweep.runtimes.torch.converter`, which turns the result into TorchScript."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from nnsweep.convert import float_fallback
-from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
 from nnsweep.models._bundle import takes_batches
+from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.common.quantize import calibration_samples, qat_finetune
 
 __all__ = [
     "conv_transpose_probe_db",

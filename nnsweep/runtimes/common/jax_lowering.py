@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from nnsweep.convert.stand_in import StandIn
+from nnsweep.runtimes.common.stand_in import StandIn
 
 __all__ = ["jax_lowerings_made_once", "typed"]
 

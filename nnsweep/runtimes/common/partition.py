@@ -51,7 +51,7 @@ class LimitedPartitioner(Partitioner):
             as XNNPACK's ``aten.linear``) are decomposed before partitioning:
             :data:`EVERY_OP` (the default, as one ``to_edge_transform_and_lower`` call
             needs, since a dropped partition may hold one) or the ops of the calls named
-            (:func:`call_of`; none at all for :mod:`nnsweep.convert.lowering`'s first lowering).
+            (:func:`call_of`; none at all for :mod:`nnsweep.runtimes.executorch.lowering`'s first lowering).
     """
 
     def __init__(self, inner: Partitioner, limits: PartitionLimits) -> None:
@@ -66,7 +66,7 @@ class LimitedPartitioner(Partitioner):
         # A backend may keep ops such as aten.linear whole because it will take them;
         # if a limit then drops that partition, nothing could run the op (the portable
         # kernels need it decomposed). Decomposition happens before partitioning, so
-        # nnsweep.convert.lowering first lowers with the backend's ops kept whole, then
+        # nnsweep.runtimes.executorch.lowering first lowers with the backend's ops kept whole, then
         # names the ops a dropped partition held (``decompose``), then, if naming them
         # was not enough, decomposes every op (the backend takes the pieces).
         ops, check = self.inner.ops_to_not_decompose(ep)

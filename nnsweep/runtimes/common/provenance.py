@@ -26,7 +26,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from nnsweep.convert.stand_in import StandIn
+from nnsweep.runtimes.common.stand_in import StandIn
 
 __all__ = ["shared_node_provenance"]
 

@@ -1,7 +1,7 @@
 """The torch.export and PT2E steps that every ExecuTorch backend shares (XNNPACK and the
 Arm Ethos-U backend): export, quantize with a backend's quantizer, give a program a
-quantized interface. Imported by :mod:`nnsweep.convert.executorch` and
-:mod:`nnsweep.convert.ethosu`; it imports neither."""
+quantized interface. Imported by :mod:`nnsweep.runtimes.executorch.converter` and
+:mod:`nnsweep.runtimes.ethosu.converter`; it imports neither."""
 
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from nnsweep.convert._base import Stages, quant_settings, toolchain_records_to_debug_log
-from nnsweep.convert.bags import unbag_embeddings
-from nnsweep.convert.ptq_convert import convert_ptq
-from nnsweep.convert.quantize import calibration_samples, qat_finetune
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.core.through_memory import save_through_memory
 from nnsweep.models import ModelBundle
 from nnsweep.models._bundle import takes_batches
+from nnsweep.runtimes.common.bags import unbag_embeddings
+from nnsweep.runtimes.common.converter import Stages, quant_settings, toolchain_records_to_debug_log
+from nnsweep.runtimes.common.ptq_convert import convert_ptq
+from nnsweep.runtimes.common.quantize import calibration_samples, qat_finetune
 
 __all__ = [
     "calibrated",
@@ -80,7 +80,7 @@ def dense_constants(model: nn.Module) -> int:
 def export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool) -> torch.export.ExportedProgram:
     """``torch.export`` of ``model`` (its zero-stride constants made dense first, in place:
     :func:`dense_constants`, and its ``nn.EmbeddingBag`` layers an embedding and a reduction:
-    :func:`~nnsweep.convert.bags.unbag_embeddings`), with a dynamic batch dimension or for
+    :func:`~nnsweep.runtimes.common.bags.unbag_embeddings`), with a dynamic batch dimension or for
     the example's batch."""
     dense_constants(model)
     unbag_embeddings(model)

@@ -1,6 +1,6 @@
 """A toolchain's function stood in for while any block wants it, in any thread.
 
-The shortcuts of :mod:`nnsweep.convert.shortcuts` each put nnsweep's function where a
+The shortcuts of :mod:`nnsweep.runtimes.common.shortcuts` each put nnsweep's function where a
 toolchain looks one up (a module's function, a class's method) for as long as at least
 one block is in force, and put the toolchain's back when the last block ends: blocks nest
 and run in several threads at once. Outside every block the toolchain runs its own code.

@@ -4,7 +4,7 @@ LiteRT's own schema bindings (``ai_edge_litert.schema_py_generated``, object API
 read and write the model, so no TensorFlow is needed. The primitives here (:func:`load`,
 :func:`save`, :func:`operators`, :func:`opcode`, :func:`add_buffer`, :func:`add_tensor`,
 :func:`constant`, ...) are what the edits below and Arm NN's rewrites
-(:mod:`nnsweep.convert.armnn_tflite`) are written with. LiteRT's own edits:
+(:mod:`nnsweep.runtimes.armnn.tflite`) are written with. LiteRT's own edits:
 
 - :func:`float_interface`: litert-torch's int8 models take and return int8 (the
   ``full`` interface); a ``QUANTIZE`` at the input and a ``DEQUANTIZE`` at each

@@ -24,13 +24,13 @@ from typing import Any
 
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-from nnsweep.convert._base import ConversionResult, Stages, native_output_to_debug_log
-from nnsweep.convert.partition import LimitedPartitioner, report_from_program
-from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common.converter import ConversionResult, Stages, native_output_to_debug_log
+from nnsweep.runtimes.common.partition import LimitedPartitioner, report_from_program
+from nnsweep.runtimes.common.pt2e import export, exported_program, quantize, quantize_io
 
 __all__ = ["TOSA_IO", "TOSA_SIDECAR", "convert_ethos_u", "read_vela_summary"]
 
@@ -109,7 +109,7 @@ def convert_ethos_u(
 ) -> ConversionResult:
     """Lower for the Ethos-U named first in ``config.backends``; see the module docstring.
 
-    The quantized program is a stage per target (:func:`~nnsweep.convert.pt2e.exported_program`):
+    The quantized program is a stage per target (:func:`~nnsweep.runtimes.common.pt2e.exported_program`):
     other partition limits of the same model, quantization and target reuse it.
     """
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner

@@ -4,7 +4,7 @@ The backend preference order becomes the ordered partitioner list of
 ``to_edge_transform_and_lower``: the first partitioner claims the ops it
 supports, the next sees what is left, and ``portable`` (ExecuTorch's own CPU
 kernels) runs everything no delegate took. Each delegate's partitioner is
-wrapped in :class:`~nnsweep.convert.partition.LimitedPartitioner` so the
+wrapped in :class:`~nnsweep.runtimes.common.partition.LimitedPartitioner` so the
 TFLite-style partition limits apply.
 """
 
@@ -21,16 +21,16 @@ import torch
 from executorch.exir.backend.partitioner import Partitioner
 from torch import nn
 
-from nnsweep.convert import float_fallback
-from nnsweep.convert._base import ConversionResult, Converter, quant_settings
-from nnsweep.convert.half import HalfPrecision
-from nnsweep.convert.lowering import lower
-from nnsweep.convert.partition import LimitedPartitioner, report_from_program
-from nnsweep.convert.pt2e import export, exported_program, quantize, quantize_io
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.runtimes import npu_target
 from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.common.converter import ConversionResult, Converter, quant_settings
+from nnsweep.runtimes.common.half import HalfPrecision
+from nnsweep.runtimes.common.partition import LimitedPartitioner, report_from_program
+from nnsweep.runtimes.common.pt2e import export, exported_program, quantize, quantize_io
+from nnsweep.runtimes.executorch.lowering import lower
 
 __all__ = [
     "BACKEND_IDS",
@@ -281,7 +281,7 @@ class ExecuTorchConverter(Converter):
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
         if npu_target(config) is not None:
-            from nnsweep.convert.ethosu import convert_ethos_u
+            from nnsweep.runtimes.ethosu.converter import convert_ethos_u
 
             return convert_ethos_u(bundle, config, out_dir, self.stages)
         quant = config.quant

@@ -2,7 +2,7 @@
 
 ``to_edge_transform_and_lower`` makes the edge program (three ``run_decompositions``, which
 keep whole the ops the partitioners claim, such as XNNPACK's ``aten.linear``; the last is
-skipped when nothing is left for it, :mod:`nnsweep.convert.redecompose`), then runs
+skipped when nothing is left for it, :mod:`nnsweep.runtimes.executorch.redecompose`), then runs
 each partitioner's ``to_backend`` and checks that no op kept whole was left undelegated.
 The edge program depends on the program and on which ops the backends keep whole, not on
 the partition limits: on mobilenet_v3_small it is about half of a lowering
@@ -13,7 +13,7 @@ only partitions and lowers again.
 The bytes are those of ``to_edge_transform_and_lower`` with the backends' own ops kept
 whole. When a limit drops a partition holding such an op (``aten.linear`` has no portable
 kernel), that check fails; the variant is then lowered again with those calls' ops
-decomposed (:attr:`~nnsweep.convert.partition.LimitedPartitioner.decompose`), so the
+decomposed (:attr:`~nnsweep.runtimes.common.partition.LimitedPartitioner.decompose`), so the
 portable kernels can run what was dropped and the kept partitions keep their ops whole.
 Only when that does not settle (a call ``torch.export`` did not record, or a third
 lowering still drops such an op) is every op decomposed. Decomposing every op is not
@@ -39,10 +39,10 @@ from executorch.exir.program._program import (  # to_edge_transform_and_lower's 
 )
 from torch.export import ExportedProgram
 
-from nnsweep.convert.partition import EVERY_OP, Decompose, LimitedPartitioner, call_of
-from nnsweep.convert.redecompose import decompose_only_what_is_left
-from nnsweep.convert.retrace import retrace_only_when_changed
-from nnsweep.convert.xnnpack_patterns import only_where_they_can_match
+from nnsweep.runtimes.common.partition import EVERY_OP, Decompose, LimitedPartitioner, call_of
+from nnsweep.runtimes.executorch.redecompose import decompose_only_what_is_left
+from nnsweep.runtimes.executorch.retrace import retrace_only_when_changed
+from nnsweep.runtimes.executorch.xnnpack_patterns import only_where_they_can_match
 
 __all__ = ["EDGE_PROGRAMS_KEPT", "forget", "lower"]
 
@@ -131,7 +131,7 @@ def _to_backend(edge: EdgeProgramManager, partitioners: Sequence[LimitedPartitio
 
 
 def _kept_whole_left(program: ExportedProgram, partitioners: Sequence[LimitedPartitioner]) -> frozenset[Hashable]:
-    """The calls (:func:`~nnsweep.convert.partition.call_of`) of ops some backend kept whole
+    """The calls (:func:`~nnsweep.runtimes.common.partition.call_of`) of ops some backend kept whole
     that are still outside every delegate: what ExecuTorch's own check after lowering
     refuses, since the portable kernels cannot run them."""
     quant_primitives = {aten_to_edge(op) for op in _QUANT_PRIMITIVES}

@@ -1,7 +1,7 @@
 """Run a ``.pte`` with ExecuTorch's Python runtime (the same C++ runtime an app links).
 
 Where PyTorch is not installed (a lite agent), the same C++ runtime runs through
-nnsweep's torch-free runner instead (:mod:`nnsweep.bench.runners._etlite`): the
+nnsweep's torch-free runner instead (:mod:`nnsweep.runtimes.executorch.etlite`): the
 executorch wheel's own shared libraries, of the version the host converts with.
 """
 
@@ -17,16 +17,15 @@ from typing import Any
 import numpy as np
 
 from nnsweep.bench._runner import Runner
-from nnsweep.bench.runners import _etlite
-from nnsweep.bench.runners._outputs import concat_float
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.runtimes.common.outputs import concat_float
+from nnsweep.runtimes.executorch import etlite as _etlite
+from nnsweep.runtimes.executorch.info import BINDING_MODULES
 
 __all__ = ["BINDING_MODULES", "ExecuTorchRunner", "bindings"]
 
-# What :func:`bindings` imports, in order (a warm worker preloads the same: bench/_zygote.py).
-BINDING_MODULES = ("torch", "executorch.kernels.quantized", "executorch.extension.pybindings._C")
 
-# nnsweep backend name -> the id the runtime registers (kept in step with nnsweep.convert.executorch).
+# nnsweep backend name -> the id the runtime registers (kept in step with nnsweep.runtimes.executorch.converter).
 _RUNTIME_IDS = {"xnnpack": "XnnpackBackend"}
 
 

@@ -8,20 +8,20 @@
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
   ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
   observer minmax or histogram; first the computations on weights alone folded,
-  :func:`~nnsweep.convert.pt2e.fold_weight_computations`, each ``cat`` given the record its
+  :func:`~nnsweep.runtimes.common.pt2e.fold_weight_computations`, each ``cat`` given the record its
   annotator looks for, :func:`restore_sources`, whole-number scalars written as floats,
   :func:`float_scalars`, and each BatchNorm its own layer,
-  :func:`~nnsweep.convert.pt2e.own_layer_for_each_batch_norm`) -> calibration
-  (:func:`nnsweep.convert.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` (without
-  its QAT fold, :func:`~nnsweep.convert.ptq_convert.convert_ptq`; each reader of an int8
+  :func:`~nnsweep.runtimes.common.pt2e.own_layer_for_each_batch_norm`) -> calibration
+  (:func:`nnsweep.runtimes.common.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` (without
+  its QAT fold, :func:`~nnsweep.runtimes.common.ptq_convert.convert_ptq`; each reader of an int8
   tensor given its own dequantize, :func:`dequantize_per_reader`) ->
   ``litert_torch.convert``.
   litert-torch's int8 models take and return int8 (interface ``full``; the
   :class:`~nnsweep.convert.IOSpec` carries the scales); interface ``core`` adds a
-  ``QUANTIZE`` and a ``DEQUANTIZE`` at the edges (:func:`nnsweep.convert.tflite.float_interface`).
+  ``QUANTIZE`` and a ``DEQUANTIZE`` at the edges (:func:`nnsweep.runtimes.common.tflite.float_interface`).
 
 The partition report comes from a LiteRT interpreter built with the config's order
-on the converting machine (:func:`nnsweep.bench.runners.litert.placement`).
+on the converting machine (:func:`nnsweep.runtimes.litert.runner.placement`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,13 @@ import torch
 from torchao.quantization.pt2e import quantize_pt2e
 from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
-from nnsweep.bench.runners.litert import interpreter, placement
-from nnsweep.convert import float_fallback, tflite
-from nnsweep.convert._base import (
+from nnsweep.core.artifact import IOSpec
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
+from nnsweep.core.errors import ConversionError, first_line
+from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common import float_fallback, tflite
+from nnsweep.runtimes.common.bags import unbagged_copy
+from nnsweep.runtimes.common.converter import (
     ConversionResult,
     Converter,
     Stages,
@@ -48,15 +52,11 @@ from nnsweep.convert._base import (
     quant_settings,
     toolchain_records_to_debug_log,
 )
-from nnsweep.convert._litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
-from nnsweep.convert.bags import unbagged_copy
-from nnsweep.convert.jax_lowering import jax_lowerings_made_once
-from nnsweep.convert.pt2e import calibrated, fold_weight_computations, own_layer_for_each_batch_norm
-from nnsweep.convert.ptq_convert import convert_ptq
-from nnsweep.core.artifact import IOSpec
-from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
-from nnsweep.core.errors import ConversionError, first_line
-from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common.jax_lowering import jax_lowerings_made_once
+from nnsweep.runtimes.common.pt2e import calibrated, fold_weight_computations, own_layer_for_each_batch_norm
+from nnsweep.runtimes.common.ptq_convert import convert_ptq
+from nnsweep.runtimes.litert.litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
+from nnsweep.runtimes.litert.runner import interpreter, placement
 
 __all__ = [
     "LiteRTConverter",
@@ -324,7 +324,7 @@ def export_tflite(
 ) -> tuple[IOSpec, tuple[str, ...]]:
     """Write ``bundle``'s model as ``.tflite`` to ``path`` for ``config``'s quantization and
     interface; return its interface and the notes of what was mended in litert-torch's file
-    (:func:`nnsweep.convert.tflite.consistent_bias_scales`).
+    (:func:`nnsweep.runtimes.common.tflite.consistent_bias_scales`).
 
     What litert-torch writes is a stage (``litert.tflite``, per quantization less the interface
     and per ``symmetric_activations``): the backend order and the partition limits do not

@@ -8,7 +8,7 @@ conversion worker):
   conversion otherwise. A value the user set is kept.
 * the library's two lines on loading (absl's "All log messages before
   absl::InitializeLog() ...", "oneDNN custom operations are on ...") go to the debug log:
-  no setting turns them off (:func:`~nnsweep.convert._base.native_stderr_to_debug_log`).
+  no setting turns them off (:func:`~nnsweep.runtimes.common.converter.native_stderr_to_debug_log`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 
-from nnsweep.convert._base import native_stderr_to_debug_log
+from nnsweep.runtimes.common.converter import native_stderr_to_debug_log
 
 __all__ = ["LiteRTQuantConfig", "litert_torch", "pt2e_quantizer"]
 

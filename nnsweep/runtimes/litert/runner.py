@@ -18,9 +18,9 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from nnsweep.bench._runner import Runner
-from nnsweep.bench.runners._outputs import concat_float, flatten_order
 from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.runtimes.common.outputs import concat_float, flatten_order
 
 __all__ = ["LiteRTRunner", "interpreter", "placement"]
 

@@ -35,9 +35,14 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.calibrate import TensorsData
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-from nnsweep.bench.runners.onnxruntime import PROVIDERS, providers_for, session_options
-from nnsweep.convert import float_fallback
-from nnsweep.convert._base import (
+from nnsweep.core import runtimes
+from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
+from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
+from nnsweep.core.errors import ConversionError
+from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.common.bags import unbagged_copy
+from nnsweep.runtimes.common.converter import (
     ConversionResult,
     Converter,
     Stages,
@@ -46,14 +51,9 @@ from nnsweep.convert._base import (
     quant_settings,
     toolchain_records_to_debug_log,
 )
-from nnsweep.convert.bags import unbagged_copy
-from nnsweep.convert.onnx_export import onnx_program
-from nnsweep.convert.quantize import calibration_samples
-from nnsweep.core import runtimes
-from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
-from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
-from nnsweep.core.errors import ConversionError
-from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common.onnx_export import onnx_program
+from nnsweep.runtimes.common.quantize import calibration_samples
+from nnsweep.runtimes.onnxruntime.runner import PROVIDERS, providers_for, session_options
 
 _log = logging.getLogger(__name__)
 

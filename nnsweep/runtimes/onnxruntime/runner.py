@@ -12,8 +12,8 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from nnsweep.bench._runner import Runner
-from nnsweep.bench.runners._outputs import concat_float
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.runtimes.common.outputs import concat_float
 
 __all__ = ["PROVIDERS", "OnnxRuntimeRunner", "providers_for", "session_options"]
 

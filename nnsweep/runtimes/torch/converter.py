@@ -11,13 +11,13 @@ so the artifact is the traced, frozen model (``model.pt``). By mode:
 * ``dynamic_int8``: ``quantize_dynamic`` on the Linear layers (weights int8,
   activations quantized on the fly); convolutions stay float.
 * ``static_int8``: FX graph mode post-training quantization, calibrated on
-  :func:`~nnsweep.convert.quantize.calibration_samples`. FX works on any
+  :func:`~nnsweep.runtimes.common.quantize.calibration_samples`. FX works on any
   symbolically traceable model, where eager mode needs hand-placed QuantStubs.
-* ``qat_int8``: FX ``prepare_qat_fx``, :func:`~nnsweep.convert.quantize.qat_finetune`,
+* ``qat_int8``: FX ``prepare_qat_fx``, :func:`~nnsweep.runtimes.common.quantize.qat_finetune`,
   then ``convert_fx``.
 
 The quantized engine is the first of the backend order that this build supports
-(:func:`~nnsweep.bench.runners.torch.pick_engine`, shared with the runner, which
+(:func:`~nnsweep.runtimes.torch.runner.pick_engine`, shared with the runner, which
 must select the same engine before loading). The ``full`` interface strips the
 input ``quantize_per_tensor`` and the output ``dequantize`` from the converted
 graph, as the NNAPI preparation script does, and records their parameters in the
@@ -48,16 +48,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from nnsweep.bench.runners.torch import META_FILE, pick_engine
-from nnsweep.convert import float_fallback
-from nnsweep.convert._base import ConversionResult, Converter
-from nnsweep.convert.fx import no_quantized_tensor_deprecation, quantize_fx, quantized_engine, strip_io_quantization
-from nnsweep.convert.half import HalfPrecision
 from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.core.through_memory import save_through_memory
 from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.common.converter import ConversionResult, Converter
+from nnsweep.runtimes.common.fx import (
+    no_quantized_tensor_deprecation,
+    quantize_fx,
+    quantized_engine,
+    strip_io_quantization,
+)
+from nnsweep.runtimes.common.half import HalfPrecision
+from nnsweep.runtimes.torch.runner import META_FILE, pick_engine
 
 __all__ = ["TorchConverter", "quantize_dynamic_linears", "without_mha_fastpath"]
 

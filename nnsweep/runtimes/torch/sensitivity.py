@@ -29,9 +29,14 @@ if TYPE_CHECKING:
 
     from nnsweep.models import ModelBundle, Split
 
-__all__ = ["TorchEvaluator", "torch_dynamic_evaluator", "torch_fx_evaluator"]
+__all__ = ["TorchEvaluator", "evaluator", "torch_dynamic_evaluator", "torch_fx_evaluator"]
 
 log = logging.getLogger(__name__)
+
+
+def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> TorchEvaluator:
+    """The registry's hook (:attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
+    return TorchEvaluator(bundle, split, per_channel, reference)
 
 
 class TorchEvaluator:
@@ -73,14 +78,14 @@ def torch_fx_evaluator(
     reference: np.ndarray | None = None,
 ) -> Evaluator:
     """An evaluator that quantizes with torch.ao FX (nnsweep's qconfigs, minmax) and scores on
-    ``split`` (``reference``: as :func:`~nnsweep.sensitivity.rank.onnxruntime_evaluator`'s).
+    ``split`` (``reference``: as :func:`~nnsweep.runtimes.onnxruntime.sensitivity.onnxruntime_evaluator`'s).
 
     It scores FX's reference model (``convert_to_reference_fx``: each quantized op as
     dequantize, float op, quantize), the quantizer's arithmetic, not the host's int8 kernels:
     on an x86 CPU without VNNI the x86 and fbgemm kernels' uint8 x int8 sums saturate in
     int16 after an op with a fixed full 8-bit range (tanh, sigmoid), which a device with VNNI
     or another engine does not do. The exception is a layer whose int8 kernel torch computes
-    wrongly (:func:`nnsweep.convert.fx.wrong_conv_transposes`): while one is
+    wrongly (:func:`nnsweep.runtimes.common.fx.wrong_conv_transposes`): while one is
     int8, the kernels are scored, so the ranking shows its damage and puts it first.
     """
     import copy
@@ -88,8 +93,10 @@ def torch_fx_evaluator(
     import torch
     from torch.ao.quantization.quantize_fx import convert_to_reference_fx
 
-    from nnsweep.convert import float_fallback
-    from nnsweep.convert.fx import (
+    from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
+    from nnsweep.models._bundle import takes_batches
+    from nnsweep.runtimes.common import float_fallback
+    from nnsweep.runtimes.common.fx import (
         convert_quietly,
         explicit_conv_padding,
         no_quantized_tensor_deprecation,
@@ -97,9 +104,7 @@ def torch_fx_evaluator(
         refuse_prelu,
         wrong_conv_transposes,
     )
-    from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
-    from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import takes_batches
+    from nnsweep.runtimes.common.fx import qconfig_mapping as _qconfig_mapping
 
     quant = QuantConfig(
         mode=QuantMode.STATIC_INT8,
@@ -152,10 +157,10 @@ def torch_dynamic_evaluator(
     """
     import torch
 
-    from nnsweep.convert.fx import quantized_engine
-    from nnsweep.convert.torch import quantize_dynamic_linears, without_mha_fastpath
     from nnsweep.core.config import Granularity, QuantConfig, QuantMode
     from nnsweep.models._bundle import takes_batches
+    from nnsweep.runtimes.common.fx import quantized_engine
+    from nnsweep.runtimes.torch.converter import quantize_dynamic_linears, without_mha_fastpath
 
     granularity = Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR
     inputs = torch.from_numpy(split.inputs)

@@ -1,4 +1,4 @@
-"""What a runtime's native log says about a failure, for the one-line reason of a trial.
+"""What ExecuTorch's native log says about a failure, for the one-line reason of a trial.
 
 ExecuTorch's Python bindings raise with an error code only ("method->execute() failed
 with error 0x12", "Failed to load method forward, error: 0x:1"); the cause is in the
