@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nnsweep.core import runtimes
+
 PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
 DASHBOARDS = PACKAGE.parent / "dashboards"
 
@@ -208,7 +210,7 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
 
 # Each built-in runtime lives in nnsweep/runtimes/<name>/: the registry names each of its
 # pieces by "module:attribute" there; only what several runtimes share is in runtimes/common.
-BUILTIN_RUNTIMES = ("executorch", "onnxruntime", "torch", "litert", "armnn")
+BUILTIN_RUNTIMES = tuple(runtimes._BUILTIN)
 HOOKS = ("converter", "runner", "probe", "sensitivity", "failure_detail", "device_tool")
 
 # Modules outside nnsweep/runtimes/ that name a built-in runtime in a comparison, a lookup
@@ -235,8 +237,6 @@ def _module_file(reference: str) -> Path:
 
 @pytest.mark.parametrize("name", BUILTIN_RUNTIMES)
 def test_each_builtin_runtime_lives_in_its_folder(name: str) -> None:
-    from nnsweep.core import runtimes
-
     folder = PACKAGE / "runtimes" / name
     assert runtimes._BUILTIN[name] == f"nnsweep.runtimes.{name}.info:INFO"
     info = runtimes.get(name)
@@ -245,6 +245,10 @@ def test_each_builtin_runtime_lives_in_its_folder(name: str) -> None:
     for hook, reference in hooks.items():
         assert reference.startswith(f"nnsweep.runtimes.{name}."), (hook, reference)
         assert _module_file(reference).parent == folder and _module_file(reference).is_file(), (hook, reference)
+
+
+def test_the_builtin_runtimes_are_the_five() -> None:
+    assert BUILTIN_RUNTIMES == ("executorch", "onnxruntime", "torch", "litert", "armnn")
 
 
 def test_no_runtime_code_is_left_in_the_old_folders() -> None:
