@@ -407,7 +407,7 @@ class OnnxRuntimeConverter(Converter):
       carries their scales.
 
     ``quant.options`` changes those defaults (ONNX Runtime's own knobs,
-    :data:`~nnsweep.core.runtimes.ONNXRUNTIME_OPTIONS`): ``quant_format`` (qdq or
+    :data:`~nnsweep.runtimes.onnxruntime.options.ONNXRUNTIME_OPTIONS`): ``quant_format`` (qdq or
     qoperator) and ``activation_type`` (uint8 or int8) for static int8, ``weight_type``
     (int8 or uint8) and ``reduce_range`` (7-bit weights) for both int8 modes.
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nnsweep.core.options import ONNXRUNTIME_OPTIONS, ONNXRUNTIME_REFUSED
 from nnsweep.core.quant import Calibration, QuantMode
 from nnsweep.core.runtimes import INT8_GRANULARITIES, NO_GRANULARITY, RuntimeInfo
+from nnsweep.runtimes.onnxruntime.options import ONNXRUNTIME_OPTIONS, ONNXRUNTIME_REFUSED
 
 __all__ = ["INFO"]
 
