@@ -219,7 +219,6 @@ NAME_BRANCHES = {
     "nnsweep/core/runtimes.py": "the registry: the one line per built-in runtime",
     "nnsweep/models/_bundle.py": "the torch package (a module's or value's origin), not the runtime",
     "nnsweep/bench/_warm.py": "the torch package (forking after it is imported), not the runtime",
-    "nnsweep/agents/_bridge.py": "AdbTransport's default tool: PyTorch Mobile's speed_benchmark_torch, pushed there",
     "nnsweep/agents/_npu.py": "the Ethos-U estimate is ExecuTorch's Arm backend: its runtime is executorch",
     "nnsweep/cli/devices.py": "ONNX Runtime's u8s8 saturation on x86 without VNNI (core/options.py SATURATION)",
     "nnsweep/cli/_bench_notes.py": "ONNX Runtime's u8s8 saturation on x86 without VNNI (core/options.py SATURATION)",

@@ -185,7 +185,8 @@ class AdbTransport(BridgeTransport):
     Args:
         serial: the device's serial (``adb -s``); ``None`` for the only device attached.
         adb: the adb executable.
-        tools: runtime -> tool path on the device (default: speed_benchmark_torch in /data/local/tmp).
+        tools: runtime -> tool path on the device (default: each device tool's
+            :attr:`~nnsweep.agents.DeviceTool.android_path`, speed_benchmark_torch in /data/local/tmp).
     """
 
     name = "adb"
@@ -198,7 +199,8 @@ class AdbTransport(BridgeTransport):
         workdir: str = "/data/local/tmp/nnsweep",
         **kwargs: Any,
     ) -> None:
-        super().__init__(tools or {"torch": "/data/local/tmp/speed_benchmark_torch"}, workdir, **kwargs)
+        default = {runtime: tool.android_path for runtime, tool in device_tools().items() if tool.android_path}
+        super().__init__(tools or default, workdir, **kwargs)
         _not_an_option(serial, "serial")
         self.serial = serial
         self.adb = adb

@@ -56,11 +56,14 @@ class DeviceTool:
         parse: what the tool printed -> one :class:`ToolRun`.
         backends: the backends the tool uses, by transport name (``adb``, ``ssh``);
             ``("cpu",)`` on any other.
+        android_path: where an Android device holds it when the user names none
+            (empty: nowhere by default).
     """
 
     command: Callable[[str, str, int, int, int], list[str]]
     parse: Callable[[str], ToolRun]
     backends: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    android_path: str = ""
 
 
 def tools() -> dict[str, DeviceTool]:

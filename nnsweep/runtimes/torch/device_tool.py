@@ -45,4 +45,5 @@ TOOL = DeviceTool(
     # Android: NNAPI through PyTorch Mobile, QNNPACK on the CPU; a Linux board's PyTorch
     # Mobile build ships QNNPACK (and XNNPACK for float).
     backends={"adb": ("nnapi", "qnnpack"), "ssh": ("qnnpack",)},
+    android_path="/data/local/tmp/speed_benchmark_torch",
 )
