@@ -3,7 +3,7 @@
 A conversion's slow part is often shared with other configurations of the same model:
 ExecuTorch's quantized program does not depend on the backend order or the partition
 limits, LiteRT's and ONNX Runtime's model files not at all. A converter asks its
-:class:`~nnsweep.convert.Stages` for such a stage by name and settings; this module keeps
+:class:`~nnsweep.runtimes.common.converter.Stages` for such a stage by name and settings; this module keeps
 each one under the cache's root, keyed by :func:`nnsweep.artifacts.key.stage_key`
 (model digest, stage, settings, the runtime's toolchain and converter sources).
 
@@ -58,7 +58,7 @@ class StageStore:
         return self.root / "stages" / stage / key[:2] / key
 
     def for_model(self, model_digest: str, runtime: str) -> CachedStages:
-        """The store as one conversion's :class:`~nnsweep.convert.Stages`: stages of the model
+        """The store as one conversion's :class:`~nnsweep.runtimes.common.converter.Stages`: stages of the model
         ``model_digest`` made with ``runtime``'s toolchain."""
         return CachedStages(self, model_digest, runtime_toolchain(runtime))
 

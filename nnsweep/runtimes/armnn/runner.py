@@ -62,7 +62,7 @@ def available_backends() -> dict[str, Any]:
     ann = _armnn()
     runtime = ann.IRuntime(ann.CreationOptions())
     found = {str(b) for b in runtime.GetDeviceSpec().GetSupportedBackends()}
-    from nnsweep.core.runtimes import ARMNN_BACKENDS
+    from nnsweep.runtimes.armnn.info import ARMNN_BACKENDS
 
     return {
         "release": debian_release(),
