@@ -122,9 +122,9 @@ def _fx_mixed(bundle: Any, keep: Sequence[str]) -> Any:
     import torch
     from torch.ao.quantization.quantize_fx import convert_fx
 
-    from nnsweep.convert import float_fallback
-    from nnsweep.convert.fx import qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
+    from nnsweep.runtimes.common import float_fallback
+    from nnsweep.runtimes.common.fx import qconfig_mapping
 
     torch.backends.quantized.engine = "x86"
     quant = QuantConfig(mode=QuantMode.STATIC_INT8, granularity=Granularity.PER_CHANNEL, calibration=Calibration.MINMAX)
@@ -138,7 +138,7 @@ def _fx_mixed(bundle: Any, keep: Sequence[str]) -> Any:
 def _torchscript(model: Any, example: Any, path: Path, engine: str | None) -> Path:
     import torch
 
-    from nnsweep.bench.runners.torch import META_FILE
+    from nnsweep.runtimes.torch.runner import META_FILE
 
     with torch.no_grad():
         frozen = torch.jit.freeze(torch.jit.trace(model, (example,), check_trace=False).eval())
@@ -148,7 +148,7 @@ def _torchscript(model: Any, example: Any, path: Path, engine: str | None) -> Pa
 
 
 def _ort_mixed(bundle: Any, keep: Sequence[str], tmp: Path, name: str) -> Path:
-    from nnsweep.convert import float_fallback
+    from nnsweep.runtimes.common import float_fallback
 
     source = tmp / "scoped_fp32.onnx"
     if not source.exists():

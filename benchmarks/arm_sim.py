@@ -71,7 +71,7 @@ for job in jobs:
     except Exception as exc:  # report and go on: one runtime failing says something too
         result = {"error": f"{type(exc).__name__}: {exc}"}
     if job["runtime"] == "armnn":
-        with python_command("/usr/bin/python3", "nnsweep.bench.runners.armnn", "placement",
+        with python_command("/usr/bin/python3", "nnsweep.runtimes.armnn.runner", "placement",
                             str(work / job["artifact"]), *job["backends"]) as (argv, env):
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
         lines = proc.stdout.strip().splitlines()

@@ -30,10 +30,11 @@ CASES = (
 
 
 def main() -> int:
-    from nnsweep.convert import armnn_tflite, tflite
-    from nnsweep.convert.litert import export_tflite
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import load_model
+    from nnsweep.runtimes.armnn import tflite as armnn_tflite
+    from nnsweep.runtimes.common import tflite
+    from nnsweep.runtimes.litert.converter import export_tflite
 
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)

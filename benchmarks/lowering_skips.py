@@ -1,12 +1,12 @@
 """A runtime's artifact bytes with nnsweep's skips of toolchain work on and off, for one model.
 
 The skips leave out work a toolchain step would do for nothing. ExecuTorch's lowering: the
-edge program's last decomposition (:mod:`nnsweep.convert.redecompose`), XNNPACK's closing
-re-traces (:mod:`nnsweep.convert.retrace`) and XNNPACK's pattern graphs for programs that
-cannot match them (:mod:`nnsweep.convert.xnnpack_patterns`). Every conversion: the shortcuts
-of :mod:`nnsweep.convert.shortcuts` (provenance records shared, generated code compiled
+edge program's last decomposition (:mod:`nnsweep.runtimes.executorch.redecompose`), XNNPACK's closing
+re-traces (:mod:`nnsweep.runtimes.executorch.retrace`) and XNNPACK's pattern graphs for programs that
+cannot match them (:mod:`nnsweep.runtimes.executorch.xnnpack_patterns`). Every conversion: the shortcuts
+of :mod:`nnsweep.runtimes.common.shortcuts` (provenance records shared, generated code compiled
 once, composite operators looked up once); LiteRT's and Arm NN's: litert-torch's JAX
-lowerings made once (:mod:`nnsweep.convert.jax_lowering`). This converts the model for the runtime in fp32,
+lowerings made once (:mod:`nnsweep.runtimes.common.jax_lowering`). This converts the model for the runtime in fp32,
 static int8 and dynamic int8 twice each, with the skips and with every one of them replaced
 by a block that does nothing, each time from a fresh cache and with no edge program kept,
 and prints one JSON line per mode: both sha256 prefixes (or both errors) and whether they
@@ -32,10 +32,10 @@ _SKIPS = ("decompose_only_what_is_left", "retrace_only_when_changed", "only_wher
 def main() -> int:
     from nnsweep.artifacts import deploy
     from nnsweep.artifacts.cache import ArtifactCache, default_cache_dir
-    from nnsweep.convert import lowering
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.core.errors import NnsweepError
     from nnsweep.models import load_model
+    from nnsweep.runtimes.executorch import lowering
 
     if len(sys.argv) not in (2, 3, 4):
         print(__doc__.split("Usage: ")[1], file=sys.stderr)
@@ -46,7 +46,7 @@ def main() -> int:
     skips = [(lowering, name, getattr(lowering, name)) for name in _SKIPS]
     skips.append((deploy, "repeated_work_skipped", deploy.repeated_work_skipped))
     if runtime in ("litert", "armnn"):  # their converter's own block (it imports litert-torch)
-        from nnsweep.convert import litert
+        from nnsweep.runtimes.litert import converter as litert
 
         skips.append((litert, "jax_lowerings_made_once", litert.jax_lowerings_made_once))
     for mode in ("fp32", "static_int8", "dynamic_int8"):

@@ -39,11 +39,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from nnsweep.convert import float_fallback
 from nnsweep.models import ModelBundle, Split
 from nnsweep.models.digits_outlier import load_digits_outlier
+from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.onnxruntime import sensitivity as ort_ranking
+from nnsweep.runtimes.torch import sensitivity as torch_evaluators
 from nnsweep.sensitivity import rank as sensitivity
-from nnsweep.sensitivity import torch_evaluators
 
 WARMUP = 20
 _ET_THREADS_SET: list[int] = []
@@ -99,8 +100,8 @@ def _ort(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp
 def _torch(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, tmp: Path) -> Callable:
     from torch.ao.quantization.quantize_fx import convert_fx
 
-    from nnsweep.convert.fx import qconfig_mapping as _qconfig_mapping
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
+    from nnsweep.runtimes.common.fx import qconfig_mapping as _qconfig_mapping
 
     torch.backends.quantized.engine = "x86"
     model: torch.nn.Module = copy.deepcopy(bundle.module).eval()
@@ -176,7 +177,7 @@ def _litert(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, 
     from litert_torch.quantize import pt2e_quantizer
     from litert_torch.quantize.quant_config import QuantConfig as LiteRTQuantConfig
 
-    from nnsweep.bench.runners.litert import interpreter
+    from nnsweep.runtimes.litert.runner import interpreter
 
     args = (bundle.example_input,)
     path = tmp / "model.tflite"
@@ -195,7 +196,7 @@ def _litert(bundle: ModelBundle, keep: Sequence[str] | None, per_channel: bool, 
     out_scale, out_zero = out["quantization"]
 
     # litert-torch's int8 models take and return int8 (nnsweep's "full" interface); quantize and
-    # dequantize here rather than with nnsweep.convert.tflite.float_interface, which requires both
+    # dequantize here rather than with nnsweep.runtimes.common.tflite.float_interface, which requires both
     # ends quantized (a model whose first layer is kept float has a float input).
     def predict(x: np.ndarray) -> np.ndarray:
         if inp["dtype"] != np.float32:
@@ -221,7 +222,7 @@ def _sensitivities(bundle: ModelBundle) -> dict[str, Any]:
     split = bundle.dataset.calibration
     out: dict[str, Any] = {}
     for name, evaluator in (
-        ("ort", sensitivity.onnxruntime_evaluator(bundle, split)),
+        ("ort", ort_ranking.onnxruntime_evaluator(bundle, split)),
         ("torch", torch_evaluators.torch_fx_evaluator(bundle, split)),
     ):
         report = sensitivity.measure(layers, evaluator)

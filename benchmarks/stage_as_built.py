@@ -2,7 +2,7 @@
 
 The conversion that builds the ``executorch.program`` stage lowers the program it holds in
 memory; a later conversion of the same model and quantization reads the ``.pt2`` back
-(:func:`nnsweep.convert.pt2e.exported_program`). For each model given, each quantization
+(:func:`nnsweep.runtimes.common.pt2e.exported_program`). For each model given, each quantization
 mode (fp32, dynamic int8, static int8 per channel with the ``core`` interface, static int8
 per tensor with the ``full`` one) and two partition limits (none, and one delegated
 partition), this converts the configuration into an empty cache (the stage built, the

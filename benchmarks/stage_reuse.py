@@ -10,7 +10,7 @@ that pay those once. This script times what such a worker spends on
 2. the first static int8 conversion (export, quantization, calibration, lowering);
 3. its partition-limit variants (``max_delegated_partitions``, ``min_nodes_per_partition``),
    which read the quantized program from the stage cache and start from the edge program
-   the first conversion left in the worker (:mod:`nnsweep.convert.lowering`);
+   the first conversion left in the worker (:mod:`nnsweep.runtimes.executorch.lowering`);
 
 on a fresh cache in a temporary folder per round, the model loaded (a built-in model's
 weights trained into that cache) before any timing, and prints each conversion's seconds and the
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 
 from nnsweep.artifacts.cache import ArtifactCache
-from nnsweep.convert import lowering
 from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.execution._base import ConvertRequest, ModelSource
 from nnsweep.execution._converter import ConverterWorker
+from nnsweep.runtimes.executorch import lowering
 
 
 def _timed(worker: ConverterWorker, source: ModelSource, config: DeploymentConfig) -> tuple[float, bool]:

@@ -1,9 +1,9 @@
 """One step of XNNPACK's lowering of one program, with and without the skip that step has.
 
-``--step to_backend``: :mod:`nnsweep.convert.retrace` lets XNNPACK's ``preprocess`` passes
+``--step to_backend``: :mod:`nnsweep.runtimes.executorch.retrace` lets XNNPACK's ``preprocess`` passes
 skip their closing re-trace of a graph no pass has touched since the last one; the edge
 program is made once and lowered to XNNPACK (``to_backend``) in turns. ``--step edge``:
-:mod:`nnsweep.convert.redecompose` skips the edge program's last ``run_decompositions`` when
+:mod:`nnsweep.runtimes.executorch.redecompose` skips the edge program's last ``run_decompositions`` when
 nothing is left for it; the edge program is made in turns (then lowered, for the digest).
 The program is the model's exported (and, for int8, quantized and calibrated) one, built as
 the ExecuTorch converter does. Turns with the skip and without it alternate in one process,
@@ -27,12 +27,12 @@ from pathlib import Path
 
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-from nnsweep.convert import lowering
-from nnsweep.convert.executorch import _program  # the converter's own program, before its stage
-from nnsweep.convert.partition import LimitedPartitioner
-from nnsweep.convert.provenance import shared_node_provenance
 from nnsweep.core.config import Granularity, PartitionLimits, QuantConfig, QuantMode
 from nnsweep.models import load_model
+from nnsweep.runtimes.common.partition import LimitedPartitioner
+from nnsweep.runtimes.common.provenance import shared_node_provenance
+from nnsweep.runtimes.executorch import lowering
+from nnsweep.runtimes.executorch.converter import _program  # the converter's own program, before its stage
 
 
 def _partitioners() -> list[LimitedPartitioner]:

@@ -224,13 +224,13 @@ class XnnpackLowering:
     def partitioner(self):  # type: ignore[no-untyped-def]
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-        from nnsweep.convert.partition import LimitedPartitioner
         from nnsweep.core.config import PartitionLimits
+        from nnsweep.runtimes.common.partition import LimitedPartitioner
 
         return LimitedPartitioner(XnnpackPartitioner(), PartitionLimits())
 
     def nnsweep_s(self, program) -> bytes:  # type: ignore[no-untyped-def]
-        from nnsweep.convert import lowering
+        from nnsweep.runtimes.executorch import lowering
 
         return bytes(lowering.lower(program, [self.partitioner()], None).to_executorch().buffer)
 

@@ -28,8 +28,9 @@ import pytest
 
 from nnsweep.agents import Capabilities, DeviceAgent, MeasureReply, MeasureRequest, Transport
 from nnsweep.agents._arm_cpu import core_name, cores_from_sysfs, describe_cores
-from nnsweep.agents._capabilities import MEASURE_HEADROOM_MB, MEASURE_PEAK_MB, runtimes_that_fit
+from nnsweep.agents._capabilities import MEASURE_HEADROOM_MB, measure_peak_mb, runtimes_that_fit
 from nnsweep.agents._emulation import cpuinfo_arch, detect, detect_from, qemu_cpu
+from nnsweep.core import runtimes as registry
 
 REPO = Path(__file__).resolve().parent.parent
 ARM_SIM = REPO / "device_agents" / "arm_sim.sh"
@@ -127,13 +128,13 @@ def test_arm_sim_refuses_an_unknown_cpu_in_one_line(tmp_path: Path) -> None:
 
 
 def test_runtimes_that_fit_drops_what_needs_more_memory_than_the_board_has() -> None:
-    runtimes = {name: ("cpu",) for name in MEASURE_PEAK_MB}
-    smallest = min(MEASURE_PEAK_MB, key=lambda r: MEASURE_PEAK_MB[r])
-    largest = max(MEASURE_PEAK_MB, key=lambda r: MEASURE_PEAK_MB[r])
-    board_mb = MEASURE_PEAK_MB[smallest] + MEASURE_HEADROOM_MB
+    runtimes = {name: ("cpu",) for name in registry.names()}
+    smallest = min(runtimes, key=measure_peak_mb)
+    largest = max(runtimes, key=measure_peak_mb)
+    board_mb = measure_peak_mb(smallest) + MEASURE_HEADROOM_MB
     kept, dropped = runtimes_that_fit(runtimes, board_mb)
     assert smallest in kept and largest in dropped
-    assert dropped[largest] == MEASURE_PEAK_MB[largest] + MEASURE_HEADROOM_MB
+    assert dropped[largest] == measure_peak_mb(largest) + MEASURE_HEADROOM_MB
     assert set(kept) | set(dropped) == set(runtimes)
     assert runtimes_that_fit(runtimes, 0) == (runtimes, {})  # unknown memory: keep all
     assert runtimes_that_fit(runtimes, 1 << 20)[1] == {}
@@ -149,7 +150,7 @@ def test_a_small_board_says_which_runtimes_it_left_out(
     monkeypatch.setattr(_probe, "_memory_mb", lambda: 512)  # a 512 MB board: ExecuTorch and torch do not fit
     caps = _probe.probe("small-board")
     assert "onnxruntime" in caps.runtimes and caps.left_out == {
-        rt: MEASURE_PEAK_MB[rt] + MEASURE_HEADROOM_MB for rt in ("executorch", "torch")
+        rt: measure_peak_mb(rt) + MEASURE_HEADROOM_MB for rt in ("executorch", "torch")
     }
     assert Capabilities.from_dict(json.loads(json.dumps(caps.to_dict()))) == caps
     monkeypatch.setattr(LocalTransport, "probe", lambda self, device: caps)
@@ -160,7 +161,18 @@ def test_a_small_board_says_which_runtimes_it_left_out(
 
 
 def test_measured_peaks_are_filled_in() -> None:
-    assert all(mb > 0 for mb in MEASURE_PEAK_MB.values()), MEASURE_PEAK_MB
+    peaks = {name: dict(registry.get(name).measure_peak_mb) for name in registry.names()}
+    assert all(peak.get("", 0) > 0 and all(mb > 0 for mb in peak.values()) for peak in peaks.values()), peaks
+
+
+def test_a_lite_board_counts_executorchs_torch_free_runner() -> None:
+    # what the probe passes when ExecuTorch's probe recorded its torch-free runner
+    lite = measure_peak_mb("executorch", "executorch-runner")
+    assert 0 < lite < measure_peak_mb("executorch")
+    board_mb = lite + MEASURE_HEADROOM_MB
+    only = {"executorch": ("xnnpack",)}
+    assert runtimes_that_fit(only, board_mb, {"executorch": "executorch-runner"}) == (only, {})
+    assert runtimes_that_fit(only, board_mb)[1] == {"executorch": measure_peak_mb("executorch") + MEASURE_HEADROOM_MB}
 
 
 # -- the agent labels an emulated device's replies --------------------------------------------

@@ -17,17 +17,19 @@ import pytest
 import torch
 from torch import nn
 
-from nnsweep.agents import _probe
 from nnsweep.artifacts import deploy
 from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.bench import MeasureSettings, measure_in_subprocess
-from nnsweep.bench.runners.armnn import report_from_dot, upstream_version
-from nnsweep.convert import armnn_tflite, tflite
-from nnsweep.convert.armnn import armnn_placement, armnn_refusal
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.models import ModelSnapshot
+from nnsweep.runtimes.armnn import probe as armnn_probe
+from nnsweep.runtimes.armnn import tflite as armnn_tflite
+from nnsweep.runtimes.armnn.converter import armnn_placement, armnn_refusal
+from nnsweep.runtimes.armnn.runner import report_from_dot, upstream_version
+from nnsweep.runtimes.common import tflite
+from nnsweep.runtimes.litert import probe as litert_probe
 from nnsweep.spec import parse_spec
 from nnsweep.sweep.space import device_space
 
@@ -279,8 +281,8 @@ def test_a_machine_without_pyarmnn_is_told_what_to_install(tmp_path: Path, monke
     import dataclasses
     import os
 
-    from nnsweep.convert import armnn as armnn_convert
     from nnsweep.core import runtimes
+    from nnsweep.runtimes.armnn import converter as armnn_convert
 
     bare = tmp_path / "python3"
     bare.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'numpy'\" >&2\nexit 1\n")
@@ -308,11 +310,11 @@ def test_a_layer_no_backend_runs_is_named_with_the_backends_reason(tmp_path: Pat
 
 def test_probe_reports_arm_nn_and_its_backends() -> None:
     versions: dict[str, str] = {}
-    assert _probe.armnn_backends(versions) == ("CpuRef",)  # x86: the reference backend only
+    assert armnn_probe.backends(versions) == ("CpuRef",)  # x86: the reference backend only
     # Debian's python3-pyarmnn 20.08-12: release 20.08, whose library calls itself 22.0 (soname 22)
     assert versions["armnn"] == "20.08"
     assert versions["armnn-library"].startswith("22.")
-    assert _probe.litert_backends({}) == ("xnnpack", "cpu")
+    assert litert_probe.backends({}) == ("xnnpack", "cpu")
 
 
 def test_the_release_is_the_debian_version_without_epoch_or_revision() -> None:

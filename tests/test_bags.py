@@ -1,4 +1,4 @@
-"""``nn.EmbeddingBag`` as an embedding and a reduction (``nnsweep/convert/bags.py``): the same
+"""``nn.EmbeddingBag`` as an embedding and a reduction (``nnsweep/runtimes/common/bags.py``): the same
 values as the bag, in the bag's place, and the exporting runtimes deploy it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from nnsweep.convert.bags import unbag_embeddings
+from nnsweep.runtimes.common.bags import unbag_embeddings
 
 
 def _ids(padding: int | None) -> torch.Tensor:
@@ -94,8 +94,8 @@ def test_the_export_that_names_layers_for_mixed_precision_has_no_bag_loop(tmp_pa
     # the table stayed int8 (65.5 dB against fp32; the plain export's lookup: 146.9 dB).
     import onnx
 
-    from nnsweep.convert import float_fallback
-    from nnsweep.convert.float_region import onnx_float_region
+    from nnsweep.runtimes.common import float_fallback
+    from nnsweep.runtimes.common.float_region import onnx_float_region
 
     float_fallback.export_onnx_scoped(_Tower().eval(), torch.randint(0, 200, (1, 6)), tmp_path / "m.onnx")
     model = onnx.load(str(tmp_path / "m.onnx"))

@@ -205,7 +205,7 @@ def test_measure_settings_reject_bad_stability_settings(field: str, value: float
 
 
 def test_executorchs_log_gives_the_first_and_last_failure_and_skips_start_up_noise() -> None:
-    from nnsweep.bench._native_log import executorch_failure
+    from nnsweep.runtimes.executorch.native_log import executorch_failure
 
     log = (
         "[cpuinfo_utils.cpp:87] Failed to open midr file /sys/devices/soc0/image_version\n"
@@ -238,7 +238,7 @@ def test_executorchs_log_gives_the_first_and_last_failure_and_skips_start_up_noi
     ],
 )
 def test_an_executorch_error_code_is_named(message: str, name: str) -> None:
-    from nnsweep.bench._native_log import error_name
+    from nnsweep.runtimes.executorch.native_log import error_name
 
     assert error_name(message) == name
 

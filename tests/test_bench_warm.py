@@ -259,7 +259,7 @@ def test_executorchs_runner_loads_the_runtime_without_its_compiler() -> None:
     """A fresh measuring process imports ExecuTorch's C++ bindings, not ``executorch.exir``
     (which ``executorch.runtime`` drags in: seconds of every re-measurement)."""
     code = (
-        "import sys; from nnsweep.bench.runners.executorch import ExecuTorchRunner, bindings\n"
+        "import sys; from nnsweep.runtimes.executorch.runner import ExecuTorchRunner, bindings\n"
         "ExecuTorchRunner.set_threads(1)\n"
         "print(sorted(bindings()._get_registered_backend_names()), 'executorch.exir' in sys.modules)"
     )

@@ -1,4 +1,4 @@
-"""PT2E calibration (nnsweep.convert.pt2e.calibrated): static modes calibrate 16 samples a
+"""PT2E calibration (nnsweep.runtimes.common.pt2e.calibrated): static modes calibrate 16 samples a
 call through a dynamic-batch export, the same samples in the same order; a model whose
 shapes specialise on batch 1 is calibrated one sample a call."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from nnsweep.convert.pt2e import calibrated
 from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.models import Dataset, ModelBundle, Split
+from nnsweep.runtimes.common.pt2e import calibrated
 
 
 class _Flat(nn.Module):
@@ -91,7 +91,10 @@ def test_what_the_batched_attempt_warns_or_prints_before_its_fallback_goes_to_th
 
     bundle = _bundle(_Flat(False).eval())
     quant = QuantConfig(QuantMode.STATIC_INT8, calibration_batches=1)
-    with caplog.at_level("DEBUG", logger="nnsweep.convert.pt2e"), warnings.catch_warnings(record=True) as caught:
+    with (
+        caplog.at_level("DEBUG", logger="nnsweep.runtimes.common.pt2e"),
+        warnings.catch_warnings(record=True) as caught,
+    ):
         warnings.simplefilter("always")
         prepared = calibrated(bundle.module, bundle, quant, _NoisyWhenBatched)
     assert isinstance(prepared, _NoisyWhenBatched)

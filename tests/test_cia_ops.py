@@ -1,5 +1,5 @@
 """torch's composite operators are looked up once per set of registrations while nnsweep
-converts (nnsweep.convert.cia_ops): the same operators, the same decompositions."""
+converts (nnsweep.runtimes.common.cia_ops): the same operators, the same decompositions."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch._export import utils
 
-from nnsweep.convert import cia_ops
-from nnsweep.convert.cia_ops import cia_ops_looked_up_once
+from nnsweep.runtimes.common import cia_ops
+from nnsweep.runtimes.common.cia_ops import cia_ops_looked_up_once
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """torch.fx's generated code is compiled once per source while nnsweep converts
-(nnsweep.convert.codegen): the same code objects, the same artifact."""
+(nnsweep.runtimes.common.codegen): the same code objects, the same artifact."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from torch import nn
 from torch.fx import graph_module
 
-from nnsweep.convert import codegen
-from nnsweep.convert.codegen import compiled, generated_code_compiled_once
+from nnsweep.runtimes.common import codegen
+from nnsweep.runtimes.common.codegen import compiled, generated_code_compiled_once
 
 
 class _Block(nn.Module):

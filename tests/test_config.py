@@ -188,7 +188,7 @@ _BEFORE_OPTIONS = {
 @pytest.mark.parametrize("mode", sorted(_BEFORE_OPTIONS))
 def test_default_quantizer_options_keep_the_keys_from_before_they_existed(mode: str) -> None:
     from nnsweep.artifacts.key import cache_key, stage_key
-    from nnsweep.convert._base import quant_settings
+    from nnsweep.runtimes.common.converter import quant_settings
 
     toolchain = {"python": "3.11.7", "onnxruntime": "1.32.0"}
     every_default = {"weight_type": "int8", "reduce_range": False}

@@ -11,9 +11,9 @@ import torch
 from nnsweep.artifacts import deploy
 from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
-from nnsweep.bench.runners.executorch import ExecuTorchRunner
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.models import ModelSnapshot
+from nnsweep.runtimes.executorch.runner import ExecuTorchRunner
 
 
 def _accuracy(bundle, cache, config: DeploymentConfig):  # type: ignore[no-untyped-def]
@@ -122,8 +122,8 @@ class _ExpandedBuffers(torch.nn.Module):
 
 @pytest.mark.parametrize("backends", [("xnnpack",), ("portable",)])
 def test_expanded_buffers_convert_and_run(tmp_path: Path, backends: tuple[str, ...]) -> None:
-    from nnsweep.convert.executorch import ExecuTorchConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.executorch.converter import ExecuTorchConverter
 
     torch.manual_seed(0)
     module = _ExpandedBuffers().eval()
@@ -176,7 +176,7 @@ def test_float_conv1d_layers_beside_int8_ones_lower_and_run(tmp_path: Path, keep
 def _deployed_and_eager(bundle, config: DeploymentConfig, tmp_path: Path) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
     """Convert ``bundle`` with nnsweep's ExecuTorch converter, load the ``.pte`` and run it on
     eight evaluation inputs; also the eager model's outputs on them."""
-    from nnsweep.convert.executorch import ExecuTorchConverter
+    from nnsweep.runtimes.executorch.converter import ExecuTorchConverter
 
     result = ExecuTorchConverter().convert(bundle, config, tmp_path)
     runner = ExecuTorchRunner(tmp_path / result.filename, result.io, 1, config.backends)
@@ -189,7 +189,7 @@ def _deployed_and_eager(bundle, config: DeploymentConfig, tmp_path: Path) -> tup
 
 @pytest.mark.parametrize("padding_mode", ["zeros", "reflect", "circular", "replicate"])
 def test_a_float_conv1d_written_as_a_conv2d_computes_the_same(padding_mode: str) -> None:
-    from nnsweep.convert.executorch import float_conv1d_as_conv2d
+    from nnsweep.runtimes.executorch.converter import float_conv1d_as_conv2d
 
     torch.manual_seed(0)
     module, swapped = _Conv1dNet().eval(), _Conv1dNet().eval()
@@ -237,7 +237,7 @@ def test_a_layer_called_twice_converts_and_runs_in_int8(tmp_path: Path, mode: st
 
 
 def test_untying_gives_each_call_its_own_parameters_and_computes_the_same() -> None:
-    from nnsweep.convert.pt2e import export, untie_shared_parameters
+    from nnsweep.runtimes.common.pt2e import export, untie_shared_parameters
 
     torch.manual_seed(0)
     module = _CalledTwice().eval()
@@ -255,8 +255,8 @@ _PROBES = Path(__file__).parents[1] / "benchmarks" / "probe_models.py"
 
 
 def test_a_batch_norm_gets_its_own_call_of_a_layer_others_read_too() -> None:
-    from nnsweep.convert.pt2e import export, own_layer_for_each_batch_norm
     from nnsweep.models import load_model
+    from nnsweep.runtimes.common.pt2e import export, own_layer_for_each_batch_norm
 
     bundle = load_model(f"{_PROBES}:stemnorm")  # a stem read by a BatchNorm and by a cat
     module, x = bundle.module, bundle.example_input
@@ -285,9 +285,9 @@ def test_static_int8_folds_a_batch_norm_without_changing_what_others_read(tmp_pa
 def test_a_zero_pad_of_an_int8_sum_read_by_float_ops_shares_its_quantization() -> None:
     from torchao.quantization.pt2e.quantizer import SharedQuantizationSpec
 
-    from nnsweep.convert.executorch import quantize_pads_of_int8_inputs, xnnpack_quantizer
-    from nnsweep.convert.pt2e import export
     from nnsweep.models import load_model
+    from nnsweep.runtimes.common.pt2e import export
+    from nnsweep.runtimes.executorch.converter import quantize_pads_of_int8_inputs, xnnpack_quantizer
 
     bundle = load_model(f"{_PROBES}:patchmerge")  # an int8 sum, padded, read by slices
     graph = export(bundle.module, bundle.example_input, dynamic_batch=False).module(check_guards=False)
@@ -328,8 +328,8 @@ class _Positions(torch.nn.Module):
 
 
 def test_integer_sums_with_a_number_keep_their_dtype_through_the_quantizer() -> None:
-    from nnsweep.convert.executorch import scalar_overloads_for_integer_ops, xnnpack_quantizer
-    from nnsweep.convert.pt2e import export
+    from nnsweep.runtimes.common.pt2e import export
+    from nnsweep.runtimes.executorch.converter import scalar_overloads_for_integer_ops, xnnpack_quantizer
 
     torch.manual_seed(0)
     net, ids = _Positions().eval(), torch.randint(0, 50, (1, 12))
@@ -374,7 +374,7 @@ class _TableBias(torch.nn.Module):
 
 
 def test_computations_on_weights_alone_are_folded_and_compute_the_same() -> None:
-    from nnsweep.convert.pt2e import export, fold_weight_computations
+    from nnsweep.runtimes.common.pt2e import export, fold_weight_computations
 
     torch.manual_seed(0)
     net, x = _TableBias().eval(), torch.randn(3, 12)
@@ -406,7 +406,7 @@ class _Anchored(torch.nn.Module):
 def test_folded_slices_of_one_buffer_do_not_share_its_storage() -> None:
     # constant_fold kept anchors[:, :2] and anchors[:, 2:] as views of the anchors: litert-torch
     # took one for the other in some conversions (the detector probe: 8.6 dB in 9 of 22).
-    from nnsweep.convert.pt2e import export, fold_weight_computations
+    from nnsweep.runtimes.common.pt2e import export, fold_weight_computations
 
     torch.manual_seed(0)
     net, x = _Anchored().eval(), torch.randn(1, 3, 6)
@@ -425,8 +425,8 @@ def test_static_int8_runs_no_layer_on_the_portable_kernels_for_a_constant_input(
     """Swin V2's position-bias MLP had its weights quantized and its constant input not:
     XNNPACK refused the linear layer and the portable ``addmm`` ran it on every call
     (``torchvision:swin_v2_t``: 1179 ms of a 1259 ms run)."""
-    from nnsweep.convert.executorch import ExecuTorchConverter
     from nnsweep.models import load_model
+    from nnsweep.runtimes.executorch.converter import ExecuTorchConverter
 
     bundle = load_model(f"{_PROBES}:swinv2")
     config = DeploymentConfig("executorch", ("xnnpack",), QuantConfig("static_int8", Granularity.PER_CHANNEL))
@@ -478,8 +478,8 @@ def test_a_model_of_batch_one_calibrates_and_fine_tunes_one_sample_a_call(  # ty
 ) -> None:
     bundle = batch_of_one
     config = DeploymentConfig("executorch", ("xnnpack", "portable"), quant=QuantConfig(mode, qat_epochs=1))
-    from nnsweep.convert.executorch import ExecuTorchConverter
     from nnsweep.models._snapshot import reference_outputs
+    from nnsweep.runtimes.executorch.converter import ExecuTorchConverter
 
     result = ExecuTorchConverter().convert(bundle, config, tmp_path)
     runner = ExecuTorchRunner(tmp_path / result.filename, result.io, 1, config.backends)
@@ -514,8 +514,8 @@ def test_xnnpack_static_annotation_without_batch_norm_patterns_prepares_the_same
 
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from nnsweep.convert import executorch as ex
-    from nnsweep.convert.pt2e import export, ready_for_calibration
+    from nnsweep.runtimes.common.pt2e import export, ready_for_calibration
+    from nnsweep.runtimes.executorch import converter as ex
 
     torch.manual_seed(0)
     model = _ConvNormThenLinearNorm(norm_after_linear).eval()

@@ -22,12 +22,13 @@ from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
-from nnsweep.bench.runners.litert import LiteRTRunner, interpreter, placement
-from nnsweep.convert import armnn_tflite, tflite
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import DeploymentConfig, Granularity, Interface, PartitionLimits, QuantConfig
 from nnsweep.core.errors import SpecError
 from nnsweep.models import ModelSnapshot
+from nnsweep.runtimes.armnn import tflite as armnn_tflite
+from nnsweep.runtimes.common import tflite
+from nnsweep.runtimes.litert.runner import LiteRTRunner, interpreter, placement
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 
@@ -145,8 +146,8 @@ def test_static_int8_core_and_full_keep_accuracy(digits, measured, granularity: 
 
 @pytest.mark.parametrize("granularity", ["per_channel", "per_tensor"])
 def test_dynamic_int8_is_litert_dynamic_range(tmp_path: Path, granularity: str) -> None:
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
 
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
@@ -169,8 +170,8 @@ def test_dynamic_int8_per_tensor_quantizes_depthwise_weights_per_channel_and_run
     # reads a scale per channel: with a per-tensor weight it read past the one scale, and
     # the outputs were NaN or garbage. A convolution of one input channel is written as a
     # depthwise one too; an ordinary convolution keeps its one scale.
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
 
     torch.manual_seed(0)
     module = nn.Sequential(
@@ -203,7 +204,7 @@ def test_dynamic_int8_per_tensor_quantizes_depthwise_weights_per_channel_and_run
 
 
 def test_a_depthwise_weight_without_a_traced_value_is_read_from_its_attribute() -> None:
-    from nnsweep.convert.litert import _one_input_channel_per_group
+    from nnsweep.runtimes.litert.converter import _one_input_channel_per_group
 
     class Convs(nn.Module):
         def __init__(self) -> None:
@@ -224,8 +225,8 @@ def test_a_depthwise_weight_without_a_traced_value_is_read_from_its_attribute() 
 def test_an_int8_model_that_ends_in_argmax_returns_its_classes_as_they_are(tmp_path: Path) -> None:
     # The core interface put a DEQUANTIZE after every output that was not float32, and
     # refused the argmax's int64 classes as "not a per-tensor quantized int8/uint8 tensor".
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
 
     class Classes(nn.Module):
         def __init__(self) -> None:
@@ -261,8 +262,8 @@ def _bias_scale_ratios(model: schema.ModelT) -> list[float]:
 def test_a_bias_written_for_another_input_scale_is_requantized(tmp_path: Path) -> None:
     # litert-torch 0.10 dropped the requantization before the head and kept the bias of the
     # scale it dropped: the model added 2.5x the head's bias, 9.3 dB, half the classes flipped.
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.models import load_model
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
 
     # Mish, a depthwise convolution with hardswish, pooling to 3x3, a dropout and a linear head
     # (without the dropout, litert-torch writes consistent biases)
@@ -298,9 +299,9 @@ class _Recurrent(nn.Module):
 def test_static_int8_names_the_gru_litert_torch_cannot_annotate(tmp_path: Path, with_state: bool) -> None:
     # litert-torch 0.10's GRU annotator reads a second input and two used outputs: a GRU
     # called as gru(x) failed with a bare "IndexError: list index out of range".
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
     from nnsweep.sensitivity.ranking import ranking
 
     torch.manual_seed(0)
@@ -358,8 +359,8 @@ def test_armnn_refuses_dynamic_int8_naming_its_version_and_the_layer() -> None:
 def test_static_int8_says_nothing_of_training_mode(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # An exported module says it is training; litert-torch read the flag and warned, on every
     # static conversion, that an eval-mode model was "converted in training mode".
-    from nnsweep.convert.litert import export_tflite
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import export_tflite
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 3)).eval()
@@ -375,7 +376,7 @@ def test_what_native_code_writes_to_stderr_in_the_block_goes_to_the_debug_log(
     import logging
     import os
 
-    from nnsweep.convert._base import native_stderr_to_debug_log
+    from nnsweep.runtimes.common.converter import native_stderr_to_debug_log
 
     log = logging.getLogger("nnsweep.test")
     with caplog.at_level("DEBUG", logger="nnsweep.test"), native_stderr_to_debug_log(log, "a library"):
@@ -396,7 +397,7 @@ def test_a_litert_conversion_in_a_fresh_process_writes_nothing_to_stderr(tmp_pat
     script = (
         "import torch\n"
         "from pathlib import Path\n"
-        "from nnsweep.convert.litert import LiteRTConverter\n"
+        "from nnsweep.runtimes.litert.converter import LiteRTConverter\n"
         "from nnsweep.core.config import DeploymentConfig\n"
         "from nnsweep.models import load_model, register_live\n"
         "bundle = load_model(register_live('lin', torch.nn.Linear(4, 2).eval(), torch.randn(1, 4)))\n"
@@ -415,8 +416,8 @@ def test_token_ids_narrowed_to_int32_are_said_in_the_debug_log_only(
 ) -> None:
     # litert-torch warns on the root logger that it "downcasts 64-bit model I/O to 32-bit";
     # LiteRT's runner feeds the width the model takes, so it is not the user's to act on.
-    from nnsweep.convert.litert import export_tflite
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import export_tflite
 
     class Bag(nn.Module):
         def __init__(self) -> None:
@@ -431,7 +432,7 @@ def test_token_ids_narrowed_to_int32_are_said_in_the_debug_log_only(
     with caplog.at_level("DEBUG"):
         export_tflite(bundle, _config("fp32"), tmp_path / "model.tflite")
     said = [(r.levelname, r.name) for r in caplog.records if "downcasts 64-bit" in r.getMessage()]
-    assert said == [("DEBUG", "nnsweep.convert.litert")]
+    assert said == [("DEBUG", "nnsweep.runtimes.litert.converter")]
     model = tflite.load(tmp_path / "model.tflite")
     assert model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]].type == schema.TensorType.INT32
 
@@ -450,8 +451,8 @@ def test_static_int8_quantizes_a_concatenation_at_a_range_that_covers_its_inputs
     # litert-torch 0.10 finds cat and add by the function they were called as, which torch.export
     # records only with strict=True: its cat stayed float, and the .tflite concatenated every input
     # at the first one's int8 range, cutting the convolutions' negative outputs (23.6 dB; 38.5 now).
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
 
     net, x = _dense_block()
     bundle = load_model(register_live("dense_block", net, x))
@@ -469,8 +470,8 @@ def test_static_int8_quantizes_a_concatenation_at_a_range_that_covers_its_inputs
 def test_static_int8_folds_a_batch_norm_without_changing_what_others_read(tmp_path: Path) -> None:
     # PT2E's prepare folded the BatchNorm into the stem and the cat read the normalised stem
     # (-5.6 dB against fp32; ONNX Runtime 39.0 dB): the BatchNorm now gets its own call of the stem.
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.models import load_model
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
 
     bundle = load_model(f"{Path(__file__).parents[1] / 'benchmarks' / 'probe_models.py'}:stemnorm")
     result = LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)
@@ -490,8 +491,8 @@ class _Cats(nn.Module):
 
 
 def test_only_a_float_cat_of_distinct_inputs_gets_its_source_record() -> None:
-    from nnsweep.convert.litert import restore_sources
-    from nnsweep.convert.pt2e import export
+    from nnsweep.runtimes.common.pt2e import export
+    from nnsweep.runtimes.litert.converter import restore_sources
 
     graph = export(_Cats(), torch.randn(1, 3), dynamic_batch=False).module(check_guards=False)
     assert restore_sources(graph) == 1
@@ -512,8 +513,8 @@ class _ScaledBias(nn.Module):
 
 
 def test_whole_number_scalars_of_float_ops_are_written_as_floats() -> None:
-    from nnsweep.convert.litert import float_scalars
-    from nnsweep.convert.pt2e import export
+    from nnsweep.runtimes.common.pt2e import export
+    from nnsweep.runtimes.litert.converter import float_scalars
 
     torch.manual_seed(0)
     net, x = _ScaledBias().eval(), torch.randn(1, 12)
@@ -535,8 +536,8 @@ def test_static_int8_converts_a_whole_number_scalar_times_a_tensor(tmp_path: Pat
 def _static_int8_sqnr(name: str, net: nn.Module, example: torch.Tensor, tmp_path: Path) -> float:
     """``net`` converted to LiteRT static int8 by nnsweep's converter: the SQNR (dB) of its
     outputs against ``net``'s on 16 evaluation inputs."""
-    from nnsweep.convert.litert import LiteRTConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.litert.converter import LiteRTConverter
 
     bundle = load_model(register_live(name, net, example))
     result = LiteRTConverter().convert(bundle, _config("static_int8"), tmp_path)
@@ -564,8 +565,8 @@ class _PadAndResidual(nn.Module):
 def test_each_reader_of_a_dequantize_gets_its_own_copy() -> None:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from nnsweep.convert.litert import dequantize_per_reader, litert_quantizer
-    from nnsweep.convert.pt2e import export
+    from nnsweep.runtimes.common.pt2e import export
+    from nnsweep.runtimes.litert.converter import dequantize_per_reader, litert_quantizer
 
     torch.manual_seed(0)
     net, x = _PadAndResidual().eval(), torch.randn(1, 3, 12, 12)
@@ -610,7 +611,7 @@ def test_litert_torchs_dynamic_range_conversion_makes_a_layer_left_unannotated_i
     from litert_torch.quantize.quant_config import QuantConfig as LiteRTQuantConfig
     from torchao.quantization.pt2e import quantize_pt2e
 
-    from nnsweep.convert.pt2e import export
+    from nnsweep.runtimes.common.pt2e import export
 
     def weight_types(annotated: set[str]) -> list[int]:
         torch.manual_seed(0)

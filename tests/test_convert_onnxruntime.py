@@ -20,13 +20,13 @@ from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings
 from nnsweep.bench._harness import run_all
-from nnsweep.bench.runners.onnxruntime import OnnxRuntimeRunner, providers_for
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.core.options import x86_without_vnni
 from nnsweep.models import ModelSnapshot
+from nnsweep.runtimes.onnxruntime.runner import OnnxRuntimeRunner, providers_for
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 
@@ -236,7 +236,7 @@ def test_runner_applies_threads_and_reports_an_unloadable_model(measured, tmp_pa
 
 def test_runner_module_does_not_import_torch() -> None:
     """Boards run this module with onnxruntime and numpy only."""
-    code = "import sys, nnsweep.bench.runners.onnxruntime; sys.exit(int('torch' in sys.modules))"
+    code = "import sys, nnsweep.runtimes.onnxruntime.runner; sys.exit(int('torch' in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
@@ -330,8 +330,8 @@ def test_float_layers_stay_float_in_qoperator_format(digits, ort_cache) -> None:
 def test_the_converter_keeps_the_activation_between_two_float_layers_float(gelu_between, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The converter's own path (not only the sensitivity recipe): with ``a`` and ``b`` float, no
     quantize/dequantize pair sits anywhere from ``a``'s output to ``b``'s input; ``c`` is int8."""
-    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.onnxruntime.converter import OnnxRuntimeConverter
 
     bundle = load_model(register_live("gelu_between", gelu_between, torch.randn(1, 1, 8, 8)))
     config = _config("static_int8", granularity=Granularity.PER_TENSOR, float_layers=("a", "b"))
@@ -366,9 +366,9 @@ def test_a_layernorms_per_tensor_scale_is_a_debug_line_not_a_warning(
 ) -> None:
     # ORT's quantizer warns once per LayerNorm per quantization that its 1-D scale has no
     # channel axis, and quantizes it per tensor: a two-layer transformer printed 55 lines.
-    from nnsweep.convert.float_fallback import ORT_PER_TENSOR_NOTE
-    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.common.float_fallback import ORT_PER_TENSOR_NOTE
+    from nnsweep.runtimes.onnxruntime.converter import OnnxRuntimeConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live("normed", _Normed().eval(), torch.randn(1, 16)))
@@ -395,8 +395,8 @@ def test_an_rnns_flat_weights_are_not_an_export_warning(tmp_path: Path) -> None:
     # export" on every conversion and ranking of a recurrent model; torch restores it itself.
     import warnings
 
-    from nnsweep.convert._base import rnn_export_warning_silenced
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.common.converter import rnn_export_warning_silenced
 
     torch.manual_seed(0)
     bundle = load_model(register_live("recurrent", _Recurrent().eval(), torch.randn(1, 5, 6)))
@@ -426,7 +426,7 @@ class _ThreeDimAttention(torch.nn.Module):
 
 def test_attention_on_3d_tensors_exports_from_the_decomposed_program(tmp_path: Path) -> None:
     # torch.onnx refused it ("only 4D query, key, and value are supported"); the retry from
-    # the program torch.export decomposes (nnsweep.convert.onnx_export) exports it.
+    # the program torch.export decomposes (nnsweep.runtimes.common.onnx_export) exports it.
     from nnsweep.models import load_model, register_live
 
     torch.manual_seed(0)
@@ -472,7 +472,7 @@ def test_the_exporters_optimizer_notes_go_to_the_debug_log_and_errors_stay(caplo
     # torch.onnx's passes warn when they skip a fold (an nn.EmbeddingBag printed three lines).
     import logging
 
-    from nnsweep.convert._base import package_warnings_to_debug_log
+    from nnsweep.runtimes.common.converter import package_warnings_to_debug_log
 
     log = logging.getLogger("nnsweep.test")
     folding = logging.getLogger("onnxscript.optimizer._constant_folding")
@@ -584,8 +584,8 @@ class _TableBias(torch.nn.Module):
 def test_a_layer_folded_into_a_constant_is_nothing_to_keep_float(tmp_path: Path) -> None:
     # It was refused: "no ONNX node comes from the module(s) mlp kept in float" (and the
     # layer ranking of such a model stopped there).
-    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.onnxruntime.converter import OnnxRuntimeConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live("table_bias", _TableBias().eval(), torch.randn(1, 12)))
@@ -602,8 +602,8 @@ def test_a_model_the_onnx_exporter_cannot_decompose_exports_from_the_decomposed_
     graph for ONNX compatibility ... Cannot view a tensor with shape"); the program
     ``torch.export`` decomposes exports."""
     pytest.importorskip("transformers")
-    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
     from nnsweep.models import load_model
+    from nnsweep.runtimes.onnxruntime.converter import OnnxRuntimeConverter
 
     bundle = load_model(str(Path(__file__).parents[1] / "benchmarks" / "probe_hf.py") + ":swin")
     result = OnnxRuntimeConverter().convert(bundle, _config("fp32"), tmp_path)
@@ -636,8 +636,8 @@ def test_float_linear_layers_on_3d_tensors_give_a_model_a_session_starts(tmp_pat
     # The session over the quantized model fused a float MatMul and Add again and named its
     # reshape's shape as the pre-processing had named one it kept ("gemm_input_shape"):
     # "Attempt to replace the existing tensor", and no session (Hugging Face's BERT).
-    from nnsweep.convert.onnxruntime import OnnxRuntimeConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.onnxruntime.converter import OnnxRuntimeConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live("attention_block", _AttentionBlock().eval(), torch.randn(1, 8, 16)))

@@ -17,12 +17,12 @@ from nnsweep.artifacts.cache import ArtifactCache
 from nnsweep.artifacts.deploy import DeploymentResult
 from nnsweep.bench import MeasureSettings, evaluate
 from nnsweep.bench._harness import run_all
-from nnsweep.bench.runners.torch import TorchScriptRunner, pick_engine
 from nnsweep.convert import IOSpec
-from nnsweep.convert.fx import own_flow_sqnr_db
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.models import ModelBundle, ModelSnapshot
+from nnsweep.runtimes.common.fx import own_flow_sqnr_db
+from nnsweep.runtimes.torch.runner import TorchScriptRunner, pick_engine
 
 SETTINGS = MeasureSettings(warmup=1, iters=5)
 
@@ -295,8 +295,8 @@ def _assert_deployed_matches_eager(bundle: ModelBundle, artifact: Path, atol: fl
 
 
 def test_dynamic_int8_converts_a_transformer_encoder(tmp_path: Path) -> None:
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live("tiny_encoder", _TinyEncoder().eval(), torch.randn(1, 8, 16)))
@@ -313,8 +313,8 @@ def test_static_int8_converts_a_layernorm_traced_through_as_convnext_has(tmp_pat
     # scale inlining read with getattr ("'GraphModule' object has no attribute 'norm.weight'").
     from torchvision.models.convnext import LayerNorm2d
 
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 3), LayerNorm2d(8), nn.Flatten(), nn.Linear(8 * 6 * 6, 4)).eval()
@@ -331,7 +331,7 @@ def _padded_by_name(padding: str) -> nn.Module:
 
 @pytest.mark.parametrize("padding", ["same", "valid"])
 def test_padding_named_by_a_string_is_written_as_its_numbers(padding: str) -> None:
-    from nnsweep.convert.fx import explicit_conv_padding
+    from nnsweep.runtimes.common.fx import explicit_conv_padding
 
     torch.manual_seed(0)
     net, x = _padded_by_name(padding).eval(), torch.randn(1, 3, 10, 10)
@@ -350,8 +350,8 @@ def test_padding_named_by_a_string_is_written_as_its_numbers(padding: str) -> No
 def test_static_int8_converts_convolutions_padded_by_name(tmp_path: Path, padding: str) -> None:
     # The string reached the prepacking: "quantized::conv2d_prepack() Expected a value of
     # type 'List[int]' for argument 'padding' but instead found type 'tuple'".
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     net = nn.Sequential(_padded_by_name(padding), nn.Flatten(), nn.LazyLinear(4))
@@ -366,9 +366,9 @@ def test_static_int8_refuses_a_prelu_while_torchs_own_int8_prelu_is_wrong(tmp_pa
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
     from nnsweep.sensitivity.ranking import ranking
 
     torch.manual_seed(0)
@@ -409,8 +409,8 @@ def test_a_model_fx_cannot_trace_is_ranked_through_dynamic_int8(
 ) -> None:
     # Before, the ranking (torch.ao FX) refused it, and so did `--quant dynamic_int8
     # --float-layers K`, though torch's dynamic int8 converts it (quantize_dynamic is eager).
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
     from nnsweep.sensitivity.ranking import cached_ranking, ranking
 
     torch.manual_seed(0)
@@ -441,7 +441,7 @@ def test_the_transposed_convolution_probe_agrees_with_torchs_own_flow_on_this_cp
     # -13 to -17 dB on one x86 CPU (no AVX-512 VNNI) and at 31 dB on another (an AMD EPYC
     # with it), where fbgemm was wrong on both; on the EPYC, x86 was wrong for every layer
     # whose channels change (1-D too). The probe tells this machine's case.
-    from nnsweep.convert.fx import _shape, conv_transpose_probe_db
+    from nnsweep.runtimes.common.fx import _shape, conv_transpose_probe_db
 
     x = torch.randn(8, 16, 8, 8)
     for kernel in (2, (2, 3)):
@@ -466,10 +466,10 @@ def _decoder(out_channels: int = 8) -> tuple[nn.Module, torch.Tensor]:
 def test_where_the_probe_fails_static_int8_refuses_a_two_row_transposed_convolution_unless_kept_float(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nnsweep.convert import fx
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.common import fx
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     monkeypatch.setattr(fx, "conv_transpose_probe_db", lambda engine, shape: -14.0)  # a CPU that gets it wrong
     bundle = load_model(register_live("upsampler", *_decoder()))
@@ -491,10 +491,10 @@ def test_where_the_probe_fails_static_int8_refuses_a_two_row_transposed_convolut
 def test_on_this_cpu_a_two_row_transposed_convolution_is_refused_exactly_where_its_kernel_is_wrong(
     out_channels: int, tmp_path: Path
 ) -> None:
-    from nnsweep.convert.fx import _shape, conv_transpose_probe_db
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.common.fx import _shape, conv_transpose_probe_db
+    from nnsweep.runtimes.torch.converter import TorchConverter
     from nnsweep.sensitivity.ranking import ranking
 
     net, example = _decoder(out_channels)
@@ -525,10 +525,10 @@ def test_on_this_cpu_a_two_row_transposed_convolution_is_refused_exactly_where_i
 def test_on_this_cpu_any_transposed_convolution_is_refused_exactly_where_its_kernel_is_wrong(
     up: nn.Module, tmp_path: Path
 ) -> None:
-    from nnsweep.convert.fx import _shape, conv_transpose_probe_db
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.common.fx import _shape, conv_transpose_probe_db
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     conv = nn.Conv1d(4, 16, 3, padding=1) if isinstance(up, nn.ConvTranspose1d) else nn.Conv2d(4, 16, 3, padding=1)
@@ -577,7 +577,7 @@ def test_the_layer_ranking_scores_the_quantizers_arithmetic_not_the_hosts_int8_k
 def test_each_engine_mapping_builds_silently_with_our_global_qconfig(engine: str, mode: QuantMode) -> None:
     """torch warns about oneDNN's default qconfig on a host without VNNI (AVX2-only EPYC): that host is
     the converter, not the target, and that default is replaced by ours, so the mapping says nothing."""
-    from nnsweep.convert.fx import qconfig_mapping
+    from nnsweep.runtimes.common.fx import qconfig_mapping
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -599,7 +599,7 @@ def test_layernorm_and_transposed_convolutions_calibrate_as_asked_and_silently(
     from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver
     from torch.ao.quantization.quantize_fx import prepare_fx
 
-    from nnsweep.convert.fx import qconfig_mapping
+    from nnsweep.runtimes.common.fx import qconfig_mapping
 
     class Block(nn.Module):
         def __init__(self) -> None:
@@ -628,7 +628,7 @@ import torch
 from torch import nn
 from torch.ao.quantization import get_default_qconfig_mapping
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-from nnsweep.convert.fx import convert_quietly
+from nnsweep.runtimes.common.fx import convert_quietly
 
 warnings.simplefilter("always")
 model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU()).eval()
@@ -681,7 +681,7 @@ _DYNAMIC = """
 import warnings
 import torch
 from torch import nn
-from nnsweep.convert.torch import TorchConverter
+from nnsweep.runtimes.torch.converter import TorchConverter
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
 from nnsweep.models import load_model, register_live
 
@@ -750,8 +750,8 @@ def test_a_weight_norm_layer_is_quantized_as_its_weight_and_the_model_is_left_as
     # class the copy shares with the user's model: the model then had no 'weight'.
     from torch.nn.utils.parametrizations import weight_norm
 
-    from nnsweep.convert.fx import quantize_fx, quantized_engine
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.common.fx import quantize_fx, quantized_engine
 
     torch.manual_seed(0)
     model = nn.Sequential(weight_norm(nn.Conv1d(1, 8, 5, padding=2)), nn.ReLU(), nn.Conv1d(8, 2, 3)).eval()
@@ -782,8 +782,8 @@ def test_qat_leaves_a_module_torch_runs_float_without_fake_quantizers(tmp_path: 
     # prepare_qat_fx swapped the encoder's Linear layers for QAT ones, which convert_fx (it
     # converts the traced ops) left behind: TorchScript then failed ("Module 'FakeQuantize'
     # has no attribute 'activation_post_process'").
-    from nnsweep.convert.fx import quantize_fx, quantized_engine
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.common.fx import quantize_fx, quantized_engine
 
     torch.manual_seed(0)
     model = _Encoder().eval()
@@ -792,7 +792,7 @@ def test_qat_leaves_a_module_torch_runs_float_without_fake_quantizers(tmp_path: 
         converted = quantize_fx(bundle, QuantConfig("qat_int8"), "x86")
     assert not [name for name, m in converted.named_modules() if "FakeQuantize" in type(m).__name__]
     assert ".quantized." in type(converted.get_submodule("inp")).__module__  # the traced layers are int8
-    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     result = TorchConverter().convert(bundle, DeploymentConfig("torch", ("x86",), QuantConfig("qat_int8")), tmp_path)
     deployed = torch.jit.load(str(tmp_path / result.filename))
@@ -861,7 +861,7 @@ def test_int8_refuses_what_fx_cannot_trace_naming_the_construct_and_the_runtimes
 ) -> None:
     # before: the interpreter's last line ("TypeError: slice indices must be integers or None or
     # have an __index__ method"), which names neither the model's code nor what to do instead
-    from nnsweep.convert.torch import TorchConverter
+    from nnsweep.runtimes.torch.converter import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
 

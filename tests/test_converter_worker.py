@@ -17,7 +17,7 @@ def test_a_warmed_worker_converts_with_the_model_it_loaded(tmp_path: Path) -> No
     source = ModelSource("digits", tmp_path)
     worker.warm(source, ["onnxruntime", "no-such-runtime"], ship=False)  # an unknown runtime is skipped
     loaded = worker._bundles[source]
-    assert "nnsweep.convert.onnxruntime" in sys.modules
+    assert "nnsweep.runtimes.onnxruntime.converter" in sys.modules
     artifact, hit = worker.convert_here(ConvertRequest(source, DeploymentConfig("onnxruntime", ("cpu",))))
     assert worker._bundles[source] is loaded and not hit and artifact.path.exists()
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nnsweep.convert import float_fallback, float_region
 from nnsweep.core.config import DeploymentConfig, QuantConfig
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import BUILTIN, check_reference
+from nnsweep.runtimes.common import float_fallback, float_region
+from nnsweep.runtimes.torch import sensitivity as torch_evaluators
 from nnsweep.sensitivity import rank as sensitivity
-from nnsweep.sensitivity import torch_evaluators
 
 OUTLIER_PAIR = frozenset({"blocks.2.dw", "blocks.2.pw1"})
 
@@ -263,8 +263,8 @@ def test_a_hyphenated_module_path_is_a_layer_each_toolchain_can_keep_float(tmp_p
     import onnx
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-    from nnsweep.convert.fx import qconfig_mapping
     from nnsweep.core.quant import QuantConfig, QuantMode
+    from nnsweep.runtimes.common.fx import qconfig_mapping
 
     model, example = _Hyphenated().eval(), torch.randn(1, 3, 8, 8)
     layers = sensitivity.quantizable_layers(model, example)

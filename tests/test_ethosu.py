@@ -13,10 +13,10 @@ import pytest
 from nnsweep.agents import MeasureRequest, VelaEstimateTransport
 from nnsweep.artifacts import deploy
 from nnsweep.bench import MeasureSettings, evaluate
-from nnsweep.convert.ethosu import read_vela_summary
 from nnsweep.core.config import DeploymentConfig, QuantConfig
 from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.models import ModelSnapshot
+from nnsweep.runtimes.ethosu.converter import read_vela_summary
 from nnsweep.spec import parse_spec
 
 pytestmark = pytest.mark.slow

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from nnsweep.artifacts import deploy
-from nnsweep.bench.runners import _etlite
-from nnsweep.bench.runners.executorch import ExecuTorchRunner
 from nnsweep.core.config import DeploymentConfig, QuantConfig
+from nnsweep.runtimes.executorch import etlite as _etlite
+from nnsweep.runtimes.executorch.runner import ExecuTorchRunner
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "device_agents" / "etlite" / "build.sh"

@@ -49,7 +49,7 @@ def test_start_begins_the_probe_and_capabilities_takes_its_answer() -> None:
 
 def test_a_conversion_goes_to_an_idle_actor_that_converted_the_same_program_last() -> None:
     """Two actors, both idle: the one whose process holds this model and quantization's edge
-    program (nnsweep.convert.lowering) takes the next configuration of them; a busy one never does."""
+    program (nnsweep.runtimes.executorch.lowering) takes the next configuration of them; a busy one never does."""
     from nnsweep.execution.ray_cluster import RayExecutor
 
     executor = RayExecutor()

@@ -1,4 +1,4 @@
-"""The ops between layers kept float stay float (nnsweep.convert.float_region) in PT2E graphs."""
+"""The ops between layers kept float stay float (nnsweep.runtimes.common.float_region) in PT2E graphs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nnsweep.convert import float_fallback
-from nnsweep.convert.float_region import between, fx_float_region
-from nnsweep.convert.pt2e import export
 from nnsweep.core.config import Granularity, QuantConfig
+from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.common.float_region import between, fx_float_region
+from nnsweep.runtimes.common.pt2e import export
 
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle
@@ -89,10 +89,10 @@ def _in(node: torch.fx.Node, layers: tuple[str, ...]) -> bool:
 def _quantizer(runtime: str, keep: tuple[str, ...]):  # type: ignore[no-untyped-def]
     quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep)
     if runtime == "executorch":
-        from nnsweep.convert.executorch import xnnpack_quantizer
+        from nnsweep.runtimes.executorch.converter import xnnpack_quantizer
 
         return xnnpack_quantizer(quant)
-    from nnsweep.convert.litert import litert_quantizer
+    from nnsweep.runtimes.litert.converter import litert_quantizer
 
     return litert_quantizer(quant, symmetric_activations=False)
 
@@ -150,7 +150,7 @@ def _fx_quantized(module: torch.nn.Module, name: str, keep: tuple[str, ...]) -> 
 
 def _fx_quantize(bundle: ModelBundle, keep: tuple[str, ...]) -> torch.nn.Module:
     """torch's static int8 of ``bundle`` (per tensor, x86), ``keep`` float."""
-    from nnsweep.convert.fx import quantize_fx, quantized_engine
+    from nnsweep.runtimes.common.fx import quantize_fx, quantized_engine
 
     quant = QuantConfig("static_int8", Granularity.PER_TENSOR, float_layers=keep)
     with quantized_engine("x86"):
@@ -279,7 +279,7 @@ def test_the_root_modules_own_parameters_are_constants_between_float_layers(runt
     if runtime == "onnxruntime":
         import onnx
 
-        from nnsweep.convert.float_region import onnx_float_region
+        from nnsweep.runtimes.common.float_region import onnx_float_region
 
         float_fallback.export_onnx_scoped(module, x, tmp_path / "m.onnx")
         model = onnx.load(str(tmp_path / "m.onnx"))
@@ -314,7 +314,7 @@ def test_onnx_every_node_of_a_lookup_and_an_argmax_head_stays_float(tmp_path: Pa
     by another node too (it flipped a class id: 54.1 dB, top-1 0.94) were left int8."""
     import onnx
 
-    from nnsweep.convert.float_region import onnx_float_region
+    from nnsweep.runtimes.common.float_region import onnx_float_region
 
     float_fallback.export_onnx_scoped(_Lookup().eval(), torch.tensor([[1, 4, 2]]), tmp_path / "m.onnx")
     model = onnx.load(str(tmp_path / "m.onnx"))

@@ -1,4 +1,4 @@
-"""Values torch's FX quantization takes for float activations (``nnsweep/convert/fx_values.py``):
+"""Values torch's FX quantization takes for float activations (``nnsweep/runtimes/common/fx_values.py``):
 arithmetic on input shapes folded into constants where it meets a tensor, the model left
 alone where it does not; observers of integer tensors taken out."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import fx, nn
 
-from nnsweep.convert.fx_values import drop_non_float_observers, fold_shape_arithmetic
 from nnsweep.core.config import DeploymentConfig, QuantConfig, QuantMode
+from nnsweep.runtimes.common.fx_values import drop_non_float_observers, fold_shape_arithmetic
 
 
 class _ScaledAttention(nn.Module):
@@ -95,8 +95,8 @@ def test_torch_static_int8_converts_attention_scaled_by_its_shape_with_and_witho
     tmp_path: Path,
 ) -> None:
     # Before: "'float' object has no attribute 'numel'" (prepare_fx observed the scale).
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live("scaled_attention", _ScaledAttention().eval(), torch.randn(1, 6, 16)))
@@ -160,8 +160,8 @@ def test_observers_of_integer_indices_are_taken_out_and_the_float_ones_kept() ->
 
 def test_torch_static_int8_converts_a_model_that_gathers_by_topk_indices(tmp_path: Path) -> None:
     # Before: "Quantize only works on Float Tensor, got Long".
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live("top_tokens", _TopTokens().eval(), torch.randn(1, 10, 12)))
@@ -179,9 +179,9 @@ def test_torch_static_int8_converts_a_model_that_gathers_by_topk_indices(tmp_pat
 def test_torch_qat_int8_fine_tunes_attention_scaled_by_its_shape_on_batches(tmp_path: Path) -> None:
     # The batch size is not folded: QAT fine-tunes on batches of 32 where the model takes them
     # (a fold of every shape made it reshape 32 samples as 1).
-    from nnsweep.convert.torch import TorchConverter
     from nnsweep.models import load_model, register_live
     from nnsweep.models._bundle import takes_batches
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live("scaled_attention_qat", _ScaledAttention().eval(), torch.randn(1, 6, 16)))

@@ -1,4 +1,4 @@
-"""The fp16 wrapper of the PyTorch-exporting converters (``nnsweep/convert/half.py``): which
+"""The fp16 wrapper of the PyTorch-exporting converters (``nnsweep/runtimes/common/half.py``): which
 casts inside the model give half, read from the exported graph."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nnsweep.convert.half import HalfPrecision
+from nnsweep.runtimes.common.half import HalfPrecision
 
 
 def _cast_dtypes(model: torch.nn.Module, example: torch.Tensor) -> list[torch.dtype]:

@@ -1,5 +1,5 @@
 """litert-torch's JAX lowerings are made once per process while nnsweep converts
-(nnsweep.convert.jax_lowering): the same .tflite bytes, the lowerings of a second
+(nnsweep.runtimes.common.jax_lowering): the same .tflite bytes, the lowerings of a second
 conversion taken from the first."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from nnsweep.convert import jax_lowering
-from nnsweep.convert._litert_import import litert_torch
-from nnsweep.convert.jax_lowering import jax_lowerings_made_once, typed
+from nnsweep.runtimes.common import jax_lowering
+from nnsweep.runtimes.common.jax_lowering import jax_lowerings_made_once, typed
+from nnsweep.runtimes.litert.litert_import import litert_torch
 
 
 class _Net(nn.Module):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nnsweep.core import runtimes
+
 PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
 DASHBOARDS = PACKAGE.parent / "dashboards"
 
@@ -21,6 +23,7 @@ LAYERS = (
     "models",
     "spec",
     "bench",
+    "runtimes",
     "convert",
     "artifacts",
     "sensitivity",
@@ -39,6 +42,12 @@ LAYERS = (
 ABOVE_THEIR_LAYER = {
     # A preview script (python -m nnsweep.dashboards.sample): it renders a whole report.
     "nnsweep.dashboards.sample": "report",
+}
+# A runtime folder's pieces that plug into a higher layer sit in that layer: they are
+# reached only through the registry's "module:attribute" hooks, never imported from below.
+RUNTIME_PIECE_LAYERS = {
+    "sensitivity": "sensitivity",  # its layer ranking's evaluator (nnsweep.sensitivity.rank's scores)
+    "device_tool": "agents",  # its benchmark tool for a bridge agent (nnsweep.agents' DeviceTool)
 }
 
 MAX_MODULE_LINES = 500
@@ -154,16 +163,25 @@ def test_a_new_cycle_is_caught() -> None:
     assert any({"nnsweep.core.config", "nnsweep.core.errors"} <= set(c) for c in _cycles(graph))
 
 
+def _layer_of(module: str) -> str | None:
+    """The layer ``module`` sits in: its package's, or one above it (:data:`ABOVE_THEIR_LAYER`,
+    :data:`RUNTIME_PIECE_LAYERS`)."""
+    parts = module.split(".")
+    if parts[1:2] == ["runtimes"] and len(parts) == 4 and parts[3] in RUNTIME_PIECE_LAYERS:
+        return RUNTIME_PIECE_LAYERS[parts[3]]
+    return ABOVE_THEIR_LAYER.get(module, _layer(module))
+
+
 def test_each_layer_imports_only_layers_below_it() -> None:
     upward = []
     for module, targets in _graph().items():
-        layer = ABOVE_THEIR_LAYER.get(module, _layer(module))
+        layer = _layer_of(module)
         if layer is None:  # the package's own __init__: the vocabulary only
             assert all(_layer(t) == "core" for t in targets), (module, targets)
             continue
         assert layer in LAYERS, f"{module}: add its package to LAYERS, in its place"
         for target in targets:
-            other = _layer(target)
+            other = _layer_of(target) if _layer(target) is not None else None
             if other is not None and LAYERS.index(other) > LAYERS.index(layer):
                 upward.append(f"{module} -> {target}")
     assert upward == []
@@ -188,3 +206,95 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
         elif isinstance(node, ast.ClassDef):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             assert length <= MAX_CLASS_LINES, f"{where}:{node.name} has {length} lines: split what it owns"
+
+
+# Each built-in runtime lives in nnsweep/runtimes/<name>/: the registry names each of its
+# pieces by "module:attribute" there; only what several runtimes share is in runtimes/common.
+BUILTIN_RUNTIMES = tuple(runtimes._BUILTIN)
+HOOKS = ("converter", "runner", "probe", "sensitivity", "failure_detail", "device_tool")
+
+# Modules outside nnsweep/runtimes/ that name a built-in runtime in a comparison, a lookup
+# or a mapping's key, each with its reason.
+NAME_BRANCHES = {
+    "nnsweep/core/runtimes.py": "the registry: the one line per built-in runtime",
+    "nnsweep/models/_bundle.py": "the torch package (a module's or value's origin), not the runtime",
+    "nnsweep/bench/_warm.py": "the torch package (forking after it is imported), not the runtime",
+    "nnsweep/agents/_npu.py": "the Ethos-U estimate is ExecuTorch's Arm backend: its runtime is executorch",
+    "nnsweep/cli/devices.py": "ONNX Runtime's u8s8 saturation on x86 without VNNI (core/options.py SATURATION)",
+    "nnsweep/cli/_bench_notes.py": "ONNX Runtime's u8s8 saturation on x86 without VNNI (core/options.py SATURATION)",
+    "nnsweep/sweep/accepted.py": "ONNX Runtime's u8s8 saturation on x86 without VNNI (core/options.py SATURATION)",
+    "nnsweep/sweep/space.py": "the fp32 baseline is torch eager when the space holds torch",
+    "nnsweep/spec/build.py": "a bridge's tools are checked by name; RuntimeInfo.device_tool is the list",
+}
+
+
+def _module_file(reference: str) -> Path:
+    module = reference.partition(":")[0]
+    path = PACKAGE.parent / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+@pytest.mark.parametrize("name", BUILTIN_RUNTIMES)
+def test_each_builtin_runtime_lives_in_its_folder(name: str) -> None:
+    folder = PACKAGE / "runtimes" / name
+    assert runtimes._BUILTIN[name] == f"nnsweep.runtimes.{name}.info:INFO"
+    info = runtimes.get(name)
+    hooks = {hook: getattr(info, hook) for hook in HOOKS if getattr(info, hook)}
+    assert {"converter", "runner", "probe", "sensitivity"} <= set(hooks)
+    for hook, reference in hooks.items():
+        assert reference.startswith(f"nnsweep.runtimes.{name}."), (hook, reference)
+        assert _module_file(reference).parent == folder and _module_file(reference).is_file(), (hook, reference)
+
+
+def test_the_builtin_runtimes_are_the_five() -> None:
+    assert BUILTIN_RUNTIMES == ("executorch", "onnxruntime", "torch", "litert", "armnn")
+
+
+def test_no_runtime_code_is_left_in_the_old_folders() -> None:
+    assert [p.name for p in (PACKAGE / "convert").glob("*.py")] == ["__init__.py"]  # the plug-ins' contract
+    assert not (PACKAGE / "bench" / "runners").exists()
+    assert (PACKAGE / "runtimes" / "ethosu" / "converter.py").is_file()
+
+
+def _name_branches(source: str) -> list[str]:
+    """Where ``source`` compares with, looks up or keys a mapping by a built-in runtime's name."""
+
+    def names(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value} & set(BUILTIN_RUNTIMES)
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return set().union(*(names(e) for e in node.elts))
+        return set()
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        operands: list[ast.AST] = []
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            operands = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Subscript):
+            operands = [node.slice]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            operands = node.args[:1]
+        if any(names(o) for o in operands):
+            found.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_no_module_outside_the_runtimes_branches_on_a_runtime_name() -> None:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE.parent))
+        if not where.startswith("nnsweep/runtimes/") and (lines := _name_branches(path.read_text())):
+            found[where] = lines
+    unexplained = [f"{where}:{line}" for where, lines in found.items() if where not in NAME_BRANCHES for line in lines]
+    assert unexplained == [], "name the runtime's RuntimeInfo hook instead, or add the module with its reason"
+    assert sorted(found) == sorted(NAME_BRANCHES), "an allowed module no longer branches: take it off the list"
+
+
+def test_a_branch_on_a_runtime_name_is_caught() -> None:
+    source = 'def f(runtime, peaks):\n    return runtime in ("onnxruntime", "x") or peaks.get("torch")\n'
+    assert len(_name_branches(source)) == 2
+    # prose and plain values are not branches
+    assert _name_branches('"""Converts for torch."""\nNAME = "litert"\n') == []

@@ -1,4 +1,4 @@
-"""ExecuTorch's lowering in two steps (nnsweep.convert.lowering): a partition-limit variant
+"""ExecuTorch's lowering in two steps (nnsweep.runtimes.executorch.lowering): a partition-limit variant
 starts from the edge program an earlier conversion in the process made, and its bytes are
 those ExecuTorch's one call gives."""
 
@@ -11,11 +11,11 @@ import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-from nnsweep.convert import lowering
-from nnsweep.convert.executorch import _program
-from nnsweep.convert.partition import EVERY_OP, LimitedPartitioner
 from nnsweep.core.config import PartitionLimits, QuantConfig
 from nnsweep.models import ModelBundle
+from nnsweep.runtimes.common.partition import EVERY_OP, LimitedPartitioner
+from nnsweep.runtimes.executorch import lowering
+from nnsweep.runtimes.executorch.converter import _program
 
 DEFAULT = PartitionLimits()
 ONE_PARTITION = PartitionLimits(max_delegated_partitions=1)  # digits_gn: drops 2-node partitions, not the linear's

@@ -78,7 +78,7 @@ def test_fidelity_is_the_worst_over_outputs_and_accuracy_comes_from_the_first() 
 
 
 def test_tflite_outputs_are_put_in_flatten_order_by_their_numbers() -> None:
-    from nnsweep.bench.runners._outputs import flatten_order
+    from nnsweep.runtimes.common.outputs import flatten_order
 
     names = ["serving_default_output_10_output", "serving_default_output_2_output", "serving_default_output_0_output"]
     assert flatten_order(names) == [2, 1, 0]  # numbers, not text: 10 comes after 2

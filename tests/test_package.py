@@ -12,6 +12,7 @@ HEAVY = ("torch", "ray", "mlflow", "optuna", "executorch", "onnxruntime", "torch
 PACKAGES = [
     "nnsweep",
     "nnsweep.convert",
+    "nnsweep.runtimes.common",
     "nnsweep.bench",
     "nnsweep.models",
     "nnsweep.core.errors",
@@ -44,6 +45,22 @@ def _imported_after(code: str) -> set[str]:
 def test_import_nnsweep_is_light() -> None:
     loaded = _imported_after("import nnsweep, nnsweep.core.runtimes, nnsweep.convert")
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_reading_the_registry_imports_no_runtime() -> None:
+    # every built-in runtime's info.py is read: capabilities are data
+    loaded = _imported_after("from nnsweep.core import runtimes; [runtimes.get(n) for n in runtimes.names()]")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_every_package_folder_is_in_the_wheel() -> None:
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(root).parts) for p in (root / "nnsweep").rglob("__init__.py")}
+    assert folders <= listed, f"add to pyproject.toml's packages: {sorted(folders - listed)}"
 
 
 def test_cli_help_does_not_import_heavy_libraries() -> None:

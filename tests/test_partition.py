@@ -31,7 +31,7 @@ def _lower(limits: PartitionLimits):  # type: ignore[no-untyped-def]
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from nnsweep.convert.partition import LimitedPartitioner, report_from_program
+    from nnsweep.runtimes.common.partition import LimitedPartitioner, report_from_program
 
     torch.manual_seed(0)
     program = torch.export.export(_Split().eval(), (torch.randn(1, 3, 8, 8),))

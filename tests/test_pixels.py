@@ -71,7 +71,7 @@ def _input_dtype(runtime: str, path: Path) -> str:
         return np.dtype(Interpreter(str(path)).get_input_details()[0]["dtype"]).name
     from executorch.runtime import Runtime
 
-    from nnsweep.bench.runners._etlite import _DTYPES
+    from nnsweep.runtimes.executorch.etlite import _DTYPES
 
     program = Runtime.get().load_program(str(path))  # a Method does not keep its Program alive
     method = program.load_method("forward")

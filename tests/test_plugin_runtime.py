@@ -1,5 +1,6 @@
 """A runtime from another package, registered through the ``nnsweep.runtimes`` entry point,
-is probed, searched and measured like a built-in one: the registry is the only list of runtimes."""
+is probed, searched and measured like a built-in one, and keeps the layers its own ranking
+(its sensitivity hook) finds most sensitive in float: the registry is the only list of runtimes."""
 
 from __future__ import annotations
 
@@ -12,23 +13,64 @@ from pathlib import Path
 
 import pytest
 
+from nnsweep.models.digits import DigitsNet
+
 pytestmark = pytest.mark.integration
 
 PLUGIN = '''
-"""pt2: torch.export's ExportedProgram, saved with torch.export.save and run eagerly."""
+"""pt2: torch.export's ExportedProgram, saved with torch.export.save and run eagerly.
+
+Its static int8 rounds each conv and linear weight to 255 levels (per tensor), except in
+the layers ``quant.float_layers`` names; its ranking scores that rounding one layer at a time.
+"""
 from pathlib import Path
 
 from nnsweep.bench import Runner
-from nnsweep.core.config import QuantMode
+from nnsweep.core.config import Calibration, Granularity, QuantMode
 from nnsweep.convert import ConversionResult, Converter, IOSpec, PartitionReport
 from nnsweep.core.runtimes import RuntimeInfo
+
+
+def rounded(module, keep_float):
+    """A copy of ``module`` with the weights of its conv and linear layers on an int8 grid."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(module).eval()
+    with torch.no_grad():
+        for name, layer in model.named_modules():
+            if name in keep_float or not isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear)):
+                continue
+            scale = layer.weight.abs().max() / 127
+            layer.weight.copy_(torch.round(layer.weight / scale) * scale)
+    return model
+
+
+def evaluator(bundle, split, per_channel, reference):
+    """The ranking's evaluator: top-1 and SQNR with the layers ``keep`` left unrounded."""
+    import torch
+
+    from nnsweep.sensitivity.rank import score_outputs, scored_layout, scored_output
+
+    inputs = torch.from_numpy(split.inputs)
+
+    def evaluate(keep):
+        with torch.no_grad():
+            outputs = scored_output(rounded(bundle.module, keep), inputs, bundle, True).numpy()
+        return score_outputs(outputs, reference, split, *scored_layout(bundle))
+
+    return evaluate
 
 
 class Pt2Converter(Converter):
     def convert(self, bundle, config, out_dir: Path) -> ConversionResult:
         import torch
 
-        program = torch.export.export(bundle.module, (bundle.example_input,))
+        module = bundle.module
+        if config.quant.mode is QuantMode.STATIC_INT8:
+            module = rounded(module, set(config.quant.float_layers))
+        program = torch.export.export(module, (bundle.example_input,))
         torch.export.save(program, str(out_dir / "model.pt2"))
         nodes = sum(1 for n in program.graph.nodes if n.op == "call_function")
         return ConversionResult("model.pt2", PartitionReport(config.backends, {"cpu": nodes}), IOSpec())
@@ -59,11 +101,13 @@ INFO = RuntimeInfo(
     name="pt2",
     backends=("cpu",),
     fallback="cpu",
-    modes={QuantMode.FP32: frozenset()},
+    modes={QuantMode.FP32: frozenset(), QuantMode.STATIC_INT8: frozenset(Granularity)},
     unsupported={},
     full_interface=frozenset(),
-    calibrations=frozenset(),
+    calibrations=frozenset({Calibration.MINMAX}),
     delegates=False,
+    mixed_precision=None,  # its converter keeps quant.float_layers in float
+    sensitivity="nnsweep_pt2:evaluator",
     converter="nnsweep_pt2:Pt2Converter",
     runner="nnsweep_pt2:Pt2Runner",
     packages=("torch",),
@@ -120,7 +164,8 @@ def test_a_plugin_runtime_is_probed_searched_and_measured(tmp_path: Path, plugin
     work = tmp_path / "work"
     work.mkdir()
     (work / "sweep.yaml").write_text(
-        "name: plug\nmodel: digits\nspace: {runtime: [pt2]}\nbudget: {trials: 3}\n"
+        "name: plug\nmodel: digits\nspace: {runtime: [pt2], quant: [static_int8], float_layers: [1]}\n"
+        "budget: {trials: 3}\n"
         "measure: {warmup: 1, iters: 20, remeasure: 0}\n"
     )
     cache = tmp_path / "cache"
@@ -145,6 +190,14 @@ def test_a_plugin_runtime_is_probed_searched_and_measured(tmp_path: Path, plugin
     assert run.returncode == 0, run.stderr[-2000:]
     (host,) = json.loads(run.stdout)
     measured = [t for t in host["trials"] if t["status"] == "ok"]
-    assert [t["config"]["runtime"] for t in measured] == ["pt2"]  # its whole space: one configuration
-    assert measured[0]["metrics"]["accuracy"] > 0.9 and measured[0]["metrics"]["latency_p50_ms"] > 0
-    assert measured[0]["partitions"]["nodes_by_backend"]["cpu"] > 0
+    assert {t["config"]["runtime"] for t in measured} == {"pt2"}
+    # the fp32 baseline every device measures first, then its whole space: one configuration
+    by_mode = {t["config"]["quant"]["mode"]: t for t in measured}
+    assert sorted(by_mode) == ["fp32", "static_int8"] and len(measured) == 2
+    mixed = by_mode["static_int8"]
+    assert mixed["metrics"]["accuracy"] > 0.9 and mixed["metrics"]["latency_p50_ms"] > 0
+    assert mixed["partitions"]["nodes_by_backend"]["cpu"] > 0
+    # its own ranking chose the one layer kept float, and was kept in the cache
+    (kept,) = mixed["config"]["quant"]["float_layers"]
+    assert kept in dict(DigitsNet().named_modules())
+    assert list((cache / "sensitivity").rglob("*.json"))

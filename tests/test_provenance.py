@@ -1,5 +1,5 @@
 """torch.fx's provenance records are shared, not deep-copied, while nnsweep converts
-(nnsweep.convert.provenance): the same records, the same artifact."""
+(nnsweep.runtimes.common.provenance): the same records, the same artifact."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from torch import nn
 from torch.fx.traceback import NodeSource, NodeSourceAction
 
-from nnsweep.convert.provenance import shared_node_provenance
+from nnsweep.runtimes.common.provenance import shared_node_provenance
 
 
 def _records() -> list[NodeSource]:

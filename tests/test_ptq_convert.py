@@ -11,10 +11,10 @@ import torch
 from torch import nn
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from nnsweep.convert import ptq_convert
-from nnsweep.convert.executorch import xnnpack_quantizer
-from nnsweep.convert.pt2e import export, ready_for_calibration
 from nnsweep.core.quant import Calibration, Granularity, QuantConfig, QuantMode
+from nnsweep.runtimes.common import ptq_convert
+from nnsweep.runtimes.common.pt2e import export, ready_for_calibration
+from nnsweep.runtimes.executorch.converter import xnnpack_quantizer
 
 
 class _NormsLeftAfterPrepare(nn.Module):

@@ -1,4 +1,4 @@
-"""QAT's fine-tuning and its ranges (nnsweep.convert.quantize, nnsweep.convert.pt2e) on a
+"""QAT's fine-tuning and its ranges (nnsweep.runtimes.common.quantize, nnsweep.runtimes.common.pt2e) on a
 model with two outputs, one of them a concatenation of tensors with different ranges."""
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def test_qat_fine_tunes_every_output_and_observes_shared_ranges_whole(runtime: s
     bundle = load_model(register_live(f"boxes_{runtime}", model, torch.randn(1, 3, 16, 16)))
     quant = QuantConfig("qat_int8")
     if runtime == "executorch":
-        from nnsweep.convert.executorch import xnnpack_quantizer
-        from nnsweep.convert.pt2e import quantize
+        from nnsweep.runtimes.common.pt2e import quantize
+        from nnsweep.runtimes.executorch.converter import xnnpack_quantizer
 
         converted = quantize(bundle, quant, xnnpack_quantizer(quant))
     else:
-        from nnsweep.convert.fx import quantize_fx, quantized_engine
+        from nnsweep.runtimes.common.fx import quantize_fx, quantized_engine
 
         with quantized_engine("x86"):
             converted = quantize_fx(bundle, quant, "x86")

@@ -1,5 +1,5 @@
 """ExecuTorch's last ``run_decompositions`` is skipped only when it has nothing to decompose
-(nnsweep.convert.redecompose): a skip returns what torch's own call would make, a program
+(nnsweep.runtimes.executorch.redecompose): a skip returns what torch's own call would make, a program
 with a target left in the table or one the block did not make is decomposed, and the
 lowered bytes are ExecuTorch's own."""
 
@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram, default_decompositions
 
-from nnsweep.convert import lowering, redecompose
-from nnsweep.convert.redecompose import decompose_only_what_is_left, nothing_to_decompose
+from nnsweep.runtimes.executorch import lowering, redecompose
+from nnsweep.runtimes.executorch.redecompose import decompose_only_what_is_left, nothing_to_decompose
 
 if TYPE_CHECKING:
     from conftest import XnnpackLowering

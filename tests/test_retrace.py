@@ -1,5 +1,5 @@
 """ExecuTorch's plain re-trace is skipped only for a graph untouched since the last one
-(nnsweep.convert.retrace): what a skip returns is what the trace would have made, a graph
+(nnsweep.runtimes.executorch.retrace): what a skip returns is what the trace would have made, a graph
 changed in place is traced again, and the lowered bytes are ExecuTorch's own."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.fx import GraphModule
 
-from nnsweep.convert import lowering
-from nnsweep.convert.retrace import is_plain_retrace, retrace_only_when_changed
+from nnsweep.runtimes.executorch import lowering
+from nnsweep.runtimes.executorch.retrace import is_plain_retrace, retrace_only_when_changed
 
 if TYPE_CHECKING:
     from conftest import XnnpackLowering

@@ -269,7 +269,7 @@ def test_a_model_of_batch_one_fails_the_dynamic_batch_export_without_an_error_lo
     batch_of_one, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The callers fall back to batch 1; torch's fake tensors log an error with a traceback first.
-    from nnsweep.convert.pt2e import export
+    from nnsweep.runtimes.common.pt2e import export
 
     with caplog.at_level("DEBUG"), pytest.raises(Exception):  # noqa: B017 - whatever torch raises
         export(batch_of_one.module, batch_of_one.example_input, dynamic_batch=True)

@@ -16,8 +16,8 @@ import pytest
 
 from nnsweep.artifacts.key import stage_key
 from nnsweep.artifacts.stages import CachedStages, StageStore
-from nnsweep.convert._base import Converter, Stages, quant_settings
 from nnsweep.core.quant import PartitionLimits, QuantConfig
+from nnsweep.runtimes.common.converter import Converter, Stages, quant_settings
 
 TOOLS = {"torch": "2.14.1", "converters": "0" * 16}
 MODEL = "m" * 64
@@ -306,7 +306,7 @@ def test_two_processes_converting_variants_of_one_model_at_once_share_one_whole_
         assert proc.returncode == 0, err[-3000:]
         outs.append(json.loads(out.strip().splitlines()[-1]))
     # digits is one XNNPACK partition already: the limit drops nothing, so both lower the same edge
-    # program to the same bytes (nnsweep.convert.lowering), under two artifact keys
+    # program to the same bytes (nnsweep.runtimes.executorch.lowering), under two artifact keys
     assert outs[0] == outs[1] == {"sha": outs[0]["sha"], "count": 1}
     entries = [m.parent for m in (root / "stages").rglob("meta.json")]
     assert len(entries) == 1 and not list((root / "staging").iterdir())

@@ -1,11 +1,11 @@
-"""A toolchain's function stood in for while any block wants it (nnsweep.convert.stand_in)."""
+"""A toolchain's function stood in for while any block wants it (nnsweep.runtimes.common.stand_in)."""
 
 from __future__ import annotations
 
 import threading
 import types
 
-from nnsweep.convert.stand_in import StandIn
+from nnsweep.runtimes.common.stand_in import StandIn
 
 
 def _own() -> str:

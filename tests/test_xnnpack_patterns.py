@@ -1,5 +1,5 @@
 """XNNPACK's pattern graphs are built only for a program that could match them
-(nnsweep.convert.xnnpack_patterns): the bytes stay ExecuTorch's own, with and without
+(nnsweep.runtimes.executorch.xnnpack_patterns): the bytes stay ExecuTorch's own, with and without
 the ops the patterns need."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from executorch.backends.xnnpack.partition.graphs import bilinear_2d
 from torch import nn
 from torch.fx import Graph
 
-from nnsweep.convert.xnnpack_patterns import PATTERNS, Patterns, edge_op_names, only_where_they_can_match
+from nnsweep.runtimes.executorch.xnnpack_patterns import PATTERNS, Patterns, edge_op_names, only_where_they_can_match
 
 if TYPE_CHECKING:
     from conftest import XnnpackLowering

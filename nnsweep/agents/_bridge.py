@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from nnsweep.agents._capabilities import Capabilities
-from nnsweep.agents._tools import TOOLS, ToolRun
+from nnsweep.agents._tools import ToolRun, tool_for
+from nnsweep.agents._tools import tools as device_tools
 from nnsweep.agents._transport import MeasureReply, MeasureRequest, Transport
 from nnsweep.bench import LatencyStats, Timing
 from nnsweep.core.errors import AgentLost, BenchmarkError, SpecError
@@ -52,9 +53,10 @@ class BridgeTransport(Transport):
         repeats: int = 5,
         timeout_s: float = 600.0,
     ) -> None:
-        unknown = sorted(set(tools) - set(TOOLS))
+        known = device_tools()
+        unknown = sorted(set(tools) - set(known))
         if unknown:
-            raise ValueError(f"no benchmark tool is known for runtime(s) {unknown}; known: {sorted(TOOLS)}")
+            raise ValueError(f"no benchmark tool is known for runtime(s) {unknown}; known: {sorted(known)}")
         self.tools = dict(tools)
         self.workdir = workdir
         self.push_tools = dict(push_tools or {})
@@ -125,10 +127,8 @@ class BridgeTransport(Transport):
         )
 
     def backends(self, runtime: str) -> tuple[str, ...]:
-        """The backends a device's tool can use for ``runtime``."""
-        if runtime == "torch":
-            return ("qnnpack",)  # PyTorch Mobile builds ship QNNPACK (and XNNPACK for float)
-        return ("cpu",)
+        """The backends a device's tool can use for ``runtime`` (its :class:`DeviceTool`'s, for this transport)."""
+        return tool_for(runtime).backends.get(self.name, ("cpu",))
 
     @property
     @abstractmethod
@@ -147,7 +147,8 @@ class BridgeTransport(Transport):
     def measure(self, request: MeasureRequest) -> MeasureReply:
         if request.runtime not in self.tools:
             raise BenchmarkError(f"no benchmark tool for {request.runtime} is configured for this device")
-        build, parse = TOOLS[request.runtime]
+        tool = tool_for(request.runtime)
+        build, parse = tool.command, tool.parse
         self._install_tools()
         remote = f"{self.workdir}/{request.artifact_name}"
         with tempfile.TemporaryDirectory(prefix="nnsweep-push-") as tmp:
@@ -184,7 +185,8 @@ class AdbTransport(BridgeTransport):
     Args:
         serial: the device's serial (``adb -s``); ``None`` for the only device attached.
         adb: the adb executable.
-        tools: runtime -> tool path on the device (default: speed_benchmark_torch in /data/local/tmp).
+        tools: runtime -> tool path on the device (default: each device tool's
+            :attr:`~nnsweep.agents.DeviceTool.android_path`, speed_benchmark_torch in /data/local/tmp).
     """
 
     name = "adb"
@@ -197,7 +199,8 @@ class AdbTransport(BridgeTransport):
         workdir: str = "/data/local/tmp/nnsweep",
         **kwargs: Any,
     ) -> None:
-        super().__init__(tools or {"torch": "/data/local/tmp/speed_benchmark_torch"}, workdir, **kwargs)
+        default = {runtime: tool.android_path for runtime, tool in device_tools().items() if tool.android_path}
+        super().__init__(tools or default, workdir, **kwargs)
         _not_an_option(serial, "serial")
         self.serial = serial
         self.adb = adb
@@ -214,11 +217,6 @@ class AdbTransport(BridgeTransport):
 
     def push_command(self, local: Path, remote: str) -> list[str]:
         return [*self._base(), "push", str(local), remote]
-
-    def backends(self, runtime: str) -> tuple[str, ...]:
-        if runtime == "torch":
-            return ("nnapi", "qnnpack")  # Android: NNAPI through PyTorch Mobile, QNNPACK on the CPU
-        return ("cpu",)
 
 
 class SshTransport(BridgeTransport):

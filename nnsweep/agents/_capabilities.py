@@ -98,27 +98,20 @@ class Capabilities:
         }
 
 
-# Peak resident memory (MB, VmHWM) of each runtime's measuring process, measured on the
-# emulated Cortex-A72 board (device_agents/arm_sim.sh) running the digits model: the
-# process imports the runtime, loads the artifact and times it. Under qemu-user the figure
-# includes the emulator's own translation cache, so a real board needs somewhat less;
-# docs/arm-sim.md has the measurement. A board with less memory than a runtime's peak
-# plus MEASURE_HEADROOM_MB (the agent's own Ray worker, the OS) does not offer it.
-# Measured 2026-11-23 (benchmarks/arm_sim.py, fp32 and int8 digits; the larger, rounded up):
-# ExecuTorch 917 (908 before loading: the measuring process imports torch), torch 713,
-# ONNX Runtime 168, Arm NN 139 (system python3), LiteRT 103.
-# ExecuTorch without PyTorch (a lite agent's torch-free runner, nnsweep.bench.runners._etlite):
-# 83 MB (2026-11-24, ExecuTorchRunner on digits fp32 and static int8 XNNPACK, 200 runs),
-# under its own key.
-MEASURE_PEAK_MB: Mapping[str, int] = {
-    "executorch": 920,
-    "executorch-torch-free": 90,
-    "torch": 720,
-    "onnxruntime": 170,
-    "armnn": 140,
-    "litert": 110,
-}
+# What a board keeps for itself besides a runtime's measuring process (the agent's own Ray
+# worker, the OS); the processes' peaks are the registry's (RuntimeInfo.measure_peak_mb,
+# measured on the emulated Cortex-A72 board: docs/arm-sim.md).
 MEASURE_HEADROOM_MB = 256
+
+
+def measure_peak_mb(runtime: str, measured_as: str = "") -> int:
+    """The peak memory (MB) of ``runtime``'s measuring process, by the runner ``measured_as``
+    (:attr:`~nnsweep.core.runtimes.RuntimeInfo.measure_peak_mb`); 0 when not known."""
+    from nnsweep.core import runtimes
+
+    if runtime not in runtimes.names():
+        return 0
+    return runtimes.get(runtime).measure_peak_mb.get(measured_as, 0)
 
 
 def runtimes_that_fit(
@@ -126,8 +119,9 @@ def runtimes_that_fit(
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
     """Split ``runtimes`` into those a device with ``memory_mb`` can measure and those it cannot.
 
-    ``measured_as`` names the :data:`MEASURE_PEAK_MB` entry of a runtime that measures
-    another way here (``{"executorch": "executorch-torch-free"}`` on a lite agent).
+    ``measured_as`` names the runner of a runtime that measures another way here (its key in
+    :attr:`~nnsweep.core.runtimes.RuntimeInfo.measure_peak_mb`; ExecuTorch's torch-free one
+    on a lite agent).
 
     Returns:
         ``(kept, dropped)``: ``dropped`` maps each runtime left out to the memory (MB) its
@@ -141,7 +135,7 @@ def runtimes_that_fit(
     kept: dict[str, tuple[str, ...]] = {}
     dropped: dict[str, int] = {}
     for runtime, backends in runtimes.items():
-        need = MEASURE_PEAK_MB.get((measured_as or {}).get(runtime, runtime), 0) + MEASURE_HEADROOM_MB
+        need = measure_peak_mb(runtime, (measured_as or {}).get(runtime, "")) + MEASURE_HEADROOM_MB
         if memory_mb > 0 and need > memory_mb:
             dropped[runtime] = need
         else:
@@ -149,11 +143,12 @@ def runtimes_that_fit(
     return kept, dropped
 
 
-# Runtimes whose artifacts only the same release reads: the package whose version the
-# device must share with the host that converts. A .pte's flatbuffer schema and its
-# delegates' payloads change between ExecuTorch releases, and an older runtime reports
-# a newer program as an unreadable file (or runs it wrongly), never as "too new".
-_SAME_RELEASE = {"executorch": "executorch"}
+def _same_release() -> dict[str, str]:
+    """Each runtime whose artifacts only the same release reads, with the package whose version
+    the device must share with the converting host (:attr:`RuntimeInfo.same_release`)."""
+    from nnsweep.core import runtimes
+
+    return {name: info.same_release for name in runtimes.names() if (info := runtimes.get(name)).same_release}
 
 
 def converter_versions() -> dict[str, str]:
@@ -161,7 +156,7 @@ def converter_versions() -> dict[str, str]:
     from importlib import metadata
 
     found = {}
-    for package in set(_SAME_RELEASE.values()):
+    for package in set(_same_release().values()):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -182,7 +177,7 @@ def refuse_version_skew(caps: Capabilities, host_versions: Mapping[str, str]) ->
         'the host converts with executorch 1.5.1, the device runs 1.3.1'
     """
     refused = dict(caps.refused)
-    for runtime, package in _SAME_RELEASE.items():
+    for runtime, package in _same_release().items():
         host, device = host_versions.get(package), caps.versions.get(package)
         if runtime in caps.runtimes and host and device and host != device:
             refused[runtime] = f"the host converts with {package} {host}, the device runs {device}"

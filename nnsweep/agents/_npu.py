@@ -51,7 +51,7 @@ class VelaEstimateTransport(Transport):
         )
 
     def measure(self, request: MeasureRequest) -> MeasureReply:
-        from nnsweep.convert.ethosu import TOSA_IO, TOSA_SIDECAR, run_tosa
+        from nnsweep.runtimes.ethosu.converter import TOSA_IO, TOSA_SIDECAR, run_tosa
 
         est = dict(request.estimates)
         if "inference_time_ms" not in est:

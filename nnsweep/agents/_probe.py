@@ -11,7 +11,6 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import sys
 from importlib import metadata
 
@@ -20,14 +19,7 @@ from nnsweep.agents._capabilities import Capabilities, runtimes_that_fit
 from nnsweep.agents._emulation import detect as detect_emulation
 from nnsweep.agents._emulation import qemu_cpu
 
-__all__ = [
-    "armnn_backends",
-    "executorch_backends",
-    "litert_backends",
-    "onnxruntime_backends",
-    "probe",
-    "torch_backends",
-]
+__all__ = ["probe"]
 
 
 def _cpu_model(emulated: bool) -> str:
@@ -75,84 +67,6 @@ def _memory_mb() -> int:
     return 0
 
 
-def executorch_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
-    from nnsweep.bench.runners.executorch import torch_free
-
-    names = {"XnnpackBackend": "xnnpack"}
-    if torch_free():
-        from nnsweep.bench.runners import _etlite
-
-        try:
-            library = _etlite.find()
-            registered = set(_etlite.backends(library.load()))
-        except _etlite.EtLiteUnavailable:
-            return None
-        # The executorch wheel's own libraries, without its Python package.
-        versions["executorch"] = library.version
-        versions["executorch-runner"] = f"nnsweep etlite (torch-free; ExecuTorch {library.version} libraries)"
-        return (*(name for rid, name in names.items() if rid in registered), "portable")
-    from nnsweep.bench.runners.executorch import bindings
-
-    try:
-        registered = set(bindings()._get_registered_backend_names())
-    except ImportError:
-        return None
-    return (*(name for rid, name in names.items() if rid in registered), "portable")
-
-
-def onnxruntime_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
-    try:
-        import onnxruntime
-
-        from nnsweep.bench.runners.onnxruntime import PROVIDERS
-    except ImportError:
-        return None
-
-    available = set(onnxruntime.get_available_providers())
-    found = [name for name, provider in PROVIDERS.items() if provider in available and name != "cpu"]
-    return (*found, "cpu")
-
-
-def torch_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    engines = set(torch.backends.quantized.supported_engines)
-    return tuple(e for e in ("x86", "fbgemm", "qnnpack", "onednn") if e in engines)
-
-
-def litert_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
-    try:
-        from ai_edge_litert.interpreter import Interpreter  # noqa: F401
-    except ImportError:
-        return None
-    # XNNPACK is LiteRT's default delegate, built into every ai-edge-litert wheel.
-    return ("xnnpack", "cpu")
-
-
-def armnn_backends(versions: dict[str, str]) -> tuple[str, ...] | None:
-    """Arm NN's backends here, asked of PyArmNN in the interpreter it is built for."""
-    from nnsweep.bench._foreign import python_command
-    from nnsweep.core import runtimes
-
-    python = runtimes.get("armnn").python
-    try:
-        with python_command(python, "nnsweep.bench.runners.armnn", "backends") as (argv, env):
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return None  # no such interpreter here: no Arm NN
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        return None  # PyArmNN is not installed for it
-    found = json.loads(lines[-1])
-    # The release (20.08) where the package manager knows it; the library's own version
-    # (22.0.0 in 20.08, the soname's major) is no release number, and is kept apart.
-    versions["armnn"] = str(found.get("release") or f"unknown release (library {found['version']})")
-    versions["armnn-library"] = str(found["version"])
-    return tuple(found["backends"]) or None
-
-
 def probe(device: str, machine: str | None = None) -> Capabilities:
     """Capabilities of this machine as device ``device``."""
     from nnsweep.core import runtimes
@@ -174,7 +88,7 @@ def probe(device: str, machine: str | None = None) -> Capabilities:
     versions["python"] = platform.python_version()
     memory_mb = _memory_mb()
     # A runtime whose measuring process would not fit in this board's memory is not offered.
-    measured_as = {"executorch": "executorch-torch-free"} if "executorch-runner" in versions else {}
+    measured_as = {name: key for name in found for key in runtimes.get(name).measure_peak_mb if key and key in versions}
     found, left_out = runtimes_that_fit(found, memory_mb, measured_as)
     emulated = detect_emulation() is not None
     return Capabilities(

@@ -1,40 +1,19 @@
-"""The runtimes' own benchmark tools: how to call them, and how to read what they print.
-
-A bridge agent runs these on the device (over adb or ssh), because the device cannot
-run nnsweep itself. The parsers read the tools' real output formats:
-
-``speed_benchmark_torch`` (PyTorch Mobile, TorchScript and NNAPI models)::
-
-    Starting benchmark.
-    Running warmup runs.
-    Main runs.
-    Main run finished. Microseconds per iter: 36012.7. Iters per second: 27.768
-
-``benchmark_model`` (TensorFlow Lite / LiteRT)::
-
-    Initialized session in 3.84ms.
-    count 361 first 2795 curr 2704 min 2653 max 2849 avg 2693.12 std 21
-    Inference timings in us: Init: 3840, First inference: 6036807, Warmup (avg): 6.03681e+06, Inference (avg): 2693.12
-    Peak memory footprint (MB): init 2.75391 overall 29.0273
+"""The runtimes' own benchmark tools, run on a device that cannot run nnsweep itself (a
+bridge agent, over adb or ssh): the contract each runtime's tool fills
+(:class:`DeviceTool`, named by its registry entry), what one run reports, and the helpers
+their parsers share. The tools themselves live with their runtimes
+(``nnsweep/runtimes/<name>/device_tool.py``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
-from nnsweep.core.errors import BenchmarkError
+__all__ = ["NUMBER", "DeviceTool", "ToolRun", "float_after", "output_tail", "tool_for", "tools"]
 
-__all__ = [
-    "TOOLS",
-    "ToolRun",
-    "benchmark_model_command",
-    "parse_benchmark_model",
-    "parse_speed_benchmark_torch",
-    "speed_benchmark_torch_command",
-]
-
-_NUMBER = r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+NUMBER = r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
 
 
 @dataclass(frozen=True)
@@ -55,84 +34,53 @@ class ToolRun:
     peak_memory_mb: float | None = None
 
 
-def _float(pattern: str, text: str) -> float | None:
+def float_after(pattern: str, text: str) -> float | None:
+    """The number ``pattern``'s first group matches in ``text``, or ``None``."""
     match = re.search(pattern, text)
     return float(match.group(1)) if match else None
 
 
-def parse_speed_benchmark_torch(text: str) -> ToolRun:
-    """Read ``speed_benchmark_torch`` output.
-
-    Raises:
-        BenchmarkError: the output has no "Main run finished" line (the run failed).
-    """
-    mean = _float(rf"Main run finished\. Microseconds per iter: {_NUMBER}", text)
-    if mean is None:
-        raise BenchmarkError(f"speed_benchmark_torch printed no result: {_tail(text)}")
-    return ToolRun(mean_us=mean)
-
-
-def parse_benchmark_model(text: str) -> ToolRun:
-    """Read TFLite ``benchmark_model`` output.
-
-    Raises:
-        BenchmarkError: the output has no "Inference timings" line (the run failed).
-    """
-    mean = _float(rf"Inference \(avg\): {_NUMBER}", text)
-    if mean is None:
-        raise BenchmarkError(f"benchmark_model printed no result: {_tail(text)}")
-    # The last "count ... avg ... std" line is the main run (the first is the warm-up).
-    stats = re.findall(
-        rf"count (\d+) first {_NUMBER} curr {_NUMBER} min {_NUMBER} max {_NUMBER} avg {_NUMBER} std {_NUMBER}", text
-    )
-    count = min_us = max_us = std = None
-    if stats:
-        last = stats[-1]
-        count, min_us, max_us, std = int(last[0]), float(last[3]), float(last[4]), float(last[6])
-    return ToolRun(
-        mean_us=mean,
-        count=count,
-        init_us=_float(rf"Init: {_NUMBER}", text),
-        first_us=_float(rf"First inference: {_NUMBER}", text),
-        warmup_mean_us=_float(rf"Warmup \(avg\): {_NUMBER}", text),
-        std_us=std,
-        min_us=min_us,
-        max_us=max_us,
-        peak_memory_mb=_float(rf"Peak memory footprint \(MB\): init [-+.\deE]+ overall {_NUMBER}", text),
-    )
-
-
-def _tail(text: str) -> str:
+def output_tail(text: str) -> str:
+    """The last three lines a tool printed, for an error message."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return " | ".join(lines[-3:]) or "(no output)"
 
 
-def speed_benchmark_torch_command(tool: str, model: str, threads: int, warmup: int, iters: int) -> list[str]:
-    """The seeds' invocation: ``--pthreadpool_size --model --use_bundled_input=0 --warmup --iter``."""
-    return [
-        tool,
-        f"--pthreadpool_size={threads}",
-        f"--model={model}",
-        "--use_bundled_input=0",
-        f"--warmup={warmup}",
-        f"--iter={iters}",
-    ]
+@dataclass(frozen=True)
+class DeviceTool:
+    """A runtime's own benchmark tool, run on a device that cannot run nnsweep
+    (:attr:`~nnsweep.core.runtimes.RuntimeInfo.device_tool`).
+
+    Args:
+        command: ``(tool, model, threads, warmup, iters)`` -> the argv that runs it.
+        parse: what the tool printed -> one :class:`ToolRun`.
+        backends: the backends the tool uses, by transport name (``adb``, ``ssh``);
+            ``("cpu",)`` on any other.
+        android_path: where an Android device holds it when the user names none
+            (empty: nowhere by default).
+    """
+
+    command: Callable[[str, str, int, int, int], list[str]]
+    parse: Callable[[str], ToolRun]
+    backends: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    android_path: str = ""
 
 
-def benchmark_model_command(tool: str, model: str, threads: int, warmup: int, iters: int) -> list[str]:
-    """TFLite's ``benchmark_model`` with a fixed number of runs."""
-    return [
-        tool,
-        f"--graph={model}",
-        f"--num_threads={threads}",
-        f"--warmup_runs={warmup}",
-        f"--num_runs={iters}",
-        "--min_secs=0",
-    ]
+def tools() -> dict[str, DeviceTool]:
+    """Each registered runtime that has a device tool, with it."""
+    from nnsweep.core import runtimes
+
+    found = {}
+    for name in runtimes.names():
+        if reference := runtimes.get(name).device_tool:
+            found[name] = runtimes.load_object(reference)
+    return found
 
 
-# runtime -> (command builder, parser): which tool measures which artifacts.
-TOOLS = {
-    "torch": (speed_benchmark_torch_command, parse_speed_benchmark_torch),
-    "litert": (benchmark_model_command, parse_benchmark_model),
-}
+def tool_for(runtime: str) -> DeviceTool:
+    """``runtime``'s device tool.
+
+    Raises:
+        KeyError: it has none.
+    """
+    return tools()[runtime]

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from nnsweep.artifacts.stages import StageStore
-from nnsweep.convert._base import ConversionResult
 from nnsweep.core.artifact import IOSpec, PartitionReport
 from nnsweep.core.atomic import blocking_file
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.digests import file_sha256
 from nnsweep.core.errors import CacheCorrupted, SpecError
+from nnsweep.runtimes.common.converter import ConversionResult
 
 __all__ = ["Artifact", "ArtifactCache", "PackedArtifact", "check_cache_dir", "default_cache_dir"]
 

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.artifacts.key import artifact_key
-from nnsweep.convert._base import Converter, rnn_export_warning_silenced
-from nnsweep.convert.shortcuts import repeated_work_skipped
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.errors import (
@@ -27,6 +25,8 @@ from nnsweep.core.errors import (
     clip,
     first_line,
 )
+from nnsweep.runtimes.common.converter import Converter, rnn_export_warning_silenced
+from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from nnsweep.bench.task import Task
 
     Forker = WarmWorker | ForkHere
-    from nnsweep.convert._base import ConversionResult
     from nnsweep.core.config import DeploymentConfig
     from nnsweep.models import ModelBundle, ModelSnapshot
+    from nnsweep.runtimes.common.converter import ConversionResult
 
 __all__ = [
     "DeploymentResult",

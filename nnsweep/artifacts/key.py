@@ -32,7 +32,9 @@ __all__ = [
     "toolchain_versions",
 ]
 
-_CONVERTERS = Path(__file__).resolve().parent.parent / "convert"
+# Every runtime's code and what they share (nnsweep/runtimes/<name>/, runtimes/common/): a
+# converter imports its runner's helpers too, so the whole folder is digested.
+_RUNTIMES = Path(__file__).resolve().parent.parent / "runtimes"
 
 
 def toolchain_versions(packages: tuple[str, ...]) -> dict[str, str]:
@@ -98,8 +100,8 @@ def _toolchain(runtime: str) -> tuple[tuple[str, str], ...]:
 
 @functools.lru_cache(maxsize=1)
 def _converter_sources() -> str:
-    """A digest of nnsweep's converter code (``nnsweep/convert/*.py``)."""
+    """A digest of nnsweep's converter code (every ``.py`` under ``nnsweep/runtimes/``)."""
     digest = hashlib.sha256()
-    for source in sorted(_CONVERTERS.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    for source in sorted(_RUNTIMES.rglob("*.py")):
+        digest.update(source.relative_to(_RUNTIMES).as_posix().encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()[:16]

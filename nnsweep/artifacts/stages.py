@@ -2,7 +2,7 @@
 
 A conversion's slow part is often shared with other configurations of the same model
 (ExecuTorch's quantized program does not depend on backend order or partition limits).
-A converter asks its :class:`~nnsweep.convert.Stages` for a stage by name and settings;
+A converter asks its :class:`~nnsweep.runtimes.common.converter.Stages` for a stage by name and settings;
 each is kept under ``ROOT/stages/<stage>/ab/<key>/``, keyed by
 :func:`nnsweep.artifacts.key.stage_key`, with ``meta.json`` holding the key, settings,
 toolchain and each file's sha256. Entries are built in a temporary directory on the same
@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from nnsweep.artifacts.key import runtime_toolchain, stage_key
-from nnsweep.convert._base import Stages
 from nnsweep.core.config import canonical_json
 from nnsweep.core.digests import file_sha256
 from nnsweep.core.errors import CacheCorrupted
+from nnsweep.runtimes.common.converter import Stages
 
 __all__ = ["CachedStages", "StageStore"]
 
@@ -50,7 +50,7 @@ class StageStore:
         return self.root / "stages" / stage / key[:2] / key
 
     def for_model(self, model_digest: str, runtime: str) -> CachedStages:
-        """The store as one conversion's :class:`~nnsweep.convert.Stages`: stages of the model
+        """The store as one conversion's :class:`~nnsweep.runtimes.common.converter.Stages`: stages of the model
         ``model_digest`` made with ``runtime``'s toolchain."""
         return CachedStages(self, model_digest, runtime_toolchain(runtime))
 

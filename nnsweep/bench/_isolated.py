@@ -22,7 +22,6 @@ import numpy as np
 from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing
 from nnsweep.bench._machine_lock import MachineLock
-from nnsweep.bench._native_log import error_name, executorch_failure
 from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
@@ -151,8 +150,7 @@ def _read_result(runtime: str, work: Path, returncode: int, stderr: str) -> tupl
     result = json.loads(result_file.read_text())
     if "error" in result:
         message = result["message"]
-        if runtime == "executorch":
-            name, said = error_name(message), executorch_failure(stderr)
-            message += (f" ({name})" if name else "") + (f" (ExecuTorch's log: {said})" if said else "")
+        if detail := runtimes.get(runtime).failure_detail:
+            message = runtimes.load_object(detail)(message, stderr)
         raise BenchmarkError(f"{result['error']}: {message}")
     return Timing.from_dict(result["timing"]), np.load(work / "outputs.npy")

@@ -34,20 +34,15 @@ import sys
 import time
 from pathlib import Path
 
-from nnsweep.bench.runners.executorch import BINDING_MODULES
-
-# Modules a runtime's runner imports only when it loads its first artifact; importing
-# them here (never loading a program) saves that in every child. Each entry names what
-# they need: ExecuTorch's bindings import torch, and where torch is absent (a lite
-# board) the runner is the torch-free one, with nothing to preload.
-_PRELOAD: dict[str, tuple[str, tuple[str, ...]]] = {
-    "executorch": ("torch", BINDING_MODULES),
-}
+from nnsweep.core import runtimes
 
 
 def _preload(runtime: str) -> tuple[str, ...]:
-    needs, modules = _PRELOAD.get(runtime, ("", ()))
-    return modules if needs and importlib.util.find_spec(needs) is not None else ()
+    """What the runtime's runner imports when it loads a first artifact
+    (:attr:`~nnsweep.core.runtimes.RuntimeInfo.preload`): imported here, never loading a
+    program, it is saved in every child; only where the first of them is installed."""
+    modules = runtimes.get(runtime).preload
+    return modules if modules and importlib.util.find_spec(modules[0]) is not None else ()
 
 
 def _threads() -> int:

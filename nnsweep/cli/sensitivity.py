@@ -56,12 +56,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace, cache_dir: Path) -> int:
     from nnsweep.core import runtimes
     from nnsweep.core.quant import QuantMode
-    from nnsweep.sensitivity.ranking import RANKED_RUNTIMES
+    from nnsweep.sensitivity.ranking import ranked_runtimes
 
     try:
         info = runtimes.get(args.runtime)
-        if args.runtime not in RANKED_RUNTIMES:
-            raise SpecError("runtime", f"no per-layer sensitivity for {args.runtime}; use {', '.join(RANKED_RUNTIMES)}")
+        if not info.sensitivity:
+            raise SpecError(
+                "runtime", f"no per-layer sensitivity for {args.runtime}; use {', '.join(ranked_runtimes())}"
+            )
         mode = QuantMode(args.quant) if args.quant in {m.value for m in QuantMode} else None
         if mode is None or not mode.is_int8:
             allowed = ", ".join(m.value for m in QuantMode if m.is_int8)

@@ -1,10 +1,6 @@
-"""Converters: one module per runtime, imported lazily through :mod:`nnsweep.core.runtimes`.
+"""The converter contract under the name plug-in runtimes import it by
+(``from nnsweep.convert import Converter``); the code lives in :mod:`nnsweep.runtimes`."""
 
-This package's own namespace stays light (no torch): the contract and the
-partition report only.
-"""
-
-from nnsweep.convert._base import ConversionResult, Converter
-from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
+from nnsweep.runtimes.common import ConversionResult, Converter, IOSpec, PartitionReport, Placement
 
 __all__ = ["ConversionResult", "Converter", "IOSpec", "PartitionReport", "Placement"]

@@ -1,5 +1,5 @@
 """A runtime's own quantizer options (``quant.options``): checking a configuration's against
-what the runtime declares, drawing them for a sweep, and ONNX Runtime's declarations.
+what the runtime declares, drawing them for a sweep, and the CPU flags that decide how int8 runs.
 
 :class:`~nnsweep.core.quant.QuantOption` declares one option; a runtime lists its own in
 :attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options` and the combinations its toolchain
@@ -18,8 +18,6 @@ from nnsweep.core.quant import OptionValue, QuantConfig, QuantMode, QuantOption
 
 __all__ = [
     "INT8_FLAGS",
-    "ONNXRUNTIME_OPTIONS",
-    "ONNXRUNTIME_REFUSED",
     "SATURATION",
     "RefusedOptions",
     "draw",
@@ -125,42 +123,6 @@ def draw(
         parameter = f"{runtime}.{name}" if values == lists[i] else f"{runtime}.{name}[{','.join(map(shown, values))}]"
         chosen.append(choose(parameter, values))
     return tuple(zip(names, chosen, strict=True))
-
-
-# onnxruntime.quantization's own knobs (1.32). quantize_static takes all four; quantize_dynamic
-# writes QOperator (ConvInteger, MatMulInteger) with uint8 activations quantized at run time
-# (DynamicQuantizeLinear), so only the weights' type and reduce_range are choices there.
-# Every combination below converts and runs on digits (benchmarks/results/onnxruntime_options.md has the figures).
-_INT8_MODES = frozenset({QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8})
-ONNXRUNTIME_OPTIONS = (
-    QuantOption(
-        "quant_format",
-        ("qdq", "qoperator"),
-        frozenset({QuantMode.STATIC_INT8}),
-        "qdq: QuantizeLinear/DequantizeLinear pairs around float ops, which ORT fuses into int8 kernels; "
-        "qoperator: the quantized operators themselves (QLinearConv, QGemm)",
-    ),
-    QuantOption(
-        "activation_type",
-        ("uint8", "int8"),
-        frozenset({QuantMode.STATIC_INT8}),
-        "activations asymmetric uint8 or int8 (dynamic int8 quantizes them to uint8 at run time)",
-    ),
-    QuantOption("weight_type", ("int8", "uint8"), _INT8_MODES, "weights int8 or uint8"),
-    QuantOption(
-        "reduce_range",
-        (False, True),
-        _INT8_MODES,
-        "weights quantized to 7 bits, against int16 overflow in the u8s8 kernels of x86 CPUs without VNNI",
-    ),
-)
-ONNXRUNTIME_REFUSED = (
-    RefusedOptions(
-        (("activation_type", "int8"), ("weight_type", "uint8")),
-        "ONNX Runtime's quantizer refuses int8 activations with uint8 weights "
-        "(check_static_quant_arguments); take uint8 activations or int8 weights",
-    ),
-)
 
 
 # The CPU flags (as /proc/cpuinfo names them) that decide how int8 runs: x86's AVX2 and VNNI

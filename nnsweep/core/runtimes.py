@@ -1,10 +1,12 @@
 """The runtime registry: what each runtime can do, and where its code lives.
 
 Capabilities are plain data so that configurations are validated without
-importing torch, ExecuTorch or ONNX Runtime. The converter and runner of a
-runtime are named by ``"module:attribute"`` and imported only when used.
-Third-party runtimes register a :class:`RuntimeInfo` through the
-``nnsweep.runtimes`` entry point group; a duplicate name is an error.
+importing torch, ExecuTorch or ONNX Runtime. Every piece of code of a runtime
+(converter, runner, probe, layer ranking, device tool) is named by
+``"module:attribute"`` and imported only when used. The built-in runtimes are
+defined in their folders (``nnsweep/runtimes/<name>/info.py``); third-party
+runtimes register a :class:`RuntimeInfo` through the ``nnsweep.runtimes``
+entry point group, with the same hooks. A duplicate name is an error.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from nnsweep.core.errors import SpecError
-from nnsweep.core.options import ONNXRUNTIME_OPTIONS, ONNXRUNTIME_REFUSED, RefusedOptions, normalized
+from nnsweep.core.options import RefusedOptions, normalized
 from nnsweep.core.quant import (
     Calibration,
     Granularity,
@@ -29,10 +31,9 @@ from nnsweep.core.quant import (
 )
 
 __all__ = [
-    "ARMNN_BACKENDS",
     "ETHOS_U_TARGETS",
-    "ONNXRUNTIME_OPTIONS",
-    "SYSTEM_PYTHON",
+    "INT8_GRANULARITIES",
+    "NO_GRANULARITY",
     "Deployment",
     "RefusedOptions",
     "RuntimeInfo",
@@ -43,8 +44,6 @@ __all__ = [
     "npu_target",
     "probe",
 ]
-
-_ALL_GRANULARITIES = frozenset(Granularity)
 
 
 class Deployment(Protocol):
@@ -111,6 +110,32 @@ class RuntimeInfo:
     """The runtime's own quantizer options (``quant.options``), in the order a sweep draws them."""
     refused_options: tuple[RefusedOptions, ...] = ()
     """Combinations of :attr:`quant_options` its toolchain refuses."""
+    sensitivity: str = ""
+    """``"module:function"`` that builds its layer ranking's evaluator (``nnsweep sensitivity``,
+    and ``float_layers`` in a sweep): called with the model's bundle, the scored split, whether
+    weights are per channel and the fp32 outputs on the split, it returns a callable from the
+    layers kept float to a :class:`~nnsweep.sensitivity.rank.Score` (an attribute ``mode``, when
+    it has one, names the int8 mode it ranked in). Empty: its layers are not ranked."""
+    sensitivity_settings: Mapping[str, str] = field(default_factory=dict)
+    """What else tells its rankings apart in their cache key (how its evaluator scores)."""
+    measure_peak_mb: Mapping[str, int] = field(default_factory=dict)
+    """Peak resident memory (MB) of its measuring process on a small board, by runner: ``""``
+    its :attr:`runner`; another key, a runner its probe picked instead and recorded under that
+    key in the versions it fills. A board with less memory than that plus headroom does not
+    offer the runtime; no entry: every board does."""
+    preload: tuple[str, ...] = ()
+    """Modules its runner imports when it loads a first artifact: a warm measuring worker
+    imports them before it forks, where the first of them is installed."""
+    failure_detail: str = ""
+    """``"module:function"`` that adds what the runtime's own log says to a failed
+    measurement's message: called with the message and the measuring process's stderr."""
+    same_release: str = ""
+    """The package whose release a device must share with the host that converts (its
+    artifacts' format changes between releases and an older runtime misreads a newer one);
+    a device with another version of it is refused the runtime. Empty: any release."""
+    device_tool: str = ""
+    """``"module:attribute"`` of the :class:`~nnsweep.agents.DeviceTool` that measures its
+    artifacts on a device without nnsweep (over adb or ssh). Empty: no such tool."""
 
     def options_for(self, mode: QuantMode) -> tuple[QuantOption, ...]:
         """The quantizer options that apply to ``mode``."""
@@ -219,10 +244,12 @@ class RuntimeInfo:
         return tuple(order)
 
 
-_I8 = frozenset({Granularity.PER_CHANNEL, Granularity.PER_TENSOR})
-_NONE: frozenset[Granularity] = frozenset()
+# The weight granularities of an int8 mode, and the none of a float one.
+INT8_GRANULARITIES = frozenset({Granularity.PER_CHANNEL, Granularity.PER_TENSOR})
+NO_GRANULARITY: frozenset[Granularity] = frozenset()
 
-# Arm Ethos-U NPU configurations ExecuTorch's Arm backend compiles for (with Vela).
+# Arm Ethos-U NPU configurations ExecuTorch's Arm backend compiles for (with Vela). Here, not
+# in nnsweep/runtimes/ethosu/, so that a spec's NPU targets are checked without importing a runtime.
 ETHOS_U_TARGETS = (
     "ethos-u55-32",
     "ethos-u55-64",
@@ -244,163 +271,14 @@ def npu_target(config: Deployment) -> str | None:
     return first[0] if first and first[0] in ETHOS_U_TARGETS else None
 
 
-# Arm NN's backends in its own preference order (GPU, then Neon CPU, then the reference kernels);
-# CpuRef, the reference kernels, runs every layer Arm NN parses.
-ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
-# Debian's python3-pyarmnn is built for the system Python, not the project's environment.
-SYSTEM_PYTHON = "/usr/bin/python3"
-# litert-torch's PT2E int8 and Arm NN's TFLite parser, as measured with litert-torch 0.10
-# and Arm NN 20.08 (Debian's; library version 22.0); see nnsweep/convert/litert.py and armnn.py.
-_TFLITE_UNSUPPORTED = {
-    QuantMode.FP16: "litert-torch converts float32 or PT2E-quantized int8 models; "
-    "fp16 weights need ai-edge-quantizer, which nnsweep does not drive yet",
-    QuantMode.QAT_INT8: "QAT is not wired into nnsweep's .tflite path yet; use executorch or torch",
-}
-_ARMNN_UNSUPPORTED = {
-    **_TFLITE_UNSUPPORTED,
-    # Measured: litert-torch's dynamic-range .tflite parses, then Optimize refuses it.
-    QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
-    "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
-    "(LiteRT's dynamic range) is made of; use litert, onnxruntime, executorch or torch for dynamic int8",
-}
-_TFLITE_PACKAGES = ("litert-torch", "ai-edge-litert", "torch", "torchao")
-
-# An Ethos-U NPU runs integer graphs only: fp32, fp16 and dynamic int8 are not in its space.
-_ETHOS_MODES = {QuantMode.STATIC_INT8: _I8, QuantMode.QAT_INT8: _I8}
-
-_BUILTIN: dict[str, RuntimeInfo] = {
-    "executorch": RuntimeInfo(
-        name="executorch",
-        mixed_precision=None,  # its converter keeps quant.float_layers in float
-        probe="nnsweep.agents._probe:executorch_backends",
-        backends=("xnnpack", *ETHOS_U_TARGETS, "portable"),
-        fallback="portable",
-        modes={
-            QuantMode.FP32: _NONE,
-            QuantMode.FP16: _NONE,
-            QuantMode.DYNAMIC_INT8: _I8,
-            QuantMode.STATIC_INT8: _I8,
-            QuantMode.QAT_INT8: _I8,
-        },
-        unsupported={},
-        full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
-        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
-        delegates=True,
-        converter="nnsweep.convert.executorch:ExecuTorchConverter",
-        runner="nnsweep.bench.runners.executorch:ExecuTorchRunner",
-        packages=("executorch", "torch", "torchao", "ethos-u-vela", "tosa-tools"),
-        artifact_suffix=".pte",
-        default_backends=("xnnpack", "portable"),
-        whole_model={target: _ETHOS_MODES for target in ETHOS_U_TARGETS},
-    ),
-    "onnxruntime": RuntimeInfo(
-        name="onnxruntime",
-        mixed_precision=None,  # its converter keeps quant.float_layers in float
-        probe="nnsweep.agents._probe:onnxruntime_backends",
-        backends=("cpu", "xnnpack", "acl", "armnn", "nnapi", "openvino", "cuda"),
-        fallback="cpu",
-        modes={
-            QuantMode.FP32: _NONE,
-            QuantMode.FP16: _NONE,
-            QuantMode.DYNAMIC_INT8: _I8,
-            QuantMode.STATIC_INT8: _I8,
-        },
-        unsupported={
-            QuantMode.QAT_INT8: "ONNX Runtime quantizes an exported graph and has no training loop; "
-            "use executorch or torch for QAT",
-        },
-        full_interface=frozenset({QuantMode.STATIC_INT8}),
-        calibrations=frozenset({Calibration.MINMAX, Calibration.ENTROPY, Calibration.PERCENTILE}),
-        delegates=False,
-        converter="nnsweep.convert.onnxruntime:OnnxRuntimeConverter",
-        runner="nnsweep.bench.runners.onnxruntime:OnnxRuntimeRunner",
-        packages=("onnxruntime", "onnx", "onnxscript", "torch"),
-        artifact_suffix=".onnx",
-        default_backends=("cpu",),
-        quant_options=ONNXRUNTIME_OPTIONS,
-        refused_options=ONNXRUNTIME_REFUSED,
-    ),
-    "torch": RuntimeInfo(
-        name="torch",
-        mixed_precision=None,  # its converter keeps quant.float_layers in float
-        probe="nnsweep.agents._probe:torch_backends",
-        backends=("x86", "fbgemm", "qnnpack", "onednn", "nnapi"),
-        fallback=None,
-        modes={
-            QuantMode.FP32: _NONE,
-            QuantMode.FP16: _NONE,
-            QuantMode.DYNAMIC_INT8: _I8,
-            QuantMode.STATIC_INT8: _I8,
-            QuantMode.QAT_INT8: _I8,
-        },
-        unsupported={},
-        full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
-        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
-        delegates=False,
-        converter="nnsweep.convert.torch:TorchConverter",
-        runner="nnsweep.bench.runners.torch:TorchScriptRunner",
-        packages=("torch",),
-        engine_backends=True,
-        artifact_suffix=".pt",
-        default_backends=("x86", "qnnpack"),
-        # PyTorch Mobile's NNAPI path (its NNAPI preparation workflow): convert_model_to_nnapi takes
-        # the whole model, fp32 or int8 with per-tensor weights only.
-        whole_model={
-            "nnapi": {
-                QuantMode.FP32: _NONE,
-                QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR}),
-                QuantMode.QAT_INT8: frozenset({Granularity.PER_TENSOR}),
-            }
-        },
-    ),
-    "litert": RuntimeInfo(
-        name="litert",
-        mixed_precision=None,  # its converter keeps quant.float_layers in float
-        probe="nnsweep.agents._probe:litert_backends",
-        # The XNNPACK delegate, then LiteRT's builtin CPU kernels for what it does not take.
-        backends=("xnnpack", "cpu"),
-        fallback="cpu",
-        modes={QuantMode.FP32: _NONE, QuantMode.DYNAMIC_INT8: _I8, QuantMode.STATIC_INT8: _I8},
-        # Measured: a float layer's weights came out int8 with one other layer quantized,
-        # every weight float with none (benchmarks/results/mixed_precision.md).
-        float_layers_refused={
-            QuantMode.DYNAMIC_INT8: "litert-torch 0.10's dynamic-range conversion makes every weight int8 "
-            "once one layer is quantized, float layers too"
-        },
-        unsupported=_TFLITE_UNSUPPORTED,
-        full_interface=frozenset({QuantMode.STATIC_INT8}),
-        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
-        delegates=False,
-        no_partitions="LiteRT's XNNPACK delegate takes every op it supports and has no "
-        "max_delegated_partitions/min_nodes_per_partition options (TFLite's GPU, NNAPI and Hexagon delegates do)",
-        converter="nnsweep.convert.litert:LiteRTConverter",
-        runner="nnsweep.bench.runners.litert:LiteRTRunner",
-        packages=_TFLITE_PACKAGES,
-        artifact_suffix=".tflite",
-        default_backends=("xnnpack", "cpu"),
-    ),
-    "armnn": RuntimeInfo(
-        name="armnn",
-        mixed_precision=None,  # its converter keeps quant.float_layers in float
-        probe="nnsweep.agents._probe:armnn_backends",
-        backends=ARMNN_BACKENDS,
-        fallback="CpuRef",
-        # Arm NN 20.08's reference backend aborts the process (an assertion in
-        # GetBiasTypeFromWeightsType) on per-channel int8 weights: per-tensor only.
-        modes={QuantMode.FP32: _NONE, QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR})},
-        unsupported=_ARMNN_UNSUPPORTED,
-        full_interface=frozenset({QuantMode.STATIC_INT8}),
-        calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
-        delegates=False,
-        no_partitions="Arm NN assigns each layer to the first backend in the order that supports it "
-        "and has no partition limits",
-        converter="nnsweep.convert.armnn:ArmNNConverter",
-        runner="nnsweep.bench.runners.armnn:ArmNNRunner",
-        packages=_TFLITE_PACKAGES,
-        artifact_suffix=".tflite",
-        default_backends=("CpuAcc", "CpuRef"),
-        python=SYSTEM_PYTHON,
-    ),
+# The built-in runtimes, each defined in its folder (nnsweep/runtimes/<name>/info.py) and
+# imported when the registry is first read; a plug-in registers through the entry point.
+_BUILTIN: dict[str, str] = {
+    "executorch": "nnsweep.runtimes.executorch.info:INFO",
+    "onnxruntime": "nnsweep.runtimes.onnxruntime.info:INFO",
+    "torch": "nnsweep.runtimes.torch.info:INFO",
+    "litert": "nnsweep.runtimes.litert.info:INFO",
+    "armnn": "nnsweep.runtimes.armnn.info:INFO",
 }
 
 _registry: dict[str, RuntimeInfo] | None = None
@@ -409,7 +287,12 @@ _registry: dict[str, RuntimeInfo] | None = None
 def _load() -> dict[str, RuntimeInfo]:
     global _registry
     if _registry is None:
-        found = dict(_BUILTIN)
+        found: dict[str, RuntimeInfo] = {}
+        for name, reference in _BUILTIN.items():
+            info = load_object(reference)
+            if not isinstance(info, RuntimeInfo) or info.name != name:
+                raise TypeError(f"{reference} must be the RuntimeInfo of {name!r}")
+            found[name] = info
         for entry in metadata.entry_points(group="nnsweep.runtimes"):
             info = entry.load()
             if not isinstance(info, RuntimeInfo):

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from nnsweep.agents._node import check_head_answers, local_token
-from nnsweep.convert._base import toolchain_records_to_debug_log
 from nnsweep.core.errors import SpecError
+from nnsweep.runtimes.common.converter import toolchain_records_to_debug_log
 
 __all__ = ["NAMESPACE", "connect", "keeping_stop_signals", "refuse_foreign"]
 

@@ -411,7 +411,7 @@ class RayExecutor(Executor):
 
         Of the actors tied, the one whose last conversion had the same ``affinity``: its
         process keeps that conversion's edge program, which a partition-limit variant
-        starts from (:mod:`nnsweep.convert.lowering`)."""
+        starts from (:mod:`nnsweep.runtimes.executorch.lowering`)."""
         with self._outstanding_lock:
             fewest = min(self._outstanding.get(id(a), 0) for a in actors)
             tied = [a for a in actors if self._outstanding.get(id(a), 0) == fewest]

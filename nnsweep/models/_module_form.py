@@ -277,7 +277,7 @@ def _frozen(net: Any) -> Any:
     int8 flows then met a weight made by ops ("Expected get_attr node, got call_function");
     torch's FX quantizer replaced the pruned weight ("cannot assign 'torch.FloatTensor' as
     parameter 'weight'"). ``torch.nn.utils.parametrize``'s forms are left to the converters
-    (:func:`nnsweep.convert.fx.bake_parametrizations`), which take them.
+    (:func:`nnsweep.runtimes.common.fx.bake_parametrizations`), which take them.
     """
     import torch
     from torch.nn.utils import prune

@@ -357,7 +357,7 @@ def _rankings(spec: SweepSpec, cache_dir: Path) -> list[tuple[str, str, Sensitiv
     """The layer rankings a sweep with ``space.float_layers`` used, read from the cache."""
     if spec.space.float_layers == (0,):
         return []
-    from nnsweep.sensitivity.ranking import RANKED_RUNTIMES, cached_ranking
+    from nnsweep.sensitivity.ranking import cached_ranking, ranked_runtimes
     from nnsweep.sweep import studies
 
     digest = None
@@ -371,9 +371,10 @@ def _rankings(spec: SweepSpec, cache_dir: Path) -> list[tuple[str, str, Sensitiv
     if not digest:
         return []
     found = []
+    ranked = ranked_runtimes()
     for runtime in spec.space.runtimes:
         for granularity in spec.space.granularity:
-            if runtime in RANKED_RUNTIMES and (report := cached_ranking(digest, runtime, granularity, cache_dir)):
+            if runtime in ranked and (report := cached_ranking(digest, runtime, granularity, cache_dir)):
                 found.append((runtime, granularity.value, report))
     return found
 

@@ -8,8 +8,7 @@ damage sits between two layers. Accuracy ranks and the outputs' SQNR against fp3
 ties (top-1 on 128 samples moves in steps of 0.8 points, so many layers tie).
 
 The toolchain enters through an *evaluator*: layers kept float -> :class:`Score`.
-:func:`onnxruntime_evaluator` is ONNX Runtime's, :mod:`nnsweep.sensitivity.torch_evaluators`
-torch's, :mod:`nnsweep.sensitivity.ranking` the PT2E runtimes'. Nothing heavy is imported
+Each runtime's evaluator lives in its folder (``RuntimeInfo.sensitivity``). Nothing heavy is imported
 at module level.
 """
 
@@ -40,7 +39,6 @@ __all__ = [
     "keep_float",
     "measure",
     "measured_float_in_effect",
-    "onnxruntime_evaluator",
     "quantizable_layers",
     "reference_outputs",
     "score_outputs",
@@ -205,7 +203,7 @@ def quantizable_layers(module: torch.nn.Module, example: torch.Tensor | None = N
     from torch import nn
     from torch.nn.utils.parametrize import ParametrizationList
 
-    from nnsweep.convert.float_region import in_modules
+    from nnsweep.runtimes.common.float_region import in_modules
 
     kinds = (nn.modules.conv._ConvNd, nn.Linear)
     lookups = (nn.Embedding, nn.EmbeddingBag)
@@ -324,54 +322,3 @@ def scored_output(
 
     chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
     return torch.cat([flatten_outputs(module(c))[bundle.dataset.accuracy_output] for c in chunks])
-
-
-_UNFUSED_QDQ = "session.disable_quant_qdq"
-"""ONNX Runtime's session option that keeps QuantizeLinear/DequantizeLinear pairs as they are."""
-
-
-def onnxruntime_evaluator(
-    bundle: ModelBundle, split: Split, per_channel: bool = False, reference: np.ndarray | None = None
-) -> Evaluator:
-    """An evaluator that quantizes with ONNX Runtime (QDQ, minmax) and scores on ``split``.
-
-    The model is exported once (:func:`nnsweep.convert.float_fallback.export_onnx_scoped`);
-    each call quantizes it with the given layers excluded and runs one thread. ``reference``
-    is the fp32 outputs on ``split`` (computed when not given). The QDQ pairs stay unfused
-    (``session.disable_quant_qdq``), so the ranking scores the quantizer's decisions, not the
-    host's int8 kernels (which saturate on x86 without VNNI, unlike on Arm). The models live
-    in a temporary folder removed with the evaluator, or at exit.
-    """
-    import shutil
-    import tempfile
-    import weakref
-    from pathlib import Path
-
-    import numpy as np
-    import onnxruntime as ort
-
-    from nnsweep.convert import float_fallback
-
-    workdir = Path(tempfile.mkdtemp(prefix="nnsweep-sensitivity-"))
-    source = workdir / "model.onnx"
-    float_fallback.export_onnx_scoped(bundle.module, bundle.example_input, source)
-    prepared = workdir / "prepared.onnx"  # pre-processed once: the same model for every run
-    float_fallback.ort_pre_process(source, prepared)
-    calibration = bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES]
-    fp32 = reference_outputs(bundle, split) if reference is None else reference
-
-    def evaluate(keep: frozenset[str]) -> Score:
-        target = workdir / "quantized.onnx"
-        samples = (calibration[i : i + 1] for i in range(len(calibration)))
-        float_fallback.ort_quantize_prepared(prepared, target, samples, sorted(keep), per_channel)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.add_session_config_entry(_UNFUSED_QDQ, "1")  # the quantizer's arithmetic, not the host's kernels
-        session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
-        outs = [session.run(None, {name: split.inputs[i : i + 1]})[scored] for i in range(len(split))]
-        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, *scored_layout(bundle))
-
-    weakref.finalize(evaluate, shutil.rmtree, workdir, ignore_errors=True)
-    return evaluate

@@ -10,37 +10,29 @@ call for the same model and runtime reads it back in milliseconds. The entry car
 sha256 of its content: one truncated or altered since (or written before entries carried
 it), or one that ranks layers the model does not have, is measured again.
 
-The evaluators quantize statically (min/max calibration on the calibration split) and
-score top-1 on the calibration split (for a model without labels, top-1 agreement with
-the fp32 model), not the evaluation split, so choosing the layers does not tune on the
-data a sweep judges accuracy with:
-
-* ``onnxruntime``: ONNX Runtime's ``quantize_static`` (QDQ), ``nodes_to_exclude``;
-* ``torch``: torch.ao FX with nnsweep's qconfig mapping (x86 engine); a model torch.fx
-  cannot trace (which torch's static int8 cannot convert either) through torch's
-  dynamic int8, ``quantize_dynamic`` on its linear layers;
-* ``executorch``: ExecuTorch's XNNPACK PT2E quantizer; ``litert``, ``armnn``:
-  litert-torch's PT2E quantizer (symmetric activations for Arm NN). Both run the
-  quantized (fake-quant) program in torch: the quantizer's decisions, not the
-  delegate's kernels.
+Each runtime's evaluator is its registry entry's hook (:attr:`RuntimeInfo.sensitivity`,
+``nnsweep/runtimes/<name>/sensitivity.py``). They quantize statically (min/max calibration
+on the calibration split) and score top-1 on the calibration split (for a model without
+labels, top-1 agreement with the fp32 model), not the evaluation split, so choosing the
+layers does not tune on the data a sweep judges accuracy with.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nnsweep.convert._base import rnn_export_warning_silenced
-from nnsweep.convert.shortcuts import repeated_work_skipped
+from nnsweep.core import runtimes
 from nnsweep.core.atomic import atomic_path
 from nnsweep.core.digests import json_sha256
 from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
 from nnsweep.core.quant import Granularity
+from nnsweep.runtimes.common.converter import rnn_export_warning_silenced
+from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
 from nnsweep.sensitivity.rank import (
     CALIBRATION_SAMPLES,
     Evaluator,
@@ -51,22 +43,22 @@ from nnsweep.sensitivity.rank import (
     measure,
     quantizable_layers,
     reference_outputs,
-    score_outputs,
     scored_layout,
-    scored_output,
 )
-from nnsweep.sensitivity.torch_evaluators import TorchEvaluator
 
 if TYPE_CHECKING:
     import numpy as np
 
     from nnsweep.models import ModelBundle, Split
 
-__all__ = ["RANKED_RUNTIMES", "cached_ranking", "evaluator", "ranking", "report_from_dict", "report_to_dict"]
+__all__ = ["cached_ranking", "evaluator", "ranked_runtimes", "ranking", "report_from_dict", "report_to_dict"]
 
 log = logging.getLogger(__name__)
 
-RANKED_RUNTIMES = ("onnxruntime", "torch", "executorch", "litert", "armnn")
+
+def ranked_runtimes() -> tuple[str, ...]:
+    """The registered runtimes that rank layers (a :attr:`RuntimeInfo.sensitivity` hook)."""
+    return tuple(name for name in runtimes.names() if runtimes.get(name).sensitivity)
 
 
 def report_to_dict(report: SensitivityReport) -> dict[str, object]:
@@ -117,8 +109,8 @@ def ranking(
         ConversionError: the runtime's quantizer fails on this model (litert-torch 0.10's
             on an ``nn.GRU`` called without a hidden state, for one).
     """
-    if runtime not in RANKED_RUNTIMES:
-        known = ", ".join(RANKED_RUNTIMES)
+    if runtime not in ranked_runtimes():
+        known = ", ".join(ranked_runtimes())
         raise SpecError("runtime", f"no per-layer sensitivity for {runtime}; it has one for: {known}")
     granularity = granularity or Granularity.PER_TENSOR
     path = _entry(bundle.digest, runtime, granularity, cache_root)
@@ -141,8 +133,8 @@ def ranking(
         with rnn_export_warning_silenced(), repeated_work_skipped():
             evaluate = evaluator(bundle, runtime, granularity)  # exports the model
             report = measure(layers, counted, methods=quantize_one)
-        if isinstance(evaluate, TorchEvaluator):
-            report = dataclasses.replace(report, mode=evaluate.mode)
+        if mode := getattr(evaluate, "mode", None):  # an evaluator that may rank in another int8 mode
+            report = dataclasses.replace(report, mode=mode)
     except NnsweepError:
         raise
     except Exception as exc:  # toolchain code: its quantizer cannot take this model
@@ -174,8 +166,7 @@ def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path
         # ties in accuracy broken by the outputs' SQNR against fp32 (rank.SensitivityReport.ranked)
         "tie_break": "sqnr",
     }
-    if runtime in ("onnxruntime", "torch"):  # the quantizer's arithmetic, not the host's kernels (rank.py)
-        settings["scored"] = "quantizer_arithmetic"
+    settings.update(runtimes.get(runtime).sensitivity_settings)
     key = stage_key(digest, "sensitivity", settings, runtime_toolchain(runtime))
     return cache_root / "sensitivity" / key[:2] / f"{key}.json"
 
@@ -242,94 +233,14 @@ def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
 
 def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
     """Top-1 on the calibration split, and the outputs' SQNR against fp32, with the given layers
-    kept float, through ``runtime``'s quantizer."""
-    from nnsweep.sensitivity import rank
-
+    kept float, through ``runtime``'s quantizer (its registry entry's
+    :attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
+    hook = runtimes.get(runtime).sensitivity
+    if not hook:
+        raise SpecError(
+            "runtime", f"no per-layer sensitivity for {runtime}; it has one for: {', '.join(ranked_runtimes())}"
+        )
     split, reference = _scored_split(bundle)
     per_channel = granularity is Granularity.PER_CHANNEL
-    if runtime == "onnxruntime":
-        return rank.onnxruntime_evaluator(bundle, split, per_channel, reference=reference)
-    if runtime == "torch":
-        return TorchEvaluator(bundle, split, per_channel, reference)
-    return _pt2e_evaluator(bundle, split, runtime, per_channel, reference)
-
-
-def _pt2e_evaluator(
-    bundle: ModelBundle, split: Split, runtime: str, per_channel: bool, reference: np.ndarray
-) -> Evaluator:
-    import copy
-
-    import torch
-    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
-
-    from nnsweep.convert import float_fallback
-    from nnsweep.convert._base import printed_to_debug_log
-    from nnsweep.convert.pt2e import export, ready_for_calibration
-    from nnsweep.convert.ptq_convert import convert_ptq
-    from nnsweep.core.quant import Calibration, QuantConfig, QuantMode
-    from nnsweep.models._bundle import takes_batches
-
-    quant = QuantConfig(
-        mode=QuantMode.STATIC_INT8,
-        granularity=Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR,
-        calibration=Calibration.MINMAX,
-    )
-    calibration = torch.from_numpy(split.inputs[:CALIBRATION_SAMPLES])
-    inputs = torch.from_numpy(split.inputs)
-    model = copy.deepcopy(bundle.module).eval()
-    # One batch each to calibrate and score (digits_outlier 122 -> 33 s on executorch, 127
-    # -> 9 s on litert), unless the model takes one sample a call or its shapes specialise
-    # on batch 1; then one sample a call, on a batch-1 program.
-    graph: torch.export.ExportedProgram | None = None
-    if takes_batches(bundle):
-        try:
-            graph = export(model, bundle.example_input, dynamic_batch=True)
-        except Exception:  # toolchain code: the batch-1 program below
-            log.debug("the model does not export with a dynamic batch: ranking one sample a call")
-
-    @functools.cache  # exported when first needed
-    def one_sample_graph() -> torch.export.ExportedProgram:
-        return export(model, bundle.example_input, dynamic_batch=False)
-
-    if runtime == "executorch":
-        from nnsweep.convert.executorch import xnnpack_quantizer
-
-        def quantizer() -> object:
-            return xnnpack_quantizer(quant)
-
-        def prepare(module: torch.nn.Module, chosen: object) -> torch.nn.Module:
-            ready_for_calibration(module)  # as its converter quantizes (nnsweep.convert.pt2e.quantize)
-            return prepare_pt2e(module, chosen)
-
-    else:
-        from nnsweep.convert import litert
-
-        def quantizer() -> object:
-            return litert.litert_quantizer(quant, symmetric_activations=runtime == "armnn")
-
-        def prepare(module: torch.nn.Module, chosen: object) -> torch.nn.Module:
-            return litert.prepare(module, chosen, model)
-
-    def evaluate_on(program: torch.export.ExportedProgram, batched: bool, keep: frozenset[str]) -> Score:
-        chosen = float_fallback.pt2e_keep_float(quantizer(), sorted(keep))
-        module = copy.deepcopy(program).module(check_guards=False)
-        with printed_to_debug_log(log, f"{runtime} quantizer"):  # litert-torch's annotators print
-            prepared = prepare(module, chosen)
-        with torch.no_grad():
-            scored_output(prepared, calibration, bundle, batched)
-            outputs = scored_output(convert_ptq(prepared), inputs, bundle, batched).numpy()
-        return score_outputs(outputs, reference, split, *scored_layout(bundle))
-
-    def evaluate(keep: frozenset[str]) -> Score:
-        nonlocal graph
-        if graph is not None:
-            try:
-                return evaluate_on(graph, True, keep)
-            except Exception as exc:  # toolchain code: the batch-1 program below
-                # litert-torch's quantizer observes a dynamic batch's sizes as if they were
-                # tensors (a Swin block's window partition): "'int' object has no attribute 'numel'"
-                log.debug("the dynamic-batch program does not quantize (%s): ranking one sample a call", exc)
-                graph = None
-        return evaluate_on(one_sample_graph(), False, keep)
-
-    return evaluate
+    build: Callable[..., Evaluator] = runtimes.load_object(hook)
+    return build(bundle, split, per_channel, reference)

@@ -1,1 +1,0 @@
-"""One runner module per runtime, imported lazily through :mod:`nnsweep.core.runtimes`."""

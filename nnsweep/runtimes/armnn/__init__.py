@@ -1,0 +1,1 @@
+"""Arm NN: the LiteRT .tflite, parsed and run by PyArmNN under the system Python."""

@@ -1,0 +1,21 @@
+"""Arm NN's layer ranking: litert-torch's PT2E quantizer with symmetric activations, as its
+converter makes the .tflite. Sits with the rankings; reached through the registry."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nnsweep.runtimes.litert.sensitivity import litert_evaluator
+from nnsweep.sensitivity.rank import Evaluator
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from nnsweep.models import ModelBundle, Split
+
+__all__ = ["evaluator"]
+
+
+def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> Evaluator:
+    """The registry's hook (:attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
+    return litert_evaluator(bundle, split, per_channel, reference, runtime="armnn", symmetric_activations=True)

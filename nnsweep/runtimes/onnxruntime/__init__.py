@@ -1,0 +1,1 @@
+"""ONNX Runtime: a torch.export ONNX graph, quantized by its own tools, run by its execution providers."""

@@ -1,0 +1,87 @@
+"""ONNX Runtime's layer ranking: its own static quantizer (QDQ, min/max), with the chosen
+layers excluded (``nodes_to_exclude``), scored on the quantizer's arithmetic. Sits with the
+rankings (it imports :mod:`nnsweep.sensitivity.rank`); reached through the registry."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nnsweep.sensitivity.rank import (
+    CALIBRATION_SAMPLES,
+    Evaluator,
+    Score,
+    reference_outputs,
+    score_outputs,
+    scored_layout,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from nnsweep.models import ModelBundle, Split
+
+__all__ = ["evaluator", "onnxruntime_evaluator"]
+
+
+def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> Evaluator:
+    """The registry's hook (:attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
+    return onnxruntime_evaluator(bundle, split, per_channel, reference=reference)
+
+
+_UNFUSED_QDQ = "session.disable_quant_qdq"
+"""ONNX Runtime's session option that keeps QuantizeLinear/DequantizeLinear pairs as they are."""
+
+
+def onnxruntime_evaluator(
+    bundle: ModelBundle, split: Split, per_channel: bool = False, reference: np.ndarray | None = None
+) -> Evaluator:
+    """An evaluator that quantizes with ONNX Runtime (QDQ, minmax) and scores on ``split``.
+
+    The model is exported once (:func:`nnsweep.runtimes.common.float_fallback.export_onnx_scoped`);
+    each call quantizes it with the given layers excluded and runs one thread. ``reference``:
+    the fp32 outputs on ``split`` (:func:`~nnsweep.sensitivity.rank.reference_outputs`, computed when not given).
+
+    The quantized model runs with its QDQ pairs left unfused (``session.disable_quant_qdq``):
+    each DequantizeLinear's float values go into a float operator, the arithmetic of the
+    quantizer's decisions and nothing else, as the PT2E rankings run their quantized
+    programs in torch. Fused, the host's int8 kernels would enter the ranking: on an x86 CPU
+    without VNNI their u8s8 products saturate in int16, which a device with VNNI or an Arm
+    CPU does not do (docs/mixed-precision.md).
+
+    The exported and quantized models live in a temporary folder that goes with the
+    evaluator: it is removed when the evaluator is collected, or at the latest when the
+    interpreter exits.
+    """
+    import shutil
+    import tempfile
+    import weakref
+    from pathlib import Path
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from nnsweep.runtimes.common import float_fallback
+
+    workdir = Path(tempfile.mkdtemp(prefix="nnsweep-sensitivity-"))
+    source = workdir / "model.onnx"
+    float_fallback.export_onnx_scoped(bundle.module, bundle.example_input, source)
+    prepared = workdir / "prepared.onnx"  # pre-processed once: the same model for every run
+    float_fallback.ort_pre_process(source, prepared)
+    calibration = bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES]
+    fp32 = reference_outputs(bundle, split) if reference is None else reference
+
+    def evaluate(keep: frozenset[str]) -> Score:
+        target = workdir / "quantized.onnx"
+        samples = (calibration[i : i + 1] for i in range(len(calibration)))
+        float_fallback.ort_quantize_prepared(prepared, target, samples, sorted(keep), per_channel)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.add_session_config_entry(_UNFUSED_QDQ, "1")  # the quantizer's arithmetic, not the host's kernels
+        session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
+        outs = [session.run(None, {name: split.inputs[i : i + 1]})[scored] for i in range(len(split))]
+        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, *scored_layout(bundle))
+
+    weakref.finalize(evaluate, shutil.rmtree, workdir, ignore_errors=True)
+    return evaluate
