@@ -861,9 +861,9 @@ def test_int8_refuses_what_fx_cannot_trace_naming_the_construct_and_the_runtimes
 ) -> None:
     # before: the interpreter's last line ("TypeError: slice indices must be integers or None or
     # have an __index__ method"), which names neither the model's code nor what to do instead
-    from nnsweep.runtimes.torch.converter import TorchConverter
     from nnsweep.core.errors import ConversionError
     from nnsweep.models import load_model, register_live
+    from nnsweep.runtimes.torch.converter import TorchConverter
 
     torch.manual_seed(0)
     bundle = load_model(register_live(model.__name__, model().eval(), torch.randn(1, 5, 6)))

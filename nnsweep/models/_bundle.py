@@ -21,6 +21,7 @@ __all__ = [
     "Split",
     "class_positions",
     "flatten_outputs",
+    "is_tensor",
     "labelled_layout",
     "module_digest",
     "output_columns",
@@ -66,11 +67,16 @@ class Split:
         return h.hexdigest()
 
 
+def is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor, told without importing torch."""
+    return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach")
+
+
 def _as_array(value: Any) -> np.ndarray:
     """``value`` as a numpy array with standard strides (:mod:`nnsweep.models._strides`): a
     torch tensor's values (on the CPU, without its graph), or ``np.asarray`` of anything else
     (a list)."""
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
+    if is_tensor(value):
         value = value.detach().cpu().numpy()
     return standard_array(np.asarray(value))
 

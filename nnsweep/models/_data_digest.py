@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from nnsweep.core.errors import SpecError, clip
+from nnsweep.models._bundle import is_tensor
 
 __all__ = ["data_digest"]
 
@@ -64,7 +65,7 @@ def _feed(h: Any, value: Any) -> None:
         else:
             data = np.ascontiguousarray(value)
             _put(h, b"d", data.tobytes() if not data.dtype.itemsize else data.reshape(-1).view(np.uint8))
-    elif type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
+    elif is_tensor(value):
         _put(h, b"t", str(value.dtype).encode())
         tensor = value.detach().cpu()
         _feed(h, (tensor.float() if str(tensor.dtype) == "torch.bfloat16" else tensor).numpy())

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from nnsweep.core.errors import SpecError, clip, first_line
+from nnsweep.models._bundle import is_tensor
 
 __all__ = ["IMAGE_SUFFIXES", "dataset_splits", "hf_dataset", "image_folder", "stack_samples", "to_array"]
 
@@ -30,7 +31,7 @@ _TARGET_COLUMNS = ("targets", "label", "labels")
 
 def to_array(value: Any) -> Any:
     """A torch tensor's values as numpy (on the CPU, without its graph); anything else as it is."""
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
+    if is_tensor(value):
         return value.detach().cpu().resolve_conj().resolve_neg().numpy()
     return value
 

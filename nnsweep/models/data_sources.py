@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from nnsweep.core.errors import SpecError, clip, excerpt, first_line
+from nnsweep.models._bundle import is_tensor
 from nnsweep.models._data_digest import data_digest
 from nnsweep.models._data_folders import IMAGE_SUFFIXES, dataset_splits, hf_dataset, image_folder, to_array
 from nnsweep.models._user_code import import_function, is_function_reference
@@ -314,7 +315,7 @@ def _subset(targets: Any, indices: np.ndarray, subset: bool, what: str, field: s
         return targets
     if isinstance(targets, np.ndarray):
         return targets[indices]
-    if type(targets).__module__.split(".")[0] == "torch":
+    if is_tensor(targets):
         return targets[indices.tolist()]
     try:
         kept = [targets[int(i)] for i in indices]

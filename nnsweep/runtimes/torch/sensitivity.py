@@ -54,8 +54,8 @@ class TorchEvaluator:
         self.mode = "static_int8"
 
     def __call__(self, keep: frozenset[str]) -> Score:
-        from nnsweep.runtimes.common.fx_untraceable import untraceable
         from nnsweep.core.config import QuantMode
+        from nnsweep.runtimes.common.fx_untraceable import untraceable
 
         if self.mode == "static_int8":
             try:
