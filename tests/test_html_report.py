@@ -209,6 +209,9 @@ def test_links_follow_the_tracking_ui_base_url() -> None:
     assert "127.0.0.1:5000" not in html.split("<footer>", 1)[0].split("</head>", 1)[1]
     without = render_report(sample_spec(), sample_devices()[:1])
     assert ">run</a>" not in without
+    # a sweep run without tracking names no MLflow store in its footer, as `run` prints none
+    assert "No MLflow runs are linked" in without and "MLflow: sqlite" not in without.split("<footer>", 1)[1]
+    assert "MLflow: sqlite" in html.split("<footer>", 1)[1]
 
 
 def test_speedup_chart_is_device_by_configuration(page: _Page) -> None:
