@@ -22,6 +22,7 @@ from nnsweep.cli._args import (
 )
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
+from nnsweep.cli._bench_profile import profile_fields, profile_lines, take_profile
 from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
@@ -78,6 +79,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _config_options(parser)
     _measure_options(parser)
     add_task_options(parser)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed runs, profile a few runs per operator with the runtime's own profiler",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     parser.set_defaults(handler=run)
 
@@ -363,11 +369,21 @@ def _execute_bench(
         log.info("the failure's traceback (the toolchain's own, as its cause):", exc_info=exc)  # -v
         sys.stderr.write(f"nnsweep bench: failed: {_one_line(str(exc))}\n")
         return EXIT_FAILED
+    profile = None
+    if args.profile:  # a separate run, after the timed ones: profiling slows what it watches
+        status.line("profiling per operator ...")
+        profile = take_profile(artifact, snapshot, settings.timeout_s)
     status.clear()
+    p50 = result.timing.latency.p50 if reply is None else None
     if args.json:
-        results().write(json.dumps(result.to_dict() | ({} if reply is None else estimate_fields(reply))) + "\n")
+        fields = {} if profile is None else profile_fields(profile, p50)
+        results().write(
+            json.dumps(result.to_dict() | ({} if reply is None else estimate_fields(reply)) | fields) + "\n"
+        )
     else:
-        results().write(_bench_summary(result, None if reply is None else estimate_lines(reply)) + "\n")
+        summary = _bench_summary(result, None if reply is None else estimate_lines(reply))
+        extra = "" if profile is None else "\n" + "\n".join(profile_lines(profile, p50))
+        results().write(summary + extra + "\n")
     # Nothing int8: no kernel saturates.
     hint = float_note or measured_float(config, result, snapshot) or saturation_hint(config, CPUINFO)
     if hint is not None:
