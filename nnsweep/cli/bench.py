@@ -30,6 +30,7 @@ from nnsweep.core.errors import SpecError, TrialError
 
 if TYPE_CHECKING:
     from nnsweep.bench._evaluate import Evaluation
+    from nnsweep.bench.profile import Profile
 
 # DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
 _BENCH_OPTIONS = {
@@ -374,21 +375,25 @@ def _execute_bench(
         status.line("profiling per operator ...")
         profile = take_profile(artifact, snapshot, settings.timeout_s)
     status.clear()
-    p50 = result.timing.latency.p50 if reply is None else None
-    if args.json:
-        fields = {} if profile is None else profile_fields(profile, p50)
-        results().write(
-            json.dumps(result.to_dict() | ({} if reply is None else estimate_fields(reply)) | fields) + "\n"
-        )
-    else:
-        summary = _bench_summary(result, None if reply is None else estimate_lines(reply))
-        extra = "" if profile is None else "\n" + "\n".join(profile_lines(profile, p50))
-        results().write(summary + extra + "\n")
+    _write_result(args, result, reply, profile)
     # Nothing int8: no kernel saturates.
     hint = float_note or measured_float(config, result, snapshot) or saturation_hint(config, CPUINFO)
     if hint is not None:
         sys.stderr.write(f"nnsweep bench: note: {hint}\n")
     return EXIT_OK
+
+
+def _write_result(args: argparse.Namespace, result: Any, reply: Any, profile: Profile | None) -> None:
+    """The summary (or JSON object), an NPU's estimate in place of the timings, the profile after."""
+    p50 = result.timing.latency.p50 if reply is None else None
+    if args.json:
+        fields = {} if reply is None else estimate_fields(reply)
+        fields |= {} if profile is None else profile_fields(profile, p50)
+        results().write(json.dumps(result.to_dict() | fields) + "\n")
+    else:
+        summary = _bench_summary(result, None if reply is None else estimate_lines(reply))
+        extra = "" if profile is None else "\n" + "\n".join(profile_lines(profile, p50))
+        results().write(summary + extra + "\n")
 
 
 _STOPPED = {
