@@ -188,3 +188,36 @@ def test_bench_profile_json_on_digits(runtime: str, tmp_path: Path, models_dir: 
     assert 0 < result["profile_overhead_ms"] < result["profile_total_ms"]
     assert result["profile_coverage"] == pytest.approx(result["profile_total_ms"] / result["latency_ms"]["p50"])
     assert result["profile_runs"] > 0 and result["profile_s"] > 0
+
+
+def _event(name, start, end, delegate=None):  # type: ignore[no-untyped-def]
+    profile_event = SimpleNamespace(name=name, start_time=start, end_time=end, delegate_debug_id_str=delegate)
+    return SimpleNamespace(profile_event=profile_event)
+
+
+def test_etdump_runs_split_delegate_operators_from_the_delegate_call() -> None:
+    from nnsweep.runtimes.executorch.profile import etdump_events
+
+    load = SimpleNamespace(events=[_event("Method::init", 0, 9_000_000), _event("Program::load_method", 0, 9_000_000)])
+
+    def run(conv_ns: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            events=[
+                _event(None, 0, 3000, "Convert (NC, F32, QD8) #1"),
+                _event(None, 3000, 3000 + conv_ns, "Convolution (NHWC, QC8) IGEMM #1"),
+                _event("DELEGATE_CALL", 0, 5000 + conv_ns),
+                _event("native_call_quantized_decomposed.dequantize_per_tensor.out", 0, 1000),
+                _event("Method::execute", 0, 7000 + conv_ns),
+            ]
+        )
+
+    # the load, one warm-up execution (a slow one), then two profiled executions
+    entries = aggregate(etdump_events([load, run(90_000), run(10_000), run(20_000)], 1, "xnnpack"), runs=2)
+    by_name = {e.name: e for e in entries}
+    assert by_name["Convolution (NHWC, QC8) IGEMM #1"].ms == pytest.approx(0.015)
+    assert by_name["Convolution (NHWC, QC8) IGEMM #1"].kind == "Convolution (NHWC, QC8) IGEMM"
+    assert by_name["DELEGATE_CALL"].ms == pytest.approx(0.002)  # its 5 us less its operators' 3 us
+    dq = by_name["quantized_decomposed.dequantize_per_tensor.out"]
+    assert (dq.kind, dq.backend) == ("quantized_decomposed::dequantize_per_tensor", "portable")
+    profile = Profile(entries, runs=2)
+    assert profile.overhead_ms == pytest.approx(0.003 + 0.001)  # XNNPACK's Convert and the portable dequantize

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["OVERHEAD_KINDS", "OpTime", "Profile", "aggregate", "is_overhead"]
+__all__ = ["OVERHEAD_KINDS", "OVERHEAD_PREFIXES", "OpTime", "Profile", "aggregate", "is_overhead"]
 
 OVERHEAD_KINDS = frozenset(
     {
@@ -39,9 +39,15 @@ OVERHEAD_KINDS = frozenset(
 """Operator kinds (lower case) counted as quantize/dequantize/layout-conversion overhead."""
 
 
+OVERHEAD_PREFIXES = ("convert (", "transpose (")
+"""Kind prefixes counted as overhead: XNNPACK's operators that convert between float and int8
+(``Convert (NC, F32, QD8)``) and its layout transposes (``Transpose (ND, X32)``)."""
+
+
 def is_overhead(kind: str) -> bool:
     """Whether an operator of ``kind`` only converts between representations (q/dq, layout)."""
-    return kind.lower() in OVERHEAD_KINDS
+    lowered = kind.lower()
+    return lowered in OVERHEAD_KINDS or lowered.startswith(OVERHEAD_PREFIXES)
 
 
 @dataclass(frozen=True)
