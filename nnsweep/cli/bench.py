@@ -22,7 +22,6 @@ from nnsweep.cli._args import (
 )
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
-from nnsweep.cli._bench_profile import profile_fields, profile_lines, take_profile
 from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
@@ -372,6 +371,8 @@ def _execute_bench(
         return EXIT_FAILED
     profile = None
     if args.profile:  # a separate run, after the timed ones: profiling slows what it watches
+        from nnsweep.cli._bench_profile import take_profile
+
         status.line("profiling per operator ...")
         profile = take_profile(artifact, snapshot, settings.timeout_s)
     status.clear()
@@ -385,6 +386,8 @@ def _execute_bench(
 
 def _write_result(args: argparse.Namespace, result: Any, reply: Any, profile: Profile | None) -> None:
     """The summary (or JSON object), an NPU's estimate in place of the timings, the profile after."""
+    from nnsweep.cli._bench_profile import profile_fields, profile_lines
+
     p50 = result.timing.latency.p50 if reply is None else None
     if args.json:
         fields = {} if reply is None else estimate_fields(reply)
