@@ -29,6 +29,7 @@ from nnsweep.core.errors import SpecError, TrialError
 
 if TYPE_CHECKING:
     from nnsweep.bench._evaluate import Evaluation
+    from nnsweep.bench.profile import Profile
 
 # DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
 _BENCH_OPTIONS = {
@@ -78,6 +79,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _config_options(parser)
     _measure_options(parser)
     add_task_options(parser)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed runs, profile a few runs per operator with the runtime's own profiler",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     parser.set_defaults(handler=run)
 
@@ -363,16 +369,34 @@ def _execute_bench(
         log.info("the failure's traceback (the toolchain's own, as its cause):", exc_info=exc)  # -v
         sys.stderr.write(f"nnsweep bench: failed: {_one_line(str(exc))}\n")
         return EXIT_FAILED
+    profile = None
+    if args.profile:  # a separate run, after the timed ones: profiling slows what it watches
+        from nnsweep.cli._bench_profile import take_profile
+
+        status.line("profiling per operator ...")
+        profile = take_profile(artifact, snapshot, settings.timeout_s)
     status.clear()
-    if args.json:
-        results().write(json.dumps(result.to_dict() | ({} if reply is None else estimate_fields(reply))) + "\n")
-    else:
-        results().write(_bench_summary(result, None if reply is None else estimate_lines(reply)) + "\n")
+    _write_result(args, result, reply, profile)
     # Nothing int8: no kernel saturates.
     hint = float_note or measured_float(config, result, snapshot) or saturation_hint(config, CPUINFO)
     if hint is not None:
         sys.stderr.write(f"nnsweep bench: note: {hint}\n")
     return EXIT_OK
+
+
+def _write_result(args: argparse.Namespace, result: Any, reply: Any, profile: Profile | None) -> None:
+    """The summary (or JSON object), an NPU's estimate in place of the timings, the profile after."""
+    from nnsweep.cli._bench_profile import profile_fields, profile_lines
+
+    p50 = result.timing.latency.p50 if reply is None else None
+    if args.json:
+        fields = {} if reply is None else estimate_fields(reply)
+        fields |= {} if profile is None else profile_fields(profile, p50)
+        results().write(json.dumps(result.to_dict() | fields) + "\n")
+    else:
+        summary = _bench_summary(result, None if reply is None else estimate_lines(reply))
+        extra = "" if profile is None else "\n" + "\n".join(profile_lines(profile, p50))
+        results().write(summary + extra + "\n")
 
 
 _STOPPED = {

@@ -137,6 +137,15 @@ class RuntimeInfo:
     """``"module:attribute"`` of the :class:`~nnsweep.agents.DeviceTool` that measures its
     artifacts on a device without nnsweep (over adb or ssh). Empty: no such tool."""
 
+    profiler: str = ""
+    """``"module:function"`` that profiles its artifacts per operator (``nnsweep bench --profile``):
+    called in a process of the runtime's interpreter with an unloaded runner, a few float inputs
+    (batch first), the profiled runs and the warm-up runs before them, it returns
+    :class:`~nnsweep.bench.profile.OpTime` entries (:func:`~nnsweep.bench.profile.aggregate`).
+    Empty: :attr:`no_profiler` says why there is no profile."""
+    no_profiler: str = "no per-operator profiler in its Python runtime"
+    """Why the runtime has no :attr:`profiler`, as ``--profile`` prints it."""
+
     def options_for(self, mode: QuantMode) -> tuple[QuantOption, ...]:
         """The quantizer options that apply to ``mode``."""
         return tuple(o for o in self.quant_options if mode in o.modes)

@@ -23,6 +23,7 @@ _ARMNN_UNSUPPORTED = {
 
 INFO = RuntimeInfo(
     name="armnn",
+    no_profiler="no per-operator profiler read through PyArmNN here yet",
     mixed_precision=None,  # its converter keeps quant.float_layers in float
     probe="nnsweep.runtimes.armnn.probe:backends",
     backends=ARMNN_BACKENDS,

@@ -43,6 +43,7 @@ INFO = RuntimeInfo(
     default_backends=("xnnpack", "portable"),
     whole_model=ETHOS_U_WHOLE_MODEL,
     sensitivity="nnsweep.runtimes.executorch.sensitivity:evaluator",
+    profiler="nnsweep.runtimes.executorch.profile:profile",
     measure_peak_mb=MEASURE_PEAK_MB,
     preload=BINDING_MODULES,
     failure_detail="nnsweep.runtimes.executorch.failures:detail",

@@ -18,6 +18,7 @@ TFLITE_PACKAGES = ("litert-torch", "ai-edge-litert", "torch", "torchao")
 
 INFO = RuntimeInfo(
     name="litert",
+    no_profiler="its Python Interpreter has no per-operator profiler (benchmark_model --enable_op_profiling has)",
     mixed_precision=None,  # its converter keeps quant.float_layers in float
     probe="nnsweep.runtimes.litert.probe:backends",
     # The XNNPACK delegate, then LiteRT's builtin CPU kernels for what it does not take.

@@ -35,6 +35,7 @@ INFO = RuntimeInfo(
     quant_options=ONNXRUNTIME_OPTIONS,
     refused_options=ONNXRUNTIME_REFUSED,
     sensitivity="nnsweep.runtimes.onnxruntime.sensitivity:evaluator",
+    profiler="nnsweep.runtimes.onnxruntime.profile:profile",
     # its rankings score the quantizer's arithmetic, not the host's kernels (sensitivity/rank.py)
     sensitivity_settings={"scored": "quantizer_arithmetic"},
     measure_peak_mb={"": 170},

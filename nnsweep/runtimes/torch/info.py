@@ -40,6 +40,7 @@ INFO = RuntimeInfo(
         }
     },
     sensitivity="nnsweep.runtimes.torch.sensitivity:evaluator",
+    profiler="nnsweep.runtimes.torch.profile:profile",
     # its rankings score the quantizer's arithmetic, not the host's kernels (sensitivity/rank.py)
     sensitivity_settings={"scored": "quantizer_arithmetic"},
     measure_peak_mb={"": 720},
