@@ -202,9 +202,7 @@ class Sweep:
                 self.depth or default_depth(self.executor.converters), self.clock(),
                 self.retry,
             )  # fmt: skip
-            self._recorder = Recorder(
-                self.spec, self._scheduler, self.tracker, devices, self.host.eager, self.clock
-            )
+            self._recorder = Recorder(self.spec, self._scheduler, self.tracker, devices, self.host.eager, self.clock)
             self._asker = Asker(self._scheduler, self._recorder, self.host, self.tracker, self.stats, self._start)
             hang_limit_s = self.settings.timeout_s + self.hang_grace_s
             self._results = Results(

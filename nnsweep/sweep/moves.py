@@ -43,6 +43,7 @@ def _most_accurate_first(records: Sequence[TrialRecord], objectives: Sequence[Ob
     sign = -1.0 if first.direction == "maximize" else 1.0  # the best value first, a missing one last
     return sorted(records, key=lambda r: sign * r.metrics.get(first.metric, sign * math.inf))
 
+
 __all__ = ["neighbours", "next_move", "repaired", "resplit"]
 
 
