@@ -13,6 +13,7 @@ import numbers
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,13 @@ class Task:
         values = {}
         for metric, function in zip(self.metrics, self.functions, strict=True):
             try:
-                value = function([o.copy() for o in outs], self.targets)
+                value = _apply(function, outs, self.targets)
             except Exception as exc:  # the user's code, on this deployment's outputs
                 raise MetricError(f"metric {metric.name} raised {first_line(exc)}") from exc
-            values[metric.name] = _number(value, lambda why, m=metric.name: MetricError(f"metric {m} {why}"))
+            try:
+                values[metric.name] = _number(value)
+            except ValueError as exc:
+                raise MetricError(f"metric {metric.name} {exc}") from None
         return values
 
     def check(self, reference: np.ndarray, timeout_s: float = CHECK_SECONDS) -> dict[str, float]:
@@ -74,8 +78,11 @@ class Task:
         values = {}
         for metric, function in zip(self.metrics, self.functions, strict=True):
             field = f"metrics.{metric.name}"
-            value = _bounded(lambda f=function: f([o.copy() for o in outs], self.targets), timeout_s, field)
-            values[metric.name] = _number(value, lambda why, f=field: SpecError(f, f"on the fp32 outputs {why}"))
+            value = _bounded(partial(_apply, function, outs, self.targets), timeout_s, field)
+            try:
+                values[metric.name] = _number(value)
+            except ValueError as exc:
+                raise SpecError(field, f"on the fp32 outputs {exc}") from None
         return values
 
 
@@ -97,16 +104,26 @@ def load_task(
     return Task(tuple(metrics), tuple(functions), targets, tuple(tuple(s) for s in shapes))
 
 
-def _number(value: Any, error: Callable[[str], Exception]) -> float:
+def _apply(function: Callable[..., Any], outputs: list[np.ndarray], targets: Any) -> Any:
+    """``function`` on copies of the outputs (a metric that writes into them spoils no other)."""
+    return function([o.copy() for o in outputs], targets)
+
+
+def _number(value: Any) -> float:
+    """``value`` as a finite float.
+
+    Raises:
+        ValueError: saying what it was instead (``returned str, not a number``).
+    """
     if isinstance(value, np.ndarray) and value.size == 1:
         value = value.reshape(()).item()
     if hasattr(value, "item") and callable(value.item) and not isinstance(value, numbers.Number):
         with contextlib.suppress(Exception):  # not a scalar: reported below as what it is
             value = value.item()  # a 0-d torch tensor
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise error(f"returned {type(value).__name__}, not a number")
+        raise ValueError(f"returned {type(value).__name__}, not a number")
     if not math.isfinite(float(value)):
-        raise error(f"returned {float(value)}, not a finite number")
+        raise ValueError(f"returned {float(value)}, not a finite number")
     return float(value)
 
 

@@ -62,7 +62,7 @@ def profile(runner: Any, inputs: np.ndarray, runs: int, warmup: int) -> tuple[Op
             for i in range(warmup + runs):
                 session.run(None, {name: feeds[i % len(feeds)]})
             trace = json.loads(Path(session.end_profiling()).read_text())
-        except (ValueError, *_ORT_ERRORS) as exc:
+        except (ValueError, *_ORT_ERRORS) as exc:  # type: ignore[misc]  # a tuple of classes, built at import
             raise BenchmarkError(
                 f"ONNX Runtime cannot profile {runner.path.name}: {type(exc).__name__}: {exc}"
             ) from exc
