@@ -341,3 +341,49 @@ def test_a_metric_literal_is_caught() -> None:
     assert sorted(_metric_literals(source)) == ["accuracy_drop", "f'{name}_lo'", "latency_p50_ms"]
     # other keys, and prose that mentions a metric, are not metric names
     assert _metric_literals('"""The latency_p50_ms of a trial."""\nX = {"threads": 1, "label": f"{x}_low"}\n') == []
+
+
+# A package's private modules (``_name``) are its own: what another package needs is
+# exported by the package. The exceptions, each with its reason.
+PRIVATE_IMPORTS = {
+    # nnsweep.agents imports these device tools to export their parsers: through the package
+    # they would read it half-initialised.
+    ("nnsweep.runtimes.litert.device_tool", "nnsweep.agents._tools"): "imported by nnsweep.agents itself",
+    ("nnsweep.runtimes.torch.device_tool", "nnsweep.agents._tools"): "imported by nnsweep.agents itself",
+}
+
+
+def _private_imports(module: str, source: str) -> set[str]:
+    """The private modules of other packages that ``module`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [node.module]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            private = next((i for i, p in enumerate(parts) if p.startswith("_") and i > 0), None)
+            if parts[0] == "nnsweep" and private is not None:
+                owner = ".".join(parts[:private])
+                if not (module + ".").startswith(owner + "."):
+                    found.add(target)
+    return found
+
+
+def test_no_package_imports_another_packages_private_modules() -> None:
+    found = {(name, target) for name, path in _modules().items() for target in _private_imports(name, path.read_text())}
+    unexplained = sorted(found - set(PRIVATE_IMPORTS))
+    assert unexplained == [], "export the name from the package's __init__, or add the import with its reason"
+    assert sorted(found) == sorted(PRIVATE_IMPORTS), "an allowed import is gone: take it off the list"
+
+
+def test_a_private_import_across_packages_is_caught() -> None:
+    source = "from nnsweep.models._bundle import x\nfrom nnsweep.bench._runner import Runner\nimport nnsweep.bench\n"
+    assert _private_imports("nnsweep.runtimes.torch.runner", source) == {
+        "nnsweep.models._bundle",
+        "nnsweep.bench._runner",
+    }
+    assert _private_imports("nnsweep.bench._harness", source) == {"nnsweep.models._bundle"}  # its own package's: fine

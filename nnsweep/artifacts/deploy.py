@@ -32,8 +32,7 @@ from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
 if TYPE_CHECKING:
     import numpy as np
 
-    from nnsweep.bench import Evaluation, MeasureSettings, Timing
-    from nnsweep.bench._warm import ForkHere, WarmWorker
+    from nnsweep.bench import Evaluation, ForkHere, MeasureSettings, Timing, WarmWorker
     from nnsweep.bench.task import Task
 
     Forker = WarmWorker | ForkHere

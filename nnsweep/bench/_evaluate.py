@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnsweep.core.metrics import SQNR
-from nnsweep.models._bundle import output_columns
+from nnsweep.models import output_columns
 
 __all__ = ["Evaluation", "Fidelity", "evaluate", "predicted_classes"]
 
