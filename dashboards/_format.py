@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from nnsweep.core import metrics, runtimes
 from nnsweep.core.config import DeploymentConfig, Interface
+from nnsweep.core.metrics import ACCURACY, LATENCY_P50, LATENCY_P90, SPEEDUP
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
@@ -139,12 +140,12 @@ def fallback_backends(record: TrialRecord) -> set[str]:
 
 def speedup(record: TrialRecord, baseline: TrialRecord | None) -> float | None:
     """p50 speed-up over the device's fp32 baseline (recorded, else computed from the baseline)."""
-    value = record.metrics.get("speedup_vs_fp32")
+    value = record.metrics.get(SPEEDUP)
     if value is not None and math.isfinite(value):
         return float(value)
     if baseline is None:
         return None
-    base, mine = baseline.metrics.get("latency_p50_ms"), record.metrics.get("latency_p50_ms")
+    base, mine = baseline.metrics.get(LATENCY_P50), record.metrics.get(LATENCY_P50)
     if base and mine and math.isfinite(base) and math.isfinite(mine):
         return base / mine
     return None
@@ -177,7 +178,7 @@ def hover_lines(record: TrialRecord, objectives: Sequence[Objective], baseline: 
         f"partition limits: {partition_limits(c)}",
     ]
     metrics = [o.metric for o in objectives]
-    metrics += [m for m in ("latency_p50_ms", "latency_p90_ms", "accuracy") if m not in metrics]
+    metrics += [m for m in (LATENCY_P50, LATENCY_P90, ACCURACY) if m not in metrics]
     for m in metrics:
         note = latency_note(record) if is_latency(m) else ""
         lines.append(f"{metric_name(m, unit=False)}: {fmt(record.metrics.get(m), m)}{note}")
@@ -198,19 +199,20 @@ def remeasured(record: TrialRecord) -> str | None:
     """A re-measured trial's decided p50 with its interval, and the sweep's figure when it
     is more than 10 % away (``None``: not re-measured)."""
     m = record.metrics
-    if "latency_p50_ms_lo" not in m or "latency_p50_ms_hi" not in m:
+    low, high = m.get(metrics.low(LATENCY_P50)), m.get(metrics.high(LATENCY_P50))
+    if low is None or high is None:
         return None
-    coverage = m.get("latency_p50_ms_interval_coverage")
-    text = f"[{fmt(m['latency_p50_ms_lo'], 'latency_p50_ms')}, {fmt(m['latency_p50_ms_hi'], 'latency_p50_ms')}]"
+    coverage = m.get(metrics.coverage(LATENCY_P50))
+    text = f"[{fmt(low, LATENCY_P50)}, {fmt(high, LATENCY_P50)}]"
     if coverage is not None:
         text += f" ({coverage:.0%})"
-    sweep, decided = m.get("latency_p50_ms_sweep"), m.get("latency_p50_ms")
+    sweep, decided = m.get(metrics.swept(LATENCY_P50)), m.get(LATENCY_P50)
     if sweep and decided and abs(sweep / decided - 1.0) > 0.10:
-        text += f"; sweep read {fmt(sweep, 'latency_p50_ms')} ({sweep / decided - 1.0:+.0%})"
+        text += f"; sweep read {fmt(sweep, LATENCY_P50)} ({sweep / decided - 1.0:+.0%})"
     return text
 
 
 def off_by_more_than_10_percent(record: TrialRecord) -> bool:
     """Whether the sweep's own p50 was more than 10 % from the re-measured median."""
-    sweep, decided = record.metrics.get("latency_p50_ms_sweep"), record.metrics.get("latency_p50_ms")
+    sweep, decided = record.metrics.get(metrics.swept(LATENCY_P50)), record.metrics.get(LATENCY_P50)
     return bool(sweep and decided and abs(sweep / decided - 1.0) > 0.10)

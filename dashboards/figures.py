@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from nnsweep.core import metrics
+from nnsweep.core.metrics import ACCURACY, LATENCY_P50
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
@@ -154,7 +156,7 @@ def tradeoff(
                 hoverinfo="skip",
             )
         )
-        ranged = [r for r in front if f"{x_m}_lo" in r.metrics and f"{x_m}_hi" in r.metrics]
+        ranged = [r for r in front if metrics.low(x_m) in r.metrics and metrics.high(x_m) in r.metrics]
         if ranged:  # the re-measured front: each point's interval for the median of its pooled p50s
             fig.add_trace(
                 go.Scatter(
@@ -165,8 +167,8 @@ def tradeoff(
                     error_x={
                         "type": "data",
                         "symmetric": False,
-                        "array": [r.metrics[f"{x_m}_hi"] - r.metrics[x_m] for r in ranged],
-                        "arrayminus": [r.metrics[x_m] - r.metrics[f"{x_m}_lo"] for r in ranged],
+                        "array": [r.metrics[metrics.high(x_m)] - r.metrics[x_m] for r in ranged],
+                        "arrayminus": [r.metrics[x_m] - r.metrics[metrics.low(x_m)] for r in ranged],
                         "color": FRONT,
                     },
                     name="re-measured interval of the median",
@@ -343,8 +345,8 @@ def _speedup_hover(device: str, pick: tuple[TrialRecord, float] | None) -> str:
     lines = [
         f"{device}: {up:.2f}× vs fp32" + (" (from an estimate)" if r.estimated else f.latency_note(r)),
         f"#{r.number} {r.config.label()}",
-        "latency p50: " + f.fmt(r.metrics.get("latency_p50_ms"), "latency_p50_ms") + f.latency_note(r),
-        "accuracy: " + f.fmt(r.metrics.get("accuracy"), "accuracy"),
+        "latency p50: " + f.fmt(r.metrics.get(LATENCY_P50), LATENCY_P50) + f.latency_note(r),
+        "accuracy: " + f.fmt(r.metrics.get(ACCURACY), ACCURACY),
     ]
     if r.feasible is False:
         lines.append("infeasible (no feasible trial of this configuration)")

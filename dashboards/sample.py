@@ -18,7 +18,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import nnsweep.core.metrics as metric
 from nnsweep.core.config import DeploymentConfig, Granularity, PartitionLimits, QuantConfig, QuantMode
+from nnsweep.core.metrics import (
+    ACCURACY,
+    ACCURACY_DROP,
+    LATENCY_MEAN,
+    LATENCY_P50,
+    LATENCY_P90,
+    SIZE,
+    SPEEDUP,
+    TOP1_AGREEMENT,
+)
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.report.html import DeviceTrials, write_report
 from nnsweep.spec import SweepSpec, parse_spec
@@ -36,7 +47,7 @@ def sample_spec(tracking_uri: str = "sqlite:///mlflow.db") -> SweepSpec:
             "name": "sample",
             "model": "digits_gn",
             "devices": ["host", "rpi5", "npu-sim"],
-            "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
+            "objectives": {ACCURACY: "maximize", LATENCY_P50: "minimize"},
             "constraints": {"max_accuracy_drop": 0.01},
             "tracking": {"uri": tracking_uri, "experiment": "sample"},
         }
@@ -76,27 +87,29 @@ def _record(
     rng = random.Random(f"{device}-{number}")
     samples = () if estimated else tuple(sorted(p50 * rng.lognormvariate(0.0, 0.08) for _ in range(200)))
     metrics = {
-        "latency_p50_ms": p50,
-        "latency_p90_ms": p50 * 1.12,
-        "latency_mean_ms": p50 * 1.04,
-        "accuracy": accuracy,
-        "top1_agreement": min(1.0, accuracy + 0.02),
-        "size_bytes": size_kib * 1024,
+        LATENCY_P50: p50,
+        LATENCY_P90: p50 * 1.12,
+        LATENCY_MEAN: p50 * 1.04,
+        ACCURACY: accuracy,
+        TOP1_AGREEMENT: min(1.0, accuracy + 0.02),
+        SIZE: size_kib * 1024,
     }
     if remeasured is not None:  # (low, high, the sweep's own p50): the end of the sweep measured it again
         low, high, sweep = remeasured
         metrics.update(
-            latency_p50_ms_remeasured=p50,
-            latency_p50_ms_lo=low,
-            latency_p50_ms_hi=high,
-            latency_p50_ms_interval_coverage=0.875,
-            latency_p50_ms_sweep=sweep,
+            {
+                metric.remeasured(LATENCY_P50): p50,
+                metric.low(LATENCY_P50): low,
+                metric.high(LATENCY_P50): high,
+                metric.coverage(LATENCY_P50): 0.875,
+                metric.swept(LATENCY_P50): sweep,
+            }
         )
     feasible = None
     if baseline is not None:
-        metrics["speedup_vs_fp32"] = baseline[0] / p50
-        metrics["accuracy_drop"] = baseline[1] - accuracy
-        feasible = metrics["accuracy_drop"] <= 0.01
+        metrics[SPEEDUP] = baseline[0] / p50
+        metrics[ACCURACY_DROP] = baseline[1] - accuracy
+        feasible = metrics[ACCURACY_DROP] <= 0.01
     return TrialRecord(
         "sample",
         device,

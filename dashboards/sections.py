@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from nnsweep.core.metrics import ACCURACY, ACCURACY_DROP, LATENCY_P50, LATENCY_P90, SIZE, SPEEDUP
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
@@ -48,7 +49,7 @@ def _latency_badge(record: TrialRecord) -> str:
     return _ESTIMATE if record.estimated else _EMULATED if record.emulated else ""
 
 
-_EXTRA_COLUMNS = ("latency_p50_ms", "latency_p90_ms", "accuracy", "speedup_vs_fp32", "accuracy_drop", "size_bytes")
+_EXTRA_COLUMNS = (LATENCY_P50, LATENCY_P90, ACCURACY, SPEEDUP, ACCURACY_DROP, SIZE)
 
 
 def esc(text: object) -> str:
@@ -102,14 +103,14 @@ def note(text: str) -> str:
 
 
 def _metric_cell(record: TrialRecord, metric: str, baseline: TrialRecord | None) -> str:
-    if metric == "speedup_vs_fp32":
+    if metric == SPEEDUP:
         value = f.speedup(record, baseline) if record.status.measured else None
     else:
         value = record.metrics.get(metric)
     cell = esc(f.fmt(value, metric))
-    if value is not None and (f.is_latency(metric) or metric == "speedup_vs_fp32"):
+    if value is not None and (f.is_latency(metric) or metric == SPEEDUP):
         cell += _latency_badge(record)
-    if metric == "latency_p50_ms" and (ranged := f.remeasured(record)) is not None:
+    if metric == LATENCY_P50 and (ranged := f.remeasured(record)) is not None:
         flag = " flag" if f.off_by_more_than_10_percent(record) else ""
         cell += f' <span class="interval{flag}" title="re-measured: interval of the median">{esc(ranged)}</span>'
     sort = "" if value is None else repr(float(value))
@@ -150,9 +151,9 @@ def best_card(
         ("threads", esc(c.threads)),
         (
             "latency p50 / p90",
-            esc(" / ".join(f.fmt(m.get(k), k) for k in ("latency_p50_ms", "latency_p90_ms"))) + est,
+            esc(" / ".join(f.fmt(m.get(k), k) for k in (LATENCY_P50, LATENCY_P90))) + est,
         ),
-        ("accuracy", esc(f.fmt(m.get("accuracy"), "accuracy"))),
+        (f.metric_name(ACCURACY, unit=False), esc(f.fmt(m.get(ACCURACY), ACCURACY))),
     ]
     if (ranged := f.remeasured(best)) is not None:
         rows.append(("p50 re-measured", esc(ranged)))
@@ -163,15 +164,15 @@ def best_card(
         )
     up = f.speedup(best, baseline)
     rows.append(("speed-up vs fp32", esc("–" if up is None else f"{up:.2f}×") + (est if up is not None else "")))
-    if "accuracy_drop" in m:
-        rows.append(("accuracy drop vs fp32", esc(f.fmt(m.get("accuracy_drop"), "accuracy_drop"))))
-    shown = {"latency_p50_ms", "latency_p90_ms", "accuracy"}
+    if ACCURACY_DROP in m:
+        rows.append((f.metric_name(ACCURACY_DROP, unit=False), esc(f.fmt(m.get(ACCURACY_DROP), ACCURACY_DROP))))
+    shown = {LATENCY_P50, LATENCY_P90, ACCURACY}
     for o in objectives:
         if o.metric not in shown:
             note = est if f.is_latency(o.metric) else ""
             rows.append((f.metric_name(o.metric), esc(f.fmt(m.get(o.metric), o.metric)) + note))
-    if "size_bytes" in m and all(o.metric != "size_bytes" for o in objectives):
-        rows.append(("artifact size", esc(f.fmt(m.get("size_bytes"), "size_bytes"))))
+    if SIZE in m and all(o.metric != SIZE for o in objectives):
+        rows.append(("artifact size", esc(f.fmt(m.get(SIZE), SIZE))))
     parts = best.partitions
     if parts:
         sizes = ", ".join(str(s) for s in parts.get("sizes", []))
@@ -179,7 +180,7 @@ def best_card(
     if baseline is not None:
         base = (
             f"#{baseline.number} {baseline.config.label()}, p50 "
-            f"{f.fmt(baseline.metrics.get('latency_p50_ms'), 'latency_p50_ms')}{f.latency_note(baseline)}"
+            f"{f.fmt(baseline.metrics.get(LATENCY_P50), LATENCY_P50)}{f.latency_note(baseline)}"
         )
         rows.append(("fp32 baseline", esc(base)))
     if link:

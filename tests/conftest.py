@@ -4,9 +4,11 @@ shared by the whole session so digits trains once per test run."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
+from fakes.network import free_port_between
 
 
 @pytest.fixture(scope="session")
@@ -61,20 +63,7 @@ def tiny_onnx():  # type: ignore[no-untyped-def]
 def free_port_in_rays_worker_range() -> Callable[[], int]:
     """A maker of free ports among the ones Ray gives its workers by default (10002-19999):
     a head or a node's agent there made `ray start` fail before nnsweep moved the workers."""
-    import random
-    import socket
-
-    def make() -> int:
-        for port in random.sample(range(10002, 20000), 200):
-            with socket.socket() as s:
-                try:
-                    s.bind(("0.0.0.0", port))
-                except OSError:
-                    continue
-                return port
-        raise AssertionError("no free port in 10002-19999")
-
-    return make
+    return partial(free_port_between, 10002, 20000)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fakes.network import free_port
 
 from nnsweep.agents import Capabilities, DeviceAgent, MeasureReply, MeasureRequest, Transport
 from nnsweep.agents._arm_cpu import core_name, cores_from_sysfs, describe_cores
@@ -252,12 +252,6 @@ def test_arm_sim_script_parses_and_says_how_to_use_it(tmp_path: Path) -> None:
 # -- the emulated board, end to end -------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _can_emulate() -> str | None:
     if os.environ.get("NNSWEEP_ARM_SIM_TESTS") != "1":
         return "`make test` sets NNSWEEP_ARM_SIM_TESTS=1 where it can build the board (root, x86_64); 0 leaves it out"
@@ -331,7 +325,7 @@ def board(tmp_path_factory: pytest.TempPathFactory, ray_token: Path) -> Iterator
     # client reads its token once (the other clusters of the session use the same one)
     token = ray_token
     ensure_token(token)
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     env = dict(
         os.environ,
@@ -340,7 +334,7 @@ def board(tmp_path_factory: pytest.TempPathFactory, ray_token: Path) -> Iterator
         # Debian bookworm's Python is 3.11.2; Ray matches patch versions unless told otherwise.
         RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL="minor",
         NNSWEEP_TOKEN_FILE=str(token),
-        NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT=str(_free_port()),
+        NNSWEEP_ARM_SIM_DASHBOARD_AGENT_PORT=str(free_port()),
         NNSWEEP_ARM_SIM_AGENT=os.environ.get("NNSWEEP_ARM_SIM_AGENT", "lite"),
     )
     # Builds the root on a new machine (lite agent: benchmarks/results/arm_sim.md has the minutes), or

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.network import free_port
 
 from nnsweep.dashboards.sample import sample_devices, sample_links, sample_spec
 from nnsweep.report.html import REPORT_ARTIFACT, write_report
@@ -190,16 +190,10 @@ def test_report_of_a_real_sweep_renders_offline(tmp_path: Path) -> None:
     assert watch.blocked == [], f"the report tried to reach the network: {watch.blocked}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _mlflow_ui(uri: str, log: Path) -> Iterator[str]:
     """``mlflow ui`` on a free loopback port, as ``nnsweep ui`` starts it; stopped (its process group) after."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]  # fmt: skip
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")

@@ -18,16 +18,11 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from fakes.network import free_port
 
 from nnsweep.agents._node import ensure_token, head_command, join_command, ray_env
 
 pytestmark = [pytest.mark.ray, pytest.mark.integration, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ray_bin() -> str:
@@ -38,7 +33,7 @@ class Cluster:
     """Ray nodes in their own process groups: stopping them touches no other cluster."""
 
     def __init__(self, tmp: Path, token: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         # One token for every cluster of the test session, 0600: a Ray client reads its
         # token once per process, and this test process is a client of each cluster.
@@ -62,7 +57,7 @@ class Cluster:
 
     def join_board(self, name: str = "board", agent_port: int | None = None, boards: int = 1) -> None:
         """Join a node as device board-sim and wait until ``boards`` nodes offer it."""
-        port = agent_port or _free_port()
+        port = agent_port or free_port()
         self._start(name, join_command(self.address, "board-sim", dashboard_agent_port=port, block=True))
         self.wait_for("board-sim", count=boards)
 

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes.network import free_port
 
 from nnsweep.spec import load_spec
 
@@ -191,19 +191,13 @@ def test_ethos_u_example_estimates_on_the_host(tmp_path: Path, shared_cache: Pat
     assert "ethos-u55-128" in proc.stdout and "estimate" in proc.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def two_nodes(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """A Ray head (device ``host``) and a second node on this machine standing in for the board ``rpi5``."""
     from nnsweep.agents._node import ensure_token, head_command, join_command, ray_env
 
     ray = str(Path(sys.executable).parent / "ray")
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     token = tmp_path / "ray" / "auth_token"  # this cluster's own token (0600), not ~/.ray's
     ensure_token(token)
@@ -223,8 +217,8 @@ def two_nodes(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
         raise TimeoutError(f"{device} did not join; see {tmp_path / name}.log")
 
     try:
-        start("head", head_command(port, converters=1, block=True, dashboard_agent_port=_free_port()), "host")
-        start("board", join_command(address, "rpi5", dashboard_agent_port=_free_port(), block=True), "rpi5")
+        start("head", head_command(port, converters=1, block=True, dashboard_agent_port=free_port()), "host")
+        start("board", join_command(address, "rpi5", dashboard_agent_port=free_port(), block=True), "rpi5")
         yield address, env
     finally:
         for node in nodes:

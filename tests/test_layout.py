@@ -8,11 +8,12 @@ imports under ``if TYPE_CHECKING:`` are type annotations only and do not count.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-from nnsweep.core import runtimes
+from nnsweep.core import metrics, runtimes
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
 DASHBOARDS = PACKAGE.parent / "dashboards"
@@ -298,3 +299,91 @@ def test_a_branch_on_a_runtime_name_is_caught() -> None:
     assert len(_name_branches(source)) == 2
     # prose and plain values are not branches
     assert _name_branches('"""Converts for torch."""\nNAME = "litert"\n') == []
+
+
+# A metric's name and its derived keys are spelt in nnsweep.core.metrics only. The strings
+# that look like one but are not the metric, each with its reason.
+METRIC_LITERALS = {
+    ("nnsweep/artifacts/cache.py", "size_bytes"): "a field of the cache's meta.json: a file format, not the metric",
+}
+_DERIVED = (metrics.drop, metrics.remeasured, metrics.low, metrics.high, metrics.swept, metrics.coverage)
+
+
+def _metric_literals(source: str) -> list[str]:
+    """Where ``source`` spells a built-in metric's name or a derived key, or builds one with an f-string."""
+    names = set(metrics.BUILTIN) | {f(m) for m in metrics.BUILTIN for f in _DERIVED}
+    suffixes = tuple(f("") for f in _DERIVED)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and node.value in names:
+            found.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            for before, part in zip(node.values, node.values[1:], strict=False):
+                tail = re.findall(r"^\w*", str(part.value))[0] if isinstance(part, ast.Constant) else ""
+                if isinstance(before, ast.FormattedValue) and tail in suffixes:
+                    found.append(ast.unparse(node))
+    return found
+
+
+def test_metric_names_are_spelt_only_in_the_metric_table() -> None:
+    found = set()
+    for path in sorted([*PACKAGE.rglob("*.py"), *DASHBOARDS.glob("*.py")]):
+        where = str(path.relative_to(PACKAGE.parent))
+        if where != "nnsweep/core/metrics.py":
+            found.update((where, literal) for literal in _metric_literals(path.read_text()))
+    unexplained = sorted(found - set(METRIC_LITERALS))
+    assert unexplained == [], "use nnsweep.core.metrics' constants and key functions, or add the string with its reason"
+    assert sorted(found) == sorted(METRIC_LITERALS), "an allowed string is gone: take it off the list"
+
+
+def test_a_metric_literal_is_caught() -> None:
+    source = 'def f(m, name):\n    return m["latency_p50_ms"], m.get("accuracy_drop"), m[f"{name}_lo"]\n'
+    assert sorted(_metric_literals(source)) == ["accuracy_drop", "f'{name}_lo'", "latency_p50_ms"]
+    # other keys, and prose that mentions a metric, are not metric names
+    assert _metric_literals('"""The latency_p50_ms of a trial."""\nX = {"threads": 1, "label": f"{x}_low"}\n') == []
+
+
+# A package's private modules (``_name``) are its own: what another package needs is
+# exported by the package. The exceptions, each with its reason.
+PRIVATE_IMPORTS = {
+    # nnsweep.agents imports these device tools to export their parsers: through the package
+    # they would read it half-initialised.
+    ("nnsweep.runtimes.litert.device_tool", "nnsweep.agents._tools"): "imported by nnsweep.agents itself",
+    ("nnsweep.runtimes.torch.device_tool", "nnsweep.agents._tools"): "imported by nnsweep.agents itself",
+}
+
+
+def _private_imports(module: str, source: str) -> set[str]:
+    """The private modules of other packages that ``module`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [node.module]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            private = next((i for i, p in enumerate(parts) if p.startswith("_") and i > 0), None)
+            if parts[0] == "nnsweep" and private is not None:
+                owner = ".".join(parts[:private])
+                if not (module + ".").startswith(owner + "."):
+                    found.add(target)
+    return found
+
+
+def test_no_package_imports_another_packages_private_modules() -> None:
+    found = {(name, target) for name, path in _modules().items() for target in _private_imports(name, path.read_text())}
+    unexplained = sorted(found - set(PRIVATE_IMPORTS))
+    assert unexplained == [], "export the name from the package's __init__, or add the import with its reason"
+    assert sorted(found) == sorted(PRIVATE_IMPORTS), "an allowed import is gone: take it off the list"
+
+
+def test_a_private_import_across_packages_is_caught() -> None:
+    source = "from nnsweep.models._bundle import x\nfrom nnsweep.bench._runner import Runner\nimport nnsweep.bench\n"
+    assert _private_imports("nnsweep.runtimes.torch.runner", source) == {
+        "nnsweep.models._bundle",
+        "nnsweep.bench._runner",
+    }
+    assert _private_imports("nnsweep.bench._harness", source) == {"nnsweep.models._bundle"}  # its own package's: fine

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fakes.network import free_port
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -179,17 +180,11 @@ def test_a_malformed_head_address_is_refused_naming_the_option(address: str, sai
     assert check_address("10.0.0.1:6379") == ("10.0.0.1", 6379) and check_address("[::1]:6379") == ("::1", 6379)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again on return: nothing listens there
-
-
 def test_an_address_where_nothing_listens_is_refused_at_once_where_ray_would_wait(tmp_path: Path) -> None:
     """Ray's client waits for a head without end: `nnsweep devices --address` and `run
     --address` hung (over 60 s) on a port with no head, `agent join` printed a timeout
     every 30 s. Now each exits 2 with one line, in well under a second."""
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{free_port()}"  # closed again: nothing listens there
     with pytest.raises(SpecError, match=r"nothing accepts connections at .*Connection refused"):
         check_head_answers(address, option="address")
     env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_TOKEN": "0" * 32}  # no token file to check
@@ -274,12 +269,6 @@ def ray_tmp() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="nr", dir="/tmp")
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _session_pids(sid: int) -> list[int]:
@@ -403,10 +392,10 @@ def test_a_join_whose_agent_starts_too_slowly_says_why_in_one_line(tmp_path: Pat
     ensure_token(token)
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     base["RAY_TMPDIR"] = ray_tmp
-    port = _free_port()
+    port = free_port()
     cli = [sys.executable, "-m", "nnsweep.cli", "agent"]
     head_log = (tmp_path / "head.log").open("wb")
-    head_args = ["head", "--port", str(port), "--token-file", str(token), "--dashboard-agent-port", str(_free_port())]
+    head_args = ["head", "--port", str(port), "--token-file", str(token), "--dashboard-agent-port", str(free_port())]
     head = subprocess.Popen(
         [*cli, *head_args, "--block"],
         env=base,
@@ -423,7 +412,7 @@ def test_a_join_whose_agent_starts_too_slowly_says_why_in_one_line(tmp_path: Pat
             time.sleep(2)
         join_args = ["join", "--address", f"127.0.0.1:{port}", "--device", "slow-board", "--token-file", str(token)]
         join = subprocess.Popen(
-            [*cli, *join_args, "--dashboard-agent-port", str(_free_port())],
+            [*cli, *join_args, "--dashboard-agent-port", str(free_port())],
             env=dict(base, PYTHONPATH=str(slow)),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

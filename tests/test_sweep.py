@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from fakes.tracking import RecordingTracker
 
 from nnsweep.agents import LocalTransport
 from nnsweep.core.errors import ConversionError, ConversionStorageError, InfrastructureError
@@ -20,58 +21,6 @@ from nnsweep.sweep.moves import neighbours
 from nnsweep.sweep.space import device_space
 
 pytestmark = pytest.mark.integration
-
-
-class RecordingTracker:
-    """Stands at the tracker seam: remembers what the coordinator reported."""
-
-    def __init__(self, stop_after: int | None = None) -> None:
-        self.started: list[tuple[str, int]] = []
-        self.finished: list[TrialRecord] = []
-        self.front: dict[str, tuple[list[int], int | None]] = {}
-        self.closed: dict[str, str] = {}
-        self.remeasured: dict[str, dict] = {}  # type: ignore[type-arg]
-        self.summary: dict[str, dict] = {}  # type: ignore[type-arg]
-        self.quiet_calls: list[bool] = []
-        self.stop_after = stop_after
-
-    def bind(self, sweep_id: str) -> None:
-        assert sweep_id  # every study of a sweep carries its generation's id
-
-    def open_device(self, device: str, info: dict) -> None:  # type: ignore[type-arg]
-        assert "arch" in info
-
-    def start_trial(self, device: str, number: int, config: object) -> None:
-        self.started.append((device, number))
-
-    def finish_trial(self, record: TrialRecord) -> None:
-        self.finished.append(record)
-        if self.stop_after is not None and len(self.finished) == self.stop_after:
-            raise KeyboardInterrupt  # as if the user pressed Ctrl-C right here
-
-    def mark_front(  # type: ignore[override]
-        self,
-        device: str,
-        pareto: list[int],
-        best: int | None,
-        remeasured: dict | None = None,
-        summary: dict | None = None,
-    ) -> None:
-        self.front[device] = (list(pareto), best)
-        self.remeasured[device] = dict(remeasured or {})
-        self.summary[device] = dict(summary or {})
-
-    def close_device(self, device: str, status: str = "FINISHED") -> None:
-        self.closed[device] = status
-
-    def quiet(self, on: bool) -> None:
-        self.quiet_calls.append(on)
-
-    def logged(self, device: str) -> dict[int, TrialStatus]:
-        return {r.number: r.status for r in self.finished if r.device == device}
-
-    def disown_trial(self, device: str, number: int) -> None:
-        self.finished = [r for r in self.finished if (r.device, r.number) != (device, number)]
 
 
 def _spec(tmp_path: Path, trials: int, remeasure: int = 0, **space: object) -> object:

@@ -17,7 +17,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,16 +29,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes.network import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 VENV_BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pg_bin() -> Path | None:
@@ -99,7 +93,7 @@ class MlflowServer:
     """``mlflow server`` on PostgreSQL, its artifacts behind its own proxy (``--serve-artifacts``)."""
 
     def __init__(self, backend: str, artifacts: Path, log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.artifacts = artifacts
         self.log_path = log
@@ -164,7 +158,7 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
         os.chown(data, uid, -1)
     else:
         data = tmp_path_factory.mktemp("pg")
-    server = Postgres(pg_bin, data, _free_port(), user)
+    server = Postgres(pg_bin, data, free_port(), user)
     try:
         server.start()
         server.create_database("mlflow")

@@ -2,7 +2,20 @@
 
 from nnsweep.agents._agent import DeviceAgent
 from nnsweep.agents._bridge import AdbTransport, BridgeTransport, SshTransport, bridge_transport
-from nnsweep.agents._capabilities import Capabilities
+from nnsweep.agents._capabilities import Capabilities, converter_versions, refuse_version_skew
+from nnsweep.agents._node import (
+    RAY_ENV,
+    check_head_answers,
+    check_token_file,
+    default_token_path,
+    ensure_token,
+    head_command,
+    join_command,
+    local_token,
+    ray_env,
+    ray_temp_dir,
+    start_failure,
+)
 from nnsweep.agents._npu import VelaEstimateTransport
 from nnsweep.agents._tools import DeviceTool, ToolRun
 from nnsweep.agents._transport import LocalTransport, MeasureReply, MeasureRequest, Transport
@@ -10,6 +23,7 @@ from nnsweep.runtimes.litert.device_tool import parse_benchmark_model
 from nnsweep.runtimes.torch.device_tool import parse_speed_benchmark_torch
 
 __all__ = [
+    "RAY_ENV",
     "AdbTransport",
     "BridgeTransport",
     "Capabilities",
@@ -23,6 +37,18 @@ __all__ = [
     "Transport",
     "VelaEstimateTransport",
     "bridge_transport",
+    "check_head_answers",
+    "check_token_file",
+    "converter_versions",
+    "default_token_path",
+    "ensure_token",
+    "head_command",
+    "join_command",
+    "local_token",
     "parse_benchmark_model",
     "parse_speed_benchmark_torch",
+    "ray_env",
+    "ray_temp_dir",
+    "refuse_version_skew",
+    "start_failure",
 ]

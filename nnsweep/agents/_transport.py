@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nnsweep.agents._capabilities import Capabilities
-from nnsweep.bench import MeasureSettings, Timing, measure_in_subprocess
-from nnsweep.bench._machine_lock import MachineLock
-from nnsweep.bench._warm import WarmWorker, WorkerUnavailable
+from nnsweep.bench import MachineLock, MeasureSettings, Timing, WarmWorker, WorkerUnavailable, measure_in_subprocess
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import InfrastructureError
 

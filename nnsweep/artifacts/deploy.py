@@ -25,14 +25,14 @@ from nnsweep.core.errors import (
     clip,
     first_line,
 )
+from nnsweep.core.metrics import ACCURACY, FIRST_INFERENCE, LOAD, PEAK_RSS, SIZE
 from nnsweep.runtimes.common.converter import Converter, rnn_export_warning_silenced
 from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from nnsweep.bench import Evaluation, MeasureSettings, Timing
-    from nnsweep.bench._warm import ForkHere, WarmWorker
+    from nnsweep.bench import Evaluation, ForkHere, MeasureSettings, Timing, WarmWorker
     from nnsweep.bench.task import Task
 
     Forker = WarmWorker | ForkHere
@@ -189,15 +189,15 @@ class DeploymentResult:
             "config": self.artifact.config.to_dict(),
             "config_digest": self.artifact.config.digest(),
             "latency_ms": t.latency.to_dict(),
-            "load_ms": t.load_ms,
-            "first_inference_ms": t.first_inference_ms,
+            LOAD: t.load_ms,
+            FIRST_INFERENCE: t.first_inference_ms,
             "iterations": t.latency.count,
-            "peak_rss_mb": t.peak_rss_mb,
+            PEAK_RSS: t.peak_rss_mb,
             "rss_before_load_mb": t.rss_before_load_mb,
             "threads": t.threads,
             "loadavg_1m": t.loadavg_1m,
-            "size_bytes": self.artifact.size_bytes,
-            "accuracy": e.accuracy,
+            SIZE: self.artifact.size_bytes,
+            ACCURACY: e.accuracy,
             "metrics": dict(self.metrics),
             "fidelity": e.fidelity.to_dict(),
             "fidelity_per_output": [f.to_dict() for f in e.per_output],

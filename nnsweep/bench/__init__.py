@@ -3,16 +3,19 @@ process of its own per measurement, fresh or forked from a warm worker), the
 machine-wide measurement lock, latency statistics, and accuracy/fidelity."""
 
 from nnsweep.bench._evaluate import Evaluation, Fidelity, evaluate, predicted_classes
+from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing, time_runner
 from nnsweep.bench._isolated import measure_in_subprocess
 from nnsweep.bench._machine_lock import LockWait, MachineLock
+from nnsweep.bench._profiling import profile_in_subprocess
 from nnsweep.bench._runner import Runner
 from nnsweep.bench._stats import LatencyStats, median_ci
-from nnsweep.bench._warm import WarmWorker
+from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
 
 __all__ = [
     "Evaluation",
     "Fidelity",
+    "ForkHere",
     "LatencyStats",
     "LockWait",
     "MachineLock",
@@ -20,9 +23,12 @@ __all__ = [
     "Runner",
     "Timing",
     "WarmWorker",
+    "WorkerUnavailable",
     "evaluate",
     "measure_in_subprocess",
     "median_ci",
     "predicted_classes",
+    "profile_in_subprocess",
+    "python_command",
     "time_runner",
 ]

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnsweep.models._bundle import output_columns
+from nnsweep.core.metrics import SQNR
+from nnsweep.models import output_columns
 
 __all__ = ["Evaluation", "Fidelity", "evaluate", "predicted_classes"]
 
@@ -27,7 +28,7 @@ class Fidelity:
     def to_dict(self) -> dict[str, float | None]:
         d: dict[str, float | None] = dict(self.__dict__)
         if not math.isfinite(self.sqnr_db):
-            d["sqnr_db"] = None  # JSON has no infinity: null with max_abs_err 0 means bit-identical
+            d[SQNR] = None  # JSON has no infinity: null with max_abs_err 0 means bit-identical
         return d
 
     @classmethod

@@ -14,6 +14,7 @@ import numpy as np
 from nnsweep.bench._contention import CoreClock, contended, others_cores
 from nnsweep.bench._runner import Runner
 from nnsweep.bench._stats import LatencyStats, median_ci
+from nnsweep.core.metrics import FIRST_INFERENCE, LOAD, PEAK_RSS
 
 __all__ = ["MeasureSettings", "Timing", "time_runner"]
 
@@ -129,11 +130,11 @@ class Timing:
     def to_dict(self) -> dict[str, object]:
         low, high = self.p50_ci95_ms
         return {
-            "load_ms": self.load_ms,
-            "first_inference_ms": self.first_inference_ms,
+            LOAD: self.load_ms,
+            FIRST_INFERENCE: self.first_inference_ms,
             "latency_ms": self.latency.to_dict(),
             "samples_ms": list(self.samples_ms),
-            "peak_rss_mb": self.peak_rss_mb,
+            PEAK_RSS: self.peak_rss_mb,
             "rss_before_load_mb": self.rss_before_load_mb,
             "threads": self.threads,
             "loadavg_1m": self.loadavg_1m,
@@ -151,11 +152,11 @@ class Timing:
     def from_dict(cls, d: dict[str, object]) -> Timing:
         samples = tuple(float(s) for s in d["samples_ms"])  # type: ignore[attr-defined]
         return cls(
-            load_ms=float(d["load_ms"]),  # type: ignore[arg-type]
-            first_inference_ms=float(d["first_inference_ms"]),  # type: ignore[arg-type]
+            load_ms=float(d[LOAD]),  # type: ignore[arg-type]
+            first_inference_ms=float(d[FIRST_INFERENCE]),  # type: ignore[arg-type]
             latency=LatencyStats.from_samples(samples),
             samples_ms=samples,
-            peak_rss_mb=float(d["peak_rss_mb"]),  # type: ignore[arg-type]
+            peak_rss_mb=float(d[PEAK_RSS]),  # type: ignore[arg-type]
             rss_before_load_mb=float(d["rss_before_load_mb"]),  # type: ignore[arg-type]
             threads=int(d["threads"]),  # type: ignore[call-overload]
             loadavg_1m=None if d.get("loadavg_1m") is None else float(d["loadavg_1m"]),  # type: ignore[arg-type]

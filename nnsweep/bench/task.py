@@ -21,8 +21,7 @@ import numpy as np
 
 from nnsweep.core.errors import MetricError, SpecError, first_line
 from nnsweep.core.metrics import UserMetric
-from nnsweep.models import import_function
-from nnsweep.models._bundle import output_columns
+from nnsweep.models import import_function, output_columns
 
 __all__ = ["CHECK_SECONDS", "Task", "load_task"]
 

@@ -19,7 +19,7 @@ def take_profile(artifact: Any, snapshot: Any, timeout_s: float) -> Profile:
 
     A profiler that fails costs the profile only: its reason comes back in place of the entries.
     """
-    from nnsweep.bench._profiling import profile_in_subprocess
+    from nnsweep.bench import profile_in_subprocess
 
     config = artifact.config
     if (npu := runtimes.npu_target(config)) is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 def _ray_client_env(address: str | None, allow_readable: bool = False) -> None:
     """Before this process joins a cluster as a Ray client: a head that answers at ``address``,
     token mode, a token that only we can read, minor-version matching (see nnsweep.agents._node)."""
-    from nnsweep.agents._node import RAY_ENV, check_head_answers, check_token_file, default_token_path
+    from nnsweep.agents import RAY_ENV, check_head_answers, check_token_file, default_token_path
 
     if not address:
         return

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
 
 def _head(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.agents._node import check_token_file, default_token_path, ensure_token, head_command, ray_env
+    from nnsweep.agents import check_token_file, default_token_path, ensure_token, head_command, ray_env
     from nnsweep.cli._ports import check_port_free
 
     try:
@@ -97,7 +97,7 @@ def _head(args: argparse.Namespace, cache_dir: Path) -> int:
 def _join(args: argparse.Namespace, cache_dir: Path) -> int:
     import time
 
-    from nnsweep.agents._node import (
+    from nnsweep.agents import (
         check_head_answers,
         check_token_file,
         default_token_path,

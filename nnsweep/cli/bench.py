@@ -28,7 +28,7 @@ from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
 
 if TYPE_CHECKING:
-    from nnsweep.bench._evaluate import Evaluation
+    from nnsweep.bench import Evaluation
     from nnsweep.bench.profile import Profile
 
 # DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
@@ -317,7 +317,7 @@ def _execute_bench(
     """
     from nnsweep.artifacts import deploy
     from nnsweep.artifacts.cache import ArtifactCache
-    from nnsweep.bench._warm import ForkHere
+    from nnsweep.bench import ForkHere
     from nnsweep.models import SnapshotStore
 
     cache = ArtifactCache(cache_dir)

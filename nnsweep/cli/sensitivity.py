@@ -13,6 +13,7 @@ from nnsweep.cli._args import _positive_shape
 from nnsweep.cli._output import EXIT_OK, Status, _usage_error, results
 from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import SpecError
+from nnsweep.core.metrics import SQNR
 from nnsweep.core.quant import Granularity
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def _json(
             {
                 "layer": e.layer,
                 "cost": report.score(e, "quantize_one"),
-                "sqnr_db": e.quantize_one_sqnr if math.isfinite(e.quantize_one_sqnr) else None,
+                SQNR: e.quantize_one_sqnr if math.isfinite(e.quantize_one_sqnr) else None,
                 "inert": e.inert,  # its int8 changes nothing: the quantizer leaves it float
             }
             for e in report.ranked_entries("quantize_one")

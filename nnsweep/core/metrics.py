@@ -16,7 +16,14 @@ __all__ = [
     "ACCURACY",
     "ACCURACY_DROP",
     "BUILTIN",
+    "FIRST_INFERENCE",
+    "LATENCY_MEAN",
     "LATENCY_P50",
+    "LATENCY_P90",
+    "LATENCY_P99",
+    "LOAD",
+    "MAX_ABS_ERR",
+    "MEAN_ABS_ERR",
     "PEAK_RSS",
     "SIZE",
     "SPEEDUP",
@@ -25,11 +32,13 @@ __all__ = [
     "Goal",
     "Metric",
     "UserMetric",
+    "coverage",
     "drop",
     "high",
     "low",
     "remeasured",
     "row",
+    "swept",
 ]
 
 Goal = Literal["maximize", "minimize"]
@@ -60,9 +69,16 @@ class Metric:
 ACCURACY = "accuracy"
 TOP1_AGREEMENT = "top1_agreement"
 SQNR = "sqnr_db"
+MAX_ABS_ERR = "max_abs_err"
+MEAN_ABS_ERR = "mean_abs_err"
+LATENCY_MEAN = "latency_mean_ms"
 LATENCY_P50 = "latency_p50_ms"
+LATENCY_P90 = "latency_p90_ms"
+LATENCY_P99 = "latency_p99_ms"
 SIZE = "size_bytes"
 PEAK_RSS = "peak_rss_mb"
+LOAD = "load_ms"
+FIRST_INFERENCE = "first_inference_ms"
 SPEEDUP = "speedup_vs_fp32"
 ACCURACY_DROP = "accuracy_drop"
 
@@ -86,14 +102,32 @@ _ROWS = (
         quality=True,
     ),
     Metric(SQNR, "SQNR", "dB", "maximize", "signal-to-quantization-noise ratio vs the fp32 reference", quality=True),
-    Metric("latency_mean_ms", "latency mean", "ms", "minimize", "mean latency"),
+    Metric(
+        MAX_ABS_ERR,
+        "max abs err",
+        "",
+        "minimize",
+        "largest absolute difference from the fp32 outputs",
+        objective=False,
+        quality=True,
+    ),
+    Metric(
+        MEAN_ABS_ERR,
+        "mean abs err",
+        "",
+        "minimize",
+        "mean absolute difference from the fp32 outputs",
+        objective=False,
+        quality=True,
+    ),
+    Metric(LATENCY_MEAN, "latency mean", "ms", "minimize", "mean latency"),
     Metric(LATENCY_P50, "latency p50", "ms", "minimize", "median latency"),
-    Metric("latency_p90_ms", "latency p90", "ms", "minimize", "90th percentile latency"),
-    Metric("latency_p99_ms", "latency p99", "ms", "minimize", "99th percentile latency"),
+    Metric(LATENCY_P90, "latency p90", "ms", "minimize", "90th percentile latency"),
+    Metric(LATENCY_P99, "latency p99", "ms", "minimize", "99th percentile latency"),
     Metric(SIZE, "size", "KiB", "minimize", "artifact size", 1 / 1024),
     Metric(PEAK_RSS, "peak memory", "MB", "minimize", "peak resident memory of the measuring process"),
-    Metric("load_ms", "load time", "ms", "minimize", "time to load the artifact"),
-    Metric("first_inference_ms", "first inference", "ms", "minimize", "time of the first inference"),
+    Metric(LOAD, "load time", "ms", "minimize", "time to load the artifact"),
+    Metric(FIRST_INFERENCE, "first inference", "ms", "minimize", "time of the first inference"),
     Metric(
         SPEEDUP, "speed-up vs fp32", "", "maximize", "the device's fp32 baseline p50 over this p50", objective=False
     ),
@@ -171,3 +205,13 @@ def low(name: str) -> str:
 def high(name: str) -> str:
     """The key of the high end of ``name``'s re-measured interval."""
     return f"{name}_hi"
+
+
+def swept(name: str) -> str:
+    """The key of ``name`` as the sweep measured it, kept beside the re-measured value that replaces it."""
+    return f"{name}_sweep"
+
+
+def coverage(name: str) -> str:
+    """The key of the confidence level that ``name``'s re-measured interval covers."""
+    return f"{name}_interval_coverage"

@@ -8,6 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.metrics import (
+    ACCURACY,
+    FIRST_INFERENCE,
+    LOAD,
+    MAX_ABS_ERR,
+    MEAN_ABS_ERR,
+    PEAK_RSS,
+    SIZE,
+    SQNR,
+    TOP1_AGREEMENT,
+)
 
 __all__ = ["FLOAT_SQNR_DB", "FailureKind", "TrialRecord", "TrialStatus", "failure_kind", "metrics_from_result"]
 
@@ -98,7 +109,7 @@ class TrialRecord:
     def float_in_effect(self) -> bool:
         """An int8 trial whose outputs measured within float32's rounding of fp32's (SQNR at
         least :data:`FLOAT_SQNR_DB`): no int8 kernel changed what it computes."""
-        sqnr = self.metrics.get("sqnr_db")
+        sqnr = self.metrics.get(SQNR)
         return self.config.quant.mode.is_int8 and sqnr is not None and sqnr >= FLOAT_SQNR_DB
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,13 +161,13 @@ def metrics_from_result(result: Mapping[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {f"latency_{k}_ms": float(v) for k, v in lat.items()}
     out.update(
         {
-            "load_ms": float(result["load_ms"]),
-            "first_inference_ms": float(result["first_inference_ms"]),
-            "peak_rss_mb": float(result["peak_rss_mb"]),
-            "size_bytes": float(result["size_bytes"]),
-            "top1_agreement": float(fid["top1_agreement"]),
-            "max_abs_err": float(fid["max_abs_err"]),
-            "mean_abs_err": float(fid["mean_abs_err"]),
+            LOAD: float(result[LOAD]),
+            FIRST_INFERENCE: float(result[FIRST_INFERENCE]),
+            PEAK_RSS: float(result[PEAK_RSS]),
+            SIZE: float(result[SIZE]),
+            TOP1_AGREEMENT: float(fid[TOP1_AGREEMENT]),
+            MAX_ABS_ERR: float(fid[MAX_ABS_ERR]),
+            MEAN_ABS_ERR: float(fid[MEAN_ABS_ERR]),
             "threads": float(result["threads"]),
             "partition_count": float(result["partitions"]["count"]),
         }
@@ -165,9 +176,9 @@ def metrics_from_result(result: Mapping[str, Any]) -> dict[str, float]:
         out["loadavg_1m"] = float(result["loadavg_1m"])
     if result.get("p50_ci95_ms"):  # how sure the p50 is: its 95 % confidence interval
         out["p50_ci95_low_ms"], out["p50_ci95_high_ms"] = (float(v) for v in result["p50_ci95_ms"])
-    if fid.get("sqnr_db") is not None:
-        out["sqnr_db"] = float(fid["sqnr_db"])
-    acc = result.get("accuracy")
-    out["accuracy"] = float(acc) if acc is not None else float(fid["top1_agreement"])
+    if fid.get(SQNR) is not None:
+        out[SQNR] = float(fid[SQNR])
+    acc = result.get(ACCURACY)
+    out[ACCURACY] = float(acc) if acc is not None else float(fid[TOP1_AGREEMENT])
     out.update({name: float(value) for name, value in (result.get("metrics") or {}).items()})
     return out

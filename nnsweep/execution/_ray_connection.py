@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nnsweep.agents._node import check_head_answers, local_token
+from nnsweep.agents import check_head_answers, local_token
 from nnsweep.core.errors import SpecError
 from nnsweep.runtimes.common.converter import toolchain_records_to_debug_log
 

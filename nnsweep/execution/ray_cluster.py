@@ -22,8 +22,16 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
-from nnsweep.agents._capabilities import converter_versions, refuse_version_skew
+from nnsweep.agents import (
+    Capabilities,
+    DeviceAgent,
+    LocalTransport,
+    MeasureReply,
+    MeasureRequest,
+    Transport,
+    converter_versions,
+    refuse_version_skew,
+)
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError, SpecError
 from nnsweep.execution._base import ConvertRequest, Executor, ModelSource

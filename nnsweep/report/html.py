@@ -26,6 +26,7 @@ from string import Template
 from typing import TYPE_CHECKING
 
 from nnsweep.core.atomic import atomic_path
+from nnsweep.core.metrics import LATENCY_P50
 from nnsweep.core.metrics import row as metric_row
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.front import best_across_devices, best_choice, best_trial, pareto_front
@@ -276,7 +277,7 @@ def _speedup_block(speedups: list[tuple[str, tuple[TrialRecord, ...], TrialRecor
         caption += f" On {', '.join(emulated)} the speed-ups are ratios of latencies timed under emulation."
     for device, _, base in speedups:
         if base is not None and (ranged := f.remeasured(base)) is not None:
-            p50 = f.fmt(base.metrics.get("latency_p50_ms"), "latency_p50_ms")
+            p50 = f.fmt(base.metrics.get(LATENCY_P50), LATENCY_P50)
             caption += f" The fp32 baseline on {device}: p50 {p50}, re-measured {ranged}."
     unbased = [d for d, _, base in speedups if base is None]
     if unbased:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nnsweep.core.metrics import ACCURACY, LATENCY_P90, SIZE, SPEEDUP, TOP1_AGREEMENT
 from nnsweep.core.results import TrialRecord
 from nnsweep.spec import Objective
 
@@ -13,11 +14,11 @@ __all__ = ["render_table"]
 def _fmt(value: float | None, metric: str) -> str:
     if value is None:
         return "-"
-    if metric == "accuracy" or metric == "top1_agreement":
+    if metric in (ACCURACY, TOP1_AGREEMENT):
         return f"{value * 100:.2f}%"
     if metric.endswith("_ms"):
         return f"{value:.4f}" if value < 1 else f"{value:.2f}"
-    if metric == "size_bytes":
+    if metric == SIZE:
         return f"{value / 1024:.0f}K"
     return f"{value:.3g}"
 
@@ -25,7 +26,7 @@ def _fmt(value: float | None, metric: str) -> str:
 def render_table(records: Sequence[TrialRecord], objectives: Sequence[Objective], *, title: str = "") -> str:
     """A fixed-width table of ``records`` (trial, configuration, objectives, speedup, status)."""
     metrics = [o.metric for o in objectives]
-    extra = [m for m in ("latency_p90_ms", "size_bytes", "partition_count", "speedup_vs_fp32") if m not in metrics]
+    extra = [m for m in (LATENCY_P90, SIZE, "partition_count", SPEEDUP) if m not in metrics]
     headers = ["#", "configuration", *metrics, *extra, "status"]
     rows = []
     for r in records:

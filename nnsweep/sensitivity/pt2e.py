@@ -48,7 +48,7 @@ def pt2e_evaluator(
     import torch
 
     from nnsweep.core.quant import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import takes_batches
+    from nnsweep.models import takes_batches
     from nnsweep.runtimes.common import float_fallback
     from nnsweep.runtimes.common.converter import printed_to_debug_log
     from nnsweep.runtimes.common.pt2e import export

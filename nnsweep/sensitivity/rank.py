@@ -275,7 +275,7 @@ def reference_outputs(bundle: ModelBundle, split: Split) -> np.ndarray:
     the snapshot's side-by-side layout (:func:`nnsweep.models.reference_outputs`)."""
     import numpy as np
 
-    from nnsweep.models._snapshot import reference_outputs as side_by_side
+    from nnsweep.models import reference_outputs as side_by_side
 
     everything = side_by_side(bundle, split.inputs)
     sizes = bundle.outputs or (everything.shape[1],)
@@ -318,7 +318,7 @@ def scored_output(
     or one sample a call when the model does not take batches."""
     import torch
 
-    from nnsweep.models._bundle import flatten_outputs
+    from nnsweep.models import flatten_outputs
 
     chunks = [x] if batched else [x[i : i + 1] for i in range(len(x))]
     return torch.cat([flatten_outputs(module(c))[bundle.dataset.accuracy_output] for c in chunks])

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
-from nnsweep.core.metrics import BUILTIN, UserMetric
+from nnsweep.core.metrics import ACCURACY, BUILTIN, LATENCY_P50, UserMetric
 from nnsweep.core.quant import OptionValue
 
 if TYPE_CHECKING:
@@ -208,4 +208,4 @@ class SweepSpec:
 
 
 def _default_objectives() -> dict[str, Literal["maximize", "minimize"]]:
-    return {"accuracy": "maximize", "latency_p50_ms": "minimize"}
+    return {ACCURACY: "maximize", LATENCY_P50: "minimize"}

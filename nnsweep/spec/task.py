@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.errors import SpecError, clip, excerpt
-from nnsweep.core.metrics import BUILTIN, UserMetric, drop, high, low, remeasured
+from nnsweep.core.metrics import ACCURACY, BUILTIN, SQNR, UserMetric, drop, high, low, remeasured
 from nnsweep.spec.settings import _NAME, METRICS, Constraints
 
 if TYPE_CHECKING:
@@ -68,15 +68,15 @@ def build_constraints(raw: Any, metrics: tuple[UserMetric, ...]) -> Constraints:
     max_drop = dict(c.max_drop)
     minimum = dict(c.min)
     if c.max_accuracy_drop is not None:
-        if "accuracy" in max_drop:
+        if ACCURACY in max_drop:
             raise SpecError(
                 "constraints.max_accuracy_drop", "and constraints.max_drop.accuracy both bound it: keep one"
             )
-        max_drop["accuracy"] = c.max_accuracy_drop
+        max_drop[ACCURACY] = c.max_accuracy_drop
     if c.min_sqnr_db is not None:
-        if "sqnr_db" in minimum:
+        if SQNR in minimum:
             raise SpecError("constraints.min_sqnr_db", "and constraints.min.sqnr_db both bound it: keep one")
-        minimum["sqnr_db"] = c.min_sqnr_db
+        minimum[SQNR] = c.min_sqnr_db
     for name in set(minimum) & set(c.max):
         if minimum[name] > c.max[name]:
             raise SpecError(f"constraints.min.{name}", f"{minimum[name]} is above constraints.max.{name} {c.max[name]}")

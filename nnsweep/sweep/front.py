@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.metrics import LATENCY_P50, SPEEDUP, high, low, remeasured
 from nnsweep.core.results import TrialRecord
 from nnsweep.spec import Objective
 
@@ -24,8 +25,6 @@ __all__ = [
     "pareto_front",
     "weakly_dominates",
 ]
-
-_P50 = "latency_p50_ms"
 
 
 def _vector(record: TrialRecord, objectives: Sequence[Objective]) -> tuple[float, ...] | None:
@@ -111,8 +110,8 @@ class BestChoice:
 
 
 def _interval(record: TrialRecord, metric: str) -> tuple[float, float] | None:
-    low, high = record.metrics.get(f"{metric}_lo"), record.metrics.get(f"{metric}_hi")
-    return None if low is None or high is None else (low, high)
+    lo, hi = record.metrics.get(low(metric)), record.metrics.get(high(metric))
+    return None if lo is None or hi is None else (lo, hi)
 
 
 def best_choice(records: Sequence[TrialRecord], objectives: Sequence[Objective]) -> BestChoice:
@@ -166,17 +165,17 @@ def decide(
     decided = []
     for r in records:
         figures = pooled.get(r.number) or (pooled.get(r.reused_from) if r.reused_from is not None else None)
-        if figures and "latency_p50_ms_remeasured" in figures:
-            metrics = {**r.metrics, **figures, _P50: figures["latency_p50_ms_remeasured"]}
+        if figures and remeasured(LATENCY_P50) in figures:
+            metrics = {**r.metrics, **figures, LATENCY_P50: figures[remeasured(LATENCY_P50)]}
             r = dataclasses.replace(r, metrics=metrics)
         decided.append(r)
     base = next((r for r in decided if r.number == baseline), None)
-    base_p50 = base.metrics.get(_P50) if base is not None else None
+    base_p50 = base.metrics.get(LATENCY_P50) if base is not None else None
     if not base_p50:
         return decided
     return [
-        dataclasses.replace(r, metrics={**r.metrics, "speedup_vs_fp32": base_p50 / r.metrics[_P50]})
-        if r.metrics.get(_P50) and "speedup_vs_fp32" in r.metrics
+        dataclasses.replace(r, metrics={**r.metrics, SPEEDUP: base_p50 / r.metrics[LATENCY_P50]})
+        if r.metrics.get(LATENCY_P50) and SPEEDUP in r.metrics
         else r
         for r in decided
     ]

@@ -20,7 +20,7 @@ from nnsweep.bench import MeasureSettings
 from nnsweep.core import runtimes
 from nnsweep.core.config import DeploymentConfig, Granularity
 from nnsweep.core.errors import SpecError
-from nnsweep.core.metrics import ACCURACY, UserMetric
+from nnsweep.core.metrics import ACCURACY, MAX_ABS_ERR, MEAN_ABS_ERR, SIZE, SQNR, TOP1_AGREEMENT, UserMetric
 from nnsweep.core.results import TrialRecord, TrialStatus, metrics_from_result
 from nnsweep.execution import ModelSource
 from nnsweep.sweep.lifecycle import Ticket
@@ -214,10 +214,10 @@ class HostSide:
         assert self._snapshot is not None, "load() first"
         evaluation, scores = deploy.evaluate_outputs(self._snapshot, outputs, self.task)
         f = evaluation.fidelity
-        figures = {"top1_agreement": f.top1_agreement, "max_abs_err": f.max_abs_err, "mean_abs_err": f.mean_abs_err}
+        figures = {TOP1_AGREEMENT: f.top1_agreement, MAX_ABS_ERR: f.max_abs_err, MEAN_ABS_ERR: f.mean_abs_err}
         figures[ACCURACY] = f.top1_agreement if evaluation.accuracy is None else float(evaluation.accuracy)
         if math.isfinite(f.sqnr_db):
-            figures["sqnr_db"] = f.sqnr_db
+            figures[SQNR] = f.sqnr_db
         return {**figures, **scores}
 
     def untimed_record(self, sweep: str, ticket: Ticket, quality: dict[str, float]) -> TrialRecord:
@@ -230,7 +230,7 @@ class HostSide:
             number=ticket.number,
             config=ticket.config,
             status=TrialStatus.OK,
-            metrics={**quality, "size_bytes": float(a.size_bytes)},
+            metrics={**quality, SIZE: float(a.size_bytes)},
             partitions=a.partitions.to_dict(),
             tags=tags,
         )
@@ -257,7 +257,7 @@ class HostSide:
         held = data.get("held_monotonic")
         if held:  # when it held the machine's measurement lock (CLOCK_MONOTONIC of the device's machine)
             metrics["measure_held_from_s"], metrics["measure_held_until_s"] = float(held[0]), float(held[1])
-        source = "labels" if data["accuracy"] is not None else "fp32 agreement"
+        source = "labels" if data[ACCURACY] is not None else "fp32 agreement"
         if on_host:
             twin = host_twin(ticket.config)
             what = "the same artifact"

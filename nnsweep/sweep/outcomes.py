@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nnsweep.core.metrics import LATENCY_P50, SPEEDUP, SQNR, UserMetric, drop
+from nnsweep.core.metrics import LATENCY_P50, MAX_ABS_ERR, SPEEDUP, SQNR, UserMetric, drop
 from nnsweep.core.metrics import row as metric_row
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Constraints, Objective
@@ -162,7 +162,7 @@ def quality_violations(
 def _unbounded_sqnr(metrics: Mapping[str, float]) -> float | None:
     """The SQNR a measurement left out as infinite (``bench`` writes ``null``): an output
     identical to fp32's, or noise on an all-zero one (None: fidelity was not measured)."""
-    err = metrics.get("max_abs_err")
+    err = metrics.get(MAX_ABS_ERR)
     if err is None or not math.isfinite(err):
         return None
     return IDENTICAL_SQNR_DB if err == 0 else -IDENTICAL_SQNR_DB

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from nnsweep.agents import MeasureReply, MeasureRequest
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import NnsweepError
+from nnsweep.core.metrics import LATENCY_P50, coverage, high, low, remeasured, swept
 from nnsweep.core.results import TrialRecord
 
 __all__ = ["Spread", "median_interval", "remeasure"]
@@ -86,13 +87,13 @@ class Spread:
         interval = self.interval_ms
         if interval is None or self.median_ms is None:
             return {}
-        low, high, coverage = interval
+        lo, hi, covered = interval
         return {
-            "latency_p50_ms_remeasured": self.median_ms,
-            "latency_p50_ms_lo": low,
-            "latency_p50_ms_hi": high,
-            "latency_p50_ms_interval_coverage": coverage,
-            "latency_p50_ms_sweep": self.sweep_p50_ms,
+            remeasured(LATENCY_P50): self.median_ms,
+            low(LATENCY_P50): lo,
+            high(LATENCY_P50): hi,
+            coverage(LATENCY_P50): covered,
+            swept(LATENCY_P50): self.sweep_p50_ms,
             "remeasure_processes": float(len(self.p50_ms)),
             "remeasure_left_out": float(len(self.left_out_ms)),
         }
@@ -130,13 +131,13 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     if n == 0:
         raise ValueError("no values")
 
-    def coverage(k: int) -> float:
+    def covers(k: int) -> float:
         return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
 
     k = 1
-    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+    while k + 1 <= (n + 1) // 2 and covers(k + 1) >= confidence:
         k += 1
-    return xs[k - 1], xs[n - k], coverage(k)
+    return xs[k - 1], xs[n - k], covers(k)
 
 
 def remeasure(
@@ -165,7 +166,7 @@ def remeasure(
         if record.estimated or record.reused_from is not None:
             continue
         request = request_for(record.config)
-        p50 = record.metrics.get("latency_p50_ms_sweep", record.metrics.get("latency_p50_ms", 0.0))
+        p50 = record.metrics.get(swept(LATENCY_P50), record.metrics.get(LATENCY_P50, 0.0))
         if request is None:
             spreads.append(Spread(record.number, record.config, p50, error="its artifact is no longer in the cache"))
             continue

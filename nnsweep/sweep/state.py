@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.errors import SpecError, SweepStateNotWritten
+from nnsweep.core.metrics import ACCURACY, SQNR
 
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle
@@ -142,8 +143,8 @@ def _task(spec: SweepSpec) -> dict[str, str]:
     model digest). A sweep with neither has no such part, so it resumes as before."""
     c = spec.constraints
     extra = {
-        "max_drop": {k: v for k, v in c.max_drop.items() if (k, v) != ("accuracy", spec.max_accuracy_drop)},
-        "min": {k: v for k, v in c.min.items() if (k, v) != ("sqnr_db", spec.min_sqnr_db)},
+        "max_drop": {k: v for k, v in c.max_drop.items() if (k, v) != (ACCURACY, spec.max_accuracy_drop)},
+        "min": {k: v for k, v in c.min.items() if (k, v) != (SQNR, spec.min_sqnr_db)},
         "max": dict(c.max),
     }
     out = {}

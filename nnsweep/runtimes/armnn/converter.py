@@ -19,7 +19,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from nnsweep.bench._foreign import python_command
+from nnsweep.bench import python_command
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.config import DeploymentConfig

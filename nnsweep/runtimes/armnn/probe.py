@@ -10,7 +10,7 @@ __all__ = ["backends"]
 
 def backends(versions: dict[str, str]) -> tuple[str, ...] | None:
     """The backends PyArmNN offers (``None``: no PyArmNN for the system Python)."""
-    from nnsweep.bench._foreign import python_command
+    from nnsweep.bench import python_command
     from nnsweep.core import runtimes
 
     python = runtimes.get("armnn").python

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from nnsweep.bench._runner import Runner
+from nnsweep.bench import Runner
 from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.runtimes.common.outputs import concat_float, flatten_order

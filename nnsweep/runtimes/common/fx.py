@@ -18,8 +18,7 @@ import torch
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
-from nnsweep.models import ModelBundle
-from nnsweep.models._bundle import takes_batches
+from nnsweep.models import ModelBundle, takes_batches
 from nnsweep.runtimes.common import float_fallback
 from nnsweep.runtimes.common.fx_untraceable import traced_or_refused
 from nnsweep.runtimes.common.quantize import calibration_samples, qat_finetune

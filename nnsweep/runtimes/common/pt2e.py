@@ -22,8 +22,7 @@ from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import ConversionError
 from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.core.through_memory import save_through_memory
-from nnsweep.models import ModelBundle
-from nnsweep.models._bundle import takes_batches
+from nnsweep.models import ModelBundle, takes_batches
 from nnsweep.runtimes.common.bags import unbag_embeddings
 from nnsweep.runtimes.common.converter import Stages, quant_settings, toolchain_records_to_debug_log
 from nnsweep.runtimes.common.ptq_convert import convert_ptq

@@ -14,9 +14,7 @@ import torch
 from torch import nn
 
 from nnsweep.core.config import QuantConfig
-from nnsweep.models import ModelBundle
-from nnsweep.models._bundle import flatten_outputs
-from nnsweep.models._snapshot import reference_outputs
+from nnsweep.models import ModelBundle, flatten_outputs, reference_outputs
 
 __all__ = ["QAT_LR", "calibration_samples", "qat_finetune"]
 

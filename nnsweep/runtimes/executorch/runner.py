@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nnsweep.bench._runner import Runner
+from nnsweep.bench import Runner
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.runtimes.common.outputs import concat_float
 from nnsweep.runtimes.executorch import etlite as _etlite

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-from nnsweep.bench._runner import Runner
+from nnsweep.bench import Runner
 from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.runtimes.common.outputs import concat_float, flatten_order

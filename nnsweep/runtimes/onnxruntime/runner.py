@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
-from nnsweep.bench._runner import Runner
+from nnsweep.bench import Runner
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.runtimes.common.outputs import concat_float
 

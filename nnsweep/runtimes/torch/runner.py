@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nnsweep.bench._runner import Runner
+from nnsweep.bench import Runner
 from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["META_FILE", "TorchScriptRunner", "pick_engine"]
@@ -111,7 +111,7 @@ class TorchScriptRunner(Runner):
             return self._module(prepared)
 
     def to_float(self, raw: Any) -> np.ndarray:
-        from nnsweep.models._bundle import flatten_outputs
+        from nnsweep.models import flatten_outputs
 
         tensors = [t.dequantize() if t.is_quantized else t for t in flatten_outputs(raw)]
         arrays = [np.asarray(t.float().numpy(), dtype=np.float32) for t in tensors]

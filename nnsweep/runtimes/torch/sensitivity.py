@@ -97,7 +97,7 @@ def torch_fx_evaluator(
     from torch.ao.quantization.quantize_fx import convert_to_reference_fx
 
     from nnsweep.core.config import Calibration, Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import takes_batches
+    from nnsweep.models import takes_batches
     from nnsweep.runtimes.common import float_fallback
     from nnsweep.runtimes.common.fx import (
         convert_quietly,
@@ -161,7 +161,7 @@ def torch_dynamic_evaluator(
     import torch
 
     from nnsweep.core.config import Granularity, QuantConfig, QuantMode
-    from nnsweep.models._bundle import takes_batches
+    from nnsweep.models import takes_batches
     from nnsweep.runtimes.common.fx import quantized_engine
     from nnsweep.runtimes.torch.converter import quantize_dynamic_linears, without_mha_fastpath
 
