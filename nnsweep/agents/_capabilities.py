@@ -15,26 +15,17 @@ class Capabilities:
     """A device's hardware and the runtimes and backends that actually load there.
 
     Args:
-        device: the device's name in sweeps.
-        machine: the physical machine it is on; measurements on one machine never
-            overlap with each other or with conversions there.
-        arch: ``x86_64``, ``aarch64``, ...
-        cpu: CPU model.
-        cores: logical CPU cores.
-        memory_mb: physical memory.
-        runtimes: runtime -> the backends that load on this device (fallback included).
-        versions: tool and library versions on the device.
-        transport: how the agent reaches the device (``local``, ``adb``, ``ssh``).
-        emulated: the device's userland runs under an emulator (qemu-user) on a CPU of
-            another architecture: its timings are labelled, never taken for a real board's.
-        left_out: runtimes that load here but whose measuring process would not fit in
-            ``memory_mb``, with the memory (MB) it needs; they are not in ``runtimes``.
-        refused: runtimes that load here but that the host will not send artifacts to,
-            with why (:func:`refuse_version_skew`); they are not in ``runtimes``.
-        int8_flags: the CPU's flags that decide how int8 runs
-            (:func:`nnsweep.core.options.int8_flags`: AVX2 and VNNI on x86, dot product and
-            i8mm on Arm); ``None`` where unknown (an emulated CPU, whose ``/proc/cpuinfo`` is
-            the host's; an NPU; a probe from before the field).
+        device, machine: its name in sweeps, and the physical machine (measurements on one
+            machine never overlap each other or conversions there).
+        arch, cpu, cores, memory_mb, versions: hardware and tool versions.
+        runtimes: runtime -> the backends that load here (fallback included).
+        transport: how the agent reaches it (``local``, ``adb``, ``ssh``).
+        emulated: userland under qemu-user: timings labelled, never a real board's.
+        left_out: runtimes whose measuring process would not fit ``memory_mb`` -> MB needed.
+        refused: runtimes the host will not send artifacts to -> why
+            (:func:`refuse_version_skew`). Neither is in ``runtimes``.
+        int8_flags: CPU flags deciding how int8 runs (:func:`nnsweep.core.options.int8_flags`);
+            ``None`` where unknown (emulated CPU, NPU, older probe).
     """
 
     device: str

@@ -1,25 +1,15 @@
 """A warm measuring worker: ``python -m nnsweep.bench._zygote RUNTIME``.
 
-It imports a runtime's runner once, then forks one child per measurement; the
-child runs :func:`nnsweep.bench._child.run_request` and exits. The child keeps
-what a fresh process gives: its peak memory is its own address space's (VmHWM
-starts at what it has touched, not at the parent's size), its thread count is
-set before the runtime loads anything (the parent never loads a program and
-never sizes a threadpool, so ExecuTorch's ``_unsafe_reset_threadpool`` runs
-first thing in the child), and a crash kills only the child. What it saves is
-the interpreter start and the runtime import of every measurement.
+It imports a runtime's runner once, then forks one child per measurement, which runs
+:func:`nnsweep.bench._child.run_request` and exits. The child keeps what a fresh process
+gives (its own peak memory, its thread count set before the runtime loads anything, a crash
+kills only it) and saves the interpreter start and runtime import. Forking is safe because
+the parent only imports and never runs an inference, so no runtime lock is held at the fork.
 
-Forking is safe here because the parent does nothing but import: the threads it
-has are OpenBLAS's pool (numpy; OpenBLAS re-initialises it after ``fork``) and
-ONNX Runtime's import-time thread; the parent never runs an inference, so no
-runtime lock can be held at the fork. The thread count is reported in the
-``ready`` line and recorded by the client.
-
-Protocol (one JSON object per line): the worker prints ``{"ready": ...}`` once,
-then reads ``{"request": PATH, "stderr": PATH, "timeout_s": S}`` and answers
-``{"pid", "exit", "signal", "timed_out", "fork_ms", "maxrss_kb"}`` after the child
-has ended. End of input (the client closed the pipe or died) kills a running
-child and ends the worker.
+Protocol (one JSON object per line): ``{"ready": ...}`` once, then for each
+``{"request": PATH, "stderr": PATH, "timeout_s": S}`` an answer
+``{"pid", "exit", "signal", "timed_out", "fork_ms", "maxrss_kb"}`` after the child ended.
+End of input kills a running child and ends the worker.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Evaluation and calibration data from where users keep it.
 
-A spec's ``data.evaluation`` and ``data.calibration`` each name a source:
+``data.evaluation`` and ``data.calibration`` each name a source: ``package.module:function``
+or ``path/to/file.py:function`` (no arguments, returning ``inputs`` or ``(inputs, targets)``),
+``data.npz`` (``inputs``/``x`` and optional ``targets``/``y``), ``data.npy`` (inputs only),
+an image folder (one sub-folder per class, as ``ImageFolder``) or a Hugging Face dataset
+saved with ``save_to_disk``.
 
-=================================  ==========================================================
-``package.module:function``        a function (no arguments) returning ``inputs`` or
-``path/to/file.py:function``       ``(inputs, targets)``: a numpy array or torch tensor, and
-                                   any sequence of one target per sample
-``data.npz``                       arrays ``inputs`` (or ``x``) and optional ``targets`` (or ``y``)
-``data.npy``                       inputs only
-an image folder                    one sub-folder of images per class, as torchvision's
-                                   ``ImageFolder`` reads it; targets are the class ids
-a ``datasets`` folder              a Hugging Face dataset saved with ``save_to_disk``
-=================================  ==========================================================
-
-Inputs become one dense numpy array; targets pass through as the data gave them (box lists
-of varying length, masks, transcripts) for the user's metric. ``max_samples`` keeps a
-seeded subset, and the digest covers what was loaded, so changed data changes a sweep's
-fingerprint while a moved file does not.
+Inputs become one dense numpy array; targets pass through as given, for the user's metric.
+``max_samples`` keeps a seeded subset; the digest covers what was loaded, so changed data
+changes a sweep's fingerprint while a moved file does not.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """A runtime's ranking of a model's layers, measured once and kept in the cache.
 
-:func:`ranking` measures, through the runtime's own int8 quantizer, how much quantizing
-each layer alone costs (``quantize_one``, see :mod:`nnsweep.sensitivity.rank` for why
-that and not leave-one-out), and keeps the result under the cache root
-(``sensitivity/<ab>/<sha256>.json``), keyed by the model's digest, the runtime, the
-weight granularity, the runtime's toolchain and nnsweep's converter sources (the same
-ingredients as an artifact key, :func:`nnsweep.artifacts.key.stage_key`). A second
-call for the same model and runtime reads it back in milliseconds. The entry carries the
-sha256 of its content: one truncated or altered since (or written before entries carried
-it), or one that ranks layers the model does not have, is measured again.
+:func:`ranking` measures, through the runtime's own int8 quantizer, what quantizing each
+layer alone costs (``quantize_one``, :mod:`nnsweep.sensitivity.rank`), and keeps it under
+the cache root keyed like an artifact (:func:`nnsweep.artifacts.key.stage_key`). An entry
+carries its content's sha256; a damaged entry, or one ranking layers the model lacks, is
+measured again.
 
-Each runtime's evaluator is its registry entry's hook (:attr:`RuntimeInfo.sensitivity`,
-``nnsweep/runtimes/<name>/sensitivity.py``). They quantize statically (min/max calibration
-on the calibration split) and score top-1 on the calibration split (for a model without
-labels, top-1 agreement with the fp32 model), not the evaluation split, so choosing the
-layers does not tune on the data a sweep judges accuracy with.
+Each runtime's evaluator is its :attr:`RuntimeInfo.sensitivity` hook. They quantize
+statically and score top-1 (or agreement with fp32) on the calibration split, never the
+evaluation split, so choosing layers does not tune on the data accuracy is judged with.
 """
 
 from __future__ import annotations

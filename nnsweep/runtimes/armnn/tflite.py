@@ -1,22 +1,16 @@
-"""Rewrites of a ``.tflite`` model into the forms Arm NN 20.08's TFLite parser reads right.
+"""Rewrites of a ``.tflite`` model into forms Arm NN 20.08's TFLite parser reads right.
 
-Each one answers a fault of that parser (Debian bookworm's Arm NN), measured against the
-other runtimes on the same model; the ``armnn`` converter applies them to the LiteRT
-export before Arm NN loads it:
+Each answers a fault of that parser (Debian bookworm's Arm NN); the ``armnn`` converter
+applies them to the LiteRT export:
 
-- :func:`add_fully_connected_bias`: the parser rejects a ``FULLY_CONNECTED`` whose optional
-  bias is absent (input index -1, "'operatorPtr->inputs[i]' must be non-negative"); give it
-  an explicit zero bias.
-- :func:`flatten_fully_connected`: it ignores ``FULLY_CONNECTED``'s ``keep_num_dims`` and
-  refuses a linear layer on a sequence; make it 2-D and reshape after.
-- :func:`split_transpose_conv_bias`: it refuses ``TRANSPOSE_CONV``'s fourth input (the
-  bias, "inputs.size() = 4 is not valid, not in {3}") and has no fused activation for it;
-  move both into an ``ADD`` after it.
-- :func:`split_grouped_convolutions`: it computes a grouped ``CONV_2D`` (a filter with a
-  fraction of the input's channels) as one group, without an error; write it as ``SPLIT``,
-  one ``CONV_2D`` per group and ``CONCATENATION``.
-- :func:`half_pixel_resizes`: counts ``RESIZE_BILINEAR`` ops with ``half_pixel_centers``
-  (PyTorch's ``align_corners=False``), which the parser reads as without.
+- :func:`add_fully_connected_bias`: an explicit zero bias where it is absent (rejected).
+- :func:`flatten_fully_connected`: 2-D then reshape (``keep_num_dims`` is ignored).
+- :func:`split_transpose_conv_bias`: ``TRANSPOSE_CONV``'s bias and activation moved into
+  an ``ADD`` (a fourth input is refused).
+- :func:`split_grouped_convolutions`: a grouped ``CONV_2D`` as ``SPLIT``, one conv per group,
+  ``CONCATENATION`` (computed as one group, silently).
+- :func:`half_pixel_resizes`: counts ``RESIZE_BILINEAR`` with ``half_pixel_centers``, which
+  the parser ignores.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """Keep chosen layers of a model in float while the rest is int8: one recipe per toolchain.
 
-Layers are named by the user's module path (``blocks.2.pw1``); a path selects the
-module and everything under it. Each recipe turns those names into the toolchain's
-own means of leaving ops unquantized (docs/mixed-precision.md has the measurements):
+Layers are named by module path (``blocks.2.pw1``), selecting the module and all under it:
 
-- ONNX Runtime: ``quantize_static(nodes_to_exclude=...)``. ONNX node names carry no
-  module path, so :func:`export_onnx_scoped` exports without the exporter's graph
-  optimisations (which fuse BatchNorm into the convolution and keep the *BatchNorm's*
-  scope on the fused node), renames every node ``<module path>/<node name>`` from
-  its ``pkg.torch.onnx.name_scopes`` metadata and folds constants; ONNX Runtime's own
-  BatchNorm fusion in ``quant_pre_process`` keeps the convolution's name.
-- torch.ao FX: ``QConfigMapping.set_module_name(path, None)``, then the observers around
-  the ops between float layers taken out (:func:`fx_prepare`).
-- PT2E (ExecuTorch's XNNPACKQuantizer, litert-torch's PT2EQuantizer): both refuse
-  ``set_module_name(path, None)`` (an assertion); their annotators skip nodes that a
-  filter rejects, so :func:`pt2e_keep_float` filters on each node's
-  ``nn_module_stack``.
+- ONNX Runtime: ``quantize_static(nodes_to_exclude=...)``. :func:`export_onnx_scoped`
+  exports without graph optimisations (their BatchNorm fusion keeps the wrong scope), names
+  every node ``<module path>/<node name>`` and folds constants.
+- torch.ao FX: ``QConfigMapping.set_module_name(path, None)``, and the observers between
+  float layers removed (:func:`fx_prepare`).
+- PT2E (XNNPACKQuantizer, litert-torch's PT2EQuantizer): a filter on each node's
+  ``nn_module_stack`` (:func:`pt2e_keep_float`).
 
 Heavy imports (torch, onnx, onnxruntime) happen inside the functions.
 """
@@ -211,15 +204,10 @@ def ort_quantize_static(
 ) -> list[str]:
     """Static int8 QDQ quantization with ONNX Runtime, leaving ``keep_float`` in float.
 
-    As nnsweep's ONNX Runtime converter does: ``quant_pre_process``
-    (:func:`ort_pre_process`), then :func:`ort_quantize_prepared`.
-
-    Args:
-        source: a model from :func:`export_onnx_scoped`.
-        target: the quantized model to write.
-        calibration: batch-1 inputs.
-        keep_float: module paths whose nodes stay float.
-        per_channel: int8 weights per output channel (else per tensor).
+    As the ONNX Runtime converter does: :func:`ort_pre_process`, then
+    :func:`ort_quantize_prepared`. ``source`` comes from :func:`export_onnx_scoped`;
+    ``calibration`` holds batch-1 inputs; ``keep_float`` names module paths; ``per_channel``
+    quantizes weights per output channel (else per tensor).
 
     Returns:
         The excluded node names (empty when ``keep_float`` is).
@@ -329,21 +317,12 @@ def pt2e_keep_float(quantizer: Any, keep_float: Collection[str]) -> Any:
     """Make a static PT2E quantizer leave the ops of ``keep_float``, and the ops between
     them (:func:`~nnsweep.runtimes.common.float_region.fx_float_region`), unannotated (float).
 
-    ``set_module_name(path, None)`` is refused by both quantizers (an assertion), so:
-
-    - ExecuTorch's ``XNNPACKQuantizer``: ``set_filter_function`` with a filter on each
-      node; an annotator skips a pattern with a rejected node.
-    - litert-torch 0.10's ``PT2EQuantizer`` has no filter hook, and its own module-name
-      filter never matches under torch 2.14: it strips ``len("L__self___")`` (10)
-      characters from ``nn_module_stack`` keys that torch 2.14 spells
-      ``L__self__<path>`` (9), and turns every ``_`` into ``.``. Its global static
-      annotation is run with our filter instead (module-type and module-name configs of
-      the quantizer are then ignored).
-
-    Not every annotator asks the filter (ExecuTorch 1.5.1's ``cat`` does not, and the
-    propagation after it carries its annotation on to the ReLU or mean that follows), so
-    the annotations left on the float ops are removed once the quantizer is done: this
-    instance's ``annotate`` is replaced.
+    Both quantizers refuse ``set_module_name(path, None)``, so: ExecuTorch's
+    ``XNNPACKQuantizer`` gets ``set_filter_function``; litert-torch's ``PT2EQuantizer`` has no
+    filter hook and its module-name filter misreads torch's ``nn_module_stack`` keys, so its
+    global static annotation runs with our filter (its module-type and module-name configs
+    are then ignored). Not every annotator asks the filter (``cat``), so annotations left on
+    float ops are removed afterwards: this instance's ``annotate`` is replaced.
 
     Raises:
         TypeError: the quantizer offers neither hook.

@@ -1,28 +1,17 @@
 """What stays float besides the layers kept float: the ops that lie between them.
 
-A layer kept float (``float_layers``) is a module; the ops between two such layers often
-belong to no module: a residual ``x + f(x)``, ``F.relu``, ``torch.cat``, a mean, GELU as
-ONNX spells it (five nodes). Each toolchain's quantizer annotates those ops by their own
-rules, so left to it the tensor between two float layers, where the int8 damage sits
-(an outlier channel), still gets a quantize/dequantize pair, and keeping the layers float
-recovers nothing. Measured on seven structures nobody tuned this on
-(``benchmarks/float_fidelity.py``): with every layer kept float, ExecuTorch's outputs
-stayed at 35-73 dB SQNR against fp32 and torch's at 27-51 dB on the models with such ops
-(attention blocks, a depthwise Conv1d net, grouped convolutions with a concatenation, a
-U-Net-like net), where ONNX Runtime's, with this rule, reached 135-153 dB; with it, every
-runtime reaches fp32's own (docs/mixed-precision.md).
+The ops between two float layers often belong to no module (a residual add, ``F.relu``,
+``torch.cat``); left to the quantizer, the tensor between the layers, where the int8 damage
+sits, is still quantized and keeping the layers float recovers nothing.
 
-The rule, one for every graph: an op lies between float ops when each of its inputs is a
-constant or comes from a float op, and each of its outputs goes only to float ops (the
-largest such set: chains of ops count; the model's own inputs and outputs count as float).
-An op fed by an int8 neighbour, or feeding one, is left to the quantizer; so is an op
-with a weight (a layer of its own that is not kept float). The root module's own
-parameters are constants, not weights: the root is no layer to keep float by name.
+The rule, one for every graph: an op lies between float ops when each input is a constant
+or comes from a float op and each output goes only to float ops (the largest such set; the
+model's inputs and outputs count as float). An op next to an int8 op, or with a weight of
+its own, is left to the quantizer; the root module's parameters are constants.
 
-- ONNX (:func:`onnx_float_region`): nodes, by name, for ``nodes_to_exclude``.
-- PT2E and torch.fx graphs (:func:`fx_float_region`): the ops of a traced graph whose
-  module stack (``nn_module_stack``, or the module a ``call_module`` node calls) is
-  inside a layer kept float start the region.
+- ONNX (:func:`onnx_float_region`): node names, for ``nodes_to_exclude``.
+- PT2E and torch.fx (:func:`fx_float_region`): ops whose module stack is inside a layer
+  kept float start the region.
 """
 
 from __future__ import annotations

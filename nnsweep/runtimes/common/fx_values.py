@@ -1,24 +1,14 @@
 """Values torch's FX quantization takes for float activations and that are not.
 
-FX's ``prepare_fx`` puts an observer after every op its mapping quantizes, whatever the op
-gives. Two kinds of value then fail calibration or conversion:
+``prepare_fx`` observes every op its mapping quantizes, whatever the op gives. Two kinds fail:
 
-* **Arithmetic on input shapes.** torch.fx traces ``x.shape`` and ``x.size(-1)`` as graph
-  nodes, so a model that computes with them (attention's ``scores * (d // heads) ** -0.5``,
-  a mean ``x.sum(1) / x.shape[1]``) has Python numbers flowing through nodes FX observes
-  ("'float' object has no attribute 'numel'"). A deployment's input shape is fixed (every
-  converter exports for the example's shape), so such values are constants of the
-  deployment: :func:`fold_shape_arithmetic` traces the model, evaluates the shape nodes
-  once on the example input and writes their values into the graph
-  (``scores * 0.3535...``), which ``prepare_fx`` then traces as any model. Only models
-  that compute with a shape are traced beforehand: tracing a model first inlines its own
-  (non-``torch.nn``) submodules, so a graph without such arithmetic is left for
-  ``prepare_fx`` to trace as it always has.
-* **Integer tensors.** The indices of ``topk`` or ``argsort``, and what shape ops make of
-  them (``unsqueeze``, ``expand``), are observed too, and converting quantizes them
-  ("Quantize only works on Float Tensor, got Long"). :func:`drop_non_float_observers` runs
-  the prepared model once on the example input, and takes out each observer that saw
-  anything but a float tensor: ``convert_fx`` then leaves that value as it is.
+* **Arithmetic on input shapes** (``d // heads``, ``x.shape[1]``): the deployment's input
+  shape is fixed, so :func:`fold_shape_arithmetic` evaluates the shape nodes on the example
+  and writes their values into the graph. Only models computing with a shape are traced
+  beforehand (tracing first inlines their own submodules).
+* **Integer tensors** (``topk``/``argsort`` indices and shape ops on them):
+  :func:`drop_non_float_observers` runs the prepared model once and removes each observer
+  that saw a non-float tensor, so ``convert_fx`` leaves that value as it is.
 """
 
 from __future__ import annotations
@@ -47,23 +37,20 @@ _ARITHMETIC_METHODS = frozenset({"add", "sub", "mul", "div", "pow", "__add__", "
 
 
 def fold_shape_arithmetic(model: torch.nn.Module, example: tuple[Any, ...]) -> torch.nn.Module:
-    """``model``, or a ``GraphModule`` of it in which every value computed from input
-    shapes alone, and the same for a batch of two, is a constant, when some such value
-    meets a tensor in arithmetic.
+    """``model``, or a ``GraphModule`` of it in which every value computed from input shapes
+    alone (for this batch and a batch of two) is a constant, when such a value meets a tensor.
 
-    A value that depends on the batch size (``x.shape[0]``) stays in the graph, so that the
-    model still takes a batch where it took one (QAT fine-tunes and the layer ranking
-    evaluates on batches); where the model cannot run a batch of two, its callers use one
-    sample a call, and every shape value is folded.
+    Values depending on the batch size stay in the graph, so the model still takes batches
+    (QAT and the layer ranking use them); a model that cannot run a batch of two gets every
+    shape value folded and its callers use one sample a call.
 
     Args:
         model: the module about to be prepared (not changed).
         example: the inputs the deployment is exported for.
 
     Returns:
-        ``model`` itself when nothing needs folding, or torch.fx cannot trace it (``prepare_fx``
-        then traces it and says what it cannot); else the folded ``GraphModule``, with the
-        same submodules under the same names and ``model``'s training mode.
+        ``model`` itself when nothing needs folding or torch.fx cannot trace it; else the
+        folded ``GraphModule`` (same submodule names, ``model``'s training mode).
     """
     try:
         traced = fx.symbolic_trace(copy.deepcopy(model))

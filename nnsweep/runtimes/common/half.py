@@ -53,25 +53,16 @@ class HalfPrecision(nn.Module):
 class _HalfRules(TorchFunctionMode):
     """Inside the half model, what the model computes in float32 comes back to half:
 
-    * ``t.float()``, ``t.to(torch.float32)`` and ``t.type(torch.float32)`` of an *integer*
-      tensor give float16. A pixel model scales its uint8 frame with ``x.float() / 255``: in a
-      half model that float32 tensor meets half weights, and the conversion fails ("Input
-      type (float) and bias type (c10::Half) should be the same").
-    * An op given both float16 and float32 tensors gets the float32 ones in half: sinusoidal
-      positions built with ``dtype=torch.float32`` and added to the half activations, a float32
-      attention mask, the product of a norm's float32 scale with its half input. PyTorch
-      would promote the result to float32, which then meets half weights (``mat1 and mat2 must
-      have the same dtype``) or, in ExecuTorch, fails only when the artifact runs.
+    * ``t.float()`` / ``t.to(torch.float32)`` / ``t.type(torch.float32)`` of an *integer*
+      tensor give float16 (a pixel model's ``x.float() / 255`` would meet half weights).
+    * An op given both float16 and float32 tensors gets the float32 ones in half (float32
+      positions or masks added to half activations), where PyTorch would promote to float32.
 
-    What the model computes in float32 on its own is left as written: a float upcast (a norm's
-    variance in float32, which half could overflow), and the float32 chain that builds
-    positions; only where it meets the half network is it cast. In-place ops and ``out=`` are
-    left alone (their float32 operand is the one written to), and so are explicit casts
-    (``to``, ``type``, ``type_as``). The mode acts while the converter traces
-    (``torch.export``, ``torch.jit.trace``), so the artifact holds the half casts.
-
-    Warnings are recorded into ``caught`` (the wrapper shows them when the model has run),
-    those raised by an op named at the model's line rather than at this file's."""
+    Float upcasts the model makes on its own (a norm's variance) are left as written, and cast
+    only where they meet the half network; in-place ops, ``out=`` and explicit casts are left
+    alone. The mode acts while the converter traces, so the artifact holds the half casts.
+    Warnings go into ``caught``, attributed to the model's line rather than this file's.
+    """
 
     def __init__(self, caught: list[warnings.WarningMessage]) -> None:
         super().__init__()

@@ -1,24 +1,15 @@
 """litert-torch's JAX lowerings made once per process while nnsweep converts.
 
-litert-torch lowers each op it writes in JAX (its bridge,
-``litert_torch.backend.jax_bridge._wrap``) by jitting a small JAX function, lowering it to
-StableHLO text (``_lower_to_ir_text``), serialising that to VHLO (``_stablehlo_to_vhlo``)
-and parsing the bytes into the conversion's MLIR module. Within one conversion it keeps
-each parsed lowering under a fingerprint of the call: the JAX function with its closure,
-the shape and dtype of each tensor, the other arguments as they are
-(``get_cache_fingerprint``, one cache per lowering context). The next conversion in the
-process lowered the same calls again: mobilenet_v3_small's LiteRT fp32, dynamic and
-static int8 conversions in one process made 492 lowerings that an earlier one of the
-three had made, and took 41.7-42.6 s against 34.1-36.4 s with them kept, the same bytes
-(docs/conversion.md).
+litert-torch lowers each op by jitting a JAX function to StableHLO text, serialising it to
+VHLO and parsing it into the conversion's MLIR module; its cache lasts one conversion, so
+the next conversion in the process lowers the same calls again.
 
 Within :func:`jax_lowerings_made_once`, the StableHLO text of a call whose fingerprint was
-lowered before in this process, and the VHLO bytes of a text serialised before, are reused;
-the parse into the conversion's module, and all after it, runs as before. The key is
-litert-torch's own fingerprint with each value's type beside it (``1``, ``1.0`` and
-``True`` are equal in Python and would otherwise share a lowering). A call litert-torch
-cannot fingerprint (an argument that cannot be hashed) is lowered as before. Outside a
-block, and when litert-torch lacks these functions, litert-torch's own code runs.
+lowered before in this process, and VHLO bytes of a text serialised before, are reused;
+the parse and all after it run as usual. The key is litert-torch's fingerprint with each
+value's type beside it (``1``, ``1.0`` and ``True`` are equal in Python). A call that cannot
+be fingerprinted is lowered normally. Outside a block, or when litert-torch lacks these
+functions, its own code runs.
 """
 
 from __future__ import annotations

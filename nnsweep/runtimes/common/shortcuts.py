@@ -1,23 +1,14 @@
 """The toolchains' repeated work that nnsweep skips while it converts, as one block.
 
 Each shortcut skips work whose result is already there and changes no artifact's bytes
-(each module's tests compare lowerings made with and without it; docs/conversion.md
-compares mobilenet_v3_small's artifacts):
-
-* :mod:`nnsweep.runtimes.common.provenance`: torch.fx's provenance records shared, not deep-copied
-  by every pass;
-* :mod:`nnsweep.runtimes.common.codegen`: each distinct source torch.fx generates compiled once;
-* :mod:`nnsweep.runtimes.common.cia_ops`: torch's composite operators looked up again only when
-  new ones were registered.
-
-A fourth, :mod:`nnsweep.runtimes.common.jax_lowering` (litert-torch's JAX lowerings made once per
-process), has its block in the LiteRT converter, around litert-torch's conversion: it
-stands in for a function of litert-torch, which a block here would import into every
-process, ExecuTorch's and ONNX Runtime's too.
+(each module's tests compare lowerings with and without it):
+:mod:`~nnsweep.runtimes.common.provenance`, :mod:`~nnsweep.runtimes.common.codegen` and
+:mod:`~nnsweep.runtimes.common.cia_ops`. :mod:`nnsweep.runtimes.common.jax_lowering` has its
+block in the LiteRT converter instead, so other runtimes' processes never import litert-torch.
 
 Each puts its function where the toolchain looks one up while a block is in force
 (:class:`~nnsweep.runtimes.common.stand_in.StandIn`). Every conversion
-(:func:`nnsweep.artifacts.deploy.convert`) and every layer ranking
+(:func:`nnsweep.artifacts.deploy.convert`) and layer ranking
 (:mod:`nnsweep.sensitivity.ranking`) runs in one.
 """
 

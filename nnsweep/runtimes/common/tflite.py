@@ -1,22 +1,15 @@
 """Reading, writing and editing ``.tflite`` flatbuffers, for the ``litert`` and ``armnn`` converters.
 
-LiteRT's own schema bindings (``ai_edge_litert.schema_py_generated``, object API)
-read and write the model, so no TensorFlow is needed. The primitives here (:func:`load`,
-:func:`save`, :func:`operators`, :func:`opcode`, :func:`add_buffer`, :func:`add_tensor`,
-:func:`constant`, ...) are what the edits below and Arm NN's rewrites
-(:mod:`nnsweep.runtimes.armnn.tflite`) are written with. LiteRT's own edits:
+LiteRT's own schema bindings read and write the model, so no TensorFlow is needed. The
+primitives (:func:`load`, :func:`save`, :func:`operators`, :func:`add_tensor`, ...) serve the
+edits below and :mod:`nnsweep.runtimes.armnn.tflite`. LiteRT's edits:
 
-- :func:`float_interface`: litert-torch's int8 models take and return int8 (the
-  ``full`` interface); a ``QUANTIZE`` at the input and a ``DEQUANTIZE`` at each
-  output make them take and return float32 (``core``), as TensorFlow's converter
-  builds int8 models by default.
-- :func:`symmetric_embedding_tables`: the converter's dynamic-range mode quantizes an
-  embedding's table asymmetrically, which LiteRT's ``EMBEDDING_LOOKUP`` refuses at load
-  ("zero_point == 0 was not true"); requantize it symmetrically.
-- :func:`consistent_bias_scales`: the int8 kernels compute a bias as if its scale were the
-  op's input scale times its weight scale; litert-torch 0.10 wrote one bias whose scale
-  is not (a requantization before the op dropped, the bias left as if it were not), so
-  the deployed model added 2.5x that bias; requantize such a bias.
+- :func:`float_interface`: a ``QUANTIZE``/``DEQUANTIZE`` at the edges so an int8 model takes
+  and returns float32 (``core``).
+- :func:`symmetric_embedding_tables`: requantize embedding tables symmetrically, which
+  LiteRT's ``EMBEDDING_LOOKUP`` requires.
+- :func:`consistent_bias_scales`: requantize a bias whose scale is not input scale times
+  weight scale, as the int8 kernels assume.
 - :func:`int8_io`: the quantization of a ``full`` model's input and output.
 """
 

@@ -1,24 +1,14 @@
 """ExecuTorch's lowering in its two steps, with the first kept for the next conversion.
 
-``to_edge_transform_and_lower`` makes the edge program (three ``run_decompositions``, which
-keep whole the ops the partitioners claim, such as XNNPACK's ``aten.linear``; the last is
-skipped when nothing is left for it, :mod:`nnsweep.runtimes.executorch.redecompose`), then runs
-each partitioner's ``to_backend`` and checks that no op kept whole was left undelegated.
-The edge program depends on the program and on which ops the backends keep whole, not on
-the partition limits: on mobilenet_v3_small it is about half of a lowering
-(docs/conversion.md). :func:`lower` keeps the last few edge programs of this process, so
-a partition-limit variant converted by the same process (a sweep's conversion worker)
-only partitions and lowers again.
+``to_edge_transform_and_lower`` makes the edge program, then runs each partitioner's
+``to_backend``. The edge program does not depend on the partition limits, so :func:`lower`
+keeps the last few of this process and a partition-limit variant only partitions again.
 
-The bytes are those of ``to_edge_transform_and_lower`` with the backends' own ops kept
-whole. When a limit drops a partition holding such an op (``aten.linear`` has no portable
-kernel), that check fails; the variant is then lowered again with those calls' ops
-decomposed (:attr:`~nnsweep.runtimes.common.partition.LimitedPartitioner.decompose`), so the
-portable kernels can run what was dropped and the kept partitions keep their ops whole.
-Only when that does not settle (a call ``torch.export`` did not record, or a third
-lowering still drops such an op) is every op decomposed. Decomposing every op is not
-always lowerable: XNNPACK's ``ConvertToLinearPass`` refuses a 3-D linear decomposed to
-``bmm`` (a MobileViT-style block, ``benchmarks/probe_models.py:unfold``).
+The bytes are those of ``to_edge_transform_and_lower``. When a limit drops a partition
+holding an op kept whole (``aten.linear`` has no portable kernel), that variant is lowered
+again with those ops decomposed
+(:attr:`~nnsweep.runtimes.common.partition.LimitedPartitioner.decompose`); only if that does
+not settle is every op decomposed, which is not always lowerable.
 """
 
 from __future__ import annotations

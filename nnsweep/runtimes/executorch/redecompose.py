@@ -1,26 +1,16 @@
 """ExecuTorch's last ``run_decompositions`` skipped when nothing is left for it to decompose.
 
-For a partitioner that keeps some ops whole (XNNPACK keeps ``linear``, ``hardswish``,
-``upsample`` ...), ExecuTorch makes the edge program with three ``run_decompositions``, each a
-full trace through fake tensors (about 2 s on mobilenet_v3_small here): one that only
-functionalizes, one with the decomposition table less the ops kept whole, and, after the ops
-the partitioner will take have been swapped for stand-ins in place, one with the whole table
-for the kept ops it will not take. When the partitioner takes every op it kept whole, that
-last call finds nothing in the table to decompose and traces the graph only to make the same
-graph again. ExecuTorch skips such a call itself on its other path (a partitioner that needs
-no stand-ins): "the initial ``run_decompositions({})`` has already functionalized the graph
-... so it is safe to skip when none of those targets occur in the graph".
+For a partitioner that keeps some ops whole, ExecuTorch makes the edge program with three
+``run_decompositions``, each a full trace; when the partitioner takes every op it kept
+whole, the last finds nothing to decompose and rebuilds the same graph (ExecuTorch skips
+such a call itself on its other path).
 
-Within :func:`decompose_only_what_is_left`, a ``run_decompositions`` of a program that the
-block's previous ``run_decompositions`` made (so functional ATen with no dead code; the
-block is meant for ExecuTorch's edge-program step, whose only change in place between two
-decompositions swaps targets for ops of the same schema) returns that program as it is when
-no target in its graph or its control-flow subgraphs is in the table and every target is one
-the trace keeps unless the table names it (not a Python function, nor a composite operator
-torch decomposes whatever the table says). The ``.pte`` files are the
-same bytes with and without the block (``tests/test_redecompose.py``, and the lowering's
-byte-for-byte tests against ``to_edge_transform_and_lower`` on fixed and drawn models).
-Outside a block, and in other threads, ``run_decompositions`` is torch's own.
+Within :func:`decompose_only_what_is_left`, a ``run_decompositions`` of a program the
+block's previous one made returns it as it is when no target in its graph or control-flow
+subgraphs is in the table and every target is one the trace keeps (not a Python function
+nor a composite operator torch always decomposes). The ``.pte`` bytes are the same
+(``tests/test_redecompose.py``). Outside a block, and in other threads,
+``run_decompositions`` is torch's own.
 """
 
 from __future__ import annotations

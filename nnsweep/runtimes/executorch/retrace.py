@@ -1,29 +1,15 @@
 """ExecuTorch's closing re-trace skipped for a graph no pass has touched since the last one.
 
-Most of XNNPACK's ``preprocess`` passes (``ConvertToLinearPass``, ``FuseBatchNormPass``,
-``Conv1dUnsqueezePass``, ``PReLUReshapePass``, ``RemoveGetItemPass`` ...) change the graph in
-place where their pattern occurs and then call ``ExportPass.call``, which traces the whole
-graph again through fake tensors to bring every node's metadata up to date. They do so
-whether they changed anything or not, and a model holds few of their patterns:
-mobilenet_v3_small's static int8 partition was traced again eleven times for nothing, about
-0.5 s each on this machine (docs/conversion.md).
+Most XNNPACK ``preprocess`` passes end in ``ExportPass.call``, which re-traces the whole
+graph through fake tensors whether the pass changed anything or not.
 
-Within :func:`retrace_only_when_changed`, a plain re-trace (an ``ExportPass`` whose class
-overrides nothing the trace calls, only ``call``) of a graph module that is, unchanged, the
-output of the last re-trace made in the same block returns that module as it is. Unchanged means
-the same nodes, names, targets, arguments and metadata (:func:`snapshot`; containers are
-compared by contents, other values by identity), so a pass that changed anything in place,
-a node or a metadata entry, is traced again. A re-trace of a re-trace's output makes the
-same graph again (checked at every skip on conv, attention, upsampling and conv1d models
-and on drawn ones, float and static int8, in ``tests/test_retrace.py``); only the
-``from_node`` history misses the skipped passes, and ExecuTorch's debug handles are drawn
-from a node's oldest ancestor, which is the same. The ``.pte`` files are the same bytes
-with and without the block (the tests; mobilenet_v3_small in three modes,
-docs/conversion.md).
-
-Passes that do their work in the trace (``ConstPropPass``, ``DimOrderOpsRevertPass`` and the
-edge passes override ``call_operator``) always trace. Outside a block, and in other threads,
-``ExportPass.call`` is ExecuTorch's own.
+Within :func:`retrace_only_when_changed`, a plain re-trace (an ``ExportPass`` overriding only
+``call``) of a graph module that is, unchanged, the output of the block's last re-trace
+returns it as it is. Unchanged means the same nodes, names, targets, arguments and metadata
+(:func:`snapshot`: containers by contents, other values by identity). Only ``from_node``
+history misses the skipped passes; the ``.pte`` bytes are the same (``tests/test_retrace.py``).
+Passes that work in the trace (overriding ``call_operator``) always trace. Outside a block,
+and in other threads, ``ExportPass.call`` is ExecuTorch's own.
 """
 
 from __future__ import annotations

@@ -1,27 +1,17 @@
 """LiteRT: ``litert-torch`` converts the model to ``.tflite`` (no TensorFlow), PT2E for int8.
 
 - ``fp32``: ``litert_torch.convert`` of the float module.
-- ``dynamic_int8``: the same PT2E path with litert-torch's dynamic configuration
-  (``is_dynamic=True``): LiteRT's dynamic-range ("hybrid") model, int8 weights (per
-  channel or per tensor) and float32 activations, quantized on the fly by the kernels
-  (``FULLY_CONNECTED``, ``CONV_2D``...). It takes and returns float32, needs no calibration.
-- ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's
-  ``PT2EQuantizer`` (symmetric int8, per channel or per tensor weights; activation
-  observer minmax or histogram; first the computations on weights alone folded,
-  :func:`~nnsweep.runtimes.common.pt2e.fold_weight_computations`, each ``cat`` given the record its
-  annotator looks for, :func:`restore_sources`, whole-number scalars written as floats,
-  :func:`float_scalars`, and each BatchNorm its own layer,
-  :func:`~nnsweep.runtimes.common.pt2e.own_layer_for_each_batch_norm`) -> calibration
-  (:func:`nnsweep.runtimes.common.pt2e.calibrated`, 16 samples a call) -> ``convert_pt2e`` (without
-  its QAT fold, :func:`~nnsweep.runtimes.common.ptq_convert.convert_ptq`; each reader of an int8
-  tensor given its own dequantize, :func:`dequantize_per_reader`) ->
-  ``litert_torch.convert``.
-  litert-torch's int8 models take and return int8 (interface ``full``; the
-  :class:`~nnsweep.convert.IOSpec` carries the scales); interface ``core`` adds a
-  ``QUANTIZE`` and a ``DEQUANTIZE`` at the edges (:func:`nnsweep.runtimes.common.tflite.float_interface`).
+- ``dynamic_int8``: PT2E with ``is_dynamic=True``: int8 weights, float32 activations
+  quantized by the kernels; float32 in and out, no calibration.
+- ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's ``PT2EQuantizer``
+  (after the graph fixes :func:`restore_sources`, :func:`float_scalars` and the shared ones
+  in :mod:`nnsweep.runtimes.common.pt2e`) -> calibration -> ``convert_ptq`` and
+  :func:`dequantize_per_reader` -> ``litert_torch.convert``. Int8 models take and return
+  int8 (interface ``full``); ``core`` adds float edges
+  (:func:`nnsweep.runtimes.common.tflite.float_interface`).
 
 The partition report comes from a LiteRT interpreter built with the config's order
-on the converting machine (:func:`nnsweep.runtimes.litert.runner.placement`).
+(:func:`nnsweep.runtimes.litert.runner.placement`).
 """
 
 from __future__ import annotations
@@ -164,24 +154,15 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
 
 
 def restore_sources(graph: torch.nn.Module) -> int:
-    """Give each float ``cat`` of ``graph`` the source function litert-torch's annotator
-    matches (``source_fn_stack``); return how many.
+    """Give each float ``cat`` of ``graph`` the ``source_fn_stack`` litert-torch's annotator
+    matches; return how many.
 
-    litert-torch 0.10 finds ``cat`` by the function it was called as
-    (``get_source_partitions``), which ``torch.export`` records only when it traces with
-    dynamo (``strict=True``); nnsweep exports with ``strict=False``, and torch's fallback
-    for a missing record compares the function's name to the wanted functions and never
-    matches. So no ``cat`` was annotated: the program kept it float between dequantizes
-    and a quantize, and litert-torch lowered it into an int8 ``CONCATENATION`` at its
-    first input's scale, clipping the other inputs to that input's range (a DenseNet
-    block concatenates ReLU'd features with a convolution's signed output: torchvision's
-    densenet121 read -1.5 dB against fp32 where ExecuTorch read 15.0 dB). With the
-    record, the annotator quantizes it as written: its inputs and output share one
-    observer, whose range covers them all. Left as before: a ``cat`` of other than float
-    tensors, and one that takes a tensor twice (``cat([f, f])``: the annotator would share
-    the tensor's observer with itself, and PT2E's prepare recursed without end). ``add``,
-    found the same way, is left float on purpose (docs/coverage.md: int8 adds cost
-    several models 5 to 7.5 dB).
+    litert-torch finds ``cat`` by the function it was called as, which ``torch.export`` records
+    only with ``strict=True``; nnsweep exports with ``strict=False``, so ``cat`` went
+    unannotated and was lowered to an int8 ``CONCATENATION`` at its first input's scale,
+    clipping the others. With the record its inputs and output share one observer. Left alone:
+    a ``cat`` of non-float tensors, one taking a tensor twice (PT2E's prepare would recurse),
+    and ``add``, kept float on purpose (int8 adds cost accuracy, benchmarks/results/coverage.md).
     """
     restored = 0
     for node in graph.graph.nodes:  # type: ignore[union-attr]
@@ -242,22 +223,14 @@ _DEQUANTIZE_OPS = (
 
 def dequantize_per_reader(graph: torch.nn.Module) -> int:
     """Give each reader of a shared ``dequantize`` of ``graph`` (after ``convert_pt2e``) its
-    own copy, as torchao's ``DuplicateDQPass`` does for annotated readers alone; return how
-    many copies were made. The values are the same.
+    own copy, as torchao's ``DuplicateDQPass`` does for annotated readers; return how many
+    copies were made. The values are the same.
 
-    Float ops read an int8 tensor through one shared ``dequantize``: litert-torch's quantizer
-    leaves ``add`` and a pad float, so a convolution's output read by a residual ``add`` and
-    by an explicit ``F.pad`` (TF-style "same" padding: Hugging Face's MobileNetV2) had one
-    ``dequantize`` for both. litert-torch 0.10's layout pass then puts the pad in NCHW and
-    the add in NHWC; inserting the pad's transpose it overwrites the shared node's
-    metadata, its shape with it, and the add's transpose then failed ("Attempting to convert
-    non-NHWC compatible node to NHWC: dequantize_per_tensor_15").
-
-    Only activations of four dimensions get copies: the layout pass transposes nothing else,
-    and a weight's or constant's ``dequantize`` is folded away. Where no such activation has
-    two readers, the graph is not changed (torchvision's MobileNets: the same bytes; of the
-    probe models in ``benchmarks/probe_models.py``, ``swin``, 43.22 dB before and after, and
-    ``padres``).
+    litert-torch's layout pass may put two readers of one ``dequantize`` in different layouts
+    (a padded input in NCHW, a residual ``add`` in NHWC) and then overwrites the shared node's
+    shape, which fails the conversion. Only 4-D activations get copies (the layout pass
+    transposes nothing else; weight dequantizes are folded away); where none has two readers
+    the graph is unchanged.
     """
     made = 0
     nodes: torch.fx.Graph = graph.graph  # type: ignore[assignment]

@@ -392,29 +392,17 @@ def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig) -> Iterator[
 class OnnxRuntimeConverter(Converter):
     """Export to ONNX, quantize with ``onnxruntime.quantization``, report provider placement.
 
-    Every mode starts from ``torch.onnx.export(dynamo=True)`` (opset 18, batch 1, weights
-    inside the file). Then:
+    Every mode starts from ``torch.onnx.export(dynamo=True)`` (opset 18, batch 1). ``fp16``
+    converts weights and activations with float32 Casts at the edges; ``dynamic_int8`` uses
+    ``quantize_dynamic``; ``static_int8`` QDQ, calibrated on the calibration split (minmax,
+    entropy or percentile), and interface ``full`` drops the edge Quantize/DequantizeLinear
+    (:class:`IOSpec` carries their scales). ``quant.options``
+    (:data:`~nnsweep.runtimes.onnxruntime.options.ONNXRUNTIME_OPTIONS`) changes the defaults:
+    ``quant_format``, ``activation_type``, ``weight_type``, ``reduce_range``.
 
-    - ``fp32``: the exported model.
-    - ``fp16``: weights and activations float16 (``convert_float_to_float16``), float32
-      inputs and outputs through Casts at the edges.
-    - ``dynamic_int8``: int8 weights (per channel or per tensor), uint8 activations
-      quantized at run time (``quantize_dynamic``: ConvInteger, MatMulInteger).
-    - ``static_int8``: QDQ format with uint8 activations calibrated on the calibration
-      split (minmax, entropy or percentile) and int8 weights (``quantize_static``).
-      Interface ``full`` removes the input QuantizeLinear and output DequantizeLinear:
-      the model takes and returns uint8 (int8 with int8 activations), and :class:`IOSpec`
-      carries their scales.
-
-    ``quant.options`` changes those defaults (ONNX Runtime's own knobs,
-    :data:`~nnsweep.runtimes.onnxruntime.options.ONNXRUNTIME_OPTIONS`): ``quant_format`` (qdq or
-    qoperator) and ``activation_type`` (uint8 or int8) for static int8, ``weight_type``
-    (int8 or uint8) and ``reduce_range`` (7-bit weights) for both int8 modes.
-
-    The backend order becomes the session's providers list; the partition report
-    comes from profiling one run with the providers this machine has. Neither file
-    depends on the order: the export and the converted model are stages (:func:`_model`),
-    so another order copies them and only profiles again.
+    The backend order becomes the session's providers; the partition report profiles one run
+    with the providers this machine has. The export and converted model are stages
+    (:func:`_model`) independent of the order, so another order only profiles again.
     """
 
     def convert(self, bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:

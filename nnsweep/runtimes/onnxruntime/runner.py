@@ -41,12 +41,9 @@ def providers_for(order: tuple[str, ...]) -> tuple[list[str], list[str]]:
 
     The CPU provider is always last: it runs whatever the others do not take.
 
-    Args:
-        order: nnsweep backend names in preference order.
-
     Returns:
-        ``(providers, skipped)``: ONNX Runtime provider names for a session, and
-        the backends of ``order`` whose provider this onnxruntime build lacks.
+        ``(providers, skipped)``: provider names for a session, and the backends of
+        ``order`` (nnsweep names, preferred first) whose provider this build lacks.
 
     Raises:
         ValueError: ``order`` names a backend ONNX Runtime does not know.

@@ -37,20 +37,14 @@ def onnxruntime_evaluator(
 ) -> Evaluator:
     """An evaluator that quantizes with ONNX Runtime (QDQ, minmax) and scores on ``split``.
 
-    The model is exported once (:func:`nnsweep.runtimes.common.float_fallback.export_onnx_scoped`);
-    each call quantizes it with the given layers excluded and runs one thread. ``reference``:
-    the fp32 outputs on ``split`` (:func:`~nnsweep.sensitivity.rank.reference_outputs`, computed when not given).
+    The model is exported once (:func:`~nnsweep.runtimes.common.float_fallback.export_onnx_scoped`);
+    each call quantizes with the given layers excluded, on one thread. ``reference``: the fp32
+    outputs on ``split`` (computed when not given). QDQ pairs stay unfused
+    (``session.disable_quant_qdq``) so the ranking reflects the quantizer's decisions, not the
+    host's int8 kernels (which saturate differently on x86 without VNNI).
 
-    The quantized model runs with its QDQ pairs left unfused (``session.disable_quant_qdq``):
-    each DequantizeLinear's float values go into a float operator, the arithmetic of the
-    quantizer's decisions and nothing else, as the PT2E rankings run their quantized
-    programs in torch. Fused, the host's int8 kernels would enter the ranking: on an x86 CPU
-    without VNNI their u8s8 products saturate in int16, which a device with VNNI or an Arm
-    CPU does not do (docs/mixed-precision.md).
-
-    The exported and quantized models live in a temporary folder that goes with the
-    evaluator: it is removed when the evaluator is collected, or at the latest when the
-    interpreter exits.
+    The exported and quantized models live in a temporary folder removed when the evaluator
+    is collected, or at the latest when the interpreter exits.
     """
     import shutil
     import tempfile

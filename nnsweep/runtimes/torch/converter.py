@@ -1,36 +1,17 @@
-"""PyTorch: fp32, fp16 and int8 with a quantized engine, saved as TorchScript.
+"""PyTorch: fp32, fp16 and int8 with a quantized engine, saved as TorchScript (``model.pt``).
 
-TorchScript is what PyTorch Mobile and its NNAPI path load (the seeds' workflow),
-so the artifact is the traced, frozen model (``model.pt``). By mode:
+TorchScript is what PyTorch Mobile and its NNAPI path load. By mode: ``fp32`` the frozen
+eval model; ``fp16`` half weights and activations behind a float32 interface (slower than
+fp32 on CPUs without native fp16); ``dynamic_int8`` ``quantize_dynamic`` on Linear layers;
+``static_int8`` FX post-training quantization (any symbolically traceable model, no
+QuantStubs); ``qat_int8`` ``prepare_qat_fx``, fine-tuning, ``convert_fx``.
 
-* ``fp32``: the eval model (freezing folds BatchNorm into the convolutions).
-* ``fp16``: weights and activations in half precision behind a float32 interface:
-  the artifact casts its input to fp16 and its output back, so every caller feeds
-  and reads float32 like the fp32 artifact (on x86 CPUs without native fp16
-  arithmetic this is much *slower* than fp32; it is there for devices that have it).
-* ``dynamic_int8``: ``quantize_dynamic`` on the Linear layers (weights int8,
-  activations quantized on the fly); convolutions stay float.
-* ``static_int8``: FX graph mode post-training quantization, calibrated on
-  :func:`~nnsweep.runtimes.common.quantize.calibration_samples`. FX works on any
-  symbolically traceable model, where eager mode needs hand-placed QuantStubs.
-* ``qat_int8``: FX ``prepare_qat_fx``, :func:`~nnsweep.runtimes.common.quantize.qat_finetune`,
-  then ``convert_fx``.
-
-The quantized engine is the first of the backend order that this build supports
-(:func:`~nnsweep.runtimes.torch.runner.pick_engine`, shared with the runner, which
-must select the same engine before loading). The ``full`` interface strips the
-input ``quantize_per_tensor`` and the output ``dequantize`` from the converted
-graph, as the NNAPI preparation script does, and records their parameters in the
-:class:`~nnsweep.convert.IOSpec`.
-
-The partition report counts the operator nodes (``aten::``/``quantized::``, not
-``prim::`` bookkeeping) of the saved graph. TorchScript delegates nothing, so
-there are no partitions; a node counts for the engine when it runs an int8 kernel
-(a ``quantized::`` op, or an ``aten::`` op on quantized tensors such as pooling or
-flatten, which dispatch to the quantized CPU kernels), and for ``cpu`` otherwise.
-``fallback_ops`` lists the float ops left inside an int8 model; the
-quantize/dequantize conversions at its boundary are counted under ``cpu`` but are
-not fallbacks.
+The quantized engine is the first of the backend order this build supports
+(:func:`~nnsweep.runtimes.torch.runner.pick_engine`, which the runner must also select).
+Interface ``full`` strips the boundary quantize/dequantize, as NNAPI preparation does, and
+records their parameters in the :class:`~nnsweep.convert.IOSpec`. The partition report counts
+``aten::``/``quantized::`` nodes: one running an int8 kernel counts for the engine, others
+for ``cpu``; ``fallback_ops`` lists float ops inside an int8 model, boundary conversions aside.
 """
 
 from __future__ import annotations
