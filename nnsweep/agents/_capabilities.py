@@ -91,7 +91,7 @@ class Capabilities:
 
 # What a board keeps for itself besides a runtime's measuring process (the agent's own Ray
 # worker, the OS); the processes' peaks are the registry's (RuntimeInfo.measure_peak_mb,
-# measured on the emulated Cortex-A72 board: docs/arm-sim.md).
+# measured on the emulated Cortex-A72 board: benchmarks/results/arm_sim.md).
 MEASURE_HEADROOM_MB = 256
 
 

@@ -333,7 +333,7 @@ def calibrated(
     samples a call, through an export with a dynamic batch dimension: the observers see
     the same samples, in the same order, in a sixteenth of the calls. Each call of a
     prepared graph runs every observer in Python; one sample a call was 40 % of an
-    ExecuTorch static int8 conversion of mobilenet_v3_small (docs/conversion.md).
+    ExecuTorch static int8 conversion of mobilenet_v3_small (benchmarks/results/conversion.md).
     Min/max observers end the same either way; a histogram observer (XNNPACK's, for
     activations) merges its histogram per call, so its range can differ in the last bins.
     A model that does not take batches (:func:`~nnsweep.models._bundle.takes_batches`), or
@@ -393,7 +393,7 @@ def exported_program(
     A program built by this call is lowered as it is in memory; one found built is read back
     from its ``.pt2``. The two lower to the same bytes (``tests/test_stages.py`` converts a
     configuration from a fresh stage and again from the stored one), and reading back a
-    program just written cost about 1.3 s of each conversion (docs/conversion.md). The interface
+    program just written cost about 1.3 s of each conversion (benchmarks/results/conversion.md). The interface
     (``full``) is not part of the stage: the caller applies it to the program returned, which
     is the caller's own.
     """

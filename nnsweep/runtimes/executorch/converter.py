@@ -238,7 +238,7 @@ def float_conv1d_as_conv2d(model: nn.Module, keep_float: tuple[str, ...]) -> int
     and where a float ``Conv1d`` meets int8 neighbours that pass takes it for quantized: the
     lowering fails ("Weight and Input should both be quantized") or the ``.pte`` does not
     load (error 0x1). Written as a ``Conv2d`` before export, the float layer lowers as any
-    float convolution (docs/mixed-precision.md).
+    float convolution (benchmarks/results/mixed_precision.md).
     """
     paths = _float_conv1d_paths(model, keep_float)
     for path in paths:

@@ -14,7 +14,7 @@ __all__ = ["BINDING_MODULES", "INFO", "MEASURE_PEAK_MB"]
 BINDING_MODULES = ("torch", "executorch.kernels.quantized", "executorch.extension.pybindings._C")
 
 # Peak resident memory (MB, VmHWM) of its measuring process on the emulated Cortex-A72
-# board running digits (benchmarks/arm_sim.py; docs/arm-sim.md): 917, torch imported;
+# board running digits (benchmarks/arm_sim.py; benchmarks/results/arm_sim.md): 917, torch imported;
 # the torch-free runner of a lite agent (nnsweep.runtimes.executorch.etlite), which its
 # probe records as ``versions["executorch-runner"]``, 83.
 MEASURE_PEAK_MB = {"": 920, "executorch-runner": 90}

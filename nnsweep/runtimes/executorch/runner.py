@@ -41,7 +41,7 @@ def bindings() -> ModuleType:
     ``executorch.runtime`` reaches the same module through ``pybindings.portable_lib``,
     which imports ``executorch.exir``, the whole compiler, only to name a warning class.
     A fresh measuring process spent 4.0 s importing the runtime here, 1.0 s with the
-    bindings alone (docs/measurement.md). The portable quantized kernels (int8 ops no
+    bindings alone (docs/explanation/measurement.md). The portable quantized kernels (int8 ops no
     delegate took) are a separate library, loaded here too; the bindings' inputs and
     outputs are torch tensors.
     """
@@ -64,7 +64,7 @@ class ExecuTorchRunner(Runner):
     @classmethod
     def set_threads(cls, threads: int) -> None:
         # The threadpool can only be sized before any program is loaded: changing it
-        # afterwards crashes (docs/architecture.md §5), hence one process per measurement.
+        # afterwards crashes (docs/explanation/architecture.md §5), hence one process per measurement.
         if torch_free():
             _etlite.set_threads(_lite_library(), threads)
             return

@@ -30,7 +30,7 @@ INFO = RuntimeInfo(
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
     },
     # Measured: a float layer's weights came out int8 with one other layer quantized,
-    # every weight float with none (docs/mixed-precision.md).
+    # every weight float with none (benchmarks/results/mixed_precision.md).
     float_layers_refused={
         QuantMode.DYNAMIC_INT8: "litert-torch 0.10's dynamic-range conversion makes every weight int8 "
         "once one layer is quantized, float layers too"

@@ -11,7 +11,7 @@ __all__ = ["ONNXRUNTIME_OPTIONS", "ONNXRUNTIME_REFUSED"]
 # onnxruntime.quantization's own knobs (1.32). quantize_static takes all four; quantize_dynamic
 # writes QOperator (ConvInteger, MatMulInteger) with uint8 activations quantized at run time
 # (DynamicQuantizeLinear), so only the weights' type and reduce_range are choices there.
-# Every combination below converts and runs on digits (docs/spec.md has the figures).
+# Every combination below converts and runs on digits (benchmarks/results/onnxruntime_options.md has the figures).
 _INT8_MODES = frozenset({QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8})
 ONNXRUNTIME_OPTIONS = (
     QuantOption(
