@@ -387,3 +387,58 @@ def test_a_private_import_across_packages_is_caught() -> None:
         "nnsweep.bench._runner",
     }
     assert _private_imports("nnsweep.bench._harness", source) == {"nnsweep.models._bundle"}  # its own package's: fine
+
+
+# A docstring says what and why in a few lines; history lives in git, figures in benchmarks/results/.
+MAX_DOCSTRING_LINES = 15
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def long_docstrings(source: str, limit: int = MAX_DOCSTRING_LINES) -> list[tuple[int, int, str]]:
+    """``(lines, line number, owner)`` of each module, class or function docstring over ``limit`` lines."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        doc = ast.get_docstring(node, clean=True) if isinstance(node, _DOCUMENTED) else None
+        if doc is not None and len(doc.splitlines()) > limit:
+            found.append((len(doc.splitlines()), node.body[0].lineno, getattr(node, "name", "<module>")))
+    return found
+
+
+def test_no_docstring_is_longer_than_a_few_lines() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} {owner} ({lines} lines)"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for lines, line, owner in long_docstrings(path.read_text())
+    ]
+    assert found == [], f"cut these to what and why in at most {MAX_DOCSTRING_LINES} lines"
+
+
+def test_a_long_docstring_is_caught() -> None:
+    body = "\n".join(["x"] * (MAX_DOCSTRING_LINES + 1))
+    source = f'"""{body}"""\n\nclass A:\n    """Short."""\n\n    def f(self):\n        """{body}"""\n'
+    over = MAX_DOCSTRING_LINES + 1
+    assert long_docstrings(source) == [(over, 1, "<module>"), (over, MAX_DOCSTRING_LINES + 7, "f")]
+
+
+# What the code cites of the repository's documentation must be there to read.
+_CITED_DOC = re.compile(r"(?<![\w/.])((?:docs|benchmarks/results)/[\w./-]*\w)")
+
+
+def cited_docs(source: str) -> set[str]:
+    """The ``docs/...`` and ``benchmarks/results/...`` paths ``source`` cites."""
+    return set(_CITED_DOC.findall(source))
+
+
+def test_every_doc_the_code_cites_exists() -> None:
+    missing = sorted(
+        f"{path.relative_to(PACKAGE.parent)}: {cited}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for cited in cited_docs(path.read_text())
+        if not (PACKAGE.parent / cited).exists()
+    )
+    assert missing == [], "cite the document where it lives now"
+
+
+def test_a_cited_doc_is_found() -> None:
+    source = '"""See docs/how-to/team-mode.md.\n"""\n# (benchmarks/results/search.md), not docs/\nU = "x.org/docs/a"\n'
+    assert cited_docs(source) == {"docs/how-to/team-mode.md", "benchmarks/results/search.md"}
