@@ -202,8 +202,8 @@ def split_grouped_convolutions(model: schema.ModelT) -> int:
     ``CONCATENATION``; return how many.
 
     Arm NN 20.08 reads such a filter as if the convolution had one group and computes wrong
-    values without a word (a ResNeXt-style ``groups=4`` convolution: 32 dB against fp32 in
-    fp32). Each group's convolution takes its slice of the filter, bias and per-channel
+    values without a word (measured on a ResNeXt-style ``groups=4`` convolution). Each
+    group's convolution takes its slice of the filter, bias and per-channel
     scales; its output keeps the whole output's type and quantization, so the concatenation
     is exact.
     """

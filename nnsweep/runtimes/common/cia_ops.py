@@ -2,12 +2,11 @@
 
 Each ``run_decompositions`` (and each ``CustomDecompTable`` made for one) asks torch for
 the composite-implicit operators it may keep (``_collect_all_valid_cia_ops``), and torch
-answers per operator namespace: for each of the 41 namespaces of a process with ExecuTorch
-loaded (44 with litert-torch too) it first looks up every composite operator
-the C++ dispatcher has, 836 of them, so that each exists in ``torch.ops``
+answers per operator namespace: for each namespace it first looks up every composite
+operator the C++ dispatcher has, so that each exists in ``torch.ops``
 (``_materialize_cpp_cia_ops``). A lookup makes an attribute the first time and finds it
-after, so all but the first round find what is there: 64 ms a call, about 2.7 s of
-mobilenet_v3_small's six ExecuTorch and LiteRT conversions (benchmarks/results/conversion.md).
+after, so all but the first round find what is there (timings:
+benchmarks/results/conversion.md).
 
 Within :func:`cia_ops_looked_up_once`, the lookups are skipped when the dispatcher lists the
 same registrations as when they last ran; an operator registered since (a library loaded,

@@ -3,9 +3,8 @@
 Each time a pass changes a graph module, ``GraphModule.recompile`` writes the module's
 Python source and hands it to ``compile`` (``torch.fx.graph_module._exec_with_source``).
 Most passes hand it a source it compiled before: a pass that changed nothing, a re-trace
-that made the same graph, a copy of a module. mobilenet_v3_small's ExecuTorch and LiteRT
-conversions in fp32, dynamic and static int8 compiled 798 sources, 145 of them distinct,
-in 5.7 of about 98 seconds (benchmarks/results/conversion.md).
+that made the same graph, a copy of a module (counts and timings:
+benchmarks/results/conversion.md).
 
 Within :func:`generated_code_compiled_once`, a source compiled before in this process
 reuses that compilation: the code object is given the new call's file name (``compile``

@@ -217,8 +217,7 @@ def _fx_float_modules(graph_module: Any, ops: Iterable[Any]) -> set[Any]:
     or an ``nn.MultiheadAttention`` is one such op, with no int8 kernel (``nn.LSTM`` and
     ``nn.GRU`` have dynamic ones only). It is float whatever ``float_layers`` says, so the
     ops between it and a layer kept float lie between float ops: left to the quantizer,
-    the mean between a two-layer encoder and its head held the outputs at 25.8 dB against
-    fp32 with every layer float.
+    the mean between an encoder and its head stays quantized with every layer float.
     """
     layers = [n for n in ops if n.op == "call_module" and _weighted(graph_module, n)]
     if not layers:  # torch.ao's config is built only for a graph that has such ops

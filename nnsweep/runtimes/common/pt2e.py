@@ -107,9 +107,8 @@ def observe_ranges_again(prepared: nn.Module, bundle: ModelBundle, quant: QuantC
     for activations after a short fine-tuning it holds on to the first batch it saw. Worse,
     where PT2E shares one fake-quantizer between several tensors (the inputs of a
     concatenation), each call moves the range 1 % towards its own, so the range stays the
-    first tensor's: on an SSD-style box decoder, ``cat([xy - wh / 2, xy + wh / 2])`` kept
-    ``[-0.61, 1.0]`` for boxes up to 1.95, and the boxes read 16.1 dB against fp32 after
-    QAT where static int8 gives 44.7 dB. The fine-tuned weights and the per-channel weight
+    first tensor's (an SSD-style box decoder's ``cat([xy - wh / 2, xy + wh / 2])`` clipped
+    its boxes after QAT). The fine-tuned weights and the per-channel weight
     ranges are kept.
     """
     from torchao.quantization.pt2e.fake_quantize import FakeQuantizeBase
@@ -199,8 +198,8 @@ def fold_weight_computations(graph: nn.Module) -> int:
     were the model's work. Swin V2 computes its position bias with a two-layer MLP on a
     constant table of coordinates: the MLP's weights were quantized and its input, a
     constant, was not, so XNNPACK refused the linear and ExecuTorch's portable ``addmm``
-    ran it on every call (``torchvision:swin_v2_t`` at 96x96, static int8: 1179 ms of a
-    1259 ms run). Folded, the bias is a float constant, as in the fp32 model. Tensors
+    ran it on every call, most of a ``torchvision:swin_v2_t`` run. Folded, the bias is a
+    float constant, as in the fp32 model. Tensors
     made from nothing (``arange``, ``zeros``) are left to be made (torchao's
     ``constant_fold`` skips constructors), and so is what is computed from them.
     Quantization-aware training trains the weights, so its graph is not folded.
@@ -237,9 +236,8 @@ def _own_storage(graph: torch.fx.GraphModule, target: str) -> None:
 
     ``constant_fold`` keeps a slice of a buffer as a view of it: an SSD-style head's
     ``anchors[:, :2]`` and ``anchors[:, 2:]`` became two constants on one storage, and
-    litert-torch then took one for the other in some conversions and not in others (the
-    boxes of ``benchmarks/probe_models.py:detector``, LiteRT static int8: 8.6 dB against
-    fp32 in 9 of 22 conversions, 46.2 dB in the rest).
+    litert-torch then took one for the other in some conversions and not in others
+    (``benchmarks/probe_models.py:detector``, LiteRT static int8).
     """
     owner_path, _, name = target.rpartition(".")
     owner = graph.get_submodule(owner_path) if owner_path else graph
@@ -264,8 +262,8 @@ def own_layer_for_each_batch_norm(graph: nn.Module) -> int:
     ``_fuse_conv_bn_``) without asking what else reads the convolution's output: the
     other readers then got the normalised values. A stem convolution feeding both a
     pre-activation block's BatchNorm and its shortcut (WideResNet, PreAct ResNet), or a
-    ``cat`` beside it (``benchmarks/probe_models.py:stemnorm``), read -5.4 dB against fp32
-    on ExecuTorch static int8 (LiteRT -5.6) where ONNX Runtime read 39.0 dB. The
+    ``cat`` beside it (``benchmarks/probe_models.py:stemnorm``), lost the model's accuracy
+    on ExecuTorch and LiteRT static int8. The
     BatchNorm's own call is folded instead, and the other readers keep the layer's
     output; the float values are unchanged.
     """
@@ -332,8 +330,8 @@ def calibrated(
     Static modes calibrate :data:`~nnsweep.core.quant.QuantConfig.CALIBRATION_BATCH_SIZE`
     samples a call, through an export with a dynamic batch dimension: the observers see
     the same samples, in the same order, in a sixteenth of the calls. Each call of a
-    prepared graph runs every observer in Python; one sample a call was 40 % of an
-    ExecuTorch static int8 conversion of mobilenet_v3_small (benchmarks/results/conversion.md).
+    prepared graph runs every observer in Python, so one sample a call dominates a static
+    int8 conversion (benchmarks/results/conversion.md).
     Min/max observers end the same either way; a histogram observer (XNNPACK's, for
     activations) merges its histogram per call, so its range can differ in the last bins.
     A model that does not take batches (:func:`~nnsweep.models._bundle.takes_batches`), or
@@ -393,7 +391,7 @@ def exported_program(
     A program built by this call is lowered as it is in memory; one found built is read back
     from its ``.pt2``. The two lower to the same bytes (``tests/test_stages.py`` converts a
     configuration from a fresh stage and again from the stored one), and reading back a
-    program just written cost about 1.3 s of each conversion (benchmarks/results/conversion.md). The interface
+    program just written costs time for nothing (benchmarks/results/conversion.md). The interface
     (``full``) is not part of the stage: the caller applies it to the program returned, which
     is the caller's own.
     """

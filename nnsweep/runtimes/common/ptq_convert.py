@@ -1,9 +1,9 @@
 """torchao's ``convert_pt2e`` for a graph quantized after training, without its QAT fold.
 
 ``convert_pt2e`` runs torchao's QAT conv-BatchNorm fold whenever the graph holds a
-BatchNorm, and that fold exports its 108 pattern graphs anew on each call: about 14 s of
-an ExecuTorch or LiteRT static-int8 conversion of a small LeViT, and most of each of its
-ranking runs (benchmarks/results/conversion.md, "A BatchNorm after a linear layer"). It has nothing to
+BatchNorm, and that fold exports its pattern graphs anew on each call, most of a LeViT's
+static-int8 conversion (benchmarks/results/conversion.md, "A BatchNorm after a linear
+layer"). It has nothing to
 fold in a graph prepared for post-training quantization: ``prepare_pt2e`` folds each
 BatchNorm that follows a convolution or a linear layer into it, and one left after anything
 else (LeViT's, after a linear layer and a flatten) matches none of the fold's patterns,

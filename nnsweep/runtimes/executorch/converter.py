@@ -103,8 +103,8 @@ def without_batch_norm_patterns_if_none_can_match(quantizer: Any, graph: torch.f
     config) its conv-BatchNorm patterns when ``graph`` holds no BatchNorm; return whether it did.
 
     ExecuTorch 1.5.1's XNNPACK quantizer annotates QAT's conv-BatchNorm patterns for a
-    static config too, and each call exports their twelve pattern graphs anew (about 1.5 s
-    here). After post-training ``prepare_pt2e`` has folded each BatchNorm into its
+    static config too, and each call exports their pattern graphs anew. After post-training
+    ``prepare_pt2e`` has folded each BatchNorm into its
     convolution, there is nothing for them to match: a pattern without its BatchNorm node
     matches no graph without one. What those annotators do before matching (dead code
     removed, the graph recompiled) is done here, so the graph is annotated node for node

@@ -40,8 +40,8 @@ def bindings() -> ModuleType:
 
     ``executorch.runtime`` reaches the same module through ``pybindings.portable_lib``,
     which imports ``executorch.exir``, the whole compiler, only to name a warning class.
-    A fresh measuring process spent 4.0 s importing the runtime here, 1.0 s with the
-    bindings alone (docs/explanation/measurement.md). The portable quantized kernels (int8 ops no
+    Importing the bindings alone keeps a fresh measuring process's start short
+    (docs/explanation/measurement.md). The portable quantized kernels (int8 ops no
     delegate took) are a separate library, loaded here too; the bindings' inputs and
     outputs are torch tensors.
     """

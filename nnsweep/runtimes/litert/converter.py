@@ -97,11 +97,10 @@ def depthwise_weights_per_channel(quantizer: pt2e_quantizer.PT2EQuantizer) -> pt
     LiteRT runs a depthwise convolution with float input and int8 weights (a dynamic-range
     "hybrid" ``DEPTHWISE_CONV_2D``) with one kernel, ``EvalHybridPerChannel``, which reads a
     scale per output channel: given a per-tensor weight's single scale, it read past it, and
-    XNNPACK declines the op, so nothing else runs it. Every output of a held-out model
-    (``benchmarks/heldout_se.py``) was NaN, its stem convolution (one input channel:
-    litert-torch writes it as a depthwise one) producing 3.4e38; ``digits`` and
-    ``digits_outlier`` gave NaN in one process and chance accuracy (10.0 %) in another from
-    the same file. TensorFlow Lite's own converter quantizes these weights per channel in its
+    XNNPACK declines the op, so nothing else runs it: outputs come out NaN or garbage,
+    differently from one process to the next (``benchmarks/heldout_se.py``; a one-channel
+    stem convolution is written as a depthwise one). TensorFlow Lite's own converter
+    quantizes these weights per channel in its
     dynamic-range mode; so does this. A convolution is depthwise where each group has one
     input channel (the weight's second dimension is 1), as litert-torch lowers it.
     """

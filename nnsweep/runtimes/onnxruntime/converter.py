@@ -67,8 +67,8 @@ _BACKEND_OF = {provider: name for name, provider in PROVIDERS.items()}
 # the entropy calibrator, whose default of 128 bins over 128 quantized bins leaves its KL
 # search one candidate, the min/max range: entropy would silently equal minmax (ORT 1.32).
 # 512 bins search thresholds in steps of 1/256 of the largest value; ORT's search is pure
-# Python and quadratic in the bins (2048, TensorRT's figure, took 0.45 s per tensor here,
-# 512 took 0.07 s, with the same accuracy on digits).
+# Python and quadratic in the bins, and TensorRT's 2048 cost far more time for the same
+# accuracy (benchmarks/results/onnxruntime_options.md).
 _CALIBRATORS: dict[Calibration, tuple[CalibrationMethod, dict[str, object]]] = {
     Calibration.MINMAX: (CalibrationMethod.MinMax, {}),
     Calibration.ENTROPY: (CalibrationMethod.Entropy, {"num_bins": 512, "num_quantized_bins": 128}),
@@ -193,8 +193,7 @@ def _around(prepared: Path, unbounded: set[str], excluded: list[str]) -> list[st
 
     An attention mask filled with ``-inf`` (``masked_fill``, exported as ``Where``) gives
     such a range; quantized, its scale is infinite and its zero point NaN, and the
-    softmax after it reads garbage (a masked attention model: 0.7 dB against fp32, where
-    the PT2E quantizers, which leave ``where`` float, give 33 dB).
+    softmax after it reads garbage (the PT2E quantizers leave ``where`` float).
     """
     if not unbounded:
         return []

@@ -322,7 +322,7 @@ class TorchConverter(Converter):
 
 
 class _NnapiQuantizationWrapper(nn.Module):
-    """Float in and out around a quantized NNAPI model: the seeds' "core" interface."""
+    """Float in and out around a quantized NNAPI model: the "core" interface."""
 
     def __init__(self, scale: float, zero_point: int, core: nn.Module) -> None:
         super().__init__()
@@ -338,7 +338,7 @@ class _NnapiQuantizationWrapper(nn.Module):
 
 
 def _convert_nnapi(bundle: ModelBundle, config: DeploymentConfig, out_dir: Path) -> ConversionResult:
-    """PyTorch Mobile + NNAPI, as the seeds' preparation script does it.
+    """PyTorch Mobile + NNAPI, as PyTorch's NNAPI preparation recipe does it.
 
     Quantize with QNNPACK's semantics (NNAPI's int8 is per-tensor, full uint8
     range), trace with a channels-last input marked ``nnapi_nhwc``,
