@@ -170,7 +170,7 @@ def _freeze_with_bundled_input(
     """The frozen deployable module, with a benchmark input bundled.
 
     Freezing inlines the submodules into one graph, makes weights constants and
-    folds BatchNorm into convolutions (about 10 % faster on digits fp32); the
+    folds BatchNorm into convolutions, which runs faster; the
     scripted shell costs nothing once frozen.
     """
     shell = _Forward(traced) if example is None else _shell(traced, example)
@@ -181,7 +181,7 @@ def _freeze_with_bundled_input(
 
 
 def _bundle_input(module: torch.jit.ScriptModule, shape: tuple[int, ...], io: IOSpec, channels_last: bool) -> None:
-    """Attach a benchmark input, as the seeds do for ``speed_benchmark_torch --use_bundled_input=0``.
+    """Attach a benchmark input, as needed by ``speed_benchmark_torch --use_bundled_input=0``.
 
     The bundled tensor is a one-element stub that the device inflates to random
     values of the input's shape (quantized with the input's parameters for the
