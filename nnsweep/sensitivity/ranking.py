@@ -186,7 +186,7 @@ def _read_entry(path: Path) -> SensitivityReport | None:
 
 
 class _UnsealedError(ValueError):
-    """An entry in the format before entries carried their sha256."""
+    """An entry without the sha256 of its content (an unsealed format): measured again."""
 
 
 def _sealed(report: SensitivityReport) -> str:
@@ -199,7 +199,7 @@ def _sealed(report: SensitivityReport) -> str:
 
 def _unsealed(text: str) -> dict[str, object]:
     """The report's data from :func:`_sealed`'s text. Raises ``ValueError`` when the digest
-    does not match (an entry written before entries were sealed has none: measured again)."""
+    does not match (an unsealed entry has none: measured again)."""
     entry = json.loads(text)
     if isinstance(entry, dict) and "whole_int8" in entry and "sha256" not in entry:
         raise _UnsealedError

@@ -132,8 +132,7 @@ def onnx_float_nodes(prepared: Path, keep_float: Collection[str]) -> list[str]:
     weights alone into a constant (Hugging Face Swin's ``relative_position_bias``, a table
     gathered by a constant index), as PT2E's converters fold it
     (:func:`~nnsweep.runtimes.common.pt2e.fold_weight_computations`) and the layer rankings mark it
-    ``inert``. That was refused ("no ONNX node comes from the module(s) ..."), and the
-    ranking of such a model with it.
+    ``inert``; refusing it would fail the ranking of such a model.
     """
     if not keep_float:
         return []

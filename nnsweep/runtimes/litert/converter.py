@@ -145,8 +145,8 @@ def _convert(bundle: ModelBundle, quant: QuantConfig, symmetric_activations: boo
     dequantize_per_reader(graph)
     # An exported module says it is training (and refuses .eval()), though it was exported in
     # eval mode and its graph holds eval ops (dropout off, batch norm with running statistics).
-    # litert-torch reads the flag and warned on every static conversion that the model
-    # was "converted in training mode": the flag, not the graph, was wrong.
+    # litert-torch reads the flag and would warn on every static conversion that the model
+    # is "converted in training mode": the flag, not the graph, is wrong.
     for sub in graph.modules():
         sub.training = False
     return litert_torch.convert(graph, args, quant_config=LiteRTQuantConfig(pt2e_quantizer=quantizer))
