@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nnsweep.agents import AdbTransport, MeasureRequest, parse_benchmark_model, parse_speed_benchmark_torch
+from nnsweep.agents import AdbTransport, MeasureRequest
 from nnsweep.bench import MeasureSettings
 from nnsweep.convert import IOSpec
 from nnsweep.core.errors import AgentLost, BenchmarkError
+from nnsweep.runtimes.litert.device_tool import parse_benchmark_model
+from nnsweep.runtimes.torch.device_tool import parse_speed_benchmark_torch
 
 FAKE_ADB = Path(__file__).parent / "fakes" / "adb"
 

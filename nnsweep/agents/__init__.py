@@ -19,8 +19,6 @@ from nnsweep.agents._node import (
 from nnsweep.agents._npu import VelaEstimateTransport
 from nnsweep.agents._tools import DeviceTool, ToolRun
 from nnsweep.agents._transport import LocalTransport, MeasureReply, MeasureRequest, Transport
-from nnsweep.runtimes.litert.device_tool import parse_benchmark_model
-from nnsweep.runtimes.torch.device_tool import parse_speed_benchmark_torch
 
 __all__ = [
     "RAY_ENV",
@@ -45,8 +43,6 @@ __all__ = [
     "head_command",
     "join_command",
     "local_token",
-    "parse_benchmark_model",
-    "parse_speed_benchmark_torch",
     "ray_env",
     "ray_temp_dir",
     "refuse_version_skew",
