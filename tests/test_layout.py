@@ -348,8 +348,8 @@ def test_a_metric_literal_is_caught() -> None:
 PRIVATE_IMPORTS = {
     # nnsweep.agents imports these device tools to export their parsers: through the package
     # they would read it half-initialised.
-    ("nnsweep.runtimes.litert.device_tool", "nnsweep.agents._tools"): "a device tool is agents-layer code kept in its runtime's folder (RuntimeInfo.device_tool): the parsing helpers it shares",
-    ("nnsweep.runtimes.torch.device_tool", "nnsweep.agents._tools"): "a device tool is agents-layer code kept in its runtime's folder (RuntimeInfo.device_tool): the parsing helpers it shares",
+    ("nnsweep.runtimes.litert.device_tool", "nnsweep.agents._tools"): "agents-layer code in its runtime's folder: the tool parsers it shares",
+    ("nnsweep.runtimes.torch.device_tool", "nnsweep.agents._tools"): "agents-layer code in its runtime's folder: the tool parsers it shares",
 }
 
 
