@@ -346,10 +346,10 @@ def test_a_metric_literal_is_caught() -> None:
 # A package's private modules (``_name``) are its own: what another package needs is
 # exported by the package. The exceptions, each with its reason.
 PRIVATE_IMPORTS = {
-    # nnsweep.agents imports these device tools to export their parsers: through the package
-    # they would read it half-initialised.
-    ("nnsweep.runtimes.litert.device_tool", "nnsweep.agents._tools"): "agents-layer code in its runtime's folder: the tool parsers it shares",
-    ("nnsweep.runtimes.torch.device_tool", "nnsweep.agents._tools"): "agents-layer code in its runtime's folder: the tool parsers it shares",
+    # A runtime's device tool is agents-layer code kept in its runtime's folder: it shares the
+    # tool parsers' helpers (numbers, output tails), which are no public API of nnsweep.agents.
+    ("nnsweep.runtimes.litert.device_tool", "nnsweep.agents._tools"): "the tool parsers' helpers",
+    ("nnsweep.runtimes.torch.device_tool", "nnsweep.agents._tools"): "the tool parsers' helpers",
 }
 
 
