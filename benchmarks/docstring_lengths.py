@@ -1,6 +1,6 @@
 """Count the package's docstrings longer than a limit (the style's target: none over 15 lines).
 
-Usage: python benchmarks/docstring_lengths.py [--limit 15] [--root nnsweep] [--list]
+Usage: .venv/bin/python benchmarks/docstring_lengths.py [--limit 15] [--root nnsweep] [--list]
 Prints the count, and with --list each docstring's path, line, owner and length, longest first.
 The counting is the layout test's (``tests/test_layout.py``), which keeps the package at 0.
 """
