@@ -168,3 +168,23 @@ def test_a_toolchain_exception_becomes_one_line_naming_the_runtime_version_and_m
     )
     long = toolchain_failure(DeploymentConfig("torch"), TOOLS, AttributeError("y" * 500))
     assert "\n" not in long and len(long) <= 300 and long.startswith("torch (torch 2.14.1) cannot convert")
+
+
+def test_the_converter_digest_reads_every_runtime_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from nnsweep.artifacts import key
+
+    for rel in ("common/pt2e.py", "torch/converter.py", "litert/converter.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"# {rel}\n")
+    monkeypatch.setattr(key, "_RUNTIMES", tmp_path)
+
+    def digest() -> str:
+        key._converter_sources.cache_clear()
+        return key._converter_sources()
+
+    first = digest()
+    (tmp_path / "torch" / "converter.py").write_text("# edited\n")
+    edited = digest()
+    (tmp_path / "litert" / "converter.py").write_text("# edited\n")  # the same name in another folder
+    assert len({first, edited, digest()}) == 3
+    key._converter_sources.cache_clear()
