@@ -20,7 +20,7 @@ from nnsweep.spec import Objective
 from . import _format as f
 
 if TYPE_CHECKING:
-    from nnsweep.sensitivity.rank import SensitivityReport
+    from nnsweep.sensitivity.rank import LayerSensitivity, SensitivityReport
     from nnsweep.sweep.front import BestChoice, SharedChoice
 
 __all__ = [
@@ -330,19 +330,32 @@ def shared_choice(choice: SharedChoice | None, devices: Sequence[str]) -> str:
 def sensitivity_table(runtime: str, granularity: str, report: SensitivityReport) -> str:
     """One runtime's per-layer sensitivity (``nnsweep sensitivity``): the layers a
     ``float_layers`` count keeps float, in order, with what quantizing each alone costs."""
+    top1 = report.metric == "accuracy"
+
+    def lost(e: LayerSensitivity) -> str:
+        value = report.score(e, "quantize_one")
+        return f"{value * 100:+.2f}" if top1 else f"{value:+.4g}"
+
     rows = "".join(
         f'<tr><td class="num">{i}</td><td><code>{esc(e.layer)}</code></td>'
-        f'<td class="num">{report.score(e, "quantize_one") * 100:+.2f}</td>'
+        f'<td class="num">{lost(e)}</td>'
         f'<td class="num">{e.quantize_one_sqnr:.1f}</td></tr>'
         for i, e in enumerate(report.ranked_entries(), 1)
     )
+    if top1:
+        scored = f"Top-1 on the {report.split} split: every layer int8 {report.whole_int8:.2%}, the candidate layers "
+        scored += f"float {report.all_float:.2%}."
+        column = "points lost when quantized alone"
+    else:
+        scored = f"{esc(report.metric)} on the {report.split} split: every layer int8 {report.whole_int8:.4g}, "
+        scored += f"the candidate layers float {report.all_float:.4g}."
+        column = f"{esc(report.metric)} lost when quantized alone"
     return (
         f'<div class="card sensitivity" data-runtime="{esc(runtime)}">'
         f"<h3>Layer sensitivity: {esc(runtime)}, {esc(report.mode.replace('_', ' '))} {esc(granularity)}</h3>"
-        f"<p>Top-1 on the calibration split: every layer int8 {report.whole_int8:.2%}, the candidate layers "
-        f"float {report.all_float:.2%}. A configuration with float_layers K keeps the first K float.</p>"
+        f"<p>{scored} A configuration with float_layers K keeps the first K float.</p>"
         '<table><thead><tr><th scope="col">K</th><th scope="col">layer</th>'
-        '<th scope="col">points lost when quantized alone</th>'
+        f'<th scope="col">{column}</th>'
         '<th scope="col">output SQNR then, dB (breaks ties)</th></tr></thead>'
         f"<tbody>{rows}</tbody></table></div>"
     )

@@ -47,18 +47,17 @@ def rounded(module, keep_float):
     return model
 
 
-def evaluator(bundle, split, per_channel, reference):
-    """The ranking's evaluator: top-1 and SQNR with the layers ``keep`` left unrounded."""
+def evaluator(bundle, split, per_channel, scoring):
+    """The ranking's evaluator: the sweep's score (top-1 or its metric) and SQNR with the
+    layers ``keep`` left unrounded."""
     import torch
-
-    from nnsweep.sensitivity.rank import score_outputs, scored_layout, scored_output
 
     inputs = torch.from_numpy(split.inputs)
 
     def evaluate(keep):
         with torch.no_grad():
-            outputs = scored_output(rounded(bundle.module, keep), inputs, bundle, True).numpy()
-        return score_outputs(outputs, reference, split, *scored_layout(bundle))
+            outputs = scoring.outputs(rounded(bundle.module, keep), inputs, True).numpy()
+        return scoring(outputs)
 
     return evaluate
 

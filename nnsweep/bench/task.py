@@ -8,6 +8,7 @@ and ``targets`` exactly as the evaluation data gave them; it returns a finite nu
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import numbers
 import threading
@@ -23,7 +24,7 @@ from nnsweep.core.errors import MetricError, SpecError, first_line
 from nnsweep.core.metrics import UserMetric
 from nnsweep.models import import_function, output_columns
 
-__all__ = ["CHECK_SECONDS", "Task", "load_task"]
+__all__ = ["CHECK_SECONDS", "Task", "function_digest", "load_task"]
 
 CHECK_SECONDS = 60.0  # what a metric may take on the fp32 outputs before the sweep starts
 
@@ -101,6 +102,19 @@ def load_task(
         else:
             functions.append(import_function(metric.function, field=field, base_dir=base_dir))
     return Task(tuple(metrics), tuple(functions), targets, tuple(tuple(s) for s in shapes))
+
+
+def function_digest(function: str | Callable[..., Any]) -> str:
+    """A metric function's reference and the sha256 of the file that defines it: a changed
+    metric gives other figures, so what keeps figures (a sweep's fingerprint, a ranking's
+    cache key) tells them apart."""
+    if callable(function):
+        return getattr(function, "__qualname__", "callable")
+    head = str(function).rpartition(":")[0]
+    path = Path(head)
+    if head.endswith(".py") and path.is_file():
+        return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+    return str(function)
 
 
 def _apply(function: Callable[..., Any], outputs: list[np.ndarray], targets: Any) -> Any:

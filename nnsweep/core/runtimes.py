@@ -113,8 +113,10 @@ class RuntimeInfo:
     sensitivity: str = ""
     """``"module:function"`` that builds its layer ranking's evaluator (``nnsweep sensitivity``,
     and ``float_layers`` in a sweep): called with the model's bundle, the scored split, whether
-    weights are per channel and the fp32 outputs on the split, it returns a callable from the
-    layers kept float to a :class:`~nnsweep.sensitivity.rank.Score` (an attribute ``mode``, when
+    weights are per channel and the :class:`~nnsweep.sensitivity.scoring.Scoring` (which
+    outputs of a quantized model to take, and their score: top-1 or the sweep's own metric),
+    it returns a callable from the layers kept float to a
+    :class:`~nnsweep.sensitivity.rank.Score` (an attribute ``mode``, when
     it has one, names the int8 mode it ranked in). Empty: its layers are not ranked."""
     sensitivity_settings: Mapping[str, str] = field(default_factory=dict)
     """What else tells its rankings apart in their cache key (how its evaluator scores)."""

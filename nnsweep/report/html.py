@@ -361,6 +361,7 @@ def _rankings(spec: SweepSpec, cache_dir: Path) -> list[tuple[str, str, Sensitiv
         return []
     from nnsweep.sensitivity.ranking import cached_ranking, ranked_runtimes
     from nnsweep.sweep import studies
+    from nnsweep.sweep.rankings import ranking_metric
 
     digest = None
     for device in spec.devices:
@@ -374,9 +375,15 @@ def _rankings(spec: SweepSpec, cache_dir: Path) -> list[tuple[str, str, Sensitiv
         return []
     found = []
     ranked = ranked_runtimes()
+    by = ranking_metric(spec)
+    metric = next((m for m in spec.metrics if m.name == by), None)
+    splits = ("calibration", "evaluation") if metric is not None else ("calibration",)
     for runtime in spec.space.runtimes:
         for granularity in spec.space.granularity:
-            if runtime in ranked and (report := cached_ranking(digest, runtime, granularity, cache_dir)):
+            if runtime not in ranked:
+                continue
+            reports = (cached_ranking(digest, runtime, granularity, cache_dir, metric, split) for split in splits)
+            if report := next((r for r in reports if r is not None), None):
                 found.append((runtime, granularity.value, report))
     return found
 

@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from nnsweep.sensitivity.rank import CALIBRATION_SAMPLES, Evaluator, Score, score_outputs, scored_layout, scored_output
+from nnsweep.sensitivity.rank import CALIBRATION_SAMPLES, Evaluator, Score, scored_output
+from nnsweep.sensitivity.scoring import Scoring
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
     from nnsweep.core.quant import QuantConfig
@@ -28,7 +28,7 @@ def pt2e_evaluator(
     bundle: ModelBundle,
     split: Split,
     per_channel: bool,
-    reference: np.ndarray,
+    scoring: Scoring,
     *,
     runtime: str,
     quantizer: Callable[[QuantConfig], object],
@@ -59,7 +59,7 @@ def pt2e_evaluator(
         granularity=Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR,
         calibration=Calibration.MINMAX,
     )
-    calibration = torch.from_numpy(split.inputs[:CALIBRATION_SAMPLES])
+    calibration = torch.from_numpy(bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
     model = copy.deepcopy(bundle.module).eval()
     # One batch each to calibrate and score (digits_outlier 122 -> 33 s on executorch, 127
@@ -83,8 +83,8 @@ def pt2e_evaluator(
             prepared = prepare(module, chosen, model)
         with torch.no_grad():
             scored_output(prepared, calibration, bundle, batched)
-            outputs = scored_output(convert_ptq(prepared), inputs, bundle, batched).numpy()
-        return score_outputs(outputs, reference, split, *scored_layout(bundle))
+            outputs = scoring.outputs(convert_ptq(prepared), inputs, batched).numpy()
+        return scoring(outputs)
 
     def evaluate(keep: frozenset[str]) -> Score:
         nonlocal graph

@@ -105,6 +105,10 @@ class SensitivityReport:
         evaluations: how many quantize-and-evaluate runs it took.
         mode: the int8 mode the layers were quantized in: ``static_int8``, or torch's
             ``dynamic_int8`` for a model torch.fx cannot trace.
+        metric, goal: what the scores are (``accuracy``: top-1; else a user metric, ranked
+            following its goal: a rise in a perplexity is a loss).
+        split: the split scored (``calibration``; ``evaluation`` when a user metric's
+            targets come only with the evaluation data).
     """
 
     whole_int8: float
@@ -115,12 +119,16 @@ class SensitivityReport:
     whole_int8_sqnr: float = math.nan
     all_float_sqnr: float = math.nan
     mode: str = "static_int8"
+    metric: str = "accuracy"
+    goal: str = "maximize"
+    split: str = "calibration"
 
     def score(self, entry: LayerSensitivity, method: Method) -> float:
-        """Accuracy recovered (``float_one``) or lost (``quantize_one``) by ``entry``'s layer."""
+        """The metric recovered (``float_one``) or lost (``quantize_one``) by ``entry``'s layer."""
+        sign = 1.0 if self.goal == "maximize" else -1.0
         if method == "float_one":
-            return entry.float_one - self.whole_int8
-        return self.all_float - entry.quantize_one
+            return sign * (entry.float_one - self.whole_int8)
+        return sign * (self.all_float - entry.quantize_one)
 
     def distortion(self, entry: LayerSensitivity, method: Method) -> float:
         """The tie-breaker: how far below fp32 the outputs' SQNR is with ``entry``'s layer

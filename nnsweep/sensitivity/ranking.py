@@ -8,7 +8,8 @@ measured again.
 
 Each runtime's evaluator is its :attr:`RuntimeInfo.sensitivity` hook. They quantize
 statically and score top-1 (or agreement with fp32) on the calibration split, never the
-evaluation split, so choosing layers does not tune on the data accuracy is judged with.
+evaluation split, so choosing layers does not tune on the data accuracy is judged with;
+or, for a sweep decided by a user metric, that metric (:mod:`nnsweep.sensitivity.scoring`).
 """
 
 from __future__ import annotations
@@ -39,13 +40,23 @@ from nnsweep.sensitivity.rank import (
     reference_outputs,
     scored_layout,
 )
+from nnsweep.sensitivity.scoring import MetricScoring, RankingMetric, Scoring, Top1Scoring
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from nnsweep.core.metrics import UserMetric
     from nnsweep.models import ModelBundle, Split
 
-__all__ = ["cached_ranking", "evaluator", "ranked_runtimes", "ranking", "report_from_dict", "report_to_dict"]
+__all__ = [
+    "cached_ranking",
+    "evaluator",
+    "ranked_runtimes",
+    "ranking",
+    "report_from_dict",
+    "report_to_dict",
+    "scoring",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +79,9 @@ def report_to_dict(report: SensitivityReport) -> dict[str, object]:
         "whole_int8_sqnr": report.whole_int8_sqnr,
         "all_float_sqnr": report.all_float_sqnr,
         "mode": report.mode,
+        "metric": report.metric,
+        "goal": report.goal,
+        "split": report.split,
     }
 
 
@@ -83,6 +97,9 @@ def report_from_dict(data: dict[str, object]) -> SensitivityReport:
         float(data.get("whole_int8_sqnr", "nan")),  # type: ignore[arg-type]
         float(data.get("all_float_sqnr", "nan")),  # type: ignore[arg-type]
         str(data.get("mode", "static_int8")),
+        str(data.get("metric", "accuracy")),
+        str(data.get("goal", "maximize")),
+        str(data.get("split", "calibration")),
     )
 
 
@@ -92,8 +109,11 @@ def ranking(
     granularity: Granularity | None,
     cache_root: Path,
     progress: Callable[[str], None] | None = None,
+    metric: RankingMetric | None = None,
 ) -> tuple[SensitivityReport, bool]:
     """The runtime's sensitivity report for ``bundle``, from the cache or measured now.
+
+    ``metric``: the user metric to rank by (else top-1, :func:`evaluator`).
 
     Returns:
         The report and whether it came from the cache.
@@ -107,7 +127,8 @@ def ranking(
         known = ", ".join(ranked_runtimes())
         raise SpecError("runtime", f"no per-layer sensitivity for {runtime}; it has one for: {known}")
     granularity = granularity or Granularity.PER_TENSOR
-    path = _entry(bundle.digest, runtime, granularity, cache_root)
+    user = metric.metric if metric is not None else None
+    path = _entry(bundle.digest, runtime, granularity, cache_root, user, _metric_split(bundle, metric))
     layers = quantizable_layers(bundle.module, bundle.example_input)
     found = _read_entry(path)
     if found is not None:
@@ -125,10 +146,13 @@ def ranking(
     quantize_one: tuple[Method, ...] = ("quantize_one",)
     try:
         with rnn_export_warning_silenced(), repeated_work_skipped():
-            evaluate = evaluator(bundle, runtime, granularity)  # exports the model
+            evaluate = evaluator(bundle, runtime, granularity, metric)  # exports the model
             report = measure(layers, counted, methods=quantize_one)
         if mode := getattr(evaluate, "mode", None):  # an evaluator that may rank in another int8 mode
             report = dataclasses.replace(report, mode=mode)
+        if metric is not None:
+            split = _metric_split(bundle, metric)
+            report = dataclasses.replace(report, metric=metric.metric.name, goal=metric.metric.goal, split=split)
     except NnsweepError:
         raise
     except Exception as exc:  # toolchain code: its quantizer cannot take this model
@@ -145,8 +169,16 @@ def ranking(
     return report, False
 
 
-def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path) -> Path:
+def _entry(
+    digest: str,
+    runtime: str,
+    granularity: Granularity,
+    cache_root: Path,
+    metric: UserMetric | None = None,
+    split: str = "calibration",
+) -> Path:
     from nnsweep.artifacts.key import runtime_toolchain, stage_key
+    from nnsweep.bench.task import function_digest
 
     settings = {
         "runtime": runtime,
@@ -161,15 +193,23 @@ def _entry(digest: str, runtime: str, granularity: Granularity, cache_root: Path
         "tie_break": "sqnr",
     }
     settings.update(runtimes.get(runtime).sensitivity_settings)
+    if metric is not None:  # a top-1 ranking's key is as it was, so its entries are still found
+        settings.update(metric=metric.name, goal=metric.goal, code=function_digest(metric.function), split=split)
     key = stage_key(digest, "sensitivity", settings, runtime_toolchain(runtime))
     return cache_root / "sensitivity" / key[:2] / f"{key}.json"
 
 
 def cached_ranking(
-    digest: str, runtime: str, granularity: Granularity | None, cache_root: Path
+    digest: str,
+    runtime: str,
+    granularity: Granularity | None,
+    cache_root: Path,
+    metric: UserMetric | None = None,
+    split: str = "calibration",
 ) -> SensitivityReport | None:
-    """The report :func:`ranking` kept for the model ``digest``, if any (a damaged one: ``None``)."""
-    return _read_entry(_entry(digest, runtime, granularity or Granularity.PER_TENSOR, cache_root))
+    """The report :func:`ranking` kept for the model ``digest``, if any (a damaged one: ``None``);
+    ``metric`` and ``split`` as the ranking was scored (:attr:`SensitivityReport.split`)."""
+    return _read_entry(_entry(digest, runtime, granularity or Granularity.PER_TENSOR, cache_root, metric, split))
 
 
 def _read_entry(path: Path) -> SensitivityReport | None:
@@ -225,16 +265,41 @@ def _scored_split(bundle: ModelBundle) -> tuple[Split, np.ndarray]:
     ), reference
 
 
-def evaluator(bundle: ModelBundle, runtime: str, granularity: Granularity) -> Evaluator:
-    """Top-1 on the calibration split, and the outputs' SQNR against fp32, with the given layers
-    kept float, through ``runtime``'s quantizer (its registry entry's
-    :attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
+def _metric_split(bundle: ModelBundle, metric: RankingMetric | None) -> str:
+    """Where a user metric is scored: the calibration split when its data gave targets (the
+    ranking then tunes nothing on the data the sweep is judged with), else the evaluation
+    split, the only data with targets for the metric."""
+    if metric is None or bundle.dataset.calibration.targets is not None:
+        return "calibration"
+    return "evaluation"
+
+
+def scoring(bundle: ModelBundle, metric: RankingMetric | None = None) -> tuple[Split, Scoring]:
+    """The split a ranking scores on and how: top-1 on the calibration split, or ``metric``
+    (:func:`_metric_split`) with the split's targets."""
+    if metric is None:
+        split, reference = _scored_split(bundle)
+        return split, Top1Scoring(bundle, split, reference)
+    from nnsweep.models import per_sample_shapes
+    from nnsweep.models import reference_outputs as side_by_side
+
+    split = getattr(bundle.dataset, _metric_split(bundle, metric))
+    targets = split.targets if split.targets is not None else split.labels
+    return split, MetricScoring(metric, targets, per_sample_shapes(bundle), side_by_side(bundle, split.inputs))
+
+
+def evaluator(
+    bundle: ModelBundle, runtime: str, granularity: Granularity, metric: RankingMetric | None = None
+) -> Evaluator:
+    """Top-1 on the calibration split (or ``metric``, :func:`scoring`), and the outputs' SQNR
+    against fp32, with the given layers kept float, through ``runtime``'s quantizer (its
+    registry entry's :attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
     hook = runtimes.get(runtime).sensitivity
     if not hook:
         raise SpecError(
             "runtime", f"no per-layer sensitivity for {runtime}; it has one for: {', '.join(ranked_runtimes())}"
         )
-    split, reference = _scored_split(bundle)
+    split, scored = scoring(bundle, metric)
     per_channel = granularity is Granularity.PER_CHANNEL
     build: Callable[..., Evaluator] = runtimes.load_object(hook)
-    return build(bundle, split, per_channel, reference)
+    return build(bundle, split, per_channel, scored)

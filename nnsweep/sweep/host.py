@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from nnsweep.artifacts.cache import Artifact, ArtifactCache
     from nnsweep.bench.task import Task
     from nnsweep.models import ModelBundle, ModelSnapshot
+    from nnsweep.sensitivity.scoring import RankingMetric
 
 __all__ = ["HostSide", "host_twin"]
 
@@ -65,6 +66,7 @@ class HostSide:
         settings: MeasureSettings,
         notice: Callable[[str], None] | None = None,
         metrics: tuple[UserMetric, ...] = (),
+        ranked_by: str | None = None,
     ) -> None:
         self.source = source
         self.settings = settings
@@ -73,6 +75,7 @@ class HostSide:
         self._snapshot: ModelSnapshot | None = None
         self._artifacts: dict[str, Artifact] = {}  # config digest -> artifact
         self.metrics = metrics
+        self.ranked_by = ranked_by  # the user metric float layers are chosen by (None: top-1)
         self.task: Task | None = None
         self.eager: dict[str, float] = {ACCURACY: 1.0}  # the fp32 model's own quality metrics
         self.timed: dict[Ticket, MeasureReply] = {}  # timed on a device, waiting for host outputs
@@ -97,7 +100,15 @@ class HostSide:
         Raises:
             SpecError: the runtime's quantizer cannot rank this model's layers.
         """
-        return self.rankings.float_layers(self.bundle, runtime, granularity, k)
+        return self.rankings.float_layers(self.bundle, runtime, granularity, k, self._ranking_metric())
+
+    def _ranking_metric(self) -> RankingMetric | None:
+        if self.ranked_by is None or self.task is None:
+            return None
+        from nnsweep.sensitivity.scoring import RankingMetric
+
+        at = [m.name for m in self.task.metrics].index(self.ranked_by)
+        return RankingMetric(self.task.metrics[at], self.task.functions[at])
 
     def check_float_layers(self, counts: tuple[int, ...]) -> None:
         """Refuse counts of float layers the model does not have.

@@ -37,6 +37,7 @@ from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
 from nnsweep.sweep.host import HostSide
 from nnsweep.sweep.lifecycle import Phase
 from nnsweep.sweep.placement import Action
+from nnsweep.sweep.rankings import ranking_metric
 from nnsweep.sweep.recorder import Recorder
 from nnsweep.sweep.scheduler import Scheduler, default_depth
 from nnsweep.sweep.state import SweepLock, fingerprint
@@ -110,7 +111,7 @@ class Sweep:
             max_duration_s=spec.max_duration_s,
         )
         self.stats = SweepStats()
-        self.host = HostSide(self.source, self.settings, notice, spec.metrics)
+        self.host = HostSide(self.source, self.settings, notice, spec.metrics, ranking_metric(spec))
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}
         self._scheduler: Scheduler | None = None
         self._recorder: Recorder | None = None

@@ -23,8 +23,23 @@ from nnsweep.core.errors import ConversionError, SpecError
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle, ModelSnapshot
     from nnsweep.sensitivity.rank import SensitivityReport
+    from nnsweep.sensitivity.scoring import RankingMetric
+    from nnsweep.spec import SweepSpec
 
-__all__ = ["LayerRankings"]
+__all__ = ["LayerRankings", "ranking_metric"]
+
+
+def ranking_metric(spec: SweepSpec) -> str | None:
+    """The user metric a sweep's rankings score with: the first objective that is one, else
+    the first one a constraint bounds; ``None`` (top-1) when the user's metrics decide nothing."""
+    users = [m.name for m in spec.metrics]
+    for objective in spec.objectives:
+        if objective.metric in users:
+            return objective.metric
+    c = spec.constraints
+    bounded = [*c.max_drop, *c.min, *c.max]
+    return next((name for name in users if name in bounded), None)
+
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +67,15 @@ class LayerRankings:
         self._told_measured: set[tuple[str, str]] = set()  # (runtime, mode) measured, said once
 
     def float_layers(
-        self, bundle: ModelBundle, runtime: str, granularity: Granularity | None, k: int
+        self,
+        bundle: ModelBundle,
+        runtime: str,
+        granularity: Granularity | None,
+        k: int,
+        metric: RankingMetric | None = None,
     ) -> tuple[str, ...]:
-        """The ``k`` layers of ``bundle`` that ``runtime`` keeps in float: its own ranking's first ``k``.
+        """The ``k`` layers of ``bundle`` that ``runtime`` keeps in float: its own ranking's first
+        ``k``, scored by ``metric`` (the sweep's own, :func:`ranking_metric`) or top-1.
 
         Raises:
             SpecError: the runtime's quantizer cannot rank this model's layers (the
@@ -67,12 +88,14 @@ class LayerRankings:
         if key not in self._rankings:
             try:
                 report, cached = ranking(
-                    bundle, runtime, granularity, self.cache_root, progress=self._progress(runtime)
+                    bundle, runtime, granularity, self.cache_root, progress=self._progress(runtime), metric=metric
                 )
                 self._rankings[key] = report
                 if not cached:
-                    tie = " (all tie in top-1 on the calibration split: by output SQNR)" if report.all_tie() else ""
-                    self._tell(f"{runtime}: ranked {len(report.layers)} layers in {report.seconds:.0f} s{tie}")
+                    by = f"{report.metric} on the {report.split} split"
+                    tie = f" (all tie in {by}: by output SQNR)" if report.all_tie() else ""
+                    scored = f" by {by}" if metric is not None else ""
+                    self._tell(f"{runtime}: ranked {len(report.layers)} layers{scored} in {report.seconds:.0f} s{tie}")
             except ConversionError as exc:  # once: the next count of this runtime fails at once
                 log.warning("%s keeps no layers float for this model: %s", runtime, exc)
                 self._rankings[key] = SpecError(f"{runtime}.float_layers", str(exc))

@@ -149,23 +149,13 @@ def _task(spec: SweepSpec) -> dict[str, str]:
     }
     out = {}
     if spec.metrics:
-        functions = [f"{m.name}:{m.goal}:{_function_digest(m.function)}" for m in spec.metrics]
+        from nnsweep.bench.task import function_digest
+
+        functions = [f"{m.name}:{m.goal}:{function_digest(m.function)}" for m in spec.metrics]
         out["metrics"] = ",".join(functions)
     if any(extra.values()):
         out["bounds"] = _canonical(extra)
     return out
-
-
-def _function_digest(function: Any) -> str:
-    """A metric function's reference and the sha256 of the file that defines it (a changed
-    metric gives other figures: the sweep refuses to resume on them)."""
-    if callable(function):
-        return getattr(function, "__qualname__", "callable")
-    head = str(function).rpartition(":")[0]
-    path = Path(head)
-    if head.endswith(".py") and path.is_file():
-        return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
-    return str(function)
 
 
 def _scoring(bundle: ModelBundle) -> dict[str, str]:

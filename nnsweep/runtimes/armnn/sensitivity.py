@@ -9,13 +9,12 @@ from nnsweep.runtimes.litert.sensitivity import litert_evaluator
 from nnsweep.sensitivity.rank import Evaluator
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from nnsweep.models import ModelBundle, Split
+    from nnsweep.sensitivity.scoring import Scoring
 
 __all__ = ["evaluator"]
 
 
-def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> Evaluator:
+def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, scoring: Scoring) -> Evaluator:
     """The registry's hook (:attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
-    return litert_evaluator(bundle, split, per_channel, reference, runtime="armnn", symmetric_activations=True)
+    return litert_evaluator(bundle, split, per_channel, scoring, runtime="armnn", symmetric_activations=True)

@@ -10,19 +10,19 @@ from nnsweep.sensitivity.pt2e import pt2e_evaluator
 from nnsweep.sensitivity.rank import Evaluator
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
     from nnsweep.core.quant import QuantConfig
     from nnsweep.models import ModelBundle, Split
+    from nnsweep.sensitivity.scoring import Scoring
 
 __all__ = ["evaluator"]
 
 
-def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> Evaluator:
+def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, scoring: Scoring) -> Evaluator:
     """The registry's hook (:attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
     return pt2e_evaluator(
-        bundle, split, per_channel, reference, runtime="executorch", quantizer=_quantizer, prepare=_prepare
+        bundle, split, per_channel, scoring, runtime="executorch", quantizer=_quantizer, prepare=_prepare
     )
 
 

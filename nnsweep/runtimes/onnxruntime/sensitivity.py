@@ -6,26 +6,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nnsweep.sensitivity.rank import (
-    CALIBRATION_SAMPLES,
-    Evaluator,
-    Score,
-    reference_outputs,
-    score_outputs,
-    scored_layout,
-)
+from nnsweep.sensitivity.rank import CALIBRATION_SAMPLES, Evaluator, Score, reference_outputs
+from nnsweep.sensitivity.scoring import Scoring, Top1Scoring
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from nnsweep.models import ModelBundle, Split
 
 __all__ = ["evaluator", "onnxruntime_evaluator"]
 
 
-def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> Evaluator:
+def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, scoring: Scoring) -> Evaluator:
     """The registry's hook (:attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
-    return onnxruntime_evaluator(bundle, split, per_channel, reference=reference)
+    return onnxruntime_evaluator(bundle, split, per_channel, scoring=scoring)
 
 
 _UNFUSED_QDQ = "session.disable_quant_qdq"
@@ -33,13 +25,13 @@ _UNFUSED_QDQ = "session.disable_quant_qdq"
 
 
 def onnxruntime_evaluator(
-    bundle: ModelBundle, split: Split, per_channel: bool = False, reference: np.ndarray | None = None
+    bundle: ModelBundle, split: Split, per_channel: bool = False, scoring: Scoring | None = None
 ) -> Evaluator:
     """An evaluator that quantizes with ONNX Runtime (QDQ, minmax) and scores on ``split``.
 
     The model is exported once (:func:`~nnsweep.runtimes.common.float_fallback.export_onnx_scoped`);
-    each call quantizes with the given layers excluded, on one thread. ``reference``: the fp32
-    outputs on ``split`` (computed when not given). QDQ pairs stay unfused
+    each call quantizes with the given layers excluded, on one thread. ``scoring``: what a run
+    is scored by (default: top-1 on the labelled ``split``, :class:`Top1Scoring`). QDQ pairs stay unfused
     (``session.disable_quant_qdq``) so the ranking reflects the quantizer's decisions, not the
     host's int8 kernels (which saturate differently on x86 without VNNI).
 
@@ -62,7 +54,7 @@ def onnxruntime_evaluator(
     prepared = workdir / "prepared.onnx"  # pre-processed once: the same model for every run
     float_fallback.ort_pre_process(source, prepared)
     calibration = bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES]
-    fp32 = reference_outputs(bundle, split) if reference is None else reference
+    scored = scoring or Top1Scoring(bundle, split, reference_outputs(bundle, split))
 
     def evaluate(keep: frozenset[str]) -> Score:
         target = workdir / "quantized.onnx"
@@ -73,9 +65,9 @@ def onnxruntime_evaluator(
         options.add_session_config_entry(_UNFUSED_QDQ, "1")  # the quantizer's arithmetic, not the host's kernels
         session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
-        scored = bundle.dataset.accuracy_output  # the outputs come in flatten_outputs' order
-        outs = [session.run(None, {name: split.inputs[i : i + 1]})[scored] for i in range(len(split))]
-        return score_outputs(np.concatenate([o.reshape(1, -1) for o in outs]), fp32, split, *scored_layout(bundle))
+        # the outputs come in flatten_outputs' order
+        outs = [scored.pick(session.run(None, {name: split.inputs[i : i + 1]})) for i in range(len(split))]
+        return scored(np.concatenate(outs))
 
     weakref.finalize(evaluate, shutil.rmtree, workdir, ignore_errors=True)
     return evaluate

@@ -14,19 +14,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from nnsweep.core.errors import first_line
-from nnsweep.sensitivity.rank import (
-    CALIBRATION_SAMPLES,
-    Evaluator,
-    Score,
-    reference_outputs,
-    score_outputs,
-    scored_layout,
-    scored_output,
-)
+from nnsweep.sensitivity.rank import CALIBRATION_SAMPLES, Evaluator, Score, reference_outputs
+from nnsweep.sensitivity.scoring import Scoring, Top1Scoring
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from nnsweep.models import ModelBundle, Split
 
 __all__ = ["TorchEvaluator", "evaluator", "torch_dynamic_evaluator", "torch_fx_evaluator"]
@@ -34,9 +25,9 @@ __all__ = ["TorchEvaluator", "evaluator", "torch_dynamic_evaluator", "torch_fx_e
 log = logging.getLogger(__name__)
 
 
-def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> TorchEvaluator:
+def evaluator(bundle: ModelBundle, split: Split, per_channel: bool, scoring: Scoring) -> TorchEvaluator:
     """The registry's hook (:attr:`~nnsweep.core.runtimes.RuntimeInfo.sensitivity`)."""
-    return TorchEvaluator(bundle, split, per_channel, reference)
+    return TorchEvaluator(bundle, split, per_channel, scoring)
 
 
 class TorchEvaluator:
@@ -48,9 +39,9 @@ class TorchEvaluator:
         mode: the int8 mode of the evaluations so far.
     """
 
-    def __init__(self, bundle: ModelBundle, split: Split, per_channel: bool, reference: np.ndarray) -> None:
-        self._evaluate = torch_fx_evaluator(bundle, split, per_channel, reference=reference)
-        self._fallback = functools.partial(torch_dynamic_evaluator, bundle, split, per_channel, reference=reference)
+    def __init__(self, bundle: ModelBundle, split: Split, per_channel: bool, scoring: Scoring) -> None:
+        self._evaluate = torch_fx_evaluator(bundle, split, per_channel, scoring=scoring)
+        self._fallback = functools.partial(torch_dynamic_evaluator, bundle, split, per_channel, scoring=scoring)
         self.mode = "static_int8"
 
     def __call__(self, keep: frozenset[str]) -> Score:
@@ -78,10 +69,10 @@ def torch_fx_evaluator(
     split: Split,
     per_channel: bool = False,
     engine: str = "x86",
-    reference: np.ndarray | None = None,
+    scoring: Scoring | None = None,
 ) -> Evaluator:
     """An evaluator that quantizes with torch.ao FX (nnsweep's qconfigs, minmax) and scores on
-    ``split`` (``reference``: as :func:`~nnsweep.runtimes.onnxruntime.sensitivity.onnxruntime_evaluator`'s).
+    ``split`` (``scoring``: as :func:`~nnsweep.runtimes.onnxruntime.sensitivity.onnxruntime_evaluator`'s).
 
     It scores FX's reference model (``convert_to_reference_fx``: each quantized op as
     dequantize, float op, quantize), the quantizer's arithmetic, not the host's int8 kernels:
@@ -116,13 +107,13 @@ def torch_fx_evaluator(
     )
     calibration = torch.from_numpy(bundle.dataset.calibration.inputs[:CALIBRATION_SAMPLES])
     inputs = torch.from_numpy(split.inputs)
-    fp32 = reference_outputs(bundle, split) if reference is None else reference
+    scored = scoring or Top1Scoring(bundle, split, reference_outputs(bundle, split))
     batched = takes_batches(bundle)  # else one sample a call
     refuse_prelu(bundle.module)  # as the converter does: a ranking through a wrong int8 PReLU would mislead
     refuse_hooks(bundle.module)  # and through a graph without the model's hooks
 
     def run(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return scored_output(module, x, bundle, batched)
+        return scored.outputs(module, x, batched)
 
     def evaluate(keep: frozenset[str]) -> Score:
         previous = torch.backends.quantized.engine
@@ -139,7 +130,7 @@ def torch_fx_evaluator(
                 outputs = run(quantized, inputs).numpy()
         finally:
             torch.backends.quantized.engine = previous
-        return score_outputs(outputs, fp32, split, *scored_layout(bundle))
+        return scored(outputs)
 
     return evaluate
 
@@ -149,11 +140,11 @@ def torch_dynamic_evaluator(
     split: Split,
     per_channel: bool = False,
     engine: str = "x86",
-    reference: np.ndarray | None = None,
+    scoring: Scoring | None = None,
 ) -> Evaluator:
     """An evaluator that quantizes with torch's dynamic int8, as its converter does
     (``quantize_dynamic`` on the linear layers, in eager mode: nothing is traced), and
-    scores on ``split`` (``reference``: as :func:`torch_fx_evaluator`'s). The ranking of
+    scores on ``split`` (``scoring``: as :func:`torch_fx_evaluator`'s). The ranking of
     a model torch.fx cannot trace, which torch converts in dynamic int8 only. The kernels
     are the host's dynamic linear ones: int8 weights, activations quantized on each call
     from their own range, so no fixed range to saturate.
@@ -167,14 +158,14 @@ def torch_dynamic_evaluator(
 
     granularity = Granularity.PER_CHANNEL if per_channel else Granularity.PER_TENSOR
     inputs = torch.from_numpy(split.inputs)
-    fp32 = reference_outputs(bundle, split) if reference is None else reference
+    scored = scoring or Top1Scoring(bundle, split, reference_outputs(bundle, split))
     batched = takes_batches(bundle)
 
     def evaluate(keep: frozenset[str]) -> Score:
         quant = QuantConfig(mode=QuantMode.DYNAMIC_INT8, granularity=granularity, float_layers=tuple(sorted(keep)))
         with quantized_engine(engine), torch.no_grad(), without_mha_fastpath(True):
             model = quantize_dynamic_linears(bundle, quant)
-            outputs = scored_output(model, inputs, bundle, batched).numpy()
-        return score_outputs(outputs, fp32, split, *scored_layout(bundle))
+            outputs = scored.outputs(model, inputs, batched).numpy()
+        return scored(outputs)
 
     return evaluate
