@@ -330,7 +330,7 @@ def shared_choice(choice: SharedChoice | None, devices: Sequence[str]) -> str:
 def sensitivity_table(runtime: str, granularity: str, report: SensitivityReport) -> str:
     """One runtime's per-layer sensitivity (``nnsweep sensitivity``): the layers a
     ``float_layers`` count keeps float, in order, with what quantizing each alone costs."""
-    top1 = report.metric == "accuracy"
+    top1 = report.metric == ACCURACY
 
     def lost(e: LayerSensitivity) -> str:
         value = report.score(e, "quantize_one")

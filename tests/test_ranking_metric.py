@@ -141,3 +141,53 @@ def test_a_sweep_ranks_by_its_first_user_objective_else_a_bounded_user_metric() 
     assert ranking_metric(spec) == "f1"
     assert ranking_metric(parse_spec({**base, "metrics": metrics})) is None
     assert ranking_metric(parse_spec(base)) is None
+
+
+_NLL = """
+import numpy as np
+
+
+def nll(outputs, targets):
+    x = outputs[0] - outputs[0].max(1, keepdims=True)
+    logp = x - np.log(np.exp(x).sum(1, keepdims=True))
+    return float(-logp[np.arange(len(logp)), np.asarray(targets)].mean())
+"""
+
+
+@pytest.mark.slow
+def test_sensitivity_ranks_by_a_minimised_metric_of_the_users(tmp_path: Path, models_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from nnsweep.cli import main
+
+    (tmp_path / "task.py").write_text(_NLL)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(models_dir)
+    args = ["--cache-dir", str(cache), "sensitivity", "--model", "digits_outlier", "--runtime", "onnxruntime"]
+    metric = ["--metric", f"nll={tmp_path / 'task.py'}:nll", "--goal", "minimize", "--granularity", "per_tensor"]
+    assert main([*args, *metric, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["metric"], report["goal"], report["split"]) == ("nll", "minimize", "evaluation")
+    # the outlier pair costs most in the user's metric too: its loss rises most
+    assert {r["layer"] for r in report["ranked"][:2]} == {"blocks.2.dw", "blocks.2.pw1"}
+    assert report["whole_int8"] > report["all_float"] and report["ranked"][0]["cost"] > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--metric", "a=numpy:mean", "--metric", "b=numpy:max"], "give one metric"),
+        (["--metric", "nope"], "NAME=module:function"),
+        (["--metric", "accuracy=numpy:mean"], "built-in"),
+        (["--metric", "m=no_such_module_here:f"], "--metric"),
+    ],
+)
+def test_bad_metric_input_to_sensitivity_exits_2_with_one_line(tmp_path: Path, capsys, extra, says) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.cli import main
+
+    cache = tmp_path / "cache"
+    code = main(["--cache-dir", str(cache), "sensitivity", "--runtime", "onnxruntime", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+    assert not cache.exists()

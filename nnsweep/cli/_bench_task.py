@@ -40,7 +40,7 @@ def user_metrics(args: argparse.Namespace) -> tuple[UserMetric, ...]:
     Raises:
         SpecError: on ``--metric``: not NAME=REF, a built-in's name, or a name given twice.
     """
-    from nnsweep.models import check_function_reference
+    from nnsweep.models import check_function_reference, import_function
 
     metrics: list[UserMetric] = []
     for text in args.metric:
@@ -49,7 +49,9 @@ def user_metrics(args: argparse.Namespace) -> tuple[UserMetric, ...]:
             raise SpecError("--metric", f"{text[:80]!r}: give NAME=module:function or NAME=file.py:function")
         if name in BUILTIN or any(m.name == name for m in metrics):
             raise SpecError("--metric", f"{name!r} is a built-in metric's name or given twice")
-        metrics.append(UserMetric(name, check_function_reference(ref, field="--metric"), "maximize"))
+        function = check_function_reference(ref, field="--metric")
+        import_function(function, field=f"--metric {name}")  # before anything is loaded or written
+        metrics.append(UserMetric(name, function, "maximize"))
     return tuple(metrics)
 
 

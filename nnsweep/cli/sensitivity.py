@@ -7,17 +7,20 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nnsweep.cli._args import _positive_shape
+from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
 from nnsweep.cli._output import EXIT_OK, Status, _usage_error, results
 from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import SpecError
-from nnsweep.core.metrics import SQNR
+from nnsweep.core.metrics import ACCURACY, SQNR
 from nnsweep.core.quant import Granularity
 
 if TYPE_CHECKING:
-    from nnsweep.sensitivity.rank import SensitivityReport
+    from nnsweep.core.metrics import UserMetric
+    from nnsweep.sensitivity.rank import LayerSensitivity, SensitivityReport
+    from nnsweep.sensitivity.scoring import RankingMetric
 
 # The model options are bench's, so say them as bench does.
 _OPTIONS = {
@@ -26,6 +29,9 @@ _OPTIONS = {
     "quant": "--quant",
     "quant.granularity": "--granularity",
     "granularity": "--granularity",
+    "--metric": "--metric",
+    "--max-samples": "--max-samples",
+    "data.evaluation": "--data",
 }
 
 
@@ -37,7 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Quantize each layer of the model alone (the others float: convolutions, linear layers and "
         "other modules with a weight of their own, such as attention, that the forward calls) with "
         "the runtime's own int8 quantizer and rank the layers by the top-1 accuracy each costs on the "
-        "calibration split: the most sensitive are the ones to keep in float (space.float_layers, "
+        "calibration split (or by --metric, your own, on --data's targets): the most sensitive are "
+        "the ones to keep in float (space.float_layers, "
         "bench --float-layers). Kept in the cache per model, runtime and granularity.",
     )
     parser.add_argument("--model", default="digits_outlier", help="a model reference, as for bench")
@@ -50,6 +57,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the int8 mode (the ranking quantizes statically; torch, on a model torch.fx cannot trace, dynamically)",
     )
     parser.add_argument("--granularity", help="per_tensor or per_channel weights (default: the runtime's own)")
+    add_task_options(parser)
+    parser.add_argument(
+        "--goal",
+        choices=("maximize", "minimize"),
+        default="maximize",
+        help="with --metric: whether larger or smaller values of it are better",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(handler=run)
 
@@ -75,6 +89,10 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         from nnsweep.models import check_reference
 
         check_reference(args.model)
+        metrics = user_metrics(args)
+        if len(metrics) > 1:
+            raise SpecError("--metric", "give one metric to rank the layers by")
+        data = task_data(args)
     except SpecError as exc:
         return _usage_error(exc, _OPTIONS)
     status = Status(enabled=not args.json)
@@ -85,10 +103,14 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
 
     cache = ArtifactCache(cache_dir)
     try:
-        bundle = load_model(args.model, cache_dir=cache.models_dir, weights=args.weights, input_shape=args.input_shape)
-        ModelSnapshot.of(bundle).warn_if_constant()  # every layer would cost nothing
+        bundle = load_model(
+            args.model, cache_dir=cache.models_dir, weights=args.weights, input_shape=args.input_shape, data=data
+        )
+        snapshot = ModelSnapshot.of(bundle)
+        snapshot.warn_if_constant()  # every layer would cost nothing
+        metric = _ranking_metric(bundle, metrics, args.goal, snapshot.reference)
         start = time.perf_counter()
-        report, hit = ranking(bundle, args.runtime, granularity, cache_dir, progress=status.line)
+        report, hit = ranking(bundle, args.runtime, granularity, cache_dir, progress=status.line, metric=metric)
     except SpecError as exc:
         status.clear()
         return _usage_error(exc, _OPTIONS)
@@ -102,6 +124,16 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     return EXIT_OK
 
 
+def _ranking_metric(bundle: Any, metrics: tuple[UserMetric, ...], goal: str, reference: Any) -> RankingMetric | None:
+    """``--metric`` imported and checked on the fp32 outputs, with ``--goal`` (``None``: rank by top-1)."""
+    import dataclasses
+
+    from nnsweep.sensitivity.scoring import RankingMetric
+
+    task = bench_task(bundle, tuple(dataclasses.replace(m, goal=goal) for m in metrics), reference)
+    return None if task is None else RankingMetric(task.metrics[0], task.functions[0])
+
+
 def _json(
     args: argparse.Namespace, granularity: Granularity | None, report: SensitivityReport, hit: bool, wall: float
 ) -> dict[str, object]:
@@ -111,6 +143,9 @@ def _json(
         "runtime": args.runtime,
         "granularity": granularity.value if granularity else None,
         "mode": report.mode,  # the int8 mode the layers were quantized in
+        "metric": report.metric,  # what the scores are: accuracy (top-1) or --metric
+        "goal": report.goal,
+        "split": report.split,
         "whole_int8": report.whole_int8,
         "all_float": report.all_float,
         # an SQNR of inf (outputs identical to fp32's) is null: JSON has no infinity
@@ -134,14 +169,24 @@ def _table(what: str, granularity: Granularity | None, report: SensitivityReport
     """The ranking as text lines: the layers in order, what quantizing each alone costs."""
     g = f" {granularity.value}" if granularity else ""
     ranked = report.ranked_entries("quantize_one")
+    top1 = report.metric == ACCURACY
+    by = "top-1" if top1 else report.metric
+
+    def value(v: float) -> str:
+        return f"{v:.2%}" if top1 else f"{v:.4g}"
+
+    def cost(e: LayerSensitivity) -> str:
+        v = report.score(e, "quantize_one")
+        return f"{v * 100:+6.2f} points" if top1 else f"{v:+10.4g} {report.metric}"
+
     lines = [
-        f"{what} ({report.mode.replace('_', ' ')}{g}), top-1 on the calibration split:",
-        f"  all layers int8 {report.whole_int8:.2%}; the candidate layers float {report.all_float:.2%}",
-        "  layers by what quantizing each alone costs, top-1 then the outputs' SQNR against fp32"
+        f"{what} ({report.mode.replace('_', ' ')}{g}), {by} on the {report.split} split:",
+        f"  all layers int8 {value(report.whole_int8)}; the candidate layers float {value(report.all_float)}",
+        f"  layers by what quantizing each alone costs, {by} then the outputs' SQNR against fp32"
         " (keep the first K in float: --float-layers K):",
     ]
     lines += [
-        f"  {i:3d}. {e.layer:<40} {report.score(e, 'quantize_one') * 100:+6.2f} points  {e.quantize_one_sqnr:6.1f} dB"
+        f"  {i:3d}. {e.layer:<40} {cost(e)}  {e.quantize_one_sqnr:6.1f} dB"
         + ("  (int8 changes nothing: this quantizer leaves it float)" if e.inert else "")
         for i, e in enumerate(ranked, 1)
     ]
@@ -149,8 +194,8 @@ def _table(what: str, granularity: Granularity | None, report: SensitivityReport
         lines.append("  none: the model has no convolution, linear layer or other layer with a weight to keep float")
     if report.all_tie():
         lines.append(
-            "  every layer costs the same top-1 here (the calibration split does not tell them apart by"
-            " accuracy): the order is by SQNR alone, how much each layer's int8 distorts the outputs"
+            f"  every layer costs the same {by} here (the {report.split} split does not tell them apart by"
+            f" {by}): the order is by SQNR alone, how much each layer's int8 distorts the outputs"
         )
     source = "from the cache" if hit else f"measured in {report.seconds:.1f} s ({report.evaluations} runs)"
     lines.append(f"  ({source}; {wall:.1f} s now)")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from nnsweep.core.metrics import ACCURACY
 from nnsweep.core.results import FLOAT_SQNR_DB
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class SensitivityReport:
     whole_int8_sqnr: float = math.nan
     all_float_sqnr: float = math.nan
     mode: str = "static_int8"
-    metric: str = "accuracy"
+    metric: str = ACCURACY
     goal: str = "maximize"
     split: str = "calibration"
 

@@ -25,6 +25,7 @@ from nnsweep.core import runtimes
 from nnsweep.core.atomic import atomic_path
 from nnsweep.core.digests import json_sha256
 from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
+from nnsweep.core.metrics import ACCURACY
 from nnsweep.core.quant import Granularity
 from nnsweep.runtimes.common.converter import rnn_export_warning_silenced
 from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
@@ -97,7 +98,7 @@ def report_from_dict(data: dict[str, object]) -> SensitivityReport:
         float(data.get("whole_int8_sqnr", "nan")),  # type: ignore[arg-type]
         float(data.get("all_float_sqnr", "nan")),  # type: ignore[arg-type]
         str(data.get("mode", "static_int8")),
-        str(data.get("metric", "accuracy")),
+        str(data.get("metric", ACCURACY)),
         str(data.get("goal", "maximize")),
         str(data.get("split", "calibration")),
     )
