@@ -191,3 +191,25 @@ def test_bad_metric_input_to_sensitivity_exits_2_with_one_line(tmp_path: Path, c
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
     assert not cache.exists()
+
+
+@pytest.mark.slow
+def test_a_sweeps_host_keeps_float_the_layers_its_metric_ranks_first(tmp_path: Path) -> None:
+    """The sweep's path: HostSide imports the user's metric, ranks by it, and says so."""
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.execution import ModelSource
+    from nnsweep.sweep.host import HostSide
+
+    (tmp_path / "task.py").write_text(_NLL)
+    metric = UserMetric("nll", f"{tmp_path / 'task.py'}:nll", "minimize")
+    told: list[str] = []
+    source = ModelSource("digits_outlier", tmp_path / "cache")
+    host = HostSide(source, MeasureSettings(), notice=told.append, metrics=(metric,), ranked_by="nll")
+    host.load()
+    kept = host.float_layers("onnxruntime", Granularity.PER_TENSOR, 2)
+    assert set(kept) == {"blocks.2.dw", "blocks.2.pw1"}
+    assert any("ranked 11 layers by nll on the evaluation split" in line for line in told), told
+    report = cached_ranking(
+        host.bundle.digest, "onnxruntime", Granularity.PER_TENSOR, tmp_path / "cache", metric, "evaluation"
+    )
+    assert report is not None and report.metric == "nll" and report.goal == "minimize"
