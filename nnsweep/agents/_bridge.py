@@ -28,6 +28,7 @@ from nnsweep.agents._tools import tools as device_tools
 from nnsweep.agents._transport import MeasureReply, MeasureRequest, Transport
 from nnsweep.bench import LatencyStats, Timing
 from nnsweep.core.errors import AgentLost, BenchmarkError, SpecError
+from nnsweep.core.measure import MeasureSettings
 from nnsweep.core.options import int8_flags
 from nnsweep.spec import Bridge
 
@@ -51,7 +52,7 @@ class BridgeTransport(Transport):
         workdir: str,
         push_tools: Mapping[str, Path] | None = None,
         repeats: int = 5,
-        timeout_s: float = 600.0,
+        timeout_s: float = MeasureSettings.timeout_s,
     ) -> None:
         known = device_tools()
         unknown = sorted(set(tools) - set(known))

@@ -8,10 +8,9 @@ from typing import Any, Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
 from nnsweep.core.errors import SpecError, excerpt
+from nnsweep.core.fields import settings_of, value_type
 from nnsweep.spec.settings import (
     MAX_FLOAT_LAYERS,
-    MAX_ITERS,
-    MAX_MEASURE_SECONDS,
     MAX_NODES,
     MAX_PARTITIONS,
     MAX_REPEATS,
@@ -19,7 +18,7 @@ from nnsweep.spec.settings import (
     MAX_SECONDS,
     MAX_THREADS,
     MAX_TRIALS,
-    MAX_WARMUP,
+    SECTIONS,
     _default_objectives,
 )
 
@@ -31,12 +30,9 @@ def schema() -> Any:
     """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed)."""
     from typing import Annotated
 
-    from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator
+    from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
-    # Strict numbers: YAML's `true` is not 1, "5" is not 5, 1e26 is not an integer; floats are finite.
-    Int = Annotated[int, Strict()]
-    Float = Annotated[float, Strict(), AllowInfNan(False)]
-    Text = Annotated[str, Strict()]
+    Int, Float, Text = _strict()[int], _strict()[float], _strict()[str]
 
     class _Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
@@ -88,15 +84,7 @@ def schema() -> Any:
         trials: Int = Field(default=24, ge=1, le=MAX_TRIALS)
         timeout_s: Float | None = Field(default=None, gt=0, le=MAX_SECONDS)
 
-    class MeasureIn(_Strict):
-        warmup: Int = Field(default=5, ge=0, le=MAX_WARMUP)
-        iters: Int = Field(default=200, ge=1, le=MAX_ITERS)
-        min_duration_s: Float = Field(default=0.0, ge=0, le=MAX_MEASURE_SECONDS)
-        timeout_s: Float = Field(default=600.0, gt=0, le=MAX_MEASURE_SECONDS)
-        until_stable: Annotated[bool, Strict()] = False
-        ci_rel: Float = Field(default=0.01, gt=0, lt=1)
-        max_duration_s: Float = Field(default=10.0, gt=0, le=MAX_MEASURE_SECONDS)
-        remeasure: Int = Field(default=3, ge=0, le=20)
+    MeasureIn = section_model(SECTIONS["measure"], "MeasureIn", _Strict)
 
     class TrackingIn(_Strict):
         uri: Text = Field(default="sqlite:///mlflow.db", min_length=1, max_length=2000)
@@ -166,6 +154,34 @@ def schema() -> Any:
         search: SearchIn = Field(default_factory=SearchIn)
 
     return SpecIn
+
+
+@functools.cache
+def _strict() -> dict[type, Any]:
+    """Strict numbers: YAML's `true` is not 1, "5" is not 5, 1e26 is not an integer; floats are finite."""
+    from typing import Annotated
+
+    from pydantic import AllowInfNan, Strict
+
+    return {
+        int: Annotated[int, Strict()],
+        float: Annotated[float, Strict(), AllowInfNan(False)],
+        str: Annotated[str, Strict()],
+        bool: Annotated[bool, Strict()],
+    }
+
+
+def section_model(cls: type, name: str, base: type) -> Any:
+    """The pydantic model of a spec section defined by the dataclass ``cls``: each
+    :func:`~nnsweep.core.fields.setting` a key with its type, default and bounds."""
+    from pydantic import Field, create_model
+
+    keys: dict[str, Any] = {}
+    for key, annotation, meta, default in settings_of(cls):
+        kind, optional = value_type(annotation)
+        typed = _strict()[kind] | None if optional else _strict()[kind]
+        keys[key] = (typed, Field(default=default, description=meta.help, **meta.bounds()))
+    return create_model(name, __base__=base, **keys)
 
 
 # The names pydantic gives the branches of a union field (a range or a list, for one).

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
+from nnsweep.core.measure import MAX_ITERS, MAX_MEASURE_SECONDS, MAX_WARMUP, MeasureSettings
 from nnsweep.core.metrics import ACCURACY, BUILTIN, LATENCY_P50, UserMetric
 from nnsweep.core.quant import OptionValue
 
@@ -29,15 +30,21 @@ __all__ = [
     "MAX_TRIALS",
     "MAX_WARMUP",
     "METRICS",
+    "SECTIONS",
     "Bridge",
     "Budget",
     "Constraints",
     "IntRange",
+    "MeasureSettings",
     "Objective",
     "SearchSpace",
     "SweepSpec",
     "Tracking",
 ]
+
+# The spec's sections whose keys a frozen dataclass defines, each key once with its default,
+# bounds and help (nnsweep.core.fields.setting): the schema and the CLI options derive from them.
+SECTIONS: dict[str, type] = {"measure": MeasureSettings}
 
 # Metrics an objective may name, and where they come from.
 METRICS: dict[str, str] = {m.name: m.description for m in BUILTIN.values() if m.objective}
@@ -47,9 +54,6 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullm
 # .inf) is an error naming the bound instead of an overflow deep inside a run.
 MAX_TRIALS = 100_000
 MAX_SECONDS = 30 * 24 * 3600.0  # budget.timeout_s
-MAX_MEASURE_SECONDS = 24 * 3600.0  # one measurement's timeout / minimum duration
-MAX_WARMUP = 100_000
-MAX_ITERS = 1_000_000
 MAX_THREADS = 1024
 MAX_PARTITIONS = 10_000
 MAX_NODES = 1_000_000
@@ -163,9 +167,8 @@ class SweepSpec:
     """A validated sweep: the spec's keys as typed fields (docs/reference/spec.md says each).
 
     ``max_accuracy_drop`` and ``min_sqnr_db`` are the ``constraints`` (``None``: none;
-    an output of class ids beside others does not count for the SQNR); ``warmup`` ..
-    ``remeasure`` are ``measure.*`` (:class:`nnsweep.bench.MeasureSettings`,
-    :mod:`nnsweep.sweep.remeasure`); ``mode_starts`` and ``warm_start`` are ``search.*``;
+    an output of class ids beside others does not count for the SQNR); ``measure`` is
+    ``measure.*`` (:class:`~nnsweep.core.measure.MeasureSettings`); ``mode_starts`` and ``warm_start`` are ``search.*``;
     ``storage`` is ``journal`` (a file in ``state_dir``) or an RDB URL for Optuna;
     ``bridges`` and ``npus`` map device names to :class:`Bridge` and Ethos-U targets;
     ``state_dir`` is where the sweep keeps its Optuna journal and bookkeeping.
@@ -182,19 +185,12 @@ class SweepSpec:
     max_accuracy_drop: float | None
     space: SearchSpace
     budget: Budget
-    warmup: int
-    iters: int
-    min_duration_s: float
-    timeout_s: float
     tracking: Tracking
     storage: str
     state_dir: Path
     weights: Path | None = None
     input_shape: tuple[int, ...] | None = None
-    until_stable: bool = False
-    ci_rel: float = 0.01
-    max_duration_s: float = 10.0
-    remeasure: int = 3
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
     mode_starts: bool = True
     warm_start: bool = True
     quality_first: bool = True
