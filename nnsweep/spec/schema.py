@@ -15,9 +15,7 @@ from nnsweep.spec.settings import (
     MAX_PARTITIONS,
     MAX_REPEATS,
     MAX_SAMPLES,
-    MAX_SECONDS,
     MAX_THREADS,
-    MAX_TRIALS,
     SECTIONS,
     _default_objectives,
 )
@@ -80,10 +78,7 @@ def schema() -> Any:
                 raise ValueError(f"every value must be between 1 and {MAX_THREADS}")
             return v
 
-    class BudgetIn(_Strict):
-        trials: Int = Field(default=24, ge=1, le=MAX_TRIALS)
-        timeout_s: Float | None = Field(default=None, gt=0, le=MAX_SECONDS)
-
+    BudgetIn = section_model(SECTIONS["budget"], "BudgetIn", _Strict)
     MeasureIn = section_model(SECTIONS["measure"], "MeasureIn", _Strict)
 
     class TrackingIn(_Strict):
@@ -124,10 +119,7 @@ def schema() -> Any:
         workdir: Text | None = None
         repeats: Int = Field(default=5, ge=1, le=MAX_REPEATS)
 
-    class SearchIn(_Strict):
-        mode_starts: Annotated[bool, Strict()] = True
-        warm_start: Annotated[bool, Strict()] = True
-        quality_first: Annotated[bool, Strict()] = True
+    SearchIn = section_model(SECTIONS["search"], "SearchIn", _Strict)
 
     class NpuIn(_Strict):
         target: Text
