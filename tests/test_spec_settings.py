@@ -16,7 +16,7 @@ from nnsweep.core.errors import SpecError
 from nnsweep.core.fields import settings_of
 from nnsweep.spec import parse_spec
 from nnsweep.spec.schema import schema
-from nnsweep.spec.settings import SECTIONS
+from nnsweep.spec.settings import SECTIONS, Bridge
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
 
@@ -73,10 +73,21 @@ def _past(meta: Any, annotation: Any) -> list[Any]:
     return out or ["not a value"]
 
 
+# Dataclasses some of whose fields are settings (the rest built from the spec by nnsweep.spec.build).
+PARTLY = (Bridge,)
+
+
+def test_a_partly_derived_key_has_its_default_in_the_schema() -> None:
+    bridge = schema().model_fields["bridges"].annotation.__args__[1]
+    assert bridge.model_fields["repeats"].default == Bridge.repeats
+    with pytest.raises(SpecError, match="less than or equal to"):
+        parse_spec({"name": "m", "model": "digits", "bridges": {"host": {"transport": "adb", "repeats": 10**9}}})
+
+
 def _defaults() -> dict[str, float]:
     """Each numeric setting's name and default, over every section."""
     out: dict[str, float] = {}
-    for cls in SECTIONS.values():
+    for cls in (*SECTIONS.values(), *PARTLY):
         for name, _, _, default in settings_of(cls):
             if isinstance(default, int | float) and not isinstance(default, bool):
                 out[name] = default
@@ -124,7 +135,7 @@ def second_defaults(source: str, defaults: dict[str, float]) -> list[str]:
 
 
 def test_no_module_writes_a_setting_default_again() -> None:
-    owners = {Path(__import__(cls.__module__, fromlist=["_"]).__file__).resolve() for cls in SECTIONS.values()}
+    owners = {Path(__import__(c.__module__, fromlist=["_"]).__file__).resolve() for c in (*SECTIONS.values(), *PARTLY)}
     defaults = _defaults()
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -51,7 +51,7 @@ class BridgeTransport(Transport):
         tools: Mapping[str, str],
         workdir: str,
         push_tools: Mapping[str, Path] | None = None,
-        repeats: int = 5,
+        repeats: int = Bridge.repeats,
         timeout_s: float = MeasureSettings.timeout_s,
     ) -> None:
         known = device_tools()

@@ -8,15 +8,15 @@ from typing import Any, Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
 from nnsweep.core.errors import SpecError, excerpt
-from nnsweep.core.fields import settings_of, value_type
+from nnsweep.core.fields import setting_of, settings_of, value_type
 from nnsweep.spec.settings import (
     MAX_FLOAT_LAYERS,
     MAX_NODES,
     MAX_PARTITIONS,
-    MAX_REPEATS,
     MAX_SAMPLES,
     MAX_THREADS,
     SECTIONS,
+    Bridge,
     _default_objectives,
 )
 
@@ -117,7 +117,7 @@ def schema() -> Any:
         tools: dict[Text, Text] = Field(default_factory=dict)
         push_tools: dict[Text, Text] = Field(default_factory=dict)
         workdir: Text | None = None
-        repeats: Int = Field(default=5, ge=1, le=MAX_REPEATS)
+        repeats: Int = setting_field(Bridge, "repeats")
 
     SearchIn = section_model(SECTIONS["search"], "SearchIn", _Strict)
 
@@ -166,14 +166,23 @@ def _strict() -> dict[type, Any]:
 def section_model(cls: type, name: str, base: type) -> Any:
     """The pydantic model of a spec section defined by the dataclass ``cls``: each
     :func:`~nnsweep.core.fields.setting` a key with its type, default and bounds."""
-    from pydantic import Field, create_model
+    from pydantic import create_model
 
-    keys: dict[str, Any] = {}
-    for key, annotation, meta, default in settings_of(cls):
-        kind, optional = value_type(annotation)
-        typed = _strict()[kind] | None if optional else _strict()[kind]
-        keys[key] = (typed, Field(default=default, description=meta.help, **meta.bounds()))
+    keys = {key: (_typed(annotation), setting_field(cls, key)) for key, annotation, _, _ in settings_of(cls)}
     return create_model(name, __base__=base, **keys)
+
+
+def setting_field(cls: type, name: str) -> Any:
+    """pydantic's ``Field`` for the setting ``cls.name``: its default, bounds and help."""
+    from pydantic import Field
+
+    meta, default = setting_of(cls, name)
+    return Field(default=default, description=meta.help, **meta.bounds())
+
+
+def _typed(annotation: Any) -> Any:
+    kind, optional = value_type(annotation)
+    return _strict()[kind] | None if optional else _strict()[kind]
 
 
 # The names pydantic gives the branches of a union field (a range or a list, for one).

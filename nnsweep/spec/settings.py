@@ -174,7 +174,10 @@ class Bridge:
     push_tools: Mapping[str, Path]
     executable: str | None
     workdir: str | None
-    repeats: int
+    repeats: int = setting(5, "tool runs per measurement", ge=1, le=MAX_REPEATS)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 @dataclass(frozen=True)
