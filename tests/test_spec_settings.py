@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,7 @@ def second_defaults(source: str, defaults: dict[str, float]) -> list[str]:
             default = next((k.value for k in node.keywords if k.arg == "default"), None)
             pairs += [(name, default) for name in defaults if name.startswith(flag) and flag]
         found += [
-            f"{name} = {defaults[name]} (line {v.lineno})"
+            f"{name} = {defaults[name]} (line {getattr(v, 'lineno', '?')})"
             for name, v in pairs
             if name in defaults and _is(v, defaults[name])
         ]
@@ -135,7 +136,7 @@ def second_defaults(source: str, defaults: dict[str, float]) -> list[str]:
 
 
 def test_no_module_writes_a_setting_default_again() -> None:
-    owners = {Path(__import__(c.__module__, fromlist=["_"]).__file__).resolve() for c in (*SECTIONS.values(), *PARTLY)}
+    owners = {Path(inspect.getfile(c)).resolve() for c in (*SECTIONS.values(), *PARTLY)}
     defaults = _defaults()
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -86,15 +86,16 @@ def setting_option(parser: argparse.ArgumentParser, cls: type, name: str, flag: 
         assert default is False, f"{cls.__name__}.{name}: a flag sets a setting that is off by default"
         parser.add_argument(flag, dest=name, action="store_true", help=text)
         return
+    low = meta.ge if meta.ge is not None else meta.gt
+    high = meta.le if meta.le is not None else meta.lt
+    if low is None or high is None:
+        raise TypeError(f"{cls.__name__}.{name}: an option's number needs a lower and an upper bound")
     if kind is int:
-        low = meta.ge if meta.ge is not None else meta.gt + 1  # type: ignore[operator]
-        high = meta.le if meta.le is not None else meta.lt - 1  # type: ignore[operator]
-        parse = _int_in(int(low), int(high))
-    elif meta.unit == "fraction":
-        parse = _fraction(meta.gt, meta.lt, default)
-    else:
-        open_low = meta.gt is not None
-        parse = _seconds(meta.gt if open_low else meta.ge, meta.le, open_low=open_low)
+        parse = _int_in(int(low) + (meta.gt is not None), int(high) - (meta.lt is not None))
+    elif meta.unit == "fraction":  # strictly between its bounds
+        parse = _fraction(low, high, default)
+    else:  # seconds, up to and including the upper bound
+        parse = _seconds(low, high, open_low=meta.gt is not None)
     parser.add_argument(flag, dest=name, type=parse, default=default, help=f"{text} (default {number_text(default)})")
 
 

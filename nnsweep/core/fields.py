@@ -60,7 +60,7 @@ class Setting:
     max_length: int | None = None
     unit: str = ""
 
-    def bounds(self) -> dict[str, float]:
+    def bounds(self) -> dict[str, Any]:
         """The bounds as pydantic's ``Field`` takes them."""
         named = {"ge": self.ge, "gt": self.gt, "le": self.le, "lt": self.lt}
         out: dict[str, Any] = {k: v for k, v in named.items() if v is not None}

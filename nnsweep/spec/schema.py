@@ -28,9 +28,14 @@ def schema() -> Any:
     """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed)."""
     from typing import Annotated
 
-    from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+    from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator
 
-    Int, Float, Text = _strict()[int], _strict()[float], _strict()[str]
+    # Strict numbers: YAML's `true` is not 1, "5" is not 5, 1e26 is not an integer; floats are finite.
+    Int = Annotated[int, Strict()]
+    Float = Annotated[float, Strict(), AllowInfNan(False)]
+    Text = Annotated[str, Strict()]
+    Bool = Annotated[bool, Strict()]
+    strict: dict[type, Any] = {int: Int, float: Float, str: Text, bool: Bool}
 
     class _Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
@@ -55,7 +60,7 @@ def schema() -> Any:
         threads: list[Int] = Field(default_factory=lambda: [1], min_length=1)
         float_layers: CountRangeIn | list[Int] = Field(default_factory=lambda: [0])
         # runtime -> its quantizer option -> the values to search (names, or true/false)
-        quant_options: dict[Text, dict[Text, list[Text | Annotated[bool, Strict()]]]] = Field(default_factory=dict)
+        quant_options: dict[Text, dict[Text, list[Text | Bool]]] = Field(default_factory=dict)
 
         @field_validator("float_layers")
         @classmethod
@@ -78,8 +83,8 @@ def schema() -> Any:
                 raise ValueError(f"every value must be between 1 and {MAX_THREADS}")
             return v
 
-    BudgetIn = section_model(SECTIONS["budget"], "BudgetIn", _Strict)
-    MeasureIn = section_model(SECTIONS["measure"], "MeasureIn", _Strict)
+    BudgetIn = section_model(SECTIONS["budget"], "BudgetIn", _Strict, strict)
+    MeasureIn = section_model(SECTIONS["measure"], "MeasureIn", _Strict, strict)
 
     class TrackingIn(_Strict):
         uri: Text = Field(default="sqlite:///mlflow.db", min_length=1, max_length=2000)
@@ -119,7 +124,7 @@ def schema() -> Any:
         workdir: Text | None = None
         repeats: Int = setting_field(Bridge, "repeats")
 
-    SearchIn = section_model(SECTIONS["search"], "SearchIn", _Strict)
+    SearchIn = section_model(SECTIONS["search"], "SearchIn", _Strict, strict)
 
     class NpuIn(_Strict):
         target: Text
@@ -137,38 +142,27 @@ def schema() -> Any:
         metrics: dict[Text, MetricIn] = Field(default_factory=dict)
         data: DataIn = Field(default_factory=DataIn)
         space: SpaceIn = Field(default_factory=SpaceIn)
-        budget: BudgetIn = Field(default_factory=BudgetIn)
-        measure: MeasureIn = Field(default_factory=MeasureIn)
+        budget: BudgetIn = Field(default_factory=BudgetIn)  # type: ignore[valid-type]  # built from a dataclass
+        measure: MeasureIn = Field(default_factory=MeasureIn)  # type: ignore[valid-type]  # built from a dataclass
         tracking: TrackingIn = Field(default_factory=TrackingIn)
         storage: Text = Field(default="journal", min_length=1, max_length=2000)
         bridges: dict[Text, BridgeIn] = Field(default_factory=dict)
         npus: dict[Text, NpuIn] = Field(default_factory=dict)
-        search: SearchIn = Field(default_factory=SearchIn)
+        search: SearchIn = Field(default_factory=SearchIn)  # type: ignore[valid-type]  # built from a dataclass
 
     return SpecIn
 
 
-@functools.cache
-def _strict() -> dict[type, Any]:
-    """Strict numbers: YAML's `true` is not 1, "5" is not 5, 1e26 is not an integer; floats are finite."""
-    from typing import Annotated
-
-    from pydantic import AllowInfNan, Strict
-
-    return {
-        int: Annotated[int, Strict()],
-        float: Annotated[float, Strict(), AllowInfNan(False)],
-        str: Annotated[str, Strict()],
-        bool: Annotated[bool, Strict()],
-    }
-
-
-def section_model(cls: type, name: str, base: type) -> Any:
+def section_model(cls: type, name: str, base: type, strict: dict[type, Any]) -> Any:
     """The pydantic model of a spec section defined by the dataclass ``cls``: each
-    :func:`~nnsweep.core.fields.setting` a key with its type, default and bounds."""
+    :func:`~nnsweep.core.fields.setting` a key with its type (``strict``'s for its plain
+    type), default and bounds."""
     from pydantic import create_model
 
-    keys = {key: (_typed(annotation), setting_field(cls, key)) for key, annotation, _, _ in settings_of(cls)}
+    keys: dict[str, Any] = {}
+    for key, annotation, _, _ in settings_of(cls):
+        kind, optional = value_type(annotation)
+        keys[key] = (strict[kind] | None if optional else strict[kind], setting_field(cls, key))
     return create_model(name, __base__=base, **keys)
 
 
@@ -178,11 +172,6 @@ def setting_field(cls: type, name: str) -> Any:
 
     meta, default = setting_of(cls, name)
     return Field(default=default, description=meta.help, **meta.bounds())
-
-
-def _typed(annotation: Any) -> Any:
-    kind, optional = value_type(annotation)
-    return _strict()[kind] | None if optional else _strict()[kind]
 
 
 # The names pydantic gives the branches of a union field (a range or a list, for one).
