@@ -358,7 +358,8 @@ def main() -> None:
     cache = ArtifactCache(args.cache_dir)
     bundle = load_model(spec.model, cache_dir=cache.models_dir)
     snapshot = ModelSnapshot.of(bundle)
-    settings = MeasureSettings(spec.warmup, spec.iters, spec.min_duration_s, spec.timeout_s)
+    m = spec.measure
+    settings = MeasureSettings(m.warmup, m.iters, m.min_duration_s, m.timeout_s)
     wanted = {rt: caps.runtimes[rt] for rt in spec.space.runtimes if rt in caps.runtimes}
     mp = tuple(args.max_partitions) if args.max_partitions else None
     fl = tuple(args.float_layers) if args.float_layers else None

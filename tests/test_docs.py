@@ -170,3 +170,31 @@ def test_the_docs_index_lists_every_page() -> None:
     pages = sorted(p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md"))
     missing = [page for page in pages if page != "index.md" and f"({page})" not in index]
     assert not missing, f"docs/index.md does not link: {missing}"
+
+
+def _default_text(value: object) -> str:
+    from nnsweep.core.fields import number_text
+
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "none"
+    return number_text(value) if isinstance(value, int | float) else f"`{value}`"
+
+
+def test_the_spec_reference_gives_each_setting_its_own_default() -> None:
+    """A section's defaults are its dataclass's (nnsweep.spec.settings.SECTIONS): the table's
+    default column says each as the code has it."""
+    from nnsweep.core.fields import settings_of
+    from nnsweep.spec.settings import SECTIONS
+
+    doc = SPEC_DOC.read_text(encoding="utf-8")
+    wrong = []
+    for section, cls in SECTIONS.items():
+        for name, _, _, default in settings_of(cls):
+            row = re.search(rf"^\| `{section}\.{name}` \|[^|]*\| ([^|]*) \|", doc, re.MULTILINE)
+            if row is None or row.group(1).strip() != _default_text(default):
+                wrong.append(
+                    f"{section}.{name}: {row.group(1).strip() if row else 'no row'} != {_default_text(default)}"
+                )
+    assert not wrong, f"{SPEC_DOC.relative_to(ROOT)}: {wrong}"

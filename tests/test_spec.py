@@ -50,8 +50,9 @@ def test_defaults_fill_a_minimal_spec() -> None:
     spec = parse_spec({"name": "m", "model": "digits"})
     assert spec.devices == ("host",)
     assert spec.tracking.uri == "sqlite:///mlflow.db" and spec.tracking.experiment == "m"
-    assert spec.storage == "journal" and spec.iters == 200 and spec.warmup == 5
-    assert (spec.until_stable, spec.ci_rel, spec.max_duration_s) == (False, 0.01, 10.0)
+    m = spec.measure
+    assert spec.storage == "journal" and m.iters == 200 and m.warmup == 5 and m.remeasure == 3
+    assert (m.until_stable, m.ci_rel, m.max_duration_s) == (False, 0.01, 10.0)
 
 
 def test_measuring_until_stable_is_a_measure_setting_of_the_sweep() -> None:
@@ -59,7 +60,7 @@ def test_measuring_until_stable_is_a_measure_setting_of_the_sweep() -> None:
 
     measure = {"warmup": 5, "iters": 200, "until_stable": True, "ci_rel": 0.02, "max_duration_s": 4}
     spec = parse_spec({**ISSUE_EXAMPLE, "measure": measure})
-    assert (spec.until_stable, spec.ci_rel, spec.max_duration_s) == (True, 0.02, 4.0)
+    assert (spec.measure.until_stable, spec.measure.ci_rel, spec.measure.max_duration_s) == (True, 0.02, 4.0)
 
     import torch
 

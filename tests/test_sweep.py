@@ -363,7 +363,8 @@ def test_a_new_study_measures_its_defaults_then_each_modes_default_first(workdir
     assert all(r.config.partitions == PartitionLimits() for r in measured)
     assert seeded(open_study(spec, "host", create=False)) == {0, 1, 2, 3}  # type: ignore[arg-type]
     # switched off in the spec: a new study is seeded with its default deployments only
-    off = dataclasses.replace(spec, devices=("bare",), mode_starts=False)  # type: ignore[type-var]
+    search = dataclasses.replace(spec.search, mode_starts=False)  # type: ignore[attr-defined]
+    off = dataclasses.replace(spec, devices=("bare",), search=search)  # type: ignore[type-var]
     Sweep(off, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
     assert seeded(open_study(off, "bare", create=False)) == {0, 1}  # type: ignore[arg-type]
 
@@ -385,7 +386,8 @@ def test_a_new_device_starts_from_the_front_the_other_devices_found(workdir: Pat
     twin = next(r for r in results if r.device == "twin")
     assert front <= {r.config.digest() for r in twin.records}  # tried on the new device
     # switched off in the spec: a third device's new study is not seeded from the others
-    off = dataclasses.replace(first, devices=("host", "third"), warm_start=False)  # type: ignore[type-var]
+    search = dataclasses.replace(first.search, warm_start=False)  # type: ignore[attr-defined]
+    off = dataclasses.replace(first, devices=("host", "third"), search=search)  # type: ignore[type-var]
     Sweep(off, LocalExecutor(), RecordingTracker(), workdir / "cache").run()  # type: ignore[arg-type]
     assert not {i for i in seeded(open_study(off, "third", create=False)) if i >= WARM_SEEDS}  # type: ignore[arg-type]
 

@@ -28,6 +28,7 @@ from nnsweep.agents._tools import tools as device_tools
 from nnsweep.agents._transport import MeasureReply, MeasureRequest, Transport
 from nnsweep.bench import LatencyStats, Timing
 from nnsweep.core.errors import AgentLost, BenchmarkError, SpecError
+from nnsweep.core.measure import MeasureSettings
 from nnsweep.core.options import int8_flags
 from nnsweep.spec import Bridge
 
@@ -50,8 +51,8 @@ class BridgeTransport(Transport):
         tools: Mapping[str, str],
         workdir: str,
         push_tools: Mapping[str, Path] | None = None,
-        repeats: int = 5,
-        timeout_s: float = 600.0,
+        repeats: int = Bridge.repeats,
+        timeout_s: float = MeasureSettings.timeout_s,
     ) -> None:
         known = device_tools()
         unknown = sorted(set(tools) - set(known))

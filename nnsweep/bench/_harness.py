@@ -14,64 +14,10 @@ import numpy as np
 from nnsweep.bench._contention import CoreClock, contended, others_cores
 from nnsweep.bench._runner import Runner
 from nnsweep.bench._stats import LatencyStats, median_ci
+from nnsweep.core.measure import MeasureSettings
 from nnsweep.core.metrics import FIRST_INFERENCE, LOAD, PEAK_RSS
 
 __all__ = ["MeasureSettings", "Timing", "time_runner"]
-
-
-@dataclass(frozen=True)
-class MeasureSettings:
-    """How to time one artifact (defaults follow TFLite's ``benchmark_model``).
-
-    Args:
-        warmup: untimed runs after the first inference.
-        iters: timed runs.
-        min_duration_s: keep timing until this long has passed, even past ``iters``.
-        timeout_s: the whole measurement (load, runs, evaluation) must end within this.
-        until_stable: after ``iters`` runs and ``min_duration_s``, keep timing until the
-            p50's 95 % confidence interval is within ``ci_rel`` of the p50 (half-width),
-            or until ``max_duration_s`` of timed runs have passed.
-        ci_rel: the half-width of the p50's 95 % confidence interval, as a fraction of
-            the p50, at which a measurement counts as stable (default 1 %).
-        max_duration_s: the time cap on timed runs when ``until_stable`` is set
-            (``min_duration_s`` still wins if it is longer).
-    """
-
-    warmup: int = 5
-    iters: int = 200
-    min_duration_s: float = 0.0
-    timeout_s: float = 600.0
-    until_stable: bool = False
-    ci_rel: float = 0.01
-    max_duration_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        from nnsweep.core.errors import SpecError
-
-        if not isinstance(self.warmup, int) or self.warmup < 0:
-            raise SpecError("warmup", f"must be an integer >= 0, got {self.warmup!r}")
-        if not isinstance(self.iters, int) or self.iters < 1:
-            raise SpecError("iters", f"must be an integer >= 1, got {self.iters!r}")
-        if self.min_duration_s < 0:
-            raise SpecError("min_duration_s", f"must be >= 0, got {self.min_duration_s!r}")
-        if self.timeout_s <= 0:
-            raise SpecError("timeout_s", f"must be > 0, got {self.timeout_s!r}")
-        if not 0 < self.ci_rel < 1:
-            raise SpecError("ci_rel", f"must be a fraction in (0, 1), e.g. 0.01 for 1 %, got {self.ci_rel!r}")
-        if self.max_duration_s <= 0:
-            raise SpecError("max_duration_s", f"must be > 0, got {self.max_duration_s!r}")
-
-    def to_dict(self) -> dict[str, object]:
-        """The settings as JSON-able data (what a measuring process receives)."""
-        return {
-            "warmup": self.warmup,
-            "iters": self.iters,
-            "min_duration_s": self.min_duration_s,
-            "timeout_s": self.timeout_s,
-            "until_stable": self.until_stable,
-            "ci_rel": self.ci_rel,
-            "max_duration_s": self.max_duration_s,
-        }
 
 
 @dataclass(frozen=True)

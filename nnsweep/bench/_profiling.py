@@ -25,6 +25,7 @@ from nnsweep.bench.profile import OpTime, Profile
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.core.measure import MeasureSettings
 
 __all__ = ["PROFILED_RUNS", "WARMUP_RUNS", "profile_in_subprocess"]
 
@@ -43,7 +44,7 @@ def profile_in_subprocess(
     threads: int,
     backends: tuple[str, ...],
     inputs: np.ndarray,
-    timeout_s: float = 600.0,
+    timeout_s: float = MeasureSettings.timeout_s,
     runs: int = PROFILED_RUNS,
     lock: MachineLock | None = None,
 ) -> Profile:

@@ -21,10 +21,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-# Bounds of numeric options: beyond any sensible value, so a typo is an error naming the bound.
-_MAX_ITERS, _MAX_WARMUP, _MAX_THREADS, _MAX_SECONDS = 1_000_000, 100_000, 1024, 24 * 3600.0
-
-
 def _int_in(low: int, high: int) -> Any:
     """An argparse type: an integer in [low, high]."""
 
@@ -59,15 +55,48 @@ def _seconds(low: float, high: float, *, open_low: bool = False) -> Any:
     return parse
 
 
-def _fraction(text: str) -> float:
-    """An argparse type: a fraction strictly between 0 and 1 (0.01 is 1 %)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
-    if not 0 < value < 1:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give a fraction between 0 and 1, e.g. 0.01")
-    return value
+def _fraction(low: float, high: float, example: float) -> Any:
+    """An argparse type: a fraction strictly between low and high (0.01 is 1 %)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        if not low < value < high:  # NaN fails too
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]} is out of range: give a fraction between {low:g} and {high:g}, e.g. {example:g}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def setting_option(parser: argparse.ArgumentParser, cls: type, name: str, flag: str, *, context: str = "") -> None:
+    """The option ``flag`` for the setting ``cls.name`` (:func:`nnsweep.core.fields.setting`),
+    stored as ``name``: its type, bounds, default and help are the setting's own, ``context``
+    said before the help."""
+    from nnsweep.core.fields import number_text, settings_of, value_type
+
+    [(annotation, meta, default)] = [(a, m, d) for n, a, m, d in settings_of(cls) if n == name]
+    kind, _ = value_type(annotation)
+    text = (f"{context}: " if context else "") + meta.help.replace("%", "%%")
+    if kind is bool:
+        assert default is False, f"{cls.__name__}.{name}: a flag sets a setting that is off by default"
+        parser.add_argument(flag, dest=name, action="store_true", help=text)
+        return
+    low = meta.ge if meta.ge is not None else meta.gt
+    high = meta.le if meta.le is not None else meta.lt
+    if low is None or high is None:
+        raise TypeError(f"{cls.__name__}.{name}: an option's number needs a lower and an upper bound")
+    if kind is int:
+        parse = _int_in(int(low) + (meta.gt is not None), int(high) - (meta.lt is not None))
+    elif meta.unit == "fraction":  # strictly between its bounds
+        parse = _fraction(low, high, default)
+    else:  # seconds, up to and including the upper bound
+        parse = _seconds(low, high, open_low=meta.gt is not None)
+    parser.add_argument(flag, dest=name, type=parse, default=default, help=f"{text} (default {number_text(default)})")
 
 
 def _http_url(text: str) -> str:

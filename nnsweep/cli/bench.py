@@ -10,29 +10,32 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.cli._args import (
-    _MAX_ITERS,
-    _MAX_SECONDS,
-    _MAX_THREADS,
-    _MAX_WARMUP,
-    _fraction,
-    _int_in,
-    _positive_shape,
-    _seconds,
-)
+from nnsweep.cli._args import _int_in, _positive_shape, setting_option
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
 from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
+from nnsweep.core.measure import MeasureSettings
+from nnsweep.spec.settings import MAX_FLOAT_LAYERS, MAX_NODES, MAX_PARTITIONS, MAX_THREADS
 
 if TYPE_CHECKING:
     from nnsweep.bench import Evaluation
     from nnsweep.bench.profile import Profile
 
+# MeasureSettings field -> the option that sets it (its bounds, default and help are the field's).
+_MEASURE_OPTIONS = {
+    "warmup": "--warmup",
+    "iters": "--iters",
+    "min_duration_s": "--min-duration",
+    "timeout_s": "--timeout",
+    "until_stable": "--until-stable",
+    "ci_rel": "--ci",
+    "max_duration_s": "--max-duration",
+}
 # DeploymentConfig / MeasureSettings field -> the option that sets it, so errors name what the user typed.
-_BENCH_OPTIONS = {
+_BENCH_OPTIONS = _MEASURE_OPTIONS | {
     "runtime": "--runtime",
     "backends": "--backends",
     "quant.mode": "--quant",
@@ -45,12 +48,6 @@ _BENCH_OPTIONS = {
     "partitions.max_delegated_partitions": "--max-partitions",
     "partitions.min_nodes_per_partition": "--min-nodes",
     "threads": "--threads",
-    "warmup": "--warmup",
-    "iters": "--iters",
-    "min_duration_s": "--min-duration",
-    "timeout_s": "--timeout",
-    "ci_rel": "--ci",
-    "max_duration_s": "--max-duration",
     "model": "--model",
     "weights": "--weights",
     "input_shape": "--input-shape",
@@ -107,10 +104,12 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
     parser.add_argument("--qat-epochs", type=_int_in(0, 1000), help="fine-tuning epochs for qat_int8 (default 3)")
     parser.add_argument(
-        "--max-partitions", type=_int_in(0, 10_000), help="keep the N largest delegated partitions (0 = no limit)"
+        "--max-partitions",
+        type=_int_in(0, MAX_PARTITIONS),
+        help="keep the N largest delegated partitions (0 = no limit)",
     )
-    parser.add_argument("--min-nodes", type=_int_in(1, 1_000_000), help="smaller delegated partitions fall back")
-    parser.add_argument("--threads", type=_int_in(1, _MAX_THREADS), help="CPU threads (default 1)")
+    parser.add_argument("--min-nodes", type=_int_in(1, MAX_NODES), help="smaller delegated partitions fall back")
+    parser.add_argument("--threads", type=_int_in(1, MAX_THREADS), help="CPU threads (default 1)")
     parser.add_argument(
         "--quant-format", help="ONNX Runtime static int8: qdq (default) or qoperator (QLinearConv, QGemm)"
     )
@@ -125,59 +124,25 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--float-layers",
-        type=_int_in(0, 10_000),
+        type=_int_in(0, MAX_FLOAT_LAYERS),
         help="int8 modes: keep the K layers the runtime's quantizer finds most sensitive in float "
         "(its ranking: nnsweep sensitivity; default 0, the whole model int8)",
     )
 
 
 def _measure_options(parser: argparse.ArgumentParser) -> None:
-    """How long and how often to time it."""
-    parser.add_argument("--warmup", type=_int_in(0, _MAX_WARMUP), default=5, help="warm-up runs (default 5)")
-    parser.add_argument("--iters", type=_int_in(1, _MAX_ITERS), default=200, help="timed runs (default 200)")
-    parser.add_argument(
-        "--min-duration", type=_seconds(0, _MAX_SECONDS), default=0.0, help="time at least this many seconds"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=_seconds(0, _MAX_SECONDS, open_low=True),
-        default=600.0,
-        help="give up on the measurement after this many seconds (default 600)",
-    )
-    parser.add_argument(
-        "--until-stable",
-        action="store_true",
-        help="after --iters, keep timing until the p50's 95%% confidence interval is within --ci of it",
-    )
-    parser.add_argument(
-        "--ci",
-        type=_fraction,
-        default=0.01,
-        help="with --until-stable: the interval's half-width as a fraction of the p50 (default 0.01 = 1%%)",
-    )
-    parser.add_argument(
-        "--max-duration",
-        type=_seconds(0, _MAX_SECONDS, open_low=True),
-        default=10.0,
-        help="with --until-stable: stop timing after this many seconds even if not stable (default 10)",
-    )
+    """How long and how often to time it: the spec's ``measure.*``, one option each."""
+    until = {"ci_rel": "with --until-stable", "max_duration_s": "with --until-stable"}  # what it refines
+    for name, flag in _MEASURE_OPTIONS.items():
+        setting_option(parser, MeasureSettings, name, flag, context=until.get(name, ""))
 
 
 def run(args: argparse.Namespace, cache_dir: Path) -> int:
-    from nnsweep.bench import MeasureSettings
     from nnsweep.models import check_reference
 
     try:
         config = _bench_config(args)
-        settings = MeasureSettings(
-            warmup=args.warmup,
-            iters=args.iters,
-            min_duration_s=args.min_duration,
-            timeout_s=args.timeout,
-            until_stable=args.until_stable,
-            ci_rel=args.ci,
-            max_duration_s=args.max_duration,
-        )
+        settings = MeasureSettings(**{name: getattr(args, name) for name in _MEASURE_OPTIONS})
         check_reference(args.model)
         metrics, data = user_metrics(args), task_data(args)
         if args.weights is not None and not args.weights.is_file():

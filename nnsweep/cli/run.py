@@ -170,15 +170,20 @@ def _with_trials(spec: Any, trials: int) -> Any:
     """The spec with ``--trials``' budget (the budget is not part of the sweep's fingerprint).
 
     Raises:
-        SpecError: ``trials`` is below 1.
+        SpecError: ``trials`` is out of ``budget.trials``' bounds.
     """
     import dataclasses
 
+    from nnsweep.core.fields import number_text, setting_of
     from nnsweep.spec.settings import Budget
 
-    if trials < 1:
-        raise SpecError("--trials", f"must be at least 1, got {trials}")
-    return dataclasses.replace(spec, budget=Budget(trials, spec.budget.timeout_s))
+    low = setting_of(Budget, "trials")[0].ge
+    if low is not None and trials < low:
+        raise SpecError("--trials", f"must be at least {number_text(low)}, got {trials}")
+    try:
+        return dataclasses.replace(spec, budget=dataclasses.replace(spec.budget, trials=trials))
+    except SpecError as exc:  # the budget's own bound, said for the option
+        raise SpecError("--trials", exc.message) from None
 
 
 @contextlib.contextmanager

@@ -4,8 +4,10 @@ pydantic validates the user's file here and only here; past :func:`load_spec` on
 frozen dataclasses travel. Every error names the field path as written in the YAML
 (``space.quant[2]``) and what is allowed.
 
-* :mod:`~nnsweep.spec.settings`: the dataclasses, the metrics, the bounds;
-* :mod:`~nnsweep.spec.schema`: the pydantic schema and its error translation;
+* :mod:`~nnsweep.spec.settings`: the dataclasses (those in :data:`SECTIONS` define each of
+  their keys once), the metrics, the bounds;
+* :mod:`~nnsweep.spec.schema`: the pydantic schema (those sections derived from them) and its
+  error translation;
 * :mod:`~nnsweep.spec.build`: :func:`parse_spec`, checks and conversion to dataclasses;
 * :mod:`~nnsweep.spec.files`: bounded YAML reading, :func:`load_spec`.
 """
@@ -29,6 +31,7 @@ from nnsweep.spec.settings import (
     Constraints,
     IntRange,
     Objective,
+    SearchSettings,
     SearchSpace,
     SweepSpec,
     Tracking,
@@ -50,6 +53,7 @@ __all__ = [
     "Constraints",
     "IntRange",
     "Objective",
+    "SearchSettings",
     "SearchSpace",
     "SweepSpec",
     "Tracking",

@@ -19,9 +19,20 @@ from typing import Any
 
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, clip, excerpt
+from nnsweep.core.measure import MeasureSettings
 from nnsweep.core.quant import OptionValue, QuantMode
 from nnsweep.spec.schema import schema, translate
-from nnsweep.spec.settings import _NAME, Bridge, Budget, IntRange, Objective, SearchSpace, SweepSpec, Tracking
+from nnsweep.spec.settings import (
+    _NAME,
+    Bridge,
+    Budget,
+    IntRange,
+    Objective,
+    SearchSettings,
+    SearchSpace,
+    SweepSpec,
+    Tracking,
+)
 from nnsweep.spec.task import build_constraints, build_data, build_metrics, check_objectives
 
 __all__ = ["parse_spec"]
@@ -103,23 +114,14 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         max_accuracy_drop=raw.constraints.max_accuracy_drop,
         min_sqnr_db=raw.constraints.min_sqnr_db,
         space=space,
-        budget=Budget(raw.budget.trials, raw.budget.timeout_s),
-        warmup=raw.measure.warmup,
-        iters=raw.measure.iters,
-        min_duration_s=raw.measure.min_duration_s,
-        timeout_s=raw.measure.timeout_s,
+        budget=Budget(**raw.budget.model_dump()),
+        measure=MeasureSettings(**raw.measure.model_dump()),
         tracking=Tracking(raw.tracking.uri, raw.tracking.experiment or raw.name),
         storage=storage,
         state_dir=base / ".nnsweep" / raw.name,
         weights=(base / raw.weights) if raw.weights else None,
         input_shape=tuple(raw.input_shape) if raw.input_shape else None,
-        until_stable=raw.measure.until_stable,
-        ci_rel=raw.measure.ci_rel,
-        max_duration_s=raw.measure.max_duration_s,
-        remeasure=raw.measure.remeasure,
-        mode_starts=raw.search.mode_starts,
-        warm_start=raw.search.warm_start,
-        quality_first=raw.search.quality_first,
+        search=SearchSettings(**raw.search.model_dump()),
         bridges=bridges,
         npus=npus,
         source=source,

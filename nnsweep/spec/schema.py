@@ -8,18 +8,15 @@ from typing import Any, Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
 from nnsweep.core.errors import SpecError, excerpt
+from nnsweep.core.fields import setting_of, settings_of, value_type
 from nnsweep.spec.settings import (
     MAX_FLOAT_LAYERS,
-    MAX_ITERS,
-    MAX_MEASURE_SECONDS,
     MAX_NODES,
     MAX_PARTITIONS,
-    MAX_REPEATS,
     MAX_SAMPLES,
-    MAX_SECONDS,
     MAX_THREADS,
-    MAX_TRIALS,
-    MAX_WARMUP,
+    SECTIONS,
+    Bridge,
     _default_objectives,
 )
 
@@ -37,6 +34,8 @@ def schema() -> Any:
     Int = Annotated[int, Strict()]
     Float = Annotated[float, Strict(), AllowInfNan(False)]
     Text = Annotated[str, Strict()]
+    Bool = Annotated[bool, Strict()]
+    strict: dict[type, Any] = {int: Int, float: Float, str: Text, bool: Bool}
 
     class _Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
@@ -61,7 +60,7 @@ def schema() -> Any:
         threads: list[Int] = Field(default_factory=lambda: [1], min_length=1)
         float_layers: CountRangeIn | list[Int] = Field(default_factory=lambda: [0])
         # runtime -> its quantizer option -> the values to search (names, or true/false)
-        quant_options: dict[Text, dict[Text, list[Text | Annotated[bool, Strict()]]]] = Field(default_factory=dict)
+        quant_options: dict[Text, dict[Text, list[Text | Bool]]] = Field(default_factory=dict)
 
         @field_validator("float_layers")
         @classmethod
@@ -84,19 +83,8 @@ def schema() -> Any:
                 raise ValueError(f"every value must be between 1 and {MAX_THREADS}")
             return v
 
-    class BudgetIn(_Strict):
-        trials: Int = Field(default=24, ge=1, le=MAX_TRIALS)
-        timeout_s: Float | None = Field(default=None, gt=0, le=MAX_SECONDS)
-
-    class MeasureIn(_Strict):
-        warmup: Int = Field(default=5, ge=0, le=MAX_WARMUP)
-        iters: Int = Field(default=200, ge=1, le=MAX_ITERS)
-        min_duration_s: Float = Field(default=0.0, ge=0, le=MAX_MEASURE_SECONDS)
-        timeout_s: Float = Field(default=600.0, gt=0, le=MAX_MEASURE_SECONDS)
-        until_stable: Annotated[bool, Strict()] = False
-        ci_rel: Float = Field(default=0.01, gt=0, lt=1)
-        max_duration_s: Float = Field(default=10.0, gt=0, le=MAX_MEASURE_SECONDS)
-        remeasure: Int = Field(default=3, ge=0, le=20)
+    BudgetIn = section_model(SECTIONS["budget"], "BudgetIn", _Strict, strict)
+    MeasureIn = section_model(SECTIONS["measure"], "MeasureIn", _Strict, strict)
 
     class TrackingIn(_Strict):
         uri: Text = Field(default="sqlite:///mlflow.db", min_length=1, max_length=2000)
@@ -134,12 +122,9 @@ def schema() -> Any:
         tools: dict[Text, Text] = Field(default_factory=dict)
         push_tools: dict[Text, Text] = Field(default_factory=dict)
         workdir: Text | None = None
-        repeats: Int = Field(default=5, ge=1, le=MAX_REPEATS)
+        repeats: Int = setting_field(Bridge, "repeats")
 
-    class SearchIn(_Strict):
-        mode_starts: Annotated[bool, Strict()] = True
-        warm_start: Annotated[bool, Strict()] = True
-        quality_first: Annotated[bool, Strict()] = True
+    SearchIn = section_model(SECTIONS["search"], "SearchIn", _Strict, strict)
 
     class NpuIn(_Strict):
         target: Text
@@ -157,15 +142,36 @@ def schema() -> Any:
         metrics: dict[Text, MetricIn] = Field(default_factory=dict)
         data: DataIn = Field(default_factory=DataIn)
         space: SpaceIn = Field(default_factory=SpaceIn)
-        budget: BudgetIn = Field(default_factory=BudgetIn)
-        measure: MeasureIn = Field(default_factory=MeasureIn)
+        budget: BudgetIn = Field(default_factory=BudgetIn)  # type: ignore[valid-type]  # built from a dataclass
+        measure: MeasureIn = Field(default_factory=MeasureIn)  # type: ignore[valid-type]  # built from a dataclass
         tracking: TrackingIn = Field(default_factory=TrackingIn)
         storage: Text = Field(default="journal", min_length=1, max_length=2000)
         bridges: dict[Text, BridgeIn] = Field(default_factory=dict)
         npus: dict[Text, NpuIn] = Field(default_factory=dict)
-        search: SearchIn = Field(default_factory=SearchIn)
+        search: SearchIn = Field(default_factory=SearchIn)  # type: ignore[valid-type]  # built from a dataclass
 
     return SpecIn
+
+
+def section_model(cls: type, name: str, base: type, strict: dict[type, Any]) -> Any:
+    """The pydantic model of a spec section defined by the dataclass ``cls``: each
+    :func:`~nnsweep.core.fields.setting` a key with its type (``strict``'s for its plain
+    type), default and bounds."""
+    from pydantic import create_model
+
+    keys: dict[str, Any] = {}
+    for key, annotation, _, _ in settings_of(cls):
+        kind, optional = value_type(annotation)
+        keys[key] = (strict[kind] | None if optional else strict[kind], setting_field(cls, key))
+    return create_model(name, __base__=base, **keys)
+
+
+def setting_field(cls: type, name: str) -> Any:
+    """pydantic's ``Field`` for the setting ``cls.name``: its default, bounds and help."""
+    from pydantic import Field
+
+    meta, default = setting_of(cls, name)
+    return Field(default=default, description=meta.help, **meta.bounds())
 
 
 # The names pydantic gives the branches of a union field (a range or a list, for one).

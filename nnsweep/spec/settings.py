@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
+from nnsweep.core.fields import check_settings, setting
+from nnsweep.core.measure import MAX_ITERS, MAX_MEASURE_SECONDS, MAX_WARMUP, MeasureSettings
 from nnsweep.core.metrics import ACCURACY, BUILTIN, LATENCY_P50, UserMetric
 from nnsweep.core.quant import OptionValue
 
@@ -29,11 +31,14 @@ __all__ = [
     "MAX_TRIALS",
     "MAX_WARMUP",
     "METRICS",
+    "SECTIONS",
     "Bridge",
     "Budget",
     "Constraints",
     "IntRange",
+    "MeasureSettings",
     "Objective",
+    "SearchSettings",
     "SearchSpace",
     "SweepSpec",
     "Tracking",
@@ -47,9 +52,6 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullm
 # .inf) is an error naming the bound instead of an overflow deep inside a run.
 MAX_TRIALS = 100_000
 MAX_SECONDS = 30 * 24 * 3600.0  # budget.timeout_s
-MAX_MEASURE_SECONDS = 24 * 3600.0  # one measurement's timeout / minimum duration
-MAX_WARMUP = 100_000
-MAX_ITERS = 1_000_000
 MAX_THREADS = 1024
 MAX_PARTITIONS = 10_000
 MAX_NODES = 1_000_000
@@ -103,8 +105,25 @@ class Objective:
 class Budget:
     """Per device: ``trials`` measured (or reused) trials, within ``timeout_s`` seconds."""
 
-    trials: int
-    timeout_s: float | None
+    trials: int = setting(24, "trials per device, measured or reused", ge=1, le=MAX_TRIALS)
+    timeout_s: float | None = setting(
+        None, "stop asking for new trials on a device after this many seconds", gt=0, le=MAX_SECONDS, unit="seconds"
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How a device's study begins and which trials are timed (``search.*``)."""
+
+    mode_starts: bool = setting(True, "a new study first measures each runtime's default in each quantization mode")
+    warm_start: bool = setting(True, "a new device's study starts from the configurations other devices found best")
+    quality_first: bool = setting(True, "check quality bounds on this machine before a trial is timed on the device")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 @dataclass(frozen=True)
@@ -155,7 +174,10 @@ class Bridge:
     push_tools: Mapping[str, Path]
     executable: str | None
     workdir: str | None
-    repeats: int
+    repeats: int = setting(5, "tool runs per measurement", ge=1, le=MAX_REPEATS)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 @dataclass(frozen=True)
@@ -163,16 +185,14 @@ class SweepSpec:
     """A validated sweep: the spec's keys as typed fields (docs/reference/spec.md says each).
 
     ``max_accuracy_drop`` and ``min_sqnr_db`` are the ``constraints`` (``None``: none;
-    an output of class ids beside others does not count for the SQNR); ``warmup`` ..
-    ``remeasure`` are ``measure.*`` (:class:`nnsweep.bench.MeasureSettings`,
-    :mod:`nnsweep.sweep.remeasure`); ``mode_starts`` and ``warm_start`` are ``search.*``;
+    an output of class ids beside others does not count for the SQNR); ``budget``, ``measure``
+    and ``search`` are those sections (:data:`SECTIONS`, each key defined once there);
     ``storage`` is ``journal`` (a file in ``state_dir``) or an RDB URL for Optuna;
     ``bridges`` and ``npus`` map device names to :class:`Bridge` and Ethos-U targets;
     ``state_dir`` is where the sweep keeps its Optuna journal and bookkeeping.
     ``metrics`` are the user's own (usable wherever a built-in is); ``constraints`` holds every
     bound, the two older keys folded in; ``data`` says where the evaluation and calibration
-    data come from (``None``: the model's own); ``quality_first`` is ``search.quality_first``
-    (:mod:`nnsweep.sweep.gate`).
+    data come from (``None``: the model's own).
     """
 
     name: str
@@ -181,23 +201,14 @@ class SweepSpec:
     objectives: tuple[Objective, ...]
     max_accuracy_drop: float | None
     space: SearchSpace
-    budget: Budget
-    warmup: int
-    iters: int
-    min_duration_s: float
-    timeout_s: float
     tracking: Tracking
     storage: str
     state_dir: Path
     weights: Path | None = None
     input_shape: tuple[int, ...] | None = None
-    until_stable: bool = False
-    ci_rel: float = 0.01
-    max_duration_s: float = 10.0
-    remeasure: int = 3
-    mode_starts: bool = True
-    warm_start: bool = True
-    quality_first: bool = True
+    budget: Budget = field(default_factory=Budget)
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
     min_sqnr_db: float | None = None
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
@@ -205,6 +216,11 @@ class SweepSpec:
     metrics: tuple[UserMetric, ...] = ()
     constraints: Constraints = field(default_factory=Constraints)
     data: TaskData | None = None
+
+
+# The spec's sections whose keys a frozen dataclass defines, each key once with its default,
+# bounds and help (nnsweep.core.fields.setting): the schema and the CLI options derive from them.
+SECTIONS: dict[str, type] = {"budget": Budget, "measure": MeasureSettings, "search": SearchSettings}
 
 
 def _default_objectives() -> dict[str, Literal["maximize", "minimize"]]:

@@ -43,7 +43,7 @@ def quality_bounds(spec: SweepSpec) -> set[str]:
 def gate_for(spec: SweepSpec) -> Gate | None:
     """Which READY trials run on the host first (``None``: none; the spec's
     ``search.quality_first`` is off, or no bound is on a quality metric)."""
-    if not spec.quality_first or not quality_bounds(spec):
+    if not spec.search.quality_first or not quality_bounds(spec):
         return None
     here = {name for name in spec.space.runtimes if _runs_here(name)}
     estimated = set(spec.npus)

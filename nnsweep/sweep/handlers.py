@@ -289,7 +289,7 @@ def finish(
 ) -> list[DeviceResult]:
     """Wind each device down (a device that never came back runs its trials next time),
     re-measure its Pareto candidates and its fp32 baseline in fresh processes
-    (``spec.remeasure``; not once ``stopped``) and decide its front, best and speed-ups on
+    (``spec.measure.remeasure``; not once ``stopped``) and decide its front, best and speed-ups on
     the pooled figures, mark them in the tracker and return its result; ``starting_s``
     (device -> how long its agent took to get ready) joins its time breakdown."""
     results = []
@@ -298,7 +298,7 @@ def finish(
         records = studies.study_records(dev.study)
         front = pareto_front(records, spec.objectives)
         spread: list[Spread] = []
-        if spec.remeasure and front and not stopped():
+        if spec.measure.remeasure and front and not stopped():
             baseline = scheduler.devices[name].baseline
             # by number: the scheduler's baseline record is older than the study's (its
             # figures were re-read since), so it never equals the front's copy
@@ -363,7 +363,7 @@ def _remeasure_front(
         if not candidates or stopped():
             break
         log.info("%s: re-measuring %d candidates in fresh processes", study.study_name, len(candidates))
-        spread += remeasure(candidates, host.request_if_cached, measure, spec.remeasure, stopped=stopped)
+        spread += remeasure(candidates, host.request_if_cached, measure, spec.measure.remeasure, stopped=stopped)
         studies.store_remeasured(study, {s.number: s.metrics() for s in spread})
         done = {s.number for s in spread}
         front = pareto_front(studies.study_records(study), spec.objectives)

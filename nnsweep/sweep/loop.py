@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.artifacts.key import conversion_digest
-from nnsweep.bench import MeasureSettings
 from nnsweep.core.errors import InfrastructureError, SpecError
 from nnsweep.core.results import FailureKind
 from nnsweep.execution import ConvertRequest, Executor, ModelSource
@@ -101,15 +100,7 @@ class Sweep:
         self.progress, self.depth, self.fresh, self.clock = progress, depth, fresh, clock
         self.lost_timeout_s, self.hang_grace_s = lost_timeout_s, hang_grace_s
         self.source = ModelSource(spec.model, cache_root, spec.weights, spec.input_shape, spec.data)
-        self.settings = MeasureSettings(
-            spec.warmup,
-            spec.iters,
-            spec.min_duration_s,
-            spec.timeout_s,
-            until_stable=spec.until_stable,
-            ci_rel=spec.ci_rel,
-            max_duration_s=spec.max_duration_s,
-        )
+        self.settings = spec.measure
         self.stats = SweepStats()
         self.host = HostSide(self.source, self.settings, notice, spec.metrics, ranking_metric(spec))
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}

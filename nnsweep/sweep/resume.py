@@ -191,9 +191,9 @@ def open_devices(
             if i not in seeded:
                 role = Role.BASELINE if i == 0 and config.quant.mode.value == "fp32" else Role.DEFAULT
                 studies.enqueue(study, params_for(config, space), role, seed=i)
-        if spec.warm_start and new and not any(i >= WARM_SEEDS for i in seeded):
+        if spec.search.warm_start and new and not any(i >= WARM_SEEDS for i in seeded):
             _warm_start(spec, name, space, study)
-        if spec.mode_starts and new:
+        if spec.search.mode_starts and new:
             for i, config in enumerate(mode_starts(space), start=len(base)):
                 if i not in seeded:
                     studies.enqueue(study, params_for(config, space), Role.START, seed=i)

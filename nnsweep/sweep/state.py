@@ -123,12 +123,13 @@ def _canonical(value: Any) -> str:
 
 def fingerprint(spec: SweepSpec, bundle: ModelBundle) -> dict[str, str]:
     """What the sweep's results depend on, part by part (stored on each study)."""
+    m = spec.measure
     return {
         "model": spec.model,
         "model_digest": bundle.digest,
         "model_code": _model_source_digest(spec, bundle),
-        "measure": f"warmup={spec.warmup} iters={spec.iters} min_duration_s={spec.min_duration_s:g}"
-        + (f" until_stable ci_rel={spec.ci_rel:g} max_duration_s={spec.max_duration_s:g}" if spec.until_stable else ""),
+        "measure": f"warmup={m.warmup} iters={m.iters} min_duration_s={m.min_duration_s:g}"
+        + (f" until_stable ci_rel={m.ci_rel:g} max_duration_s={m.max_duration_s:g}" if m.until_stable else ""),
         "objectives": ",".join(f"{o.metric}:{o.direction}" for o in spec.objectives),
         "constraints": f"max_accuracy_drop={spec.max_accuracy_drop}"
         + (f" min_sqnr_db={spec.min_sqnr_db:g}" if spec.min_sqnr_db is not None else ""),

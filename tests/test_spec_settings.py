@@ -1,0 +1,160 @@
+"""One owner per spec key: a section's frozen dataclass holds each key's type, default,
+bounds and help, and the schema, the dataclass's own check and the CLI options are derived
+from it. These tests keep it so: the schema takes exactly the dataclass's keys with its
+defaults, and no other module of the package writes a setting's default again."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nnsweep.core.errors import SpecError
+from nnsweep.core.fields import settings_of
+from nnsweep.spec import parse_spec
+from nnsweep.spec.schema import schema
+from nnsweep.spec.settings import SECTIONS, Bridge
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
+
+# A name and value a setting has, used for something else, each with its reason.
+NOT_A_SETTING = {
+    ("nnsweep/execution/ray_cluster.py", "timeout_s"): "how long a device's probe may take, not one measurement",
+}
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_field_of_a_section_is_a_setting_with_one_default(section: str) -> None:
+    cls = SECTIONS[section]
+    names = [name for name, *_ in settings_of(cls)]
+    assert names == [f.name for f in dataclasses.fields(cls)], "give every field its setting(default, help, ...)"
+    assert all(f.default is not dataclasses.MISSING for f in dataclasses.fields(cls))
+    assert all(meta.help for _, _, meta, _ in settings_of(cls))
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_the_schema_takes_exactly_the_keys_of_the_section_with_their_defaults(section: str) -> None:
+    cls = SECTIONS[section]
+    model = schema().model_fields[section].default_factory
+    fields = model.model_fields
+    assert list(fields) == [f.name for f in dataclasses.fields(cls)]
+    assert {k: v.default for k, v in fields.items()} == {f.name: f.default for f in dataclasses.fields(cls)}
+    spec = parse_spec({"name": "m", "model": "digits"})
+    assert getattr(spec, section) == cls()
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_the_schema_and_the_dataclass_refuse_the_same_bounds(section: str) -> None:
+    """Just past each bound: the spec names ``section.key``, the dataclass names ``key``."""
+    cls = SECTIONS[section]
+    checked = 0
+    for name, annotation, meta, _ in settings_of(cls):
+        for bad in _past(meta, annotation):
+            with pytest.raises(SpecError) as in_spec:
+                parse_spec({"name": "m", "model": "digits", section: {name: bad}})
+            assert in_spec.value.field == f"{section}.{name}"
+            with pytest.raises(SpecError) as direct:
+                cls(**{name: bad})
+            assert direct.value.field == name
+            checked += 1
+    assert checked >= len(settings_of(cls))
+
+
+def _past(meta: Any, annotation: Any) -> list[Any]:
+    step = 1 if annotation is int else 1e-9
+    out: list[Any] = []
+    out += [meta.ge - step] if meta.ge is not None else []
+    out += [meta.gt] if meta.gt is not None else []
+    out += [meta.le + step] if meta.le is not None else []
+    out += [meta.lt] if meta.lt is not None else []
+    return out or ["not a value"]
+
+
+# Dataclasses some of whose fields are settings (the rest built from the spec by nnsweep.spec.build).
+PARTLY = (Bridge,)
+
+
+def test_a_partly_derived_key_has_its_default_in_the_schema() -> None:
+    bridge = schema().model_fields["bridges"].annotation.__args__[1]
+    assert bridge.model_fields["repeats"].default == Bridge.repeats
+    with pytest.raises(SpecError, match="less than or equal to"):
+        parse_spec({"name": "m", "model": "digits", "bridges": {"host": {"transport": "adb", "repeats": 10**9}}})
+
+
+def _defaults() -> dict[str, float]:
+    """Each numeric setting's name and default, over every section."""
+    out: dict[str, float] = {}
+    for cls in (*SECTIONS.values(), *PARTLY):
+        for name, _, _, default in settings_of(cls):
+            if isinstance(default, int | float) and not isinstance(default, bool):
+                out[name] = default
+    return out
+
+
+def _is(node: ast.AST | None, default: float) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+        and node.value == default
+    )
+
+
+def second_defaults(source: str, defaults: dict[str, float]) -> list[str]:
+    """Where ``source`` writes a setting's default again: a keyword, an annotated name or a
+    parameter of the setting's name given its default, or an option of its name defaulting to it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        pairs: list[tuple[str, ast.AST | None]] = []
+        if isinstance(node, ast.keyword) and node.arg:
+            pairs.append((node.arg, node.value))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            value = node.value
+            if isinstance(value, ast.Call):  # pydantic's Field(default=...)
+                value = next((k.value for k in value.keywords if k.arg == "default"), None)
+            pairs.append((node.target.id, value))
+        elif isinstance(node, ast.arguments):
+            positional = node.posonlyargs + node.args
+            pairs += zip(
+                (a.arg for a in positional[len(positional) - len(node.defaults) :]), node.defaults, strict=True
+            )
+            pairs += [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True)]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            flag = str(node.args[0].value).lstrip("-").replace("-", "_")
+            default = next((k.value for k in node.keywords if k.arg == "default"), None)
+            pairs += [(name, default) for name in defaults if name.startswith(flag) and flag]
+        found += [
+            f"{name} = {defaults[name]} (line {getattr(v, 'lineno', '?')})"
+            for name, v in pairs
+            if name in defaults and _is(v, defaults[name])
+        ]
+    return found
+
+
+def test_no_module_writes_a_setting_default_again() -> None:
+    owners = {Path(inspect.getfile(c)).resolve() for c in (*SECTIONS.values(), *PARTLY)}
+    defaults = _defaults()
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE.parent))
+        hits = [] if path.resolve() in owners else second_defaults(path.read_text(), defaults)
+        hits = [h for h in hits if (where, h.split(" =")[0]) not in NOT_A_SETTING]
+        if hits:
+            found[where] = hits
+    assert found == {}, "take the default from the section's dataclass (nnsweep.core.fields.setting)"
+
+
+def test_the_scan_finds_a_default_written_again() -> None:
+    source = (
+        "def f(iters: int = 200, *, ci_rel=0.01): ...\n"
+        "x = MeasureSettings(warmup=5)\n"
+        "class M:\n    remeasure: int = Field(default=3, ge=0)\n"
+        "parser.add_argument('--max-duration', type=float, default=10.0)\n"
+        "ok = MeasureSettings(warmup=0, iters=1)\n"
+    )
+    hits = second_defaults(source, _defaults())
+    assert sorted(h.split(" =")[0] for h in hits) == ["ci_rel", "iters", "max_duration_s", "remeasure", "warmup"], hits
