@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "OVERHEAD_KINDS",
@@ -22,7 +21,6 @@ __all__ = [
     "aggregate",
     "by_kind",
     "is_overhead",
-    "take_profile",
 ]
 
 OVERHEAD_KINDS = frozenset(
@@ -154,29 +152,3 @@ def by_kind(profile: Profile) -> dict[str, float]:
     for e in profile.entries:
         kinds[e.kind] = kinds.get(e.kind, 0.0) + e.ms
     return kinds
-
-
-def take_profile(artifact: Any, snapshot: Any, timeout_s: float) -> Profile:
-    """Profile ``artifact`` on this machine in a process of its own, after its timed runs.
-
-    A profiler that fails costs the profile only: its reason comes back in place of the entries.
-    """
-    from nnsweep.bench import profile_in_subprocess
-    from nnsweep.core import runtimes
-    from nnsweep.core.errors import BenchmarkError
-
-    config = artifact.config
-    if (npu := runtimes.npu_target(config)) is not None:
-        return Profile(reason=f"{npu}: estimated by Vela, not run here: no operator profile")
-    try:
-        return profile_in_subprocess(
-            runtime=config.runtime,
-            artifact=artifact.path,
-            io=artifact.io,
-            threads=config.threads,
-            backends=config.backends,
-            inputs=snapshot.evaluation.inputs,
-            timeout_s=timeout_s,
-        )
-    except BenchmarkError as exc:
-        return Profile(reason=f"{config.runtime}: {exc}")

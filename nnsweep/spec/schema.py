@@ -140,6 +140,7 @@ def schema() -> Any:
         mode_starts: Annotated[bool, Strict()] = True
         warm_start: Annotated[bool, Strict()] = True
         quality_first: Annotated[bool, Strict()] = True
+        profile: Literal["none", "front", "all"] = "none"
 
     class NpuIn(_Strict):
         target: Text

@@ -198,6 +198,7 @@ class SweepSpec:
     mode_starts: bool = True
     warm_start: bool = True
     quality_first: bool = True
+    profile: Literal["none", "front", "all"] = "none"
     min_sqnr_db: float | None = None
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 Once a device's front is decided, its front trials, its best and its fp32 baseline (or every
 measured trial, ``search.profile: all``) are profiled with their runtime's own profiler
-(:func:`~nnsweep.bench.profile.take_profile`), each in a process of its own after every
+(:func:`~nnsweep.bench.take_profile`), each in a process of its own after every
 timed run, so profiling never perturbs a figure. Each profile is kept on the study (the
 report's operator section) and attached to the trial's run as ``profile.json``.
 
@@ -42,14 +42,13 @@ def profiled(
 ) -> list[TrialRecord]:  # fmt: skip
     """The trials to profile: every measured one (``every``), else the front, the best and the
     fp32 baseline; by trial number, each once, never a reused or estimated one."""
-    chosen = {r.number for r in front} | ({best.number} if best else set()) | ({baseline} if baseline is not None else set())
+    chosen = (
+        {r.number for r in front} | ({best.number} if best else set()) | ({baseline} if baseline is not None else set())
+    )
     return [
         r
         for r in records
-        if r.status is TrialStatus.OK
-        and r.reused_from is None
-        and not r.estimated
-        and (every or r.number in chosen)
+        if r.status is TrialStatus.OK and r.reused_from is None and not r.estimated and (every or r.number in chosen)
     ]
 
 
@@ -66,7 +65,8 @@ def profile_trials(
     A trial whose artifact this machine's cache no longer holds, or whose runtime has no
     profiler, gets a profile that says why (:attr:`Profile.reason`).
     """
-    from nnsweep.bench.profile import Profile, take_profile
+    from nnsweep.bench import take_profile
+    from nnsweep.bench.profile import Profile
     from nnsweep.sweep import studies
 
     profiles: dict[int, Profile] = {}
