@@ -105,6 +105,8 @@ def test_a_tracker_takes_a_device_through_the_documented_order(
     report = tmp_path / "report.html"
     report.write_text("<html></html>")
     tracker.log_device_artifact("host", "report.html", report)
+    tracker.log_trial_artifact("host", 0, "profile.json", report)
+    tracker.log_trial_artifact("host", 42, "profile.json", report)  # a trial it never logged: nothing happens
     tracker.close_device("host")
     assert tracker.logged("host") == expected  # closing a device keeps its record
     links = tracker.trial_links("host")

@@ -16,6 +16,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from nnsweep.core.artifact import IOSpec
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.core.measure import MeasureSettings
 
-__all__ = ["PROFILED_RUNS", "WARMUP_RUNS", "profile_in_subprocess"]
+__all__ = ["PROFILED_RUNS", "WARMUP_RUNS", "profile_in_subprocess", "take_profile"]
 
 PROFILED_RUNS = 20
 """Profiled inferences, cycling over the first evaluation inputs."""
@@ -94,6 +95,28 @@ def profile_in_subprocess(
         raise BenchmarkError(f"profiling failed: {result['error']}: {result['message']}")
     profile = Profile.from_dict(result)
     return Profile(profile.entries, profile.runs, wall_s)
+
+
+def take_profile(artifact: Any, snapshot: Any, timeout_s: float) -> Profile:
+    """Profile ``artifact`` on this machine in a process of its own, after its timed runs.
+
+    A profiler that fails costs the profile only: its reason comes back in place of the entries.
+    """
+    config = artifact.config
+    if (npu := runtimes.npu_target(config)) is not None:
+        return Profile(reason=f"{npu}: estimated by Vela, not run here: no operator profile")
+    try:
+        return profile_in_subprocess(
+            runtime=config.runtime,
+            artifact=artifact.path,
+            io=artifact.io,
+            threads=config.threads,
+            backends=config.backends,
+            inputs=snapshot.evaluation.inputs,
+            timeout_s=timeout_s,
+        )
+    except BenchmarkError as exc:
+        return Profile(reason=f"{config.runtime}: {exc}")
 
 
 def _profile(request: dict) -> dict:  # type: ignore[type-arg]

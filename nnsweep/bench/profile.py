@@ -13,7 +13,15 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["OVERHEAD_KINDS", "OVERHEAD_PREFIXES", "OpTime", "Profile", "aggregate", "is_overhead"]
+__all__ = [
+    "OVERHEAD_KINDS",
+    "OVERHEAD_PREFIXES",
+    "OpTime",
+    "Profile",
+    "aggregate",
+    "by_kind",
+    "is_overhead",
+]
 
 OVERHEAD_KINDS = frozenset(
     {
@@ -136,3 +144,11 @@ class Profile:
         entries = tuple(OpTime(**e) for e in raw)
         runs = d.get("profile_runs", 0)
         return cls(entries, int(runs) if isinstance(runs, int | float) else 0, float(str(d.get("profile_s", 0.0))))
+
+
+def by_kind(profile: Profile) -> dict[str, float]:
+    """Milliseconds per inference summed per operator kind (what a report compares across configurations)."""
+    kinds: dict[str, float] = {}
+    for e in profile.entries:
+        kinds[e.kind] = kinds.get(e.kind, 0.0) + e.ms
+    return kinds

@@ -5,37 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from nnsweep.bench.profile import Profile, is_overhead
-from nnsweep.core import runtimes
-from nnsweep.core.errors import BenchmarkError
 
-__all__ = ["TOP", "profile_fields", "profile_lines", "take_profile"]
+__all__ = ["TOP", "profile_fields", "profile_lines"]
 
 TOP = 12
 """Operators the summary lists by name; the rest are one line."""
-
-
-def take_profile(artifact: Any, snapshot: Any, timeout_s: float) -> Profile:
-    """Profile ``artifact`` on this machine in a process of its own (the timed runs are over).
-
-    A profiler that fails costs the profile only: its reason comes back in place of the entries.
-    """
-    from nnsweep.bench import profile_in_subprocess
-
-    config = artifact.config
-    if (npu := runtimes.npu_target(config)) is not None:
-        return Profile(reason=f"{npu}: estimated by Vela, not run here: no operator profile")
-    try:
-        return profile_in_subprocess(
-            runtime=config.runtime,
-            artifact=artifact.path,
-            io=artifact.io,
-            threads=config.threads,
-            backends=config.backends,
-            inputs=snapshot.evaluation.inputs,
-            timeout_s=timeout_s,
-        )
-    except BenchmarkError as exc:
-        return Profile(reason=f"{config.runtime}: {exc}")
 
 
 def profile_fields(profile: Profile, p50_ms: float | None) -> dict[str, Any]:

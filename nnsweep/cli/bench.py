@@ -336,7 +336,7 @@ def _execute_bench(
         return EXIT_FAILED
     profile = None
     if args.profile:  # a separate run, after the timed ones: profiling slows what it watches
-        from nnsweep.cli._bench_profile import take_profile
+        from nnsweep.bench import take_profile
 
         status.line("profiling per operator ...")
         profile = take_profile(artifact, snapshot, settings.timeout_s)

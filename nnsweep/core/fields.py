@@ -142,6 +142,9 @@ def check_settings(obj: Any) -> None:
         elif kind is float:
             number = isinstance(value, int | float) and not isinstance(value, bool)
             ok, what = number and math.isfinite(value), "a finite number"
+        elif typing.get_origin(kind) is typing.Literal:
+            allowed = typing.get_args(kind)
+            ok, what = value in allowed, "one of " + ", ".join(map(str, allowed))
         else:
             ok, what = isinstance(value, str) and bool(value), "a non-empty text"
             ok = ok and (meta.max_length is None or len(value) <= meta.max_length)

@@ -19,7 +19,7 @@ import datetime as _dt
 import html
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -108,6 +108,7 @@ class DeviceTrials:
     baseline: int | None = None
     description: str = ""
     sweep_id: str = ""  # the generation of the sweep its tracker runs belong to ("": already bound)
+    profiles: Mapping[int, Mapping[str, object]] = field(default_factory=dict)  # trial -> per-operator profile
 
     def baseline_record(self) -> TrialRecord | None:
         """The baseline's record, if it was measured."""
@@ -130,7 +131,9 @@ def load_device(spec: SweepSpec, device: str) -> DeviceTrials:
         return DeviceTrials(device, ())
     baseline = studies.baseline_number(study)
     records = tuple(studies.study_records(study))
-    return DeviceTrials(device, records, baseline, sweep_id=studies.sweep_id_of(study) or "")
+    return DeviceTrials(
+        device, records, baseline, sweep_id=studies.sweep_id_of(study) or "", profiles=studies.stored_profiles(study)
+    )
 
 
 def render_report(
@@ -146,6 +149,7 @@ def render_report(
     (runtime, granularity, report) of each layer ranking the sweep's float_layers used."""
     from nnsweep import __version__
     from nnsweep.dashboards import sections
+    from nnsweep.dashboards.operators import operator_section
 
     links = links or {}
     now = generated or _dt.datetime.now(_dt.UTC)
@@ -161,6 +165,9 @@ def render_report(
         speedups.append((d.device, records, d.baseline_record()))
         nav.append(f'<a href="#device-{sections.slug(d.device)}">{html.escape(d.device)}</a>')
         blocks.append(_device_block(d, records, spec, links.get(d.device, {}), ui_url, device_tpl))
+        if d.profiles:
+            best = best_choice(records, objectives).record
+            blocks.append(operator_section(d.device, records, best, d.baseline_record(), d.profiles))
     emulated = [d.device for d in devices if any(r.emulated for r in d.records)]
     speedup = _speedup_block(speedups, emulated)
     objective_text = ", ".join(f"{o.direction} {o.metric}" for o in objectives)

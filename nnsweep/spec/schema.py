@@ -162,7 +162,8 @@ def section_model(cls: type, name: str, base: type, strict: dict[type, Any]) -> 
     keys: dict[str, Any] = {}
     for key, annotation, _, _ in settings_of(cls):
         kind, optional = value_type(annotation)
-        keys[key] = (strict[kind] | None if optional else strict[kind], setting_field(cls, key))
+        typed = strict.get(kind, kind)  # a Literal is its own strict type
+        keys[key] = (typed | None if optional else typed, setting_field(cls, key))
     return create_model(name, __base__=base, **keys)
 
 

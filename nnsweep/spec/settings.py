@@ -121,6 +121,9 @@ class SearchSettings:
     mode_starts: bool = setting(True, "a new study first measures each runtime's default in each quantization mode")
     warm_start: bool = setting(True, "a new device's study starts from the configurations other devices found best")
     quality_first: bool = setting(True, "check quality bounds on this machine before a trial is timed on the device")
+    profile: Literal["none", "front", "all"] = setting(
+        "none", "profile per operator at the end: the front, best and fp32 baseline (front), or every trial (all)"
+    )
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -28,6 +28,7 @@ from nnsweep.sweep import outcomes, studies
 from nnsweep.sweep.front import BestChoice, best_choice, pareto_front
 from nnsweep.sweep.gate import breaks_a_bound, with_host_quality
 from nnsweep.sweep.lifecycle import Phase, Ticket
+from nnsweep.sweep.profiles import profile_trials, profiled
 from nnsweep.sweep.remeasure import Spread, remeasure
 
 if TYPE_CHECKING:
@@ -309,6 +310,11 @@ def finish(
         decided_front = pareto_front(records, spec.objectives)
         choice = best_choice(records, spec.objectives)
         best = choice.record
+        state = scheduler.devices[name]
+        if spec.search.profile != "none" and state.machine == scheduler.placement.converter_machine and not stopped():
+            baseline_number = studies.baseline_number(dev.study)
+            trials = profiled(records, decided_front, best, baseline_number, every=spec.search.profile == "all")
+            profile_trials(name, trials, host, dev.study, tracker, host.settings.timeout_s)
         fell_off = tuple(r.number for r in front if r.number not in {d.number for d in decided_front})
         tracker.mark_front(
             name,
@@ -317,7 +323,6 @@ def finish(
             remeasured={s.number: s.metrics() for s in spread if s.metrics()},
             summary=_best_figures(spec, best),
         )
-        state = scheduler.devices[name]
         lost = state.lost and state.counted < state.budget and not state.exhausted  # its budget cut short
         tracker.close_device(name, "KILLED" if lost else "FINISHED")  # KILLED: as an interrupted one, to be resumed
         breakdown = outcomes.time_breakdown(records)

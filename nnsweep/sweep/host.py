@@ -87,6 +87,12 @@ class HostSide:
         assert self._bundle is not None, "load() first"
         return self._bundle
 
+    @property
+    def snapshot(self) -> ModelSnapshot:
+        """The model's reference outputs and evaluation inputs (what a measurement needs)."""
+        assert self._snapshot is not None, "load() first"
+        return self._snapshot
+
     def tell(self, *lines: str) -> None:
         """Say each of ``lines`` (logged, and to the sweep's notice)."""
         for line in lines:

@@ -47,7 +47,9 @@ __all__ = [
     "record_of",
     "remeasured",
     "role_of",
+    "store_profiles",
     "store_remeasured",
+    "stored_profiles",
     "study_name",
     "study_records",
     "sweep_id_of",
@@ -65,6 +67,7 @@ _SEED = "seed"
 _REQUEUE_OF = "requeue_of"
 _FINGERPRINT = "nnsweep.fingerprint"
 _REMEASURED = "nnsweep.remeasured"
+_PROFILES = "nnsweep.profiles"
 _SWEEP_ID = "nnsweep.sweep_id"
 _INVALID = "invalid"  # status of a sampled combination no configuration can express
 
@@ -318,6 +321,19 @@ def store_remeasured(study: optuna.Study, pooled: Mapping[int, Mapping[str, floa
 def remeasured(study: optuna.Study) -> dict[int, dict[str, float]]:
     """Trial number -> the pooled figures :func:`store_remeasured` kept."""
     return {int(n): dict(f) for n, f in (study.user_attrs.get(_REMEASURED) or {}).items()}
+
+
+def store_profiles(study: optuna.Study, profiles: Mapping[int, Mapping[str, object]]) -> None:
+    """Keep each trial's per-operator profile (:meth:`~nnsweep.bench.profile.Profile.to_dict`)
+    on the study, for the report; a later profile of a trial replaces an earlier one."""
+    stored = dict(study.user_attrs.get(_PROFILES) or {})
+    stored.update({str(number): dict(profile) for number, profile in profiles.items()})
+    study.set_user_attr(_PROFILES, stored)
+
+
+def stored_profiles(study: optuna.Study) -> dict[int, dict[str, object]]:
+    """Trial number -> the profile :func:`store_profiles` kept."""
+    return {int(n): dict(p) for n, p in (study.user_attrs.get(_PROFILES) or {}).items()}
 
 
 def study_records(study: optuna.Study) -> list[TrialRecord]:

@@ -140,6 +140,10 @@ class BackgroundTracker:
         self.flush()  # synchronous: the caller may delete the file right after
         self._read("log_device_artifact", None, device, name, path)
 
+    def log_trial_artifact(self, device: str, number: int, name: str, path: Path) -> None:
+        self.flush()  # synchronous: the caller may delete the file right after
+        self._read("log_trial_artifact", None, device, number, name, path)
+
     def trial_links(self, device: str) -> dict[int, str]:
         self.flush()
         return self._read("trial_links", {}, device)

@@ -108,6 +108,11 @@ class Tracker(Protocol):
         """
         ...
 
+    def log_trial_artifact(self, device: str, number: int, name: str, path: Path) -> None:
+        """Attach a file (a per-operator profile) to a trial's record; nothing when the
+        trial has no record (it was never logged)."""
+        ...
+
     def trial_links(self, device: str) -> dict[int, str]:
         """Trial number -> link to the trial's record, relative to the tracking UI's root."""
         ...
@@ -156,6 +161,9 @@ class NullTracker:
         return {}
 
     def log_device_artifact(self, device: str, name: str, path: Path) -> None:
+        return None
+
+    def log_trial_artifact(self, device: str, number: int, name: str, path: Path) -> None:
         return None
 
     def trial_links(self, device: str) -> dict[int, str]:

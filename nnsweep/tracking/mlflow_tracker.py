@@ -406,6 +406,12 @@ class MlflowTracker:
         """
         _log_file(self.client, self._parent(device), name, path)
 
+    def log_trial_artifact(self, device: str, number: int, name: str, path: Path) -> None:
+        """Attach a file to the trial's run (none logged: nothing to attach it to)."""
+        run_id = self._runs.ids.get((device, number))
+        if run_id is not None:
+            _log_file(self.client, run_id, name, path)
+
     def trial_links(self, device: str) -> dict[int, str]:
         """Trial number -> the MLflow UI's path to its run (``#/experiments/<id>/runs/<run>``)."""
         return {

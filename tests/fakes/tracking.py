@@ -70,6 +70,9 @@ class RecordingTracker:
     def log_device_artifact(self, device: str, name: str, path: Path) -> None:
         self.artifacts.setdefault(device, {})[name] = path
 
+    def log_trial_artifact(self, device: str, number: int, name: str, path: Path) -> None:
+        self.artifacts.setdefault(f"{device}#{number}", {})[name] = path
+
     def trial_links(self, device: str) -> dict[int, str]:
         return {number: f"#/trials/{device}/{number}" for number in self.logged(device)}
 

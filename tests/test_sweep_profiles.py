@@ -1,0 +1,86 @@
+"""A sweep with ``search.profile`` profiles its front, best and fp32 baseline per operator
+after every timed run, keeps each profile on the study, attaches it to the trial's run, and
+the report shows where the time goes (real ONNX Runtime profiler, digits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes.tracking import RecordingTracker
+
+from nnsweep.bench.profile import OpTime, Profile
+from nnsweep.core.config import DeploymentConfig
+from nnsweep.core.results import TrialRecord, TrialStatus
+from nnsweep.sweep.profiles import PROFILE_ARTIFACT, profiled
+
+
+def _record(number: int, p50: float, *, status: TrialStatus = TrialStatus.OK, **fields: object) -> TrialRecord:
+    config = DeploymentConfig(runtime="onnxruntime")
+    return TrialRecord(
+        sweep="p", device="host", number=number, config=config, status=status, metrics={"latency_p50_ms": p50}, **fields
+    )  # type: ignore[arg-type]
+
+
+def test_the_front_the_best_and_the_baseline_are_profiled_each_once() -> None:
+    records = [_record(0, 2.0), _record(1, 1.0), _record(2, 3.0), _record(3, 1.0, status=TrialStatus.FAILED)]
+    front, best = [records[1]], records[1]
+    assert [r.number for r in profiled(records, front, best, 0, every=False)] == [0, 1]
+    assert [r.number for r in profiled(records, front, best, 0, every=True)] == [0, 1, 2]
+    assert profiled(records, [], None, None, every=False) == []
+
+
+def test_the_report_names_the_kinds_that_make_a_configuration_slower_than_fp32() -> None:
+    from dashboards.operators import operator_section, slower_kinds
+
+    fp32 = Profile((OpTime("conv1", "Conv", "cpu", 1.0, 1.0),), runs=20)
+    int8 = Profile(
+        (
+            OpTime("conv1_q", "QLinearConv", "cpu", 0.5, 0.25),
+            OpTime("q1", "QuantizeLinear", "cpu", 0.9, 0.45),
+            OpTime("dq1", "DequantizeLinear", "cpu", 0.6, 0.3),
+        ),
+        runs=20,
+    )
+    assert [k for k, _ in slower_kinds(int8, fp32)] == ["QuantizeLinear", "DequantizeLinear", "QLinearConv"]
+    records = [_record(0, 1.0), _record(1, 2.0)]
+    html = operator_section("host", records, records[0], records[0], {0: fp32.to_dict(), 1: int8.to_dict()})
+    assert "Where the time goes, per operator: host" in html and "slower than fp32" in html
+    assert "<code>QuantizeLinear</code> +0.9000 ms" in html and "quantize/dequantize and layout 1.5000 ms" in html
+    missing = operator_section("host", records, records[0], records[0], {1: Profile(reason="no profiler").to_dict()})
+    assert "#1: no profile (no profiler)" in missing
+    assert operator_section("host", records, records[0], records[0], {}) == ""
+
+
+@pytest.mark.integration
+def test_a_sweep_profiles_its_front_and_the_report_shows_it(tmp_path: Path, monkeypatch, models_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.execution import LocalExecutor
+    from nnsweep.report.html import load_device, render_report
+    from nnsweep.spec import parse_spec
+    from nnsweep.sweep import studies
+    from nnsweep.sweep.loop import Sweep
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models_dir)
+    spec = parse_spec(
+        {
+            "name": "p",
+            "model": "digits",
+            "budget": {"trials": 2},
+            "measure": {"warmup": 1, "iters": 20, "remeasure": 0},
+            "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8"], "threads": [1]},
+            "search": {"profile": "front"},
+        }
+    )
+    tracker = RecordingTracker()
+    (host,) = Sweep(spec, LocalExecutor(), tracker, tmp_path / "cache").run()  # type: ignore[arg-type]
+    study = studies.open_study(spec, "host", create=False)
+    stored = studies.stored_profiles(study)
+    wanted = {r.number for r in host.pareto} | {host.baseline.number}  # type: ignore[union-attr]
+    assert set(stored) == wanted
+    for number, profile in stored.items():
+        assert profile["profile"] and profile["profile_runs"] > 0, profile
+        assert PROFILE_ARTIFACT in tracker.artifacts[f"host#{number}"]
+    html = render_report(spec, [load_device(spec, "host")])
+    assert "Where the time goes, per operator: host" in html
