@@ -144,6 +144,28 @@ def test_hooks_record_innermost_modules_and_dequantize() -> None:
     assert got[0][1].dtype == np.float32 and np.allclose(got[0][1], 1.0)
 
 
+def test_executorch_groups_by_debug_handle_and_names_by_module_stack() -> None:
+    torch = pytest.importorskip("torch")
+    from nnsweep.runtimes.executorch.explain import grouped_outputs
+
+    wrapper = {"q": {"L__self__": ("", "torch.export._trace._aot_export_non_strict.<locals>.Wrapper")}}
+    conv = {"conv": {"a": ("", "Net"), "b": ("blocks.0", "Block"), "c": ("blocks.0.dw", "Conv2d")}, **wrapper}
+
+    def event(handle, data, hierarchy):  # type: ignore[no-untyped-def]
+        return SimpleNamespace(debug_handles=handle, debug_data=data, module_hierarchy=hierarchy)
+
+    events = [
+        event(None, [], None),  # Method::init
+        event(3, [torch.ones(2)], conv),  # the convolution's float output
+        event(3, [torch.ones(2, dtype=torch.int8)], conv),  # its quantize: not float
+        event(3, [torch.full((2,), 0.5)], conv),  # the dequantize after it: what the next op receives
+        event(4, [torch.zeros(3)], {"view": {"a": ("", "Net")}}),  # the root's reshape: no layer
+        event(5, [torch.zeros(1)], wrapper),  # ops torch.export added: no layer
+    ]
+    [(name, values)] = grouped_outputs(events)
+    assert name == "blocks.0.dw" and np.allclose(values, 0.5)
+
+
 def _bench(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
     argv = [sys.executable, "-m", "nnsweep", "--cache-dir", str(cache), "bench", "--model", "digits_outlier", *args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=dict(os.environ))
@@ -152,7 +174,7 @@ def _bench(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime", "executorch"])
 def test_explain_finds_the_outlier_layer_and_keeping_it_float_recovers(
     runtime: str, tmp_path: Path, models_dir: Path
 ) -> None:
