@@ -166,6 +166,28 @@ def test_executorch_groups_by_debug_handle_and_names_by_module_stack() -> None:
     assert name == "blocks.0.dw" and np.allclose(values, 0.5)
 
 
+def test_litert_tensor_names_resolve_to_module_paths() -> None:
+    from torch import nn
+
+    from nnsweep.runtimes.litert.explain import module_path
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dw_bn, self.dw, self.act = nn.BatchNorm2d(1), nn.Conv2d(1, 1, 1), nn.ReLU()
+
+    root = nn.Sequential()
+    root.add_module("blocks", nn.Sequential(Block()))
+    net = "pkg.Net/torch.nn.modules.container.Sequential_blocks/pkg.Block_0"
+    assert module_path(f"{net}/torch.nn.modules.batchnorm.BatchNorm2d_dw_bn;2", root) == "blocks.0.dw_bn"
+    # a fused op's names joined by ';': the last that resolves
+    fused = f"{net}/torch.nn.modules.activation.ReLU_act;;{net}/torch.nn.modules.conv.Conv2d_dw;1"
+    assert module_path(fused, root) == "blocks.0.dw"
+    assert module_path(f"{net};", root) == "blocks.0"
+    assert module_path("serving_default_output_0_output/quantized", root) is None
+    assert module_path("pkg.Net/Wrapper;2", root) is None
+
+
 def _bench(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
     argv = [sys.executable, "-m", "nnsweep", "--cache-dir", str(cache), "bench", "--model", "digits_outlier", *args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=dict(os.environ))
@@ -174,7 +196,7 @@ def _bench(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["torch", "onnxruntime", "executorch"])
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime", "executorch", "litert"])
 def test_explain_finds_the_outlier_layer_and_keeping_it_float_recovers(
     runtime: str, tmp_path: Path, models_dir: Path
 ) -> None:
