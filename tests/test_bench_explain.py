@@ -97,6 +97,13 @@ def test_a_runtime_without_an_explainer_says_why(monkeypatch: pytest.MonkeyPatch
     )
     assert d.reason == "plain: none here" and d.layers == ()
     assert runtimes.get("armnn").explainer == "" and runtimes.get("armnn").no_explainer
+    from nnsweep.cli._bench_explain import take_divergence
+
+    def no_model() -> None:
+        raise AssertionError("the fp32 model is loaded only for a runtime with an explainer")
+
+    artifact = SimpleNamespace(config=SimpleNamespace(runtime="plain", backends=("cpu",)), path=tmp_path / "m")
+    assert take_divergence(no_model, artifact, None, 20.0).reason == "plain: none here"
 
 
 def test_ort_layers_are_named_by_scope_or_weight_and_read_after_their_qdq_pair() -> None:

@@ -81,7 +81,6 @@ def after_runs(
     if args.explain:  # the intermediates come from an instrumented copy, not the timed artifact
         from nnsweep.cli._bench_explain import take_divergence
 
-        reference = bundle()
         status("comparing each layer with fp32 ...")
-        divergence = take_divergence(reference, artifact, snapshot, args.explain_threshold)
+        divergence = take_divergence(bundle, artifact, snapshot, args.explain_threshold)
     return AfterRuns(profile, divergence)

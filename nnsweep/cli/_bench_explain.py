@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core import runtimes
@@ -29,17 +30,21 @@ def decibels(text: str) -> float:
     return value
 
 
-def take_divergence(bundle: Any, artifact: Any, snapshot: Any, threshold_db: float) -> Divergence:
-    """Compare ``artifact``'s layers with ``bundle``'s fp32 model on a few evaluation inputs
-    (the timed runs are over). A failure costs the divergence only: its reason comes back."""
+def take_divergence(bundle: Callable[[], Any], artifact: Any, snapshot: Any, threshold_db: float) -> Divergence:
+    """Compare ``artifact``'s layers with the fp32 model ``bundle`` gives (loaded only when the
+    runtime has an explainer) on a few evaluation inputs (the timed runs are over). A failure
+    costs the divergence only: its reason comes back."""
     from nnsweep.bench import explain_divergence
     from nnsweep.bench.divergence import Divergence
 
     config = artifact.config
     if (npu := runtimes.npu_target(config)) is not None:
         return Divergence(reason=f"{npu}: estimated by Vela, not run here: no intermediate outputs")
+    info = runtimes.get(config.runtime)
+    if not info.explainer:
+        return Divergence(reason=f"{config.runtime}: {info.no_explainer}", threshold_db=threshold_db)
     return explain_divergence(
-        bundle=bundle,
+        bundle=bundle(),
         config=config,
         artifact=artifact.path,
         io=artifact.io,
