@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.cli._args import _int_in, _positive_shape, setting_option
+from nnsweep.cli._bench_after import AfterRuns, add_after_options, after_runs
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
 from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
@@ -22,7 +23,6 @@ from nnsweep.spec.settings import MAX_FLOAT_LAYERS, MAX_NODES, MAX_PARTITIONS, M
 
 if TYPE_CHECKING:
     from nnsweep.bench import Evaluation
-    from nnsweep.bench.profile import Profile
 
 # MeasureSettings field -> the option that sets it (its bounds, default and help are the field's).
 _MEASURE_OPTIONS = {
@@ -76,11 +76,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _config_options(parser)
     _measure_options(parser)
     add_task_options(parser)
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="after the timed runs, profile a few runs per operator with the runtime's own profiler",
-    )
+    add_after_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     parser.set_defaults(handler=run)
 
@@ -292,6 +288,7 @@ def _execute_bench(
     # the user's data or metrics need the model itself (targets, output shapes): no snapshot
     recipe = store.recipe(args.model, args.weights, args.input_shape) if not (metrics or data) else None
     task = None
+    bundle = None
     float_note = None
     if args.float_layers:
         try:
@@ -334,14 +331,14 @@ def _execute_bench(
         log.info("the failure's traceback (the toolchain's own, as its cause):", exc_info=exc)  # -v
         sys.stderr.write(f"nnsweep bench: failed: {_one_line(str(exc))}\n")
         return EXIT_FAILED
-    profile = None
-    if args.profile:  # a separate run, after the timed ones: profiling slows what it watches
-        from nnsweep.bench import take_profile
+    loaded = bundle  # a cache hit loads the fp32 model only for --explain, its reference
 
-        status.line("profiling per operator ...")
-        profile = take_profile(artifact, snapshot, settings.timeout_s)
+    def fp32_model() -> Any:
+        return loaded or _load(args, cache, status.line, data)
+
+    after = after_runs(args, artifact, snapshot, settings.timeout_s, fp32_model, status.line)
     status.clear()
-    _write_result(args, result, reply, profile)
+    _write_result(args, result, reply, after)
     # Nothing int8: no kernel saturates.
     hint = float_note or measured_float(config, result, snapshot) or saturation_hint(config, CPUINFO)
     if hint is not None:
@@ -349,19 +346,16 @@ def _execute_bench(
     return EXIT_OK
 
 
-def _write_result(args: argparse.Namespace, result: Any, reply: Any, profile: Profile | None) -> None:
-    """The summary (or JSON object), an NPU's estimate in place of the timings, the profile after."""
-    from nnsweep.cli._bench_profile import profile_fields, profile_lines
-
+def _write_result(args: argparse.Namespace, result: Any, reply: Any, after: AfterRuns) -> None:
+    """The summary (or JSON object), an NPU's estimate in place of the timings, then what ran after
+    the timed runs (the profile, the divergence by layer)."""
     p50 = result.timing.latency.p50 if reply is None else None
     if args.json:
         fields = {} if reply is None else estimate_fields(reply)
-        fields |= {} if profile is None else profile_fields(profile, p50)
-        results().write(json.dumps(result.to_dict() | fields) + "\n")
+        results().write(json.dumps(result.to_dict() | fields | after.fields(p50)) + "\n")
     else:
         summary = _bench_summary(result, None if reply is None else estimate_lines(reply))
-        extra = "" if profile is None else "\n" + "\n".join(profile_lines(profile, p50))
-        results().write(summary + extra + "\n")
+        results().write(summary + after.text(p50) + "\n")
 
 
 _STOPPED = {

@@ -147,6 +147,16 @@ class RuntimeInfo:
     Empty: :attr:`no_profiler` says why there is no profile."""
     no_profiler: str = "no per-operator profiler in its Python runtime"
     """Why the runtime has no :attr:`profiler`, as ``--profile`` prints it."""
+    explainer: str = ""
+    """``"module:function"`` that exposes its artifacts' intermediate outputs (``nnsweep bench
+    --explain``): called in the measuring host's process with the model's bundle, the
+    configuration, the artifact's path, its :class:`~nnsweep.core.artifact.IOSpec` and a few
+    float inputs (batch first), it returns the intermediates in graph order as
+    :data:`~nnsweep.bench.divergence.Observed` pairs, and a note on how they were had (or
+    ``None``); it raises :class:`~nnsweep.core.errors.BenchmarkError` when it cannot.
+    Empty: :attr:`no_explainer` says why there is no divergence by layer."""
+    no_explainer: str = "no way to read its intermediate outputs from its Python runtime"
+    """Why the runtime has no :attr:`explainer`, as ``--explain`` prints it."""
 
     def options_for(self, mode: QuantMode) -> tuple[QuantOption, ...]:
         """The quantizer options that apply to ``mode``."""

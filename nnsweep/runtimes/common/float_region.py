@@ -28,6 +28,7 @@ __all__ = [
     "fx_untraced_float_modules",
     "in_modules",
     "onnx_float_region",
+    "onnx_node_scope",
     "onnx_nodes_in",
 ]
 
@@ -46,13 +47,25 @@ def in_modules(path: str, names: Iterable[str]) -> bool:
     return any(path == name or path.startswith(name + ".") for name in names)
 
 
+def onnx_node_scope(name: str) -> str | None:
+    """The module path of a node named by :func:`export_onnx_scoped` (``None``: not so named;
+    ``""``: the root module's).
+
+    Example:
+        >>> onnx_node_scope("fc1/node_MatMul_6/MatMulAddFusion"), onnx_node_scope("node_Conv_3")
+        ('fc1', None)
+    """
+    # the first separator: ONNX Runtime's fusions append to a name ("fc1/node_MatMul_6/MatMulAddFusion")
+    scope, sep, _ = name.partition(SCOPE_SEPARATOR)
+    return scope if sep else None
+
+
 def onnx_nodes_in(model: Any, keep_float: Collection[str]) -> list[str]:
     """Names of the nodes of an ONNX model (from :func:`export_onnx_scoped`) inside ``keep_float``."""
     names = []
     for node in model.graph.node:
-        # the first separator: ONNX Runtime's fusions append to a name ("fc1/node_MatMul_6/MatMulAddFusion")
-        scope, sep, _ = node.name.partition(SCOPE_SEPARATOR)
-        if sep and in_modules(scope, keep_float):
+        scope = onnx_node_scope(node.name)
+        if scope is not None and in_modules(scope, keep_float):
             names.append(node.name)
     return names
 

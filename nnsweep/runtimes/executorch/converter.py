@@ -37,6 +37,7 @@ __all__ = [
     "ExecuTorchConverter",
     "float_conv1d_as_conv2d",
     "quantize_pads_of_int8_inputs",
+    "rebuilt_program",
     "scalar_overloads_for_integer_ops",
     "without_batch_norm_patterns_if_none_can_match",
     "xnnpack_quantizer",
@@ -254,6 +255,12 @@ def _float_conv1d_paths(model: nn.Module, keep_float: tuple[str, ...]) -> list[s
         for path, module in model.named_modules()
         if path and isinstance(module, nn.Conv1d) and float_fallback.in_modules(path, keep_float)
     ]
+
+
+def rebuilt_program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
+    """The exported program (quantized for int8 modes, its calibration included) the converter
+    lowers for ``quant``, built again (``bench --explain`` lowers it without a delegate)."""
+    return _program(bundle, quant)
 
 
 def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:

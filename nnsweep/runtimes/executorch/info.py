@@ -44,6 +44,7 @@ INFO = RuntimeInfo(
     whole_model=ETHOS_U_WHOLE_MODEL,
     sensitivity="nnsweep.runtimes.executorch.sensitivity:evaluator",
     profiler="nnsweep.runtimes.executorch.profile:profile",
+    explainer="nnsweep.runtimes.executorch.explain:explain",
     measure_peak_mb=MEASURE_PEAK_MB,
     preload=BINDING_MODULES,
     failure_detail="nnsweep.runtimes.executorch.failures:detail",

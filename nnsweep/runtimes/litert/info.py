@@ -47,6 +47,7 @@ INFO = RuntimeInfo(
     artifact_suffix=".tflite",
     default_backends=("xnnpack", "cpu"),
     sensitivity="nnsweep.runtimes.litert.sensitivity:evaluator",
+    explainer="nnsweep.runtimes.litert.explain:explain",
     measure_peak_mb={"": 110},
     device_tool="nnsweep.runtimes.litert.device_tool:TOOL",
 )

@@ -36,6 +36,7 @@ INFO = RuntimeInfo(
     refused_options=ONNXRUNTIME_REFUSED,
     sensitivity="nnsweep.runtimes.onnxruntime.sensitivity:evaluator",
     profiler="nnsweep.runtimes.onnxruntime.profile:profile",
+    explainer="nnsweep.runtimes.onnxruntime.explain:explain",
     # its rankings score the quantizer's arithmetic, not the host's kernels (sensitivity/rank.py)
     sensitivity_settings={"scored": "quantizer_arithmetic"},
     measure_peak_mb={"": 170},

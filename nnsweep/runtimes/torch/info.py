@@ -41,6 +41,7 @@ INFO = RuntimeInfo(
     },
     sensitivity="nnsweep.runtimes.torch.sensitivity:evaluator",
     profiler="nnsweep.runtimes.torch.profile:profile",
+    explainer="nnsweep.runtimes.torch.explain:explain",
     # its rankings score the quantizer's arithmetic, not the host's kernels (sensitivity/rank.py)
     sensitivity_settings={"scored": "quantizer_arithmetic"},
     measure_peak_mb={"": 720},
