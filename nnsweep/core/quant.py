@@ -33,6 +33,7 @@ class QuantMode(enum.StrEnum):
     DYNAMIC_INT8 = "dynamic_int8"
     STATIC_INT8 = "static_int8"
     QAT_INT8 = "qat_int8"
+    INT4_WEIGHT = "int4_weight"
 
     @property
     def is_static(self) -> bool:
@@ -42,6 +43,11 @@ class QuantMode(enum.StrEnum):
     @property
     def is_int8(self) -> bool:
         return self in (QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
+
+    @property
+    def is_grouped(self) -> bool:
+        """True for modes whose linear weights are quantized in groups of ``quant.group_size``."""
+        return self is QuantMode.INT4_WEIGHT
 
 
 class Granularity(enum.StrEnum):
@@ -117,7 +123,9 @@ class QuantConfig:
     ``mode`` is the numeric representation; ``granularity`` (int8) per-tensor or per-channel
     weight scales; ``calibration`` and ``calibration_batches`` (of
     :data:`CALIBRATION_BATCH_SIZE` samples) for ``static_int8``; ``interface`` ``core`` or
-    ``full`` (static modes); ``qat_epochs`` for ``qat_int8``. ``float_layers`` are module
+    ``full`` (static modes); ``qat_epochs`` for ``qat_int8``; ``group_size`` for
+    ``int4_weight``: input features sharing one 4-bit weight scale (a power of two,
+    :attr:`GROUP_SIZES`). ``float_layers`` are module
     paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
     sorted so the same set is the same configuration. ``options`` are the runtime's own
     quantizer options that differ from their defaults, as sorted ``(name, value)`` pairs (a
@@ -132,10 +140,12 @@ class QuantConfig:
     calibration_batches: int | None = 8
     interface: Interface | None = Interface.CORE
     qat_epochs: int | None = 3
+    group_size: int | None = 32
     float_layers: tuple[str, ...] = ()
     options: tuple[tuple[str, OptionValue], ...] = ()
 
     CALIBRATION_BATCH_SIZE = 16
+    GROUP_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -151,6 +161,10 @@ class QuantConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"quant.{name}", f"must be an integer >= 1, got {value!r}")
+        size = self.group_size
+        if size is not None and (isinstance(size, bool) or size not in self.GROUP_SIZES):
+            allowed = ", ".join(map(str, self.GROUP_SIZES))
+            raise SpecError("quant.group_size", f"must be one of {allowed}, got {size!r}")
         set_(self, "float_layers", _layer_names(self.float_layers) if mode.is_int8 else ())
         set_(self, "options", _option_pairs(self.options))
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
@@ -161,6 +175,7 @@ class QuantConfig:
             "calibration_batches": mode is QuantMode.STATIC_INT8,
             "interface": mode.is_static,
             "qat_epochs": mode is QuantMode.QAT_INT8,
+            "group_size": mode.is_grouped,
         }
         for name, applies in relevant.items():
             if not applies:
