@@ -41,6 +41,7 @@ _BENCH_OPTIONS = {
     "quant.calibration_batches": "--calibration-batches",
     "quant.interface": "--interface",
     "quant.qat_epochs": "--qat-epochs",
+    "quant.group_size": "--group-size",
     "partitions": "--max-partitions/--min-nodes",
     "partitions.max_delegated_partitions": "--max-partitions",
     "partitions.min_nodes_per_partition": "--min-nodes",
@@ -98,7 +99,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="a configuration file (YAML or JSON, as `nnsweep best` prints)")
     parser.add_argument("--runtime", help=f"{', '.join(runtimes.listed_names())} (default: executorch)")
     parser.add_argument("--backends", help="comma list in preference order, e.g. xnnpack,portable or CpuAcc,CpuRef")
-    parser.add_argument("--quant", help="fp32, fp16, dynamic_int8, static_int8 or qat_int8 (default: fp32)")
+    parser.add_argument(
+        "--quant", help="fp32, fp16, dynamic_int8, static_int8, qat_int8 or int4_weight (default: fp32)"
+    )
     parser.add_argument("--granularity", help="per_tensor or per_channel (int8 modes; default per_channel)")
     parser.add_argument("--calibration", help="minmax, histogram, entropy or percentile (static int8)")
     parser.add_argument(
@@ -106,6 +109,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
     parser.add_argument("--qat-epochs", type=_int_in(0, 1000), help="fine-tuning epochs for qat_int8 (default 3)")
+    parser.add_argument(
+        "--group-size", type=_int_in(1, 1024), help="input features per 4-bit weight scale, int4_weight (default 32)"
+    )
     parser.add_argument(
         "--max-partitions", type=_int_in(0, 10_000), help="keep the N largest delegated partitions (0 = no limit)"
     )
@@ -207,6 +213,7 @@ def _bench_config(args: argparse.Namespace) -> Any:
         ("calibration_batches", "calibration_batches"),
         ("interface", "interface"),
         ("qat_epochs", "qat_epochs"),
+        ("group_size", "group_size"),
     ):
         if getattr(args, option) is not None:
             quant[key] = getattr(args, option)
