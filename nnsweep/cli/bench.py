@@ -110,7 +110,7 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
     parser.add_argument("--qat-epochs", type=_int_in(0, 1000), help="fine-tuning epochs for qat_int8 (default 3)")
     parser.add_argument(
-        "--group-size", type=_int_in(1, 1024), help="input features per 4-bit weight scale, int4_weight (default 32)"
+        "--group-size", type=_int_in(1, 256), help="input features per 4-bit weight scale, int4_weight (default 32)"
     )
     parser.add_argument(
         "--max-partitions", type=_int_in(0, 10_000), help="keep the N largest delegated partitions (0 = no limit)"

@@ -145,7 +145,8 @@ class QuantConfig:
     options: tuple[tuple[str, OptionValue], ...] = ()
 
     CALIBRATION_BATCH_SIZE = 16
-    GROUP_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+    # What every runtime's 4-bit path takes: ai-edge-quantizer's blockwise granularities (LiteRT)
+    GROUP_SIZES = (32, 64, 128, 256)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -19,6 +19,8 @@ _ARMNN_UNSUPPORTED = {
     QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
     "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
     "(LiteRT's dynamic range) is made of; use litert, onnxruntime, executorch or torch for dynamic int8",
+    QuantMode.INT4_WEIGHT: "Arm NN 20.08 has neither 4-bit weights nor hybrid layers; "
+    "use executorch, onnxruntime or litert for int4_weight",
 }
 
 INFO = RuntimeInfo(

@@ -28,6 +28,7 @@ INFO = RuntimeInfo(
         QuantMode.FP32: NO_GRANULARITY,
         QuantMode.DYNAMIC_INT8: INT8_GRANULARITIES,
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
+        QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size
     },
     # Measured: a float layer's weights came out int8 with one other layer quantized,
     # every weight float with none (benchmarks/results/mixed_precision.md).
@@ -43,7 +44,7 @@ INFO = RuntimeInfo(
     "max_delegated_partitions/min_nodes_per_partition options (TFLite's GPU, NNAPI and Hexagon delegates do)",
     converter="nnsweep.runtimes.litert.converter:LiteRTConverter",
     runner="nnsweep.runtimes.litert.runner:LiteRTRunner",
-    packages=TFLITE_PACKAGES,
+    packages=(*TFLITE_PACKAGES, "ai-edge-quantizer"),  # int4_weight's quantizer
     artifact_suffix=".tflite",
     default_backends=("xnnpack", "cpu"),
     sensitivity="nnsweep.runtimes.litert.sensitivity:evaluator",

@@ -1,0 +1,79 @@
+"""LiteRT's ``int4_weight``: ai-edge-quantizer's blockwise 4-bit dynamic recipe on the fp32 ``.tflite``.
+
+Each ``FULLY_CONNECTED`` gets symmetric int4 weights in blocks of ``group_size`` input
+features, its activations quantized at run time by the kernel (the recipe family
+``dynamic_wi4b<N>_afp32``, where ai-edge-quantizer offers blocks of 32, 64, 128 and 256).
+The quantizer refuses a whole model when one weight's input features a block does not
+divide, so such a layer is left float by name (the op's scope, its output tensors), as
+:mod:`nnsweep.runtimes.common.int4` decides for every runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from nnsweep.core.errors import ConversionError, first_line
+from nnsweep.runtimes.common.converter import printed_to_debug_log
+from nnsweep.runtimes.common.int4 import Int4Plan
+
+__all__ = ["quantize_int4"]
+
+_log = logging.getLogger(__name__)
+
+
+def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ...]:
+    """Write ``source`` (a float ``.tflite``) with 4-bit fully connected weights to
+    ``target``; return what the partition report adds to ``layers.notes()``: the linear
+    layers of the plan that did not become a 4-bit ``FULLY_CONNECTED`` (none, when each
+    converted to one).
+
+    Raises:
+        ConversionError: the model has no ``FULLY_CONNECTED`` the group size divides, or
+            ai-edge-quantizer fails.
+    """
+    from ai_edge_quantizer import algorithm_manager, qtyping, quantizer, recipe_manager
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as flatbuffer
+
+    fc = qtyping.TFLOperationName.FULLY_CONNECTED
+    model = flatbuffer.read_model(str(source))
+    codes = model.operatorCodes
+    scopes, divided = [], []
+    for subgraph in model.subgraphs:
+        for op in subgraph.operators:
+            if flatbuffer.TFL_OP_CODE_TO_NAME.get(codes[op.opcodeIndex].builtinCode) != fc.value:
+                continue
+            features = subgraph.tensors[op.inputs[1]].shape[-1]  # weights are (out, in)
+            (divided if features % layers.group_size == 0 else scopes).append(
+                flatbuffer.get_op_scope(op, subgraph.tensors)
+            )
+    if not divided:
+        raise ConversionError(
+            f"int4_weight: no FULLY_CONNECTED of the .tflite has input features the group size {layers.group_size} "
+            "divides, so nothing would take 4-bit weights"
+        )
+    recipe = recipe_manager.RecipeManager()
+    granularity = qtyping.QuantGranularity(f"BLOCKWISE_{layers.group_size}")
+    recipe.add_dynamic_config(regex=".*", operation_name=fc, num_bits=4, granularity=granularity)
+    for scope in scopes:  # the latest matching entry wins: these stay float
+        recipe.add_quantization_config(
+            regex=re.escape(scope), operation_name=fc, algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE
+        )
+    try:
+        with printed_to_debug_log(_log, "ai-edge-quantizer"):  # it prints sizes and timings
+            run = quantizer.Quantizer(str(source))
+            run.load_quantization_recipe(recipe.get_quantization_recipe())
+            content = run.quantize().quantized_model
+    except (ValueError, RuntimeError, KeyError) as exc:
+        raise ConversionError(f"ai-edge-quantizer cannot quantize the model to int4_weight: {first_line(exc)}") from exc
+    if content is None:
+        raise ConversionError("ai-edge-quantizer returned no model for int4_weight")
+    target.write_bytes(bytes(content))
+    missing = len(layers.four_bit) - len(divided)
+    if missing <= 0:
+        return ()
+    return (
+        f"int4_weight: {missing} of the {len(layers.four_bit)} linear layers planned 4-bit stay float on "
+        "litert: they did not convert to a FULLY_CONNECTED",
+    )
