@@ -1,5 +1,6 @@
-"""``int4_weight``: 4-bit grouped linear weights on ExecuTorch (torchao 8da4w through XNNPACK)
-and ONNX Runtime (MatMulNBits): the configuration and its group size, the search space, the
+"""``int4_weight``: 4-bit grouped linear weights on ExecuTorch (torchao 8da4w through XNNPACK),
+ONNX Runtime (MatMulNBits) and LiteRT (ai-edge-quantizer), and LiteRT's fp16 by the same
+quantizer: the configuration and its group size, the search space, the
 layers that take the 4-bit path, refusals, and real conversions of a small transformer-like
 model (slow)."""
 
@@ -232,3 +233,14 @@ def test_refusals_name_why_before_converting(block: ModelBundle, int4_cache: Art
     for runtime in ("executorch", "onnxruntime", "litert"):
         with pytest.raises(ConversionError, match="this model has none"):
             deploy.convert(conv, _int4(runtime, 32), int4_cache)
+
+
+@pytest.mark.slow
+def test_litert_fp16_halves_the_weights_through_ai_edge_quantizer_and_stays_close(
+    block: ModelBundle, converted: Callable[[DeploymentConfig], Artifact]
+) -> None:
+    fp32, fp16 = converted(DeploymentConfig("litert")), converted(DeploymentConfig("litert", quant="fp16"))
+    assert fp16.path.stat().st_size < 0.6 * fp32.path.stat().st_size
+    result = deploy.measure(ModelSnapshot.of(block), fp16, SETTINGS, cache_hit=False)
+    sqnr = result.evaluation.fidelity.sqnr_db
+    assert sqnr is not None and sqnr > 50  # float16 weights: close to fp32, not equal

@@ -3,7 +3,7 @@
 - ``fp32``: ``litert_torch.convert`` of the float module.
 - ``dynamic_int8``: PT2E with ``is_dynamic=True``: int8 weights, float32 activations
   quantized by the kernels; float32 in and out, no calibration.
-- ``int4_weight``: the fp32 ``.tflite``, 4-bit by :mod:`nnsweep.runtimes.litert.int4`.
+- ``fp16``, ``int4_weight``: the fp32 ``.tflite`` by :mod:`~nnsweep.runtimes.litert.edge_quantizer`.
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's ``PT2EQuantizer``
   (after the graph fixes :func:`restore_sources`, :func:`float_scalars` and the shared ones
   in :mod:`nnsweep.runtimes.common.pt2e`) -> calibration -> ``convert_ptq`` and
@@ -47,7 +47,7 @@ from nnsweep.runtimes.common.converter import (
 from nnsweep.runtimes.common.jax_lowering import jax_lowerings_made_once
 from nnsweep.runtimes.common.pt2e import calibrated, fold_weight_computations, own_layer_for_each_batch_norm
 from nnsweep.runtimes.common.ptq_convert import convert_ptq
-from nnsweep.runtimes.litert.int4 import quantize_int4
+from nnsweep.runtimes.litert.edge_quantizer import quantize_fp16, quantize_int4
 from nnsweep.runtimes.litert.litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.runtimes.litert.runner import interpreter, placement
 
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 _FILENAME = "model.tflite"
-_INT4_NOTES = "int4_notes.json"  # beside an int4_weight model's stage: what its partition report adds
+_NOTES = "notes.json"  # beside an ai-edge-quantizer model's stage: what its partition report adds
 _X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
 _log = logging.getLogger(__name__)
 _OBSERVERS = {Calibration.MINMAX: MinMaxObserver, Calibration.HISTOGRAM: HistogramObserver}
@@ -359,24 +359,27 @@ def export_tflite(
     return IOSpec(), notes
 
 
-def _int4_tflite(bundle: ModelBundle, config: DeploymentConfig, path: Path, stages: Stages) -> tuple[str, ...]:
-    """Write ``config``'s ``int4_weight`` model to ``path``: the fp32 ``.tflite`` (its own
-    stage) quantized by ai-edge-quantizer (:mod:`~nnsweep.runtimes.litert.int4`, stage
-    ``litert.int4``); return the partition report's notes of which linear layers went 4-bit.
-    """
+def _edge_quantized(bundle: ModelBundle, config: DeploymentConfig, path: Path, stages: Stages) -> tuple[str, ...]:
+    """Write ``config``'s ``fp16`` or ``int4_weight`` model to ``path``: the fp32 ``.tflite``
+    (its own stage) quantized by ai-edge-quantizer (:mod:`~nnsweep.runtimes.litert.edge_quantizer`,
+    stage ``litert.edge_quantizer``); return the partition report's notes (int4_weight: which
+    linear layers went 4-bit)."""
     quant = config.quant
-    layers = int4.plan(bundle.module, quant.group_size or 0)  # refuses a model without linear layers first
+    # int4_weight refuses a model without linear layers before converting anything
+    layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
 
     def build(directory: Path) -> None:
         fp32 = directory / "fp32.tflite"
         export_tflite(bundle, DeploymentConfig(config.runtime, config.backends), fp32, stages=stages)
-        notes = quantize_int4(fp32, directory / _FILENAME, layers)
+        notes = (
+            quantize_int4(fp32, directory / _FILENAME, layers) if layers else quantize_fp16(fp32, directory / _FILENAME)
+        )
         fp32.unlink()
-        (directory / _INT4_NOTES).write_text(json.dumps(list(notes)))
+        (directory / _NOTES).write_text(json.dumps(list(notes or ())))
 
-    with stages.stage("litert.int4", {"quant": quant_settings(quant)}, build) as directory:
+    with stages.stage("litert.edge_quantizer", {"quant": quant_settings(quant)}, build) as directory:
         shutil.copyfile(directory / _FILENAME, path)
-        return (*layers.notes(), *json.loads((directory / _INT4_NOTES).read_text()))
+        return (*(layers.notes() if layers else ()), *json.loads((directory / _NOTES).read_text()))
 
 
 class LiteRTConverter(Converter):
@@ -393,8 +396,8 @@ class LiteRTConverter(Converter):
             ConversionError: the model cannot be deployed this way; the message says why.
         """
         path = out_dir / _FILENAME
-        if config.quant.group_size:
-            spec, notes = IOSpec(), _int4_tflite(bundle, config, path, self.stages)
+        if config.quant.mode in (QuantMode.FP16, QuantMode.INT4_WEIGHT):
+            spec, notes = IOSpec(), _edge_quantized(bundle, config, path, self.stages)
         else:
             spec, notes = export_tflite(bundle, config, path, stages=self.stages)
         try:

@@ -10,8 +10,6 @@ __all__ = ["INFO", "TFLITE_PACKAGES", "TFLITE_UNSUPPORTED"]
 # litert-torch's PT2E int8 and Arm NN's TFLite parser, as measured with litert-torch 0.10
 # and Arm NN 20.08 (Debian's; library version 22.0); see its converter and Arm NN's.
 TFLITE_UNSUPPORTED = {
-    QuantMode.FP16: "litert-torch converts float32 or PT2E-quantized int8 models; "
-    "fp16 weights need ai-edge-quantizer, which nnsweep does not drive yet",
     QuantMode.QAT_INT8: "QAT is not wired into nnsweep's .tflite path yet; use executorch or torch",
 }
 TFLITE_PACKAGES = ("litert-torch", "ai-edge-litert", "torch", "torchao")
@@ -26,6 +24,7 @@ INFO = RuntimeInfo(
     fallback="cpu",
     modes={
         QuantMode.FP32: NO_GRANULARITY,
+        QuantMode.FP16: NO_GRANULARITY,  # float16 weights by ai-edge-quantizer
         QuantMode.DYNAMIC_INT8: INT8_GRANULARITIES,
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
         QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size

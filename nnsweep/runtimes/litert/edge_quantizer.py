@@ -1,6 +1,8 @@
-"""LiteRT's ``int4_weight``: ai-edge-quantizer's blockwise 4-bit dynamic recipe on the fp32 ``.tflite``.
+"""LiteRT's modes that ai-edge-quantizer makes from the fp32 ``.tflite``: ``int4_weight`` and ``fp16``.
 
-Each ``FULLY_CONNECTED`` gets symmetric int4 weights in blocks of ``group_size`` input
+``fp16``: every weight cast to float16 (its ``FLOAT_CASTING`` weight-only recipe), with a
+``DEQUANTIZE`` to float32 before each reader: half the size, float32 arithmetic.
+``int4_weight``: each ``FULLY_CONNECTED`` gets symmetric int4 weights in blocks of ``group_size`` input
 features, its activations quantized at run time by the kernel (the recipe family
 ``dynamic_wi4b<N>_afp32``, where ai-edge-quantizer offers blocks of 32, 64, 128 and 256).
 The quantizer refuses a whole model when one weight's input features a block does not
@@ -18,7 +20,7 @@ from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.runtimes.common.converter import printed_to_debug_log
 from nnsweep.runtimes.common.int4 import Int4Plan
 
-__all__ = ["quantize_int4"]
+__all__ = ["quantize_fp16", "quantize_int4"]
 
 _log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ..
         ConversionError: the model has no ``FULLY_CONNECTED`` the group size divides, or
             ai-edge-quantizer fails.
     """
-    from ai_edge_quantizer import algorithm_manager, qtyping, quantizer, recipe_manager
+    from ai_edge_quantizer import algorithm_manager, qtyping, recipe_manager
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as flatbuffer
 
     fc = qtyping.TFLOperationName.FULLY_CONNECTED
@@ -60,16 +62,7 @@ def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ..
         recipe.add_quantization_config(
             regex=re.escape(scope), operation_name=fc, algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE
         )
-    try:
-        with printed_to_debug_log(_log, "ai-edge-quantizer"):  # it prints sizes and timings
-            run = quantizer.Quantizer(str(source))
-            run.load_quantization_recipe(recipe.get_quantization_recipe())
-            content = run.quantize().quantized_model
-    except (ValueError, RuntimeError, KeyError) as exc:
-        raise ConversionError(f"ai-edge-quantizer cannot quantize the model to int4_weight: {first_line(exc)}") from exc
-    if content is None:
-        raise ConversionError("ai-edge-quantizer returned no model for int4_weight")
-    target.write_bytes(bytes(content))
+    _quantize(source, target, recipe.get_quantization_recipe(), "int4_weight")
     missing = len(layers.four_bit) - len(divided)
     if missing <= 0:
         return ()
@@ -77,3 +70,36 @@ def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ..
         f"int4_weight: {missing} of the {len(layers.four_bit)} linear layers planned 4-bit stay float on "
         "litert: they did not convert to a FULLY_CONNECTED",
     )
+
+
+def quantize_fp16(source: Path, target: Path) -> None:
+    """Write ``source`` (a float ``.tflite``) with float16 weights to ``target``.
+
+    Raises:
+        ConversionError: ai-edge-quantizer fails.
+    """
+    from ai_edge_quantizer import algorithm_manager, qtyping, recipe_manager
+
+    recipe = recipe_manager.RecipeManager()
+    recipe.add_weight_only_config(
+        regex=".*",
+        operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
+        num_bits=16,
+        algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING,
+    )
+    _quantize(source, target, recipe.get_quantization_recipe(), "fp16")
+
+
+def _quantize(source: Path, target: Path, recipe: object, mode: str) -> None:
+    from ai_edge_quantizer import quantizer
+
+    try:
+        with printed_to_debug_log(_log, "ai-edge-quantizer"):  # it prints sizes and timings
+            run = quantizer.Quantizer(str(source))
+            run.load_quantization_recipe(recipe)
+            content = run.quantize().quantized_model
+    except (ValueError, RuntimeError, KeyError) as exc:
+        raise ConversionError(f"ai-edge-quantizer cannot quantize the model to {mode}: {first_line(exc)}") from exc
+    if content is None:
+        raise ConversionError(f"ai-edge-quantizer returned no model for {mode}")
+    target.write_bytes(bytes(content))
