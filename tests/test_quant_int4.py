@@ -1,6 +1,6 @@
 """``int4_weight``: 4-bit grouped linear weights on ExecuTorch (torchao 8da4w through XNNPACK),
 ONNX Runtime (MatMulNBits) and LiteRT (ai-edge-quantizer), and LiteRT's fp16 by the same
-quantizer: the configuration and its group size, the search space, the
+quantizer (and its int16-activation a16w8): the configuration and its group size, the search space, the
 layers that take the 4-bit path, refusals, and real conversions of a small transformer-like
 model (slow)."""
 
@@ -244,3 +244,25 @@ def test_litert_fp16_halves_the_weights_through_ai_edge_quantizer_and_stays_clos
     result = deploy.measure(ModelSnapshot.of(block), fp16, SETTINGS, cache_hit=False)
     sqnr = result.evaluation.fidelity.sqnr_db
     assert sqnr is not None and sqnr > 50  # float16 weights: close to fp32, not equal
+
+
+def test_a16w8_calibrates_min_max_batches_only_and_only_litert_offers_it() -> None:
+    quant = QuantConfig(QuantMode.A16W8, calibration_batches=4)
+    assert (quant.calibration_batches, quant.calibration, quant.granularity, quant.interface) == (4, None, None, None)
+    assert DeploymentConfig("litert", quant=quant).quant == quant
+    for runtime in ("executorch", "onnxruntime", "torch", "armnn"):
+        with pytest.raises(SpecError, match=f"{runtime} cannot do a16w8"):
+            DeploymentConfig(runtime, quant=quant)
+
+
+@pytest.mark.slow
+def test_litert_a16w8_takes_float_in_and_out_runs_and_is_smaller(
+    block: ModelBundle, converted: Callable[[DeploymentConfig], Artifact]
+) -> None:
+    fp32 = converted(DeploymentConfig("litert"))
+    a16w8 = converted(DeploymentConfig("litert", quant=QuantConfig(QuantMode.A16W8, calibration_batches=2)))
+    assert a16w8.path.stat().st_size < 0.5 * fp32.path.stat().st_size
+    assert a16w8.io.input_dtype == "float32"  # float32 ends: the core interface
+    result = deploy.measure(ModelSnapshot.of(block), a16w8, SETTINGS, cache_hit=False)
+    sqnr = result.evaluation.fidelity.sqnr_db
+    assert sqnr is not None and np.isfinite(sqnr) and sqnr > 5

@@ -100,7 +100,7 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", help=f"{', '.join(runtimes.listed_names())} (default: executorch)")
     parser.add_argument("--backends", help="comma list in preference order, e.g. xnnpack,portable or CpuAcc,CpuRef")
     parser.add_argument(
-        "--quant", help="fp32, fp16, dynamic_int8, static_int8, qat_int8 or int4_weight (default: fp32)"
+        "--quant", help="fp32, fp16, dynamic_int8, static_int8, qat_int8, int4_weight or a16w8 (default: fp32)"
     )
     parser.add_argument("--granularity", help="per_tensor or per_channel (int8 modes; default per_channel)")
     parser.add_argument("--calibration", help="minmax, histogram, entropy or percentile (static int8)")

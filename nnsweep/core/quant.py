@@ -34,6 +34,7 @@ class QuantMode(enum.StrEnum):
     STATIC_INT8 = "static_int8"
     QAT_INT8 = "qat_int8"
     INT4_WEIGHT = "int4_weight"
+    A16W8 = "a16w8"
 
     @property
     def is_static(self) -> bool:
@@ -123,7 +124,8 @@ class QuantConfig:
     ``mode`` is the numeric representation; ``granularity`` (int8) per-tensor or per-channel
     weight scales; ``calibration`` and ``calibration_batches`` (of
     :data:`CALIBRATION_BATCH_SIZE` samples) for ``static_int8``; ``interface`` ``core`` or
-    ``full`` (static modes); ``qat_epochs`` for ``qat_int8``; ``group_size`` for
+    ``full`` (static modes); ``calibration_batches`` for ``a16w8`` too (16-bit activations,
+    int8 weights; min/max ranges); ``qat_epochs`` for ``qat_int8``; ``group_size`` for
     ``int4_weight``: input features sharing one 4-bit weight scale (a power of two,
     :attr:`GROUP_SIZES`). ``float_layers`` are module
     paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
@@ -173,7 +175,7 @@ class QuantConfig:
             "granularity": mode.is_int8,
             # QAT learns its ranges while fine-tuning: no calibration pass
             "calibration": mode is QuantMode.STATIC_INT8,
-            "calibration_batches": mode is QuantMode.STATIC_INT8,
+            "calibration_batches": mode in (QuantMode.STATIC_INT8, QuantMode.A16W8),
             "interface": mode.is_static,
             "qat_epochs": mode is QuantMode.QAT_INT8,
             "group_size": mode.is_grouped,

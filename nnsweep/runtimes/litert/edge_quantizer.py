@@ -1,5 +1,7 @@
-"""LiteRT's modes that ai-edge-quantizer makes from the fp32 ``.tflite``: ``int4_weight`` and ``fp16``.
+"""LiteRT's modes that ai-edge-quantizer makes from the fp32 ``.tflite``: ``int4_weight``, ``fp16``, ``a16w8``.
 
+``a16w8``: its ``static_wi8_ai16`` recipe (int8 channelwise weights, int16 activations from
+min/max ranges of the calibration samples), the model's input and output left float32.
 ``fp16``: every weight cast to float16 (its ``FLOAT_CASTING`` weight-only recipe), with a
 ``DEQUANTIZE`` to float32 before each reader: half the size, float32 arithmetic.
 ``int4_weight``: each ``FULLY_CONNECTED`` gets symmetric int4 weights in blocks of ``group_size`` input
@@ -14,13 +16,17 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
+
+import numpy as np
 
 from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.runtimes.common.converter import printed_to_debug_log
 from nnsweep.runtimes.common.int4 import Int4Plan
 
-__all__ = ["quantize_fp16", "quantize_int4"]
+__all__ = ["quantize_a16w8", "quantize_fp16", "quantize_int4"]
 
 _log = logging.getLogger(__name__)
 
@@ -90,14 +96,43 @@ def quantize_fp16(source: Path, target: Path) -> None:
     _quantize(source, target, recipe.get_quantization_recipe(), "fp16")
 
 
-def _quantize(source: Path, target: Path, recipe: object, mode: str) -> None:
+def quantize_a16w8(source: Path, target: Path, samples: Iterable[np.ndarray]) -> None:
+    """Write ``source`` (a float ``.tflite``) with int8 weights and int16 activations,
+    calibrated on ``samples`` (model inputs, batch 1), to ``target``; float32 in and out.
+
+    Raises:
+        ConversionError: ai-edge-quantizer fails.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_quantizer import algorithm_manager, qtyping, recipe_manager
+
+    recipe = recipe_manager.RecipeManager()
+    recipe.add_static_config(
+        regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED, activation_num_bits=16, weight_num_bits=8
+    )
+    for end in (qtyping.TFLOperationName.INPUT, qtyping.TFLOperationName.OUTPUT):  # float32 ends: interface core
+        recipe.add_quantization_config(
+            regex=".*", operation_name=end, algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE
+        )
+    signatures = Interpreter(model_path=str(source)).get_signature_list()
+    if len(signatures) != 1 or len(next(iter(signatures.values()))["inputs"]) != 1:
+        raise ConversionError("a16w8 calibrates a .tflite of one signature with one input")
+    key, signature = next(iter(signatures.items()))
+    name = signature["inputs"][0]
+    _quantize(source, target, recipe.get_quantization_recipe(), "a16w8", {key: [{name: x} for x in samples]})
+
+
+def _quantize(source: Path, target: Path, recipe: object, mode: str, calibration: object = None) -> None:
     from ai_edge_quantizer import quantizer
 
     try:
-        with printed_to_debug_log(_log, "ai-edge-quantizer"):  # it prints sizes and timings
+        with printed_to_debug_log(_log, "ai-edge-quantizer"), warnings.catch_warnings():  # it prints progress
+            # its calibrator keeps every intermediate tensor to read their ranges, and warns that it does
+            warnings.filterwarnings("ignore", message=r"(?s).*experimental_preserve_all_tensors")
             run = quantizer.Quantizer(str(source))
             run.load_quantization_recipe(recipe)
-            content = run.quantize().quantized_model
+            ranges = run.calibrate(calibration) if calibration is not None else None
+            content = run.quantize(ranges).quantized_model
     except (ValueError, RuntimeError, KeyError) as exc:
         raise ConversionError(f"ai-edge-quantizer cannot quantize the model to {mode}: {first_line(exc)}") from exc
     if content is None:

@@ -28,6 +28,7 @@ INFO = RuntimeInfo(
         QuantMode.DYNAMIC_INT8: INT8_GRANULARITIES,
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
         QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size
+        QuantMode.A16W8: NO_GRANULARITY,  # ai-edge-quantizer's weights are per channel
     },
     # Measured: a float layer's weights came out int8 with one other layer quantized,
     # every weight float with none (benchmarks/results/mixed_precision.md).
