@@ -214,6 +214,19 @@ def test_onnxruntime_int4_weight_turns_each_planned_linear_into_matmul_nbits(
 
 
 @pytest.mark.slow
+def test_onnxruntime_int4_activations_int8_is_accuracy_level_4_and_stays_close(
+    block: ModelBundle, converted: Callable[[DeploymentConfig], Artifact]
+) -> None:
+    quant = QuantConfig(QuantMode.INT4_WEIGHT, group_size=32, options={"int4_activations": "int8"})
+    artifact = converted(DeploymentConfig("onnxruntime", quant=quant))
+    nbits = [n for n in onnx.load(str(artifact.path)).graph.node if n.op_type == "MatMulNBits"]
+    assert len(nbits) == 4 and all(any(a.name == "accuracy_level" and a.i == 4 for a in n.attribute) for n in nbits)
+    assert artifact.key != converted(_int4("onnxruntime", 32)).key
+    sqnr = deploy.measure(ModelSnapshot.of(block), artifact, SETTINGS, cache_hit=False).evaluation.fidelity.sqnr_db
+    assert sqnr is not None and 12 < sqnr < 80
+
+
+@pytest.mark.slow
 def test_a_gemm_linear_takes_the_4_bit_path_on_onnxruntime(int4_cache: ArtifactCache) -> None:
     """A linear layer on a batch of vectors exports as Gemm, which MatMulNBits passes over."""
     torch.manual_seed(0)

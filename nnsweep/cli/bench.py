@@ -61,9 +61,10 @@ _BENCH_OPTIONS = {
     "quant.options.activation_type": "--activation-type",
     "quant.options.weight_type": "--weight-type",
     "quant.options.reduce_range": "--reduce-range",
+    "quant.options.int4_activations": "--int4-activations",
 }
 # The runtimes' own quantizer options bench sets (RuntimeInfo.quant_options): argparse dest -> option.
-_QUANT_OPTIONS = ("quant_format", "activation_type", "weight_type", "reduce_range")
+_QUANT_OPTIONS = ("quant_format", "activation_type", "weight_type", "reduce_range", "int4_activations")
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
         const="true",
         metavar="true|false",
         help="ONNX Runtime int8 modes: 7-bit weights (against overflow on x86 CPUs without VNNI); default false",
+    )
+    parser.add_argument(
+        "--int4-activations", help="ONNX Runtime int4_weight: float (default) or int8 (quantized at run time)"
     )
     parser.add_argument(
         "--float-layers",

@@ -385,7 +385,8 @@ def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig, layers: Int4
             if quant.mode is QuantMode.FP16:
                 _to_fp16(exported / _FILENAME, directory / _FILENAME)
             elif layers is not None:
-                notes = quantize_int4(exported / _FILENAME, directory / _FILENAME, layers)
+                int8 = runtimes.get("onnxruntime").option_values(quant)["int4_activations"] == "int8"
+                notes = quantize_int4(exported / _FILENAME, directory / _FILENAME, layers, int8)
                 (directory / _INT4_NOTES).write_text(json.dumps(list(notes)))
             else:
                 with toolchain_records_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):

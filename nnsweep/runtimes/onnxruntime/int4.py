@@ -23,11 +23,12 @@ __all__ = ["quantize_int4"]
 _log = logging.getLogger(__name__)
 
 
-def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ...]:
+def quantize_int4(source: Path, target: Path, layers: Int4Plan, int8_activations: bool = False) -> tuple[str, ...]:
     """Write ``source`` with 4-bit weights (symmetric, blocks of ``layers.group_size``) to
-    ``target``; return what the partition report adds to ``layers.notes()``: the linear
-    layers of the plan that did not become a ``MatMulNBits`` (none, when each exported as
-    a MatMul or Gemm on a constant weight).
+    ``target``, multiplied with float32 activations or, with ``int8_activations``, with
+    activations quantized to int8 at run time (``accuracy_level`` 4); return what the
+    partition report adds to ``layers.notes()``: the linear layers of the plan that did not
+    become a ``MatMulNBits`` (none, when each exported as a MatMul or Gemm on a constant weight).
 
     Raises:
         ConversionError: no MatMul of the model took 4-bit weights.
@@ -44,7 +45,12 @@ def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ..
         if weight is not None and len(weight.dims) == 2 and weight.dims[0] % layers.group_size:
             excluded.append(node.name)  # in_features (K) not a multiple of the group: float, as planned
     quantizer = MatMulNBitsQuantizer(
-        model.model, bits=4, block_size=layers.group_size, is_symmetric=True, nodes_to_exclude=excluded
+        model.model,
+        bits=4,
+        block_size=layers.group_size,
+        is_symmetric=True,
+        accuracy_level=4 if int8_activations else None,
+        nodes_to_exclude=excluded,
     )
     with package_warnings_to_debug_log(_log, "onnxruntime"):  # a line per node it passes over
         quantizer.process()
