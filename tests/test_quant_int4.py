@@ -279,3 +279,14 @@ def test_litert_a16w8_takes_float_in_and_out_runs_and_is_smaller(
     result = deploy.measure(ModelSnapshot.of(block), a16w8, SETTINGS, cache_hit=False)
     sqnr = result.evaluation.fidelity.sqnr_db
     assert sqnr is not None and np.isfinite(sqnr) and sqnr > 5
+
+
+def test_nnsweep_devices_lists_int4_weight_with_its_group_sizes_where_the_runtime_has_it() -> None:
+    from nnsweep.cli.devices import _space_lines
+    from nnsweep.sweep.accepted import accepted_values
+
+    text = _space_lines(accepted_values({"onnxruntime": ("cpu",), "torch": ("x86",)}, 2))
+    onnxruntime, torch_runtime = text.split("    torch:")
+    assert "int4_weight (g32/g64/g128/g256)" in onnxruntime
+    assert "quant_options.int4_activations: float (default) | int8; int4_weight" in onnxruntime
+    assert "int4_weight" not in torch_runtime
