@@ -71,7 +71,7 @@ def test_group_size_belongs_to_int4_weight_only_and_other_configurations_keep_th
     assert "int4_weight(g128)" in config.label()
 
 
-@pytest.mark.parametrize("value", [48, 0, 16, 512, True, "32"])
+@pytest.mark.parametrize("value", [48, 0, 16, 512, True, "32", 32.0])
 def test_a_group_size_that_is_no_power_of_two_in_range_is_refused_naming_the_field(value: object) -> None:
     with pytest.raises(SpecError, match=r"quant.group_size: must be one of 32, 64, 128, 256"):
         QuantConfig(QuantMode.INT4_WEIGHT, group_size=value)  # type: ignore[arg-type]

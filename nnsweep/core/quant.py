@@ -126,9 +126,8 @@ class QuantConfig:
     :data:`CALIBRATION_BATCH_SIZE` samples) for ``static_int8``; ``interface`` ``core`` or
     ``full`` (static modes); ``calibration_batches`` for ``a16w8`` too (16-bit activations,
     int8 weights; min/max ranges); ``qat_epochs`` for ``qat_int8``; ``group_size`` for
-    ``int4_weight``: input features sharing one 4-bit weight scale (a power of two,
-    :attr:`GROUP_SIZES`). ``float_layers`` are module
-    paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
+    ``int4_weight``: input features sharing one 4-bit weight scale (:attr:`GROUP_SIZES`).
+    ``float_layers`` are module paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
     sorted so the same set is the same configuration. ``options`` are the runtime's own
     quantizer options that differ from their defaults, as sorted ``(name, value)`` pairs (a
     mapping is taken too); defaults are dropped
@@ -165,7 +164,7 @@ class QuantConfig:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"quant.{name}", f"must be an integer >= 1, got {value!r}")
         size = self.group_size
-        if size is not None and (isinstance(size, bool) or size not in self.GROUP_SIZES):
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size not in self.GROUP_SIZES):
             allowed = ", ".join(map(str, self.GROUP_SIZES))
             raise SpecError("quant.group_size", f"must be one of {allowed}, got {size!r}")
         set_(self, "float_layers", _layer_names(self.float_layers) if mode.is_int8 else ())
