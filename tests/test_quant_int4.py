@@ -102,6 +102,24 @@ def test_the_plan_takes_the_linear_layers_the_group_size_divides_and_names_the_o
     assert int4.plan(Block(), 64).kept_float == (("odd", 48),)
 
 
+def test_a_layer_a_converter_cannot_take_is_left_float_and_said_so() -> None:
+    plan = int4.plan(Block(), 32).without(("head", "odd", "nowhere"), "why not")
+    assert plan.four_bit == ("up", "down", "narrow") and plan.left_float == (("head", "why not"),)
+    assert plan.notes()[0] == "int4_weight: 3 of 5 linear layers 4-bit (group size 32)"
+    assert plan.notes()[-1] == "int4_weight: head stays float: why not"
+
+
+@pytest.mark.slow
+def test_executorch_leaves_the_output_projection_of_multihead_attention_float(int4_cache: ArtifactCache) -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True).eval()
+    bundle = load_model(register_live("int4_encoder_layer", layer, torch.randn(1, 8, 32)))
+    artifact = deploy.convert(bundle, _int4("executorch", 32), int4_cache)[0]
+    notes = artifact.partitions.notes
+    assert "int4_weight: 2 of 3 linear layers 4-bit (group size 32)" in notes
+    assert any(n.startswith("int4_weight: self_attn.out_proj stays float: nn.MultiheadAttention") for n in notes)
+
+
 def test_a_model_without_linear_layers_or_none_the_group_size_divides_is_refused_before_converting() -> None:
     with pytest.raises(ConversionError, match=r"nn\.Linear layers and this model has none"):
         int4.plan(ConvOnly(), 32)

@@ -10,6 +10,7 @@ its artifact would be the fp32 model under another name.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from torch import nn
@@ -27,11 +28,22 @@ class Int4Plan:
         group_size: input features per weight scale.
         four_bit: module paths of the layers quantized to 4 bits.
         kept_float: ``(module path, in_features)`` of the layers the group size does not divide.
+        left_float: ``(module path, why)`` of the layers a runtime's converter cannot take.
     """
 
     group_size: int
     four_bit: tuple[str, ...]
     kept_float: tuple[tuple[str, int], ...]
+    left_float: tuple[tuple[str, str], ...] = ()
+
+    def without(self, paths: tuple[str, ...], why: str) -> Int4Plan:
+        """This plan with the 4-bit layers of ``paths`` left float for ``why``."""
+        gone = tuple(p for p in self.four_bit if p in paths)
+        return dataclasses.replace(
+            self,
+            four_bit=tuple(p for p in self.four_bit if p not in paths),
+            left_float=(*self.left_float, *((p, why) for p in gone)),
+        )
 
     def takes(self, path: str) -> bool:
         """Whether the layer at ``path`` is quantized to 4 bits."""
@@ -40,12 +52,13 @@ class Int4Plan:
     def notes(self) -> tuple[str, ...]:
         """What the partition report says of the 4-bit path: how many linear layers took it,
         and each one that stayed float with why."""
-        total = len(self.four_bit) + len(self.kept_float)
+        total = len(self.four_bit) + len(self.kept_float) + len(self.left_float)
         lines = [f"int4_weight: {len(self.four_bit)} of {total} linear layers 4-bit (group size {self.group_size})"]
         lines.extend(
             f"int4_weight: {path} stays float: in_features {features} is not a multiple of group size {self.group_size}"
             for path, features in self.kept_float
         )
+        lines.extend(f"int4_weight: {path} stays float: {why}" for path, why in self.left_float)
         return tuple(lines)
 
 

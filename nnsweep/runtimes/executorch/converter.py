@@ -276,6 +276,24 @@ def int4_weights(model: nn.Module, layers: Int4Plan) -> nn.Module:
     return model
 
 
+_READ_BY_ATTENTION = (
+    "nn.MultiheadAttention reads this projection's weight itself (F.multi_head_attention_forward "
+    "transposes it), which torchao's 4-bit weight tensor does not support"
+)
+
+
+def _read_by_attention(model: nn.Module) -> tuple[str, ...]:
+    """The module paths of the linear layers of ``model`` that an ``nn.MultiheadAttention``
+    reads the weight of instead of calling (its ``out_proj``)."""
+    return tuple(
+        f"{path}.{name}" if path else name
+        for path, module in model.named_modules()
+        if isinstance(module, nn.MultiheadAttention)
+        for name, child in module.named_children()
+        if isinstance(child, nn.Linear)
+    )
+
+
 def _program(bundle: ModelBundle, quant: QuantConfig, layers: Int4Plan | None) -> torch.export.ExportedProgram:
     model: nn.Module
     if layers is not None:
@@ -309,6 +327,8 @@ class ExecuTorchConverter(Converter):
         quant = config.quant
         # int4_weight: which linear layers go 4-bit, known (or refused) before anything converts
         layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
+        if layers is not None:
+            layers = layers.without(_read_by_attention(bundle.module), _READ_BY_ATTENTION)
         if layers is not None and "xnnpack" not in config.backends:
             raise ConversionError(
                 "int4_weight runs on XNNPACK's blockwise 4-bit kernels and ExecuTorch's portable kernels have "

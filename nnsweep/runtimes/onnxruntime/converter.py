@@ -406,7 +406,7 @@ class OnnxRuntimeConverter(Converter):
     (:class:`IOSpec` carries their scales); ``int4_weight`` blocks of 4-bit linear weights
     (``MatMulNBits``, :mod:`~nnsweep.runtimes.onnxruntime.int4`). ``quant.options``
     (:data:`~nnsweep.runtimes.onnxruntime.options.ONNXRUNTIME_OPTIONS`) changes the defaults:
-    ``quant_format``, ``activation_type``, ``weight_type``, ``reduce_range``.
+    ``quant_format``, ``activation_type``, ``weight_type``, ``reduce_range``, ``int4_activations``.
 
     The backend order becomes the session's providers; the partition report profiles one run
     with the providers this machine has. The export and converted model are stages
