@@ -44,11 +44,12 @@ MODELS = {
     "convnext": f"{USER_MODELS}:convnext",
     "gru": f"{USER_MODELS}:gru",
     "unet": f"{USER_MODELS}:unet",
+    "mlp_block": f"{USER_MODELS}:mlp_block",
 }
-# resnet18, convnext, gru and unet are opt-in: resnet18's row adds about 6 minutes on 2 cores
+# resnet18, convnext, gru, unet and mlp_block are opt-in: resnet18's row adds about 6 minutes on 2 cores
 # (benchmarks/results/coverage.md).
 DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads", "text_classifier")
-MODES = ("fp32", "fp16", "dynamic_int8", "static_int8")
+MODES = ("fp32", "fp16", "dynamic_int8", "static_int8", "int4_weight")  # int4_weight at its default group size
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ refused), a model with two outputs, and a text classifier that takes token ids. 
 torch's static int8 failed on), a GRU classifier called as ``gru(x)`` (which
 litert-torch's static int8 quantizer cannot annotate, and says so), and a small U-Net
 (``unet``: skip concatenations, a nearest upsampling and a transposed convolution, which
-Arm NN 20.08 refused until its bias became an ``ADD``).
+Arm NN 20.08 refused until its bias became an ``ADD``), and ``mlp_block``: two pre-norm
+MLP blocks of a transformer over ``(1, 16, 256)`` tokens, the linear layers that
+``int4_weight`` quantizes (every input width a multiple of 256).
 """
 
 from __future__ import annotations
@@ -122,6 +124,29 @@ class _UNet(nn.Module):
         c = self.e3(nn.functional.max_pool2d(b, 2))
         d = self.d2(torch.cat([nn.functional.interpolate(c, scale_factor=2.0, mode="nearest"), b], 1))
         return self.head(self.d1(torch.cat([self.up(d), a], 1)))
+
+
+class _MLPBlocks(nn.Module):
+    """Two pre-norm transformer MLP blocks (256 -> 1024 -> 256, GELU, residual) over 16
+    tokens, the mean over tokens, a linear head (10 classes)."""
+
+    def __init__(self, width: int = 256, blocks: int = 2) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+            for _ in range(blocks)
+        )
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x.mean(dim=1))
+
+
+def mlp_block() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return _MLPBlocks().eval(), torch.randn(1, SEQ, 256)
 
 
 def encoder() -> tuple[nn.Module, torch.Tensor]:

@@ -44,6 +44,7 @@ _BENCH_OPTIONS = _MEASURE_OPTIONS | {
     "quant.calibration_batches": "--calibration-batches",
     "quant.interface": "--interface",
     "quant.qat_epochs": "--qat-epochs",
+    "quant.group_size": "--group-size",
     "partitions": "--max-partitions/--min-nodes",
     "partitions.max_delegated_partitions": "--max-partitions",
     "partitions.min_nodes_per_partition": "--min-nodes",
@@ -57,9 +58,10 @@ _BENCH_OPTIONS = _MEASURE_OPTIONS | {
     "quant.options.activation_type": "--activation-type",
     "quant.options.weight_type": "--weight-type",
     "quant.options.reduce_range": "--reduce-range",
+    "quant.options.int4_activations": "--int4-activations",
 }
 # The runtimes' own quantizer options bench sets (RuntimeInfo.quant_options): argparse dest -> option.
-_QUANT_OPTIONS = ("quant_format", "activation_type", "weight_type", "reduce_range")
+_QUANT_OPTIONS = ("quant_format", "activation_type", "weight_type", "reduce_range", "int4_activations")
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="a configuration file (YAML or JSON, as `nnsweep best` prints)")
     parser.add_argument("--runtime", help=f"{', '.join(runtimes.listed_names())} (default: executorch)")
     parser.add_argument("--backends", help="comma list in preference order, e.g. xnnpack,portable or CpuAcc,CpuRef")
-    parser.add_argument("--quant", help="fp32, fp16, dynamic_int8, static_int8 or qat_int8 (default: fp32)")
+    parser.add_argument(
+        "--quant", help="fp32, fp16, dynamic_int8, static_int8, qat_int8, int4_weight or a16w8 (default: fp32)"
+    )
     parser.add_argument("--granularity", help="per_tensor or per_channel (int8 modes; default per_channel)")
     parser.add_argument("--calibration", help="minmax, histogram, entropy or percentile (static int8)")
     parser.add_argument(
@@ -99,6 +103,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
     parser.add_argument("--qat-epochs", type=_int_in(0, 1000), help="fine-tuning epochs for qat_int8 (default 3)")
+    parser.add_argument(
+        "--group-size", type=_int_in(1, 256), help="input features per 4-bit weight scale, int4_weight (default 32)"
+    )
     parser.add_argument(
         "--max-partitions",
         type=_int_in(0, MAX_PARTITIONS),
@@ -117,6 +124,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
         const="true",
         metavar="true|false",
         help="ONNX Runtime int8 modes: 7-bit weights (against overflow on x86 CPUs without VNNI); default false",
+    )
+    parser.add_argument(
+        "--int4-activations", help="ONNX Runtime int4_weight: float (default) or int8 (quantized at run time)"
     )
     parser.add_argument(
         "--float-layers",
@@ -168,6 +178,7 @@ def _bench_config(args: argparse.Namespace) -> Any:
         ("calibration_batches", "calibration_batches"),
         ("interface", "interface"),
         ("qat_epochs", "qat_epochs"),
+        ("group_size", "group_size"),
     ):
         if getattr(args, option) is not None:
             quant[key] = getattr(args, option)

@@ -10,7 +10,7 @@ from typing import Any
 from nnsweep.cli._output import EXIT_OK, _usage_error, results
 from nnsweep.cli._ray import _ray_client_env
 from nnsweep.core.errors import SpecError
-from nnsweep.core.quant import QuantMode
+from nnsweep.core.quant import QuantConfig, QuantMode
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,7 +79,12 @@ def _space_lines(values: dict[str, Any]) -> str:
     """What a device's ``space:`` accepts, as the lines ``nnsweep devices`` prints."""
 
     def modes(table: dict[str, list[str]]) -> str:
-        return ", ".join(f"{m} ({'/'.join(g)})" if g else m for m, g in table.items())
+        # a grouped mode's choice is its group size (space.group_size), the same on every runtime
+        sizes = "/".join(f"g{n}" for n in QuantConfig.GROUP_SIZES)
+        return ", ".join(
+            f"{m} ({'/'.join(g)})" if g else f"{m} ({sizes})" if QuantMode(m).is_grouped else m
+            for m, g in table.items()
+        )
 
     lines = []
     for runtime, v in values["runtime"].items():

@@ -108,12 +108,15 @@ class DeploymentConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_dict` inverts it.
 
-        ``quant.float_layers`` appears only when some layer is kept in float, and
-        ``quant.options`` (a mapping) only when some option differs from its default, so
-        every whole-model configuration at the runtime's default quantizer options keeps
-        the digest, artifact key and study parameters it had before either existed.
+        ``quant.float_layers`` appears only when some layer is kept in float,
+        ``quant.options`` (a mapping) only when some option differs from its default, and
+        ``quant.group_size`` only in a mode that groups weights (``int4_weight``), so every
+        whole-model configuration at the runtime's default quantizer options keeps the
+        digest, artifact key and study parameters it had before any of them existed.
         """
         data: dict[str, Any] = _plain(dataclasses.asdict(self))
+        if self.quant.group_size is None:
+            del data["quant"]["group_size"]
         if not self.quant.float_layers:
             del data["quant"]["float_layers"]
         if self.quant.options:
@@ -169,9 +172,12 @@ class DeploymentConfig:
         return out
 
     def label(self) -> str:
-        """A short human-readable name: ``executorch/xnnpack>portable/static_int8(per_channel)/t1``."""
+        """A short human-readable name: ``executorch/xnnpack>portable/static_int8(per_channel)/t1``
+        (``int4_weight(g32)`` for a grouped mode)."""
         q = self.quant
         quant = q.mode.value + (f"({q.granularity.value})" if q.granularity else "")
+        if q.group_size is not None:
+            quant += f"(g{q.group_size})"
         if q.interface is Interface.FULL:
             quant += "[full]"
         if q.float_layers:  # mixed precision: how many layers stay float (the params name them)

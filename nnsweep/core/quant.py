@@ -33,6 +33,8 @@ class QuantMode(enum.StrEnum):
     DYNAMIC_INT8 = "dynamic_int8"
     STATIC_INT8 = "static_int8"
     QAT_INT8 = "qat_int8"
+    INT4_WEIGHT = "int4_weight"
+    A16W8 = "a16w8"
 
     @property
     def is_static(self) -> bool:
@@ -42,6 +44,11 @@ class QuantMode(enum.StrEnum):
     @property
     def is_int8(self) -> bool:
         return self in (QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
+
+    @property
+    def is_grouped(self) -> bool:
+        """True for modes whose linear weights are quantized in groups of ``quant.group_size``."""
+        return self is QuantMode.INT4_WEIGHT
 
 
 class Granularity(enum.StrEnum):
@@ -117,8 +124,10 @@ class QuantConfig:
     ``mode`` is the numeric representation; ``granularity`` (int8) per-tensor or per-channel
     weight scales; ``calibration`` and ``calibration_batches`` (of
     :data:`CALIBRATION_BATCH_SIZE` samples) for ``static_int8``; ``interface`` ``core`` or
-    ``full`` (static modes); ``qat_epochs`` for ``qat_int8``. ``float_layers`` are module
-    paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
+    ``full`` (static modes); ``calibration_batches`` for ``a16w8`` too (16-bit activations,
+    int8 weights; min/max ranges); ``qat_epochs`` for ``qat_int8``; ``group_size`` for
+    ``int4_weight``: input features sharing one 4-bit weight scale (:attr:`GROUP_SIZES`).
+    ``float_layers`` are module paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
     sorted so the same set is the same configuration. ``options`` are the runtime's own
     quantizer options that differ from their defaults, as sorted ``(name, value)`` pairs (a
     mapping is taken too); defaults are dropped
@@ -132,10 +141,13 @@ class QuantConfig:
     calibration_batches: int | None = 8
     interface: Interface | None = Interface.CORE
     qat_epochs: int | None = 3
+    group_size: int | None = 32
     float_layers: tuple[str, ...] = ()
     options: tuple[tuple[str, OptionValue], ...] = ()
 
     CALIBRATION_BATCH_SIZE = 16
+    # What every runtime's 4-bit path takes: ai-edge-quantizer's blockwise granularities (LiteRT)
+    GROUP_SIZES = (32, 64, 128, 256)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -151,6 +163,10 @@ class QuantConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"quant.{name}", f"must be an integer >= 1, got {value!r}")
+        size = self.group_size
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size not in self.GROUP_SIZES):
+            allowed = ", ".join(map(str, self.GROUP_SIZES))
+            raise SpecError("quant.group_size", f"must be one of {allowed}, got {size!r}")
         set_(self, "float_layers", _layer_names(self.float_layers) if mode.is_int8 else ())
         set_(self, "options", _option_pairs(self.options))
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
@@ -158,9 +174,10 @@ class QuantConfig:
             "granularity": mode.is_int8,
             # QAT learns its ranges while fine-tuning: no calibration pass
             "calibration": mode is QuantMode.STATIC_INT8,
-            "calibration_batches": mode is QuantMode.STATIC_INT8,
+            "calibration_batches": mode in (QuantMode.STATIC_INT8, QuantMode.A16W8),
             "interface": mode.is_static,
             "qat_epochs": mode is QuantMode.QAT_INT8,
+            "group_size": mode.is_grouped,
         }
         for name, applies in relevant.items():
             if not applies:

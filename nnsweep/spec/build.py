@@ -161,6 +161,7 @@ def _space(s: Any) -> SearchSpace:
         ("interface", "space.interface"),
         ("max_delegated_partitions", "space.max_delegated_partitions"),
         ("threads", "space.threads"),
+        ("group_size", "space.group_size"),
     ):
         _check_unique(list(getattr(s, key)), path)
     backends: dict[str, tuple[str, ...]] = {}
@@ -198,6 +199,7 @@ def _space(s: Any) -> SearchSpace:
         max_delegated_partitions=tuple(s.max_delegated_partitions),
         min_nodes_per_partition=mn,
         threads=tuple(s.threads),
+        group_size=tuple(s.group_size),
     )
 
 

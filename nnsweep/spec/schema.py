@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 from typing import Any, Literal
 
-from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
+from nnsweep.core.config import Calibration, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import SpecError, excerpt
 from nnsweep.core.fields import setting_of, settings_of, value_type
 from nnsweep.spec.settings import (
+    DEFAULT_GROUP_SIZES,
     MAX_FLOAT_LAYERS,
     MAX_NODES,
     MAX_PARTITIONS,
@@ -59,6 +60,7 @@ def schema() -> Any:
         min_nodes_per_partition: RangeIn | list[Int] = Field(default_factory=lambda: [1])
         threads: list[Int] = Field(default_factory=lambda: [1], min_length=1)
         float_layers: CountRangeIn | list[Int] = Field(default_factory=lambda: [0])
+        group_size: list[Int] = Field(default_factory=lambda: list(DEFAULT_GROUP_SIZES), min_length=1)
         # runtime -> its quantizer option -> the values to search (names, or true/false)
         quant_options: dict[Text, dict[Text, list[Text | Bool]]] = Field(default_factory=dict)
 
@@ -67,6 +69,13 @@ def schema() -> Any:
         def _counts(cls, v: Any) -> Any:
             if isinstance(v, list) and (not v or any(not 0 <= x <= MAX_FLOAT_LAYERS for x in v)):
                 raise ValueError(f"list at least one count, each between 0 and {MAX_FLOAT_LAYERS} (0 = all int8)")
+            return v
+
+        @field_validator("group_size")
+        @classmethod
+        def _group_sizes(cls, v: list[int]) -> list[int]:
+            if any(x not in QuantConfig.GROUP_SIZES for x in v):
+                raise ValueError(f"every value must be one of {', '.join(map(str, QuantConfig.GROUP_SIZES))}")
             return v
 
         @field_validator("max_delegated_partitions")

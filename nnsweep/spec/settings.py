@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from nnsweep.models.task_data import TaskData
 
 __all__ = [
+    "DEFAULT_GROUP_SIZES",
     "MAX_FLOAT_LAYERS",
     "MAX_ITERS",
     "MAX_MEASURE_SECONDS",
@@ -58,6 +59,8 @@ MAX_NODES = 1_000_000
 MAX_FLOAT_LAYERS = 10_000
 MAX_REPEATS = 1_000
 MAX_SAMPLES = 10_000_000  # data.*.max_samples
+# space.group_size: torchao's default group and ONNX Runtime's default block, both powers of two
+DEFAULT_GROUP_SIZES = (32, 128)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class SearchSpace:
     sensitive layers an int8 configuration keeps float (0: the whole model int8);
     ``quant_options`` maps a runtime to the values of its own quantizer options to search
     (:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options`); unlisted options stay at
-    their defaults.
+    their defaults; ``group_size`` the input features per 4-bit weight scale that
+    ``int4_weight`` searches.
     """
 
     runtimes: tuple[str, ...]
@@ -93,6 +97,7 @@ class SearchSpace:
     threads: tuple[int, ...]
     float_layers: tuple[int, ...] = (0,)
     quant_options: Mapping[str, Mapping[str, tuple[OptionValue, ...]]] = field(default_factory=dict)
+    group_size: tuple[int, ...] = DEFAULT_GROUP_SIZES
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from nnsweep.core import runtimes
 from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
 from nnsweep.core.errors import SpecError
 from nnsweep.spec import IntRange
+from nnsweep.spec.settings import DEFAULT_GROUP_SIZES
 from nnsweep.sweep.space import DeviceSpace, RuntimeChoices, default_orders, space_size
 
 __all__ = ["accepted_values", "runtime_space_size", "saturation_notice"]
@@ -86,6 +87,7 @@ def runtime_space_size(name: str, backends: tuple[str, ...]) -> int | None:
         min_nodes=IntRange(1, 1),
         delegates=info.delegates,
         options={o.name: o.values for o in info.quant_options},
+        group_sizes=DEFAULT_GROUP_SIZES,
     )
     return space_size(DeviceSpace(device="", runtimes=(name,), choices={name: choices}, threads=(1,)))
 

@@ -3,9 +3,10 @@
 A device's space is the sweep's space narrowed to what the device has (its
 agent's capabilities). It is define-by-run with conditional dimensions:
 granularity only for int8 modes, calibration and interface only for static
-modes, partition limits only where the runtime delegates, a runtime's own
-quantizer options (``onnxruntime.quant_format``) only for the modes they apply to
-and only in the combinations its toolchain takes. Each runtime's
+modes, the weight group size only for ``int4_weight``, partition limits only
+where the runtime delegates, a runtime's own quantizer options
+(``onnxruntime.quant_format``) only for the modes they apply to and only in the
+combinations its toolchain takes. Each runtime's
 dimensions carry the runtime in their name (``executorch.quant``), so no
 categorical ever changes its choices within a study (Optuna raises on that).
 
@@ -75,6 +76,8 @@ class RuntimeChoices:
     options: Mapping[str, tuple[OptionValue, ...]] = field(default_factory=dict)
     """The runtime's own quantizer options to search, each with its values (the spec's
     ``space.quant_options``); an option not here stays at its default."""
+    group_sizes: tuple[int, ...] = (QuantConfig.group_size or 32,)
+    """Input features per 4-bit weight scale, for ``int4_weight`` (the spec's ``space.group_size``)."""
 
 
 LayersFor = Callable[[str, Granularity | None, int], tuple[str, ...]]
@@ -167,6 +170,7 @@ def device_space(
             delegates=info.delegates,
             float_layers=s.float_layers if info.mixed_precision is None and not npu_only else (0,),
             options=dict(s.quant_options.get(name, {})),
+            group_sizes=s.group_size,
         )
     if not choices:
         raise SpecError("space.runtime", _unservable(spec, device, available))
@@ -222,6 +226,7 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     granularity = _pick(trial, f"{prefix}.granularity", granularities) if mode.is_int8 else None
     calibration = _pick(trial, f"{runtime}.calibration", c.calibrations) if mode is QuantMode.STATIC_INT8 else None
     interface = _pick(trial, f"{runtime}.interface", c.interfaces) if mode.is_static else None
+    group_size = _pick(trial, f"{runtime}.group_size", c.group_sizes) if mode.is_grouped else None
     if interface is Interface.FULL and mode not in runtimes.get(runtime).full_interface:
         interface = Interface.CORE
     options = _options(runtime, mode, c, lambda name, values: _pick(trial, name, values))
@@ -244,6 +249,7 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
         granularity=granularity,
         calibration=calibration,
         interface=interface,
+        group_size=group_size,
         float_layers=float_layers,
         options=options,
     )
@@ -300,6 +306,8 @@ def params_for(config: DeploymentConfig, space: DeviceSpace) -> dict[str, Any]:
         put(f"{rt}.calibration", c.calibrations, q.calibration)
     if q.interface is not None:
         put(f"{rt}.interface", c.interfaces, q.interface)
+    if q.group_size is not None:
+        put(f"{rt}.group_size", c.group_sizes, q.group_size)
     given = runtimes.get(rt).option_values(q)
 
     def option(name: str, values: tuple[OptionValue, ...]) -> OptionValue:
@@ -384,6 +392,7 @@ def mode_starts(space: DeviceSpace) -> list[DeploymentConfig]:
                     granularity=_default(granularities, Granularity.PER_CHANNEL) if mode.is_int8 else None,
                     calibration=_default(c.calibrations, Calibration.MINMAX) if mode is QuantMode.STATIC_INT8 else None,
                     interface=_default(c.interfaces, Interface.CORE) if mode.is_static else None,
+                    group_size=_default(c.group_sizes, QuantConfig.group_size) if mode.is_grouped else None,
                 )
                 try:
                     config = DeploymentConfig(rt, backends, quant, PartitionLimits(), threads)

@@ -15,10 +15,14 @@ ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
 SYSTEM_PYTHON = "/usr/bin/python3"
 _ARMNN_UNSUPPORTED = {
     **TFLITE_UNSUPPORTED,
+    QuantMode.FP16: "nnsweep's fp16 .tflite (float16 weights, a DEQUANTIZE before each reader) is made for "
+    "LiteRT and not tried with Arm NN 20.08's parser; use litert for fp16",
     # Measured: litert-torch's dynamic-range .tflite parses, then Optimize refuses it.
     QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
     "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
     "(LiteRT's dynamic range) is made of; use litert, onnxruntime, executorch or torch for dynamic int8",
+    QuantMode.INT4_WEIGHT: "Arm NN 20.08 has neither 4-bit weights nor hybrid layers; "
+    "use executorch, onnxruntime or litert for int4_weight",
 }
 
 INFO = RuntimeInfo(

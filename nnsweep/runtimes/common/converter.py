@@ -233,12 +233,15 @@ class Stages:
 
 def quant_settings(quant: QuantConfig, *, without: tuple[str, ...] = ("interface",)) -> dict[str, object]:
     """``quant`` as a stage's settings, less the fields the converter applies after the stage
-    (by default the interface); ``float_layers`` only when some layer stays in float and
-    ``options`` (a mapping) only when some quantizer option is not at its default, as in
-    :meth:`DeploymentConfig.to_dict`, so the stages of other configurations keep their keys."""
+    (by default the interface); ``float_layers`` only when some layer stays in float,
+    ``group_size`` only in a grouped mode and ``options`` (a mapping) only when some
+    quantizer option is not at its default, as in :meth:`DeploymentConfig.to_dict`, so the stages of
+    other configurations keep their keys."""
     fields = {f.name: getattr(quant, f.name) for f in dataclasses.fields(quant) if f.name not in without}
     if not quant.float_layers:
         fields.pop("float_layers", None)
+    if quant.group_size is None:
+        fields.pop("group_size", None)
     options = fields.pop("options", ())
     out = {k: v.value if hasattr(v, "value") else list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
     if options:

@@ -23,11 +23,13 @@ from torch import nn
 
 from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
+from nnsweep.core.errors import ConversionError
 from nnsweep.core.runtimes import npu_target
 from nnsweep.models import ModelBundle
-from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.common import float_fallback, int4
 from nnsweep.runtimes.common.converter import ConversionResult, Converter, quant_settings
 from nnsweep.runtimes.common.half import HalfPrecision
+from nnsweep.runtimes.common.int4 import Int4Plan
 from nnsweep.runtimes.common.partition import LimitedPartitioner, report_from_program
 from nnsweep.runtimes.common.pt2e import export, exported_program, quantize, quantize_io
 from nnsweep.runtimes.executorch.lowering import lower
@@ -36,6 +38,7 @@ __all__ = [
     "BACKEND_IDS",
     "ExecuTorchConverter",
     "float_conv1d_as_conv2d",
+    "int4_weights",
     "quantize_pads_of_int8_inputs",
     "rebuilt_program",
     "scalar_overloads_for_integer_ops",
@@ -258,14 +261,60 @@ def _float_conv1d_paths(model: nn.Module, keep_float: tuple[str, ...]) -> list[s
 
 
 def rebuilt_program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
-    """The exported program (quantized for int8 modes, its calibration included) the converter
-    lowers for ``quant``, built again (``bench --explain`` lowers it without a delegate)."""
-    return _program(bundle, quant)
+    """The exported program (quantized for int8 modes, its calibration included; 4-bit weights
+    for int4_weight) the converter lowers for ``quant``, built again (``bench --explain``
+    lowers it without a delegate)."""
+    return _program(bundle, quant, _int4_layers(bundle, quant))
 
 
-def _program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.ExportedProgram:
+def _int4_layers(bundle: ModelBundle, quant: QuantConfig) -> Int4Plan | None:
+    """int4_weight: which linear layers go 4-bit (``None`` for other modes)."""
+    layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
+    if layers is not None:
+        layers = layers.without(_read_by_attention(bundle.module), _READ_BY_ATTENTION)
+    return layers
+
+
+def int4_weights(model: nn.Module, layers: Int4Plan) -> nn.Module:
+    """Quantize, in place, the linear layers of ``layers`` to torchao's 8da4w: int4 weights
+    symmetric in groups of ``layers.group_size`` input features, activations int8
+    asymmetric per token at run time; XNNPACK takes each as one blockwise-quantized
+    fully connected node (``Int8DynamicActivationIntxWeightConfig`` is the configuration
+    ExecuTorch's own LLM export uses; torchao 0.18 has no ``...Int4WeightConfig``)."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    config = Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(layers.group_size)
+    )
+    with torch.no_grad():
+        quantize_(model, config, filter_fn=lambda module, path: isinstance(module, nn.Linear) and layers.takes(path))
+    return model
+
+
+_READ_BY_ATTENTION = (
+    "nn.MultiheadAttention reads this projection's weight itself (F.multi_head_attention_forward "
+    "transposes it), which torchao's 4-bit weight tensor does not support"
+)
+
+
+def _read_by_attention(model: nn.Module) -> tuple[str, ...]:
+    """The module paths of the linear layers of ``model`` that an ``nn.MultiheadAttention``
+    reads the weight of instead of calling (its ``out_proj``)."""
+    return tuple(
+        f"{path}.{name}" if path else name
+        for path, module in model.named_modules()
+        if isinstance(module, nn.MultiheadAttention)
+        for name, child in module.named_children()
+        if isinstance(child, nn.Linear)
+    )
+
+
+def _program(bundle: ModelBundle, quant: QuantConfig, layers: Int4Plan | None) -> torch.export.ExportedProgram:
     model: nn.Module
-    if quant.mode is QuantMode.FP16:
+    if layers is not None:
+        model = int4_weights(copy.deepcopy(bundle.module).eval(), layers)
+    elif quant.mode is QuantMode.FP16:
         model = HalfPrecision(copy.deepcopy(bundle.module)).eval()
     elif quant.mode.is_int8:
         if _float_conv1d_paths(bundle.module, quant.float_layers):  # a copy only where one is rewritten
@@ -292,7 +341,15 @@ class ExecuTorchConverter(Converter):
 
             return convert_ethos_u(bundle, config, out_dir, self.stages)
         quant = config.quant
-        program = exported_program(self.stages, quant, "xnnpack", lambda: _program(bundle, quant))
+        # int4_weight: which linear layers go 4-bit, known (or refused) before anything converts
+        layers = _int4_layers(bundle, quant)
+        if layers is not None and "xnnpack" not in config.backends:
+            raise ConversionError(
+                "int4_weight runs on XNNPACK's blockwise 4-bit kernels and ExecuTorch's portable kernels have "
+                "none: put xnnpack in the backend order"
+            )
+        notes = layers.notes() if layers else ()
+        program = exported_program(self.stages, quant, "xnnpack", lambda: _program(bundle, quant, layers))
         io = quantize_io(program) if quant.interface is Interface.FULL else IOSpec()
 
         partitioners: list[LimitedPartitioner] = []
@@ -311,4 +368,4 @@ class ExecuTorchConverter(Converter):
         executorch_program = edge.to_executorch()
         path = out_dir / "model.pte"
         path.write_bytes(executorch_program.buffer)
-        return ConversionResult(filename=path.name, partitions=report, io=io)
+        return ConversionResult(filename=path.name, partitions=report, io=io, model_notes=notes)

@@ -30,6 +30,7 @@ INFO = RuntimeInfo(
         QuantMode.FP16: NO_GRANULARITY,
         QuantMode.DYNAMIC_INT8: INT8_GRANULARITIES,
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
+        QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size
         QuantMode.QAT_INT8: INT8_GRANULARITIES,
     },
     unsupported={},

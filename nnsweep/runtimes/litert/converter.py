@@ -3,6 +3,7 @@
 - ``fp32``: ``litert_torch.convert`` of the float module.
 - ``dynamic_int8``: PT2E with ``is_dynamic=True``: int8 weights, float32 activations
   quantized by the kernels; float32 in and out, no calibration.
+- ``fp16``, ``int4_weight``, ``a16w8``: the fp32 ``.tflite`` by :mod:`~nnsweep.runtimes.litert.edge_quantizer`.
 - ``static_int8``: ``torch.export`` -> ``prepare_pt2e`` with litert-torch's ``PT2EQuantizer``
   (after the graph fixes :func:`restore_sources`, :func:`float_scalars` and the shared ones
   in :mod:`nnsweep.runtimes.common.pt2e`) -> calibration -> ``convert_ptq`` and
@@ -17,6 +18,7 @@ The partition report comes from a LiteRT interpreter built with the config's ord
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import operator
 import shutil
@@ -31,7 +33,7 @@ from nnsweep.core.artifact import IOSpec
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.models import ModelBundle
-from nnsweep.runtimes.common import float_fallback, tflite
+from nnsweep.runtimes.common import float_fallback, int4, tflite
 from nnsweep.runtimes.common.bags import unbagged_copy
 from nnsweep.runtimes.common.converter import (
     ConversionResult,
@@ -45,6 +47,8 @@ from nnsweep.runtimes.common.converter import (
 from nnsweep.runtimes.common.jax_lowering import jax_lowerings_made_once
 from nnsweep.runtimes.common.pt2e import calibrated, fold_weight_computations, own_layer_for_each_batch_norm
 from nnsweep.runtimes.common.ptq_convert import convert_ptq
+from nnsweep.runtimes.common.quantize import calibration_samples
+from nnsweep.runtimes.litert.edge_quantizer import quantize_a16w8, quantize_fp16, quantize_int4
 from nnsweep.runtimes.litert.litert_import import LiteRTQuantConfig, litert_torch, pt2e_quantizer
 from nnsweep.runtimes.litert.runner import interpreter, placement
 
@@ -59,6 +63,7 @@ __all__ = [
 ]
 
 _FILENAME = "model.tflite"
+_NOTES = "notes.json"  # beside an ai-edge-quantizer model's stage: what its partition report adds
 _X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
 _log = logging.getLogger(__name__)
 _OBSERVERS = {Calibration.MINMAX: MinMaxObserver, Calibration.HISTOGRAM: HistogramObserver}
@@ -355,6 +360,33 @@ def export_tflite(
     return IOSpec(), notes
 
 
+def _edge_quantized(bundle: ModelBundle, config: DeploymentConfig, path: Path, stages: Stages) -> tuple[str, ...]:
+    """Write ``config``'s ``fp16``, ``int4_weight`` or ``a16w8`` model to ``path``: the fp32
+    ``.tflite`` (its own stage) quantized by ai-edge-quantizer
+    (:mod:`~nnsweep.runtimes.litert.edge_quantizer`, stage ``litert.edge_quantizer``); return
+    the partition report's notes (int4_weight: which linear layers went 4-bit)."""
+    quant = config.quant
+    # int4_weight refuses a model without linear layers before converting anything
+    layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
+
+    def build(directory: Path) -> None:
+        fp32 = directory / "fp32.tflite"
+        export_tflite(bundle, DeploymentConfig(config.runtime, config.backends), fp32, stages=stages)
+        target, notes = directory / _FILENAME, ()
+        if layers is not None:
+            notes = quantize_int4(fp32, target, layers)
+        elif quant.mode is QuantMode.A16W8:
+            quantize_a16w8(fp32, target, (x.numpy() for x in calibration_samples(bundle, quant)))
+        else:
+            quantize_fp16(fp32, target)
+        fp32.unlink()
+        (directory / _NOTES).write_text(json.dumps(list(notes)))
+
+    with stages.stage("litert.edge_quantizer", {"quant": quant_settings(quant)}, build) as directory:
+        shutil.copyfile(directory / _FILENAME, path)
+        return (*(layers.notes() if layers else ()), *json.loads((directory / _NOTES).read_text()))
+
+
 class LiteRTConverter(Converter):
     """``.tflite`` by litert-torch; the partition report from LiteRT's interpreter.
 
@@ -369,7 +401,10 @@ class LiteRTConverter(Converter):
             ConversionError: the model cannot be deployed this way; the message says why.
         """
         path = out_dir / _FILENAME
-        spec, notes = export_tflite(bundle, config, path, stages=self.stages)
+        if config.quant.mode in (QuantMode.FP16, QuantMode.INT4_WEIGHT, QuantMode.A16W8):
+            spec, notes = IOSpec(), _edge_quantized(bundle, config, path, self.stages)
+        else:
+            spec, notes = export_tflite(bundle, config, path, stages=self.stages)
         try:
             with native_stderr_to_debug_log(_log, "LiteRT's interpreter"):  # "Created ... XNNPACK delegate"
                 report = placement(interpreter(path, config.backends, 1), config.backends)

@@ -10,8 +10,6 @@ __all__ = ["INFO", "TFLITE_PACKAGES", "TFLITE_UNSUPPORTED"]
 # litert-torch's PT2E int8 and Arm NN's TFLite parser, as measured with litert-torch 0.10
 # and Arm NN 20.08 (Debian's; library version 22.0); see its converter and Arm NN's.
 TFLITE_UNSUPPORTED = {
-    QuantMode.FP16: "litert-torch converts float32 or PT2E-quantized int8 models; "
-    "fp16 weights need ai-edge-quantizer, which nnsweep does not drive yet",
     QuantMode.QAT_INT8: "QAT is not wired into nnsweep's .tflite path yet; use executorch or torch",
 }
 TFLITE_PACKAGES = ("litert-torch", "ai-edge-litert", "torch", "torchao")
@@ -26,8 +24,11 @@ INFO = RuntimeInfo(
     fallback="cpu",
     modes={
         QuantMode.FP32: NO_GRANULARITY,
+        QuantMode.FP16: NO_GRANULARITY,  # float16 weights by ai-edge-quantizer
         QuantMode.DYNAMIC_INT8: INT8_GRANULARITIES,
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
+        QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size
+        QuantMode.A16W8: NO_GRANULARITY,  # ai-edge-quantizer's weights are per channel
     },
     # Measured: a float layer's weights came out int8 with one other layer quantized,
     # every weight float with none (benchmarks/results/mixed_precision.md).
@@ -43,7 +44,7 @@ INFO = RuntimeInfo(
     "max_delegated_partitions/min_nodes_per_partition options (TFLite's GPU, NNAPI and Hexagon delegates do)",
     converter="nnsweep.runtimes.litert.converter:LiteRTConverter",
     runner="nnsweep.runtimes.litert.runner:LiteRTRunner",
-    packages=TFLITE_PACKAGES,
+    packages=(*TFLITE_PACKAGES, "ai-edge-quantizer"),  # int4_weight's quantizer
     artifact_suffix=".tflite",
     default_backends=("xnnpack", "cpu"),
     sensitivity="nnsweep.runtimes.litert.sensitivity:evaluator",

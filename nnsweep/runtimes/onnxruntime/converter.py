@@ -40,7 +40,7 @@ from nnsweep.core.artifact import IOSpec, PartitionReport, Placement
 from nnsweep.core.config import Calibration, DeploymentConfig, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
 from nnsweep.models import ModelBundle
-from nnsweep.runtimes.common import float_fallback
+from nnsweep.runtimes.common import float_fallback, int4
 from nnsweep.runtimes.common.bags import unbagged_copy
 from nnsweep.runtimes.common.converter import (
     ConversionResult,
@@ -51,8 +51,10 @@ from nnsweep.runtimes.common.converter import (
     quant_settings,
     toolchain_records_to_debug_log,
 )
+from nnsweep.runtimes.common.int4 import Int4Plan
 from nnsweep.runtimes.common.onnx_export import onnx_program
 from nnsweep.runtimes.common.quantize import calibration_samples
+from nnsweep.runtimes.onnxruntime.int4 import quantize_int4
 from nnsweep.runtimes.onnxruntime.runner import PROVIDERS, providers_for, session_options
 
 _log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ __all__ = ["OnnxRuntimeConverter"]
 # torch 2.14 exports opset 18 with dynamo=True and onnxruntime 1.32 runs it (checked on digits).
 _OPSET = 18
 _FILENAME = "model.onnx"
+_INT4_NOTES = "int4_notes.json"  # beside an int4_weight model's stage: what its partition report adds
 _BACKEND_OF = {provider: name for name, provider in PROVIDERS.items()}
 # Calibrator and its settings per method. quantize_static does not pass num_bins on to
 # the entropy calibrator, whose default of 128 bins over 128 quantized bins leaves its KL
@@ -356,10 +359,11 @@ def _placement(path: Path, spec: IOSpec, bundle: ModelBundle, order: tuple[str, 
 
 
 @contextlib.contextmanager
-def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig) -> Iterator[Path]:
+def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig, layers: Int4Plan | None) -> Iterator[Path]:
     """The ``.onnx`` for ``quant`` before any interface change, from its stage: the export
     (``onnxruntime.export``, per model: every mode starts from it) for fp32, the converted
-    model (``onnxruntime.model``, per quantization less the interface) for the others."""
+    model (``onnxruntime.model``, per quantization less the interface) for the others;
+    ``int4_weight`` quantizes ``layers`` and writes what it adds to their notes beside it."""
 
     def export(directory: Path) -> None:
         _export(bundle, directory / _FILENAME)
@@ -380,6 +384,10 @@ def _model(stages: Stages, bundle: ModelBundle, quant: QuantConfig) -> Iterator[
         with stages.stage(export_stage, {}, scoped if quant.float_layers else export) as exported:
             if quant.mode is QuantMode.FP16:
                 _to_fp16(exported / _FILENAME, directory / _FILENAME)
+            elif layers is not None:
+                int8 = runtimes.get("onnxruntime").option_values(quant)["int4_activations"] == "int8"
+                notes = quantize_int4(exported / _FILENAME, directory / _FILENAME, layers, int8)
+                (directory / _INT4_NOTES).write_text(json.dumps(list(notes)))
             else:
                 with toolchain_records_to_debug_log(_log, float_fallback.ORT_PER_TENSOR_NOTE):
                     _quantize(exported / _FILENAME, directory / _FILENAME, bundle, quant)
@@ -395,9 +403,10 @@ class OnnxRuntimeConverter(Converter):
     converts weights and activations with float32 Casts at the edges; ``dynamic_int8`` uses
     ``quantize_dynamic``; ``static_int8`` QDQ, calibrated on the calibration split (minmax,
     entropy or percentile), and interface ``full`` drops the edge Quantize/DequantizeLinear
-    (:class:`IOSpec` carries their scales). ``quant.options``
+    (:class:`IOSpec` carries their scales); ``int4_weight`` blocks of 4-bit linear weights
+    (``MatMulNBits``, :mod:`~nnsweep.runtimes.onnxruntime.int4`). ``quant.options``
     (:data:`~nnsweep.runtimes.onnxruntime.options.ONNXRUNTIME_OPTIONS`) changes the defaults:
-    ``quant_format``, ``activation_type``, ``weight_type``, ``reduce_range``.
+    ``quant_format``, ``activation_type``, ``weight_type``, ``reduce_range``, ``int4_activations``.
 
     The backend order becomes the session's providers; the partition report profiles one run
     with the providers this machine has. The export and converted model are stages
@@ -412,9 +421,14 @@ class OnnxRuntimeConverter(Converter):
         """
         quant = config.quant
         path = out_dir / _FILENAME
-        with _model(self.stages, bundle, quant) as source:
+        # int4_weight: which linear layers go 4-bit, known (or refused) before anything converts
+        layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
+        notes: tuple[str, ...] = layers.notes() if layers else ()
+        with _model(self.stages, bundle, quant, layers) as source:
             shutil.copyfile(source, path)
+            if layers is not None:
+                notes += tuple(json.loads((source.parent / _INT4_NOTES).read_text()))
         _check_self_contained(path)
         spec = _strip_io_quantization(path) if quant.interface is Interface.FULL else IOSpec()
         report = _placement(path, spec, bundle, config.backends)
-        return ConversionResult(filename=path.name, partitions=report, io=spec)
+        return ConversionResult(filename=path.name, partitions=report, io=spec, model_notes=notes)

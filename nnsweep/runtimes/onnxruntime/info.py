@@ -19,6 +19,7 @@ INFO = RuntimeInfo(
         QuantMode.FP16: NO_GRANULARITY,
         QuantMode.DYNAMIC_INT8: INT8_GRANULARITIES,
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
+        QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size
     },
     unsupported={
         QuantMode.QAT_INT8: "ONNX Runtime quantizes an exported graph and has no training loop; "

@@ -34,6 +34,13 @@ ONNXRUNTIME_OPTIONS = (
         _INT8_MODES,
         "weights quantized to 7 bits, against int16 overflow in the u8s8 kernels of x86 CPUs without VNNI",
     ),
+    QuantOption(
+        "int4_activations",
+        ("float", "int8"),
+        frozenset({QuantMode.INT4_WEIGHT}),
+        "what MatMulNBits multiplies the 4-bit weights with: float32 activations (its default), or "
+        "activations quantized to int8 at run time (accuracy_level 4, as ExecuTorch's 8da4w)",
+    ),
 )
 ONNXRUNTIME_REFUSED = (
     RefusedOptions(

@@ -20,7 +20,10 @@ INFO = RuntimeInfo(
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
         QuantMode.QAT_INT8: INT8_GRANULARITIES,
     },
-    unsupported={},
+    unsupported={
+        QuantMode.INT4_WEIGHT: "its TorchScript artifacts run the quantized engines' int8 kernels, which have no "
+        "4-bit weights; use executorch, onnxruntime or litert for int4_weight",
+    },
     full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
     calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
     delegates=False,
