@@ -7,7 +7,6 @@ on a host, measurement on the device's agent).
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from nnsweep.core.errors import (
     first_line,
 )
 from nnsweep.core.metrics import ACCURACY, FIRST_INFERENCE, LOAD, PEAK_RSS, SIZE
+from nnsweep.core.tracing import TRACING
 from nnsweep.runtimes.common.converter import Converter, rnn_export_warning_silenced
 from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
 
@@ -102,8 +102,7 @@ def convert(bundle: ModelBundle, config: DeploymentConfig, cache: ArtifactCache)
         if isinstance(converter, Converter):  # what other configurations of this model can reuse
             converter.stages = cache.stages.for_model(bundle.digest, config.runtime)
         try:
-            # torch.export and FX tracing keep process-global state: one conversion at a time per process.
-            with _CONVERT_LOCK, rnn_export_warning_silenced(), repeated_work_skipped():
+            with TRACING, rnn_export_warning_silenced(), repeated_work_skipped():
                 return _named_float_layers(converter.convert(bundle, config, out_dir), config)
         except TrialError:
             raise
@@ -149,9 +148,6 @@ def _storage_error(exc: OSError, where: Any) -> ConversionStorageError:
     path = exc.filename or where
     reason = exc.strerror or str(exc) or type(exc).__name__
     return ConversionStorageError(f"cannot write the artifact at {path}: {reason}", path=path)
-
-
-_CONVERT_LOCK = threading.Lock()
 
 
 def cached(model_digest: str, config: DeploymentConfig, cache: ArtifactCache) -> Artifact | None:

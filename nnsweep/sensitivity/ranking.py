@@ -27,6 +27,7 @@ from nnsweep.core.digests import json_sha256
 from nnsweep.core.errors import ConversionError, NnsweepError, SpecError, first_line
 from nnsweep.core.metrics import ACCURACY
 from nnsweep.core.quant import Granularity
+from nnsweep.core.tracing import TRACING
 from nnsweep.runtimes.common.converter import rnn_export_warning_silenced
 from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
 from nnsweep.sensitivity.rank import (
@@ -146,7 +147,7 @@ def ranking(
 
     quantize_one: tuple[Method, ...] = ("quantize_one",)
     try:
-        with rnn_export_warning_silenced(), repeated_work_skipped():
+        with TRACING, rnn_export_warning_silenced(), repeated_work_skipped():
             evaluate = evaluator(bundle, runtime, granularity, metric)  # exports the model
             report = measure(layers, counted, methods=quantize_one)
         if mode := getattr(evaluate, "mode", None):  # an evaluator that may rank in another int8 mode
