@@ -120,6 +120,8 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         mode_starts=raw.search.mode_starts,
         warm_start=raw.search.warm_start,
         quality_first=raw.search.quality_first,
+        strategy=raw.search.strategy,
+        seed=raw.search.seed,
         bridges=bridges,
         npus=npus,
         source=source,

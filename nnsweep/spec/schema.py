@@ -140,6 +140,8 @@ def schema() -> Any:
         mode_starts: Annotated[bool, Strict()] = True
         warm_start: Annotated[bool, Strict()] = True
         quality_first: Annotated[bool, Strict()] = True
+        strategy: Literal["nnsweep", "random", "optuna"] = "nnsweep"
+        seed: Int = Field(default=0, ge=0)
 
     class NpuIn(_Strict):
         target: Text

@@ -172,7 +172,8 @@ class SweepSpec:
     ``metrics`` are the user's own (usable wherever a built-in is); ``constraints`` holds every
     bound, the two older keys folded in; ``data`` says where the evaluation and calibration
     data come from (``None``: the model's own); ``quality_first`` is ``search.quality_first``
-    (:mod:`nnsweep.sweep.gate`).
+    (:mod:`nnsweep.sweep.gate`); ``strategy`` and ``seed`` are ``search.*`` (what proposes
+    after the starts, :func:`nnsweep.sweep.sampler.sampler_for`).
     """
 
     name: str
@@ -198,6 +199,8 @@ class SweepSpec:
     mode_starts: bool = True
     warm_start: bool = True
     quality_first: bool = True
+    strategy: str = "nnsweep"
+    seed: int = 0
     min_sqnr_db: float | None = None
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
