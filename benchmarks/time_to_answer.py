@@ -200,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join([*MODELS, *IN_SAMPLE])}")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds run are first-seed .. first-seed + seeds - 1")
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--runtimes", default="onnxruntime")
     parser.add_argument("--tracking", action="store_true", help="log to MLflow too (as a user's sweep does)")
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     for model in models:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for strategy in strategies:
                 row = run_one(model, strategy, seed, args.trials, args.runtimes.split(","), args.tracking)
                 rows.append(row)
