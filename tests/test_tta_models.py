@@ -54,7 +54,7 @@ def test_depthwise_spread_breaks_per_tensor_int8(tta, tmp_path: Path) -> None:  
     plain, spread = tta.depthwise_model(0.0), tta.tta_depthwise()
     with torch.no_grad():  # the spread is folded through ReLU: fp32 is the same function
         assert torch.allclose(plain[0](plain[1]), spread[0](spread[1]), rtol=1e-3, atol=1e-4)
-    config = {"runtime": "onnxruntime", "quant": "static_int8", "granularity": "per_tensor"}
+    config = {"runtime": "onnxruntime", "quant": {"mode": "static_int8", "granularity": "per_tensor"}}
     before, after = _measure(plain, tmp_path, **config), _measure(spread, tmp_path, **config)
     assert after["fidelity"]["sqnr_db"] < before["fidelity"]["sqnr_db"] - 5
     assert after["accuracy"] < before["accuracy"] - 0.2
@@ -62,7 +62,7 @@ def test_depthwise_spread_breaks_per_tensor_int8(tta, tmp_path: Path) -> None:  
 
 @pytest.mark.slow
 def test_layernorm_outliers_break_static_int8(tta, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    config = {"runtime": "onnxruntime", "quant": "static_int8", "granularity": "per_tensor"}
+    config = {"runtime": "onnxruntime", "quant": {"mode": "static_int8", "granularity": "per_tensor"}}
     before = _measure(tta.vit_model(1.0, 1.0), tmp_path, **config)
     after = _measure(tta.tta_layernorm(), tmp_path, **config)
     assert after["fidelity"]["sqnr_db"] < before["fidelity"]["sqnr_db"] - 5
@@ -72,6 +72,6 @@ def test_layernorm_outliers_break_static_int8(tta, tmp_path: Path) -> None:  # t
 @pytest.mark.slow
 def test_onnxruntime_dynamic_int8_is_slower_than_fp32(tta, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bundle = tta.tta_slow_int8()
-    fp32 = _measure(bundle, tmp_path, runtime="onnxruntime", quant="fp32", iters=100)
-    int8 = _measure(bundle, tmp_path, runtime="onnxruntime", quant="dynamic_int8", iters=100)
+    fp32 = _measure(bundle, tmp_path, runtime="onnxruntime", quant={"mode": "fp32"}, iters=100)
+    int8 = _measure(bundle, tmp_path, runtime="onnxruntime", quant={"mode": "dynamic_int8"}, iters=100)
     assert int8["latency_ms"]["p50"] > 1.2 * fp32["latency_ms"]["p50"]
