@@ -205,7 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runtimes", default="onnxruntime")
     parser.add_argument("--tracking", action="store_true", help="log to MLflow too (as a user's sweep does)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--merge", type=Path, nargs="+", help="only print the summary of these results files")
     args = parser.parse_args(argv)
+    if args.merge:
+        print(summary([row for path in args.merge for row in json.loads(path.read_text())["runs"]]))
+        return 0
     models, strategies = args.models.split(","), args.strategies.split(",")
     for m in models:
         if m not in MODELS and m not in IN_SAMPLE:
