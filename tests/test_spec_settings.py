@@ -24,6 +24,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
 # A name and value a setting has, used for something else, each with its reason.
 NOT_A_SETTING = {
     ("nnsweep/execution/ray_cluster.py", "timeout_s"): "how long a device's probe may take, not one measurement",
+    ("nnsweep/models/data_sources.py", "seed"): "a data source's subset seed (data.*.seed), not search.seed",
+    ("nnsweep/spec/schema.py", "seed"): "a data source's subset seed (data.*.seed), not search.seed",
 }
 
 

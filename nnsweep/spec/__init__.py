@@ -33,6 +33,7 @@ from nnsweep.spec.settings import (
     Objective,
     SearchSettings,
     SearchSpace,
+    Strategy,
     SweepSpec,
     Tracking,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "Objective",
     "SearchSettings",
     "SearchSpace",
+    "Strategy",
     "SweepSpec",
     "Tracking",
     "excerpt",

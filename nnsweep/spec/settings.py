@@ -41,6 +41,7 @@ __all__ = [
     "Objective",
     "SearchSettings",
     "SearchSpace",
+    "Strategy",
     "SweepSpec",
     "Tracking",
 ]
@@ -119,6 +120,10 @@ class Budget:
         check_settings(self)
 
 
+Strategy = Literal["nnsweep", "random", "optuna"]
+"""What proposes after a study's starts (``search.strategy``)."""
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     """How a device's study begins and which trials are timed (``search.*``)."""
@@ -129,6 +134,10 @@ class SearchSettings:
     profile: Literal["none", "front", "all"] = setting(
         "none", "profile per operator at the end: the front, best and fp32 baseline (front), or every trial (all)"
     )
+    strategy: Strategy = setting(
+        "nnsweep", "what proposes after the starts: nnsweep's moves and sampler, random search, or Optuna's default"
+    )
+    seed: int = setting(0, "the sampler's seed: a sweep run again with another seed proposes differently", ge=0)
 
     def __post_init__(self) -> None:
         check_settings(self)

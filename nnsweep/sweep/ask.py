@@ -58,7 +58,8 @@ class Asker:
     ) -> None:
         self.scheduler, self.recorder, self.host, self.tracker = scheduler, recorder, host, tracker
         self.stats, self.start = stats, start
-        self._rng = random.Random(0)  # untried configurations drawn when the sampler repeats itself
+        # untried configurations drawn when the sampler repeats itself (search.seed: one sweep, one draw)
+        self._rng = random.Random(recorder.spec.search.seed)
 
     def ask(self, device: str, now: float) -> None:
         """Ask the device's study for the trials the scheduler wants now and admit each."""

@@ -19,6 +19,7 @@ from nnsweep.core.results import FailureKind, TrialRecord, TrialStatus, failure_
 from nnsweep.sweep import outcomes, studies
 from nnsweep.sweep.lifecycle import Phase, Role, Ticket
 from nnsweep.sweep.moves import next_move
+from nnsweep.sweep.sampler import moves_on
 from nnsweep.sweep.space import params_for, untried
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class Recorder:
         """Queue the coordinator's move (a repair, or a neighbour of the best: see
         :mod:`nnsweep.sweep.moves`) as the device's next trial, once nothing is queued."""
         dev = self.devices[device]
-        if studies.queued(dev.study):
+        if studies.queued(dev.study) or not moves_on(self.spec.search.strategy):
             return
         measured = list(self.scheduler.devices[device].measured.values())  # as told, restored on resume
         move = next_move(measured, self.spec.objectives, dev.space, tried)

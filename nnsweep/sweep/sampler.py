@@ -13,12 +13,16 @@ import functools
 import random
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
+
+from nnsweep.spec import Strategy
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["make_sampler", "repeat_escape"]
+__all__ = ["STRATEGIES", "make_sampler", "moves_on", "repeat_escape", "sampler_for"]
+
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
 def make_sampler(seed: int) -> optuna.samplers.BaseSampler:
@@ -42,6 +46,26 @@ def make_sampler(seed: int) -> optuna.samplers.BaseSampler:
             seed=seed, n_startup_trials=8, multivariate=True, group=True, constant_liar=True
         )
     return repeat_escape(tpe, seed)
+
+
+def sampler_for(strategy: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The sampler ``search.strategy`` names: ``nnsweep`` (:func:`make_sampler`, with the
+    coordinator's moves), ``random`` (Optuna's ``RandomSampler``) or ``optuna`` (Optuna's
+    default sampler, TPE with its default settings). Only ``nnsweep`` gets the moves
+    (:func:`moves_on`); the others exist to be compared with it as a user would run them.
+    """
+    import optuna
+
+    if strategy == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if strategy == "optuna":
+        return optuna.samplers.TPESampler(seed=seed)
+    return make_sampler(seed)
+
+
+def moves_on(strategy: str) -> bool:
+    """Whether the coordinator's moves (repair, refine, ...) propose before the sampler."""
+    return strategy == "nnsweep"
 
 
 def repeat_escape(inner: optuna.samplers.BaseSampler, seed: int, keep: float = 0.0) -> optuna.samplers.BaseSampler:

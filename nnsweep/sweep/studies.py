@@ -117,11 +117,12 @@ def _storage(spec: SweepSpec, *, create: bool) -> Any:
         return retrying_storage(spec.storage)
 
 
-def _sampler(seed: int) -> Any:
-    # Chosen on the tabular search benchmark (benchmarks/search_replay.py, benchmarks/results/search.md).
-    from nnsweep.sweep.sampler import make_sampler
+def _sampler(spec: SweepSpec) -> Any:
+    # Chosen on the tabular search benchmark (benchmarks/search_replay.py, benchmarks/results/search.md);
+    # search.strategy picks another only to compare with it (benchmarks/time_to_answer.py).
+    from nnsweep.sweep.sampler import sampler_for
 
-    return make_sampler(seed)
+    return sampler_for(spec.search.strategy, spec.search.seed)
 
 
 def open_study(spec: SweepSpec, device: str, *, create: bool = True) -> optuna.Study:
@@ -139,14 +140,14 @@ def open_study(spec: SweepSpec, device: str, *, create: bool = True) -> optuna.S
         try:
             if storage is None:
                 raise KeyError(name)
-            return optuna.load_study(study_name=name, storage=storage, sampler=_sampler(0))
+            return optuna.load_study(study_name=name, storage=storage, sampler=_sampler(spec))
         except KeyError:
             raise NoStudy("spec", f"{spec.name} has not run on {device} yet: run `nnsweep run` first") from None
     return optuna.create_study(
         storage=storage,
         study_name=name,
         directions=[o.direction for o in spec.objectives],
-        sampler=_sampler(0),
+        sampler=_sampler(spec),
         load_if_exists=True,
     )
 
