@@ -222,7 +222,9 @@ def ranking_key(runtime: str, granularity: Granularity | None) -> str:
 def layers_from(rankings: dict[str, list[str]]) -> LayersFor:
     """``space.layers_for`` from recorded rankings: the top K of the runtime's ranking."""
 
-    def layers_for(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+    def layers_for(
+        runtime: str, granularity: Granularity | None, k: int, group_size: int | None = None
+    ) -> tuple[str, ...]:
         return tuple(rankings[ranking_key(runtime, granularity)][:k])
 
     return layers_for

@@ -39,7 +39,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--runtime", "torch", "--max-partitions", "2"], "--max-partitions", "executorch"),
         (["--granularity", "per_row", "--quant", "static_int8"], "--granularity", "per_tensor, per_channel"),
         (["--float-layers", "-1", "--quant", "static_int8"], "--float-layers", "give 0 to 10,000"),
-        (["--float-layers", "2", "--quant", "fp32"], "--float-layers", "give an int8 --quant"),
+        (["--float-layers", "2", "--quant", "fp32"], "--float-layers", "give one of those --quant"),
         (
             ["--float-layers", "2", "--quant", "static_int8", "--backends", "ethos-u55-128"],
             "--float-layers",
@@ -517,7 +517,7 @@ def test_devices_shows_the_exact_space_values_each_device_accepts(capsys: pytest
     ("args", "option", "allowed"),
     [
         (["--runtime", "nope"], "--runtime", "allowed: executorch"),
-        (["--runtime", "onnxruntime", "--quant", "fp32"], "--quant", "not an int8 mode"),
+        (["--runtime", "onnxruntime", "--quant", "fp32"], "--quant", "not an int8 or int4_weight mode"),
         (["--runtime", "armnn", "--granularity", "per_channel"], "--granularity", "per_tensor"),
     ],
 )
@@ -876,7 +876,7 @@ def test_a_command_nnsweep_suggests_quotes_a_path_with_spaces(
             "--config: quant.float_layers: 'nope.layer': no module of tiny.py:build has that path "
             "(`nnsweep sensitivity --model tiny.py:build --runtime onnxruntime` lists its layers)",
         ),
-        ({"mode": "fp32", "float_layers": ["body.0"]}, "--config: quant.float_layers: keeps layers of an int8 model"),
+        ({"mode": "fp32", "float_layers": ["body.0"]}, "--config: quant.float_layers: keeps layers of an int8 or"),
     ],
 )
 def test_a_config_file_s_float_layers_are_checked_before_anything_is_converted(

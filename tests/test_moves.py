@@ -31,7 +31,7 @@ OBJECTIVES = (Objective("accuracy", "maximize"), Objective("latency_p50_ms", "mi
 RANKING = ("blocks.2.pw1", "blocks.2.dw", "stem.0", "classifier")
 
 
-def ranked(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+def ranked(runtime: str, granularity: Granularity | None, k: int, group_size: int | None = None) -> tuple[str, ...]:
     return RANKING[:k]
 
 
@@ -70,7 +70,7 @@ def test_no_repair_and_no_neighbour_with_float_layers_where_the_runtime_cannot_r
     no repair is queued, and the neighbours of the best are those without float layers."""
     from nnsweep.core.errors import SpecError
 
-    def cannot(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+    def cannot(runtime: str, granularity: Granularity | None, k: int, group_size: int | None = None) -> tuple[str, ...]:
         if runtime == "executorch" and k:
             raise SpecError("executorch.float_layers", "its quantizer cannot rank the layers of this model")
         return RANKING[:k]

@@ -158,7 +158,9 @@ def test_float_layers_are_drawn_for_int8_only_named_by_the_ranking_and_enqueued_
     ranked = ("blocks.2.pw1", "blocks.2.dw", "stem.0")
     asked: list[tuple[str, object, int]] = []
 
-    def layers_for(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+    def layers_for(
+        runtime: str, granularity: Granularity | None, k: int, group_size: int | None = None
+    ) -> tuple[str, ...]:
         asked.append((runtime, granularity, k))
         return ranked[:k]
 
@@ -184,7 +186,7 @@ def test_float_layers_are_drawn_for_int8_only_named_by_the_ranking_and_enqueued_
 
 def test_float_layers_need_an_int8_mode_and_a_count_within_bounds() -> None:
     for space, message in (
-        ({"quant": ["fp32"], "float_layers": [0, 2]}, "no int8 mode"),
+        ({"quant": ["fp32"], "float_layers": [0, 2]}, "has neither"),
         ({"quant": ["static_int8"], "float_layers": [-1]}, "between 0 and"),
         ({"quant": ["static_int8"], "float_layers": {"low": 3, "high": 1}}, "above high"),
     ):
@@ -357,7 +359,7 @@ def test_a_mode_whose_converter_keeps_no_layer_float_draws_no_count_and_is_never
         }
     )
     space = device_space(
-        spec, "host", {"litert": ("xnnpack", "cpu")}, 2, lambda runtime, granularity, k: ("a", "b")[:k]
+        spec, "host", {"litert": ("xnnpack", "cpu")}, 2, lambda runtime, granularity, k, group_size=None: ("a", "b")[:k]
     )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     counts: dict[QuantMode, set[int]] = {}

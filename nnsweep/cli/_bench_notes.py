@@ -58,16 +58,19 @@ def name_float_layers(args: argparse.Namespace, config: Any, cache_dir: Path, st
     store = SnapshotStore(cache_dir / "models")
     recipe = store.recipe(args.model, args.weights, args.input_shape)
     snapshot = store.lookup(recipe) if recipe is not None else None
-    granularity = config.quant.granularity
-    report = cached_ranking(snapshot.digest, config.runtime, granularity, cache_dir) if snapshot else None
+    granularity, group_size = config.quant.granularity, config.quant.group_size
+    report = None
+    if snapshot is not None:
+        report = cached_ranking(snapshot.digest, config.runtime, granularity, cache_dir, group_size=group_size)
     if report is None:
         status.line(f"loading {args.model} ...", tty_only=True)
         bundle = load_model(
             args.model, cache_dir=cache_dir / "models", weights=args.weights, input_shape=args.input_shape
         )
         _check_float_layer_count(bundle, args.float_layers)
-        status.line(f"ranking the layers of {args.model} through {config.runtime}'s quantizer ...")
-        report, _ = ranking(bundle, config.runtime, granularity, cache_dir, progress=status.line)
+        how = "each linear layer at 4 bits" if group_size else f"through {config.runtime}'s quantizer"
+        status.line(f"ranking the layers of {args.model} {how} ...")
+        report, _ = ranking(bundle, config.runtime, granularity, cache_dir, progress=status.line, group_size=group_size)
     if args.float_layers > len(report.layers):
         raise SpecError("quant.float_layers", f"{args.float_layers} is above the model's {len(report.layers)} layers")
     names = tuple(report.ranked())[: args.float_layers]

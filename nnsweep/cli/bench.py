@@ -199,9 +199,13 @@ def _bench_config(args: argparse.Namespace) -> Any:
     try:
         config = DeploymentConfig.from_dict(data)
         if args.float_layers and not config.quant.float_layers:
-            raise SpecError("quant.float_layers", "keeps layers of an int8 model in float: give an int8 --quant")
+            raise SpecError(
+                "quant.float_layers", "keeps layers of an int8 or int4_weight model in float: give one of those --quant"
+            )
         if quant.get("float_layers") and not config.quant.float_layers:  # a --config's, under fp32 or fp16
-            raise SpecError("--config: quant.float_layers", "keeps layers of an int8 model in float: give an int8 mode")
+            raise SpecError(
+                "--config: quant.float_layers", "keeps layers of an int8 or int4_weight model in float: give either"
+            )
         return config
     except SpecError as exc:
         if len(exc.message) > 200:

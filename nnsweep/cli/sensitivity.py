@@ -13,7 +13,7 @@ from nnsweep.cli._args import _positive_shape
 from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
 from nnsweep.cli._output import EXIT_OK, Status, _usage_error, results
 from nnsweep.cli.bench import _BENCH_OPTIONS
-from nnsweep.core.errors import SpecError
+from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.core.metrics import ACCURACY, SQNR
 from nnsweep.core.quant import Granularity
 
@@ -28,6 +28,7 @@ _OPTIONS = {
     "runtime": "--runtime",
     "quant": "--quant",
     "quant.granularity": "--granularity",
+    "quant.group_size": "--group-size",
     "granularity": "--granularity",
     "--metric": "--metric",
     "--max-samples": "--max-samples",
@@ -54,7 +55,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--quant",
         default="static_int8",
-        help="the int8 mode (the ranking quantizes statically; torch, on a model torch.fx cannot trace, dynamically)",
+        help="the int8 mode (the ranking quantizes statically; torch, on a model torch.fx cannot trace, dynamically), "
+        "or int4_weight: the linear layers, each alone at 4 bits (torchao's 8da4w in PyTorch, for every runtime)",
+    )
+    parser.add_argument(
+        "--group-size", type=int, help="int4_weight: input features per 4-bit weight scale (default 32)"
     )
     parser.add_argument("--granularity", help="per_tensor or per_channel weights (default: the runtime's own)")
     add_task_options(parser)
@@ -70,7 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace, cache_dir: Path) -> int:
     from nnsweep.core import runtimes
-    from nnsweep.core.quant import QuantMode
+    from nnsweep.core.quant import QuantConfig, QuantMode
     from nnsweep.sensitivity.ranking import ranked_runtimes
 
     try:
@@ -80,12 +85,16 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
                 "runtime", f"no per-layer sensitivity for {args.runtime}; use {', '.join(ranked_runtimes())}"
             )
         mode = QuantMode(args.quant) if args.quant in {m.value for m in QuantMode} else None
-        if mode is None or not mode.is_int8:
-            allowed = ", ".join(m.value for m in QuantMode if m.is_int8)
-            raise SpecError("quant", f"{args.quant!r} is not an int8 mode; use one of {allowed}")
+        if mode is None or not (mode.is_int8 or mode.is_grouped):
+            allowed = ", ".join(m.value for m in QuantMode if m.is_int8 or m.is_grouped)
+            raise SpecError("quant", f"{args.quant!r} is not an int8 or int4_weight mode; use one of {allowed}")
         if mode not in info.modes:
             raise SpecError("quant", f"{args.runtime} cannot do {mode.value}")
-        granularity = _granularity(args.granularity, info.modes[mode])
+        if args.group_size is not None and not mode.is_grouped:
+            raise SpecError("quant.group_size", "belongs to --quant int4_weight")
+        # int4_weight: QuantConfig checks the group size and fills in its default
+        group_size = QuantConfig(mode, group_size=args.group_size).group_size
+        granularity = None if mode.is_grouped else _granularity(args.granularity, info.modes[mode])
         from nnsweep.models import check_reference
 
         check_reference(args.model)
@@ -110,10 +119,17 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         snapshot.warn_if_constant()  # every layer would cost nothing
         metric = _ranking_metric(bundle, metrics, args.goal, snapshot.reference)
         start = time.perf_counter()
-        report, hit = ranking(bundle, args.runtime, granularity, cache_dir, progress=status.line, metric=metric)
+        report, hit = ranking(
+            bundle, args.runtime, granularity, cache_dir, progress=status.line, metric=metric, group_size=group_size
+        )
     except SpecError as exc:
         status.clear()
         return _usage_error(exc, _OPTIONS)
+    except ConversionError as exc:
+        status.clear()
+        if group_size is None:
+            raise
+        return _usage_error(SpecError("quant", str(exc)), _OPTIONS)  # no linear layer 4 bits could take
     wall = time.perf_counter() - start
     status.clear()
     if args.json:

@@ -127,7 +127,8 @@ class QuantConfig:
     ``full`` (static modes); ``calibration_batches`` for ``a16w8`` too (16-bit activations,
     int8 weights; min/max ranges); ``qat_epochs`` for ``qat_int8``; ``group_size`` for
     ``int4_weight``: input features sharing one 4-bit weight scale (:attr:`GROUP_SIZES`).
-    ``float_layers`` are module paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`),
+    ``float_layers`` are module paths kept float in an int8 model (runtimes with :attr:`RuntimeInfo.mixed_precision`)
+    or linear layers left out of an ``int4_weight`` model's 4-bit ones,
     sorted so the same set is the same configuration. ``options`` are the runtime's own
     quantizer options that differ from their defaults, as sorted ``(name, value)`` pairs (a
     mapping is taken too); defaults are dropped
@@ -167,7 +168,7 @@ class QuantConfig:
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size not in self.GROUP_SIZES):
             allowed = ", ".join(map(str, self.GROUP_SIZES))
             raise SpecError("quant.group_size", f"must be one of {allowed}, got {size!r}")
-        set_(self, "float_layers", _layer_names(self.float_layers) if mode.is_int8 else ())
+        set_(self, "float_layers", _layer_names(self.float_layers) if mode.is_int8 or mode.is_grouped else ())
         set_(self, "options", _option_pairs(self.options))
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         relevant = {

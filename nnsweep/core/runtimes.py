@@ -185,8 +185,10 @@ class RuntimeInfo:
         return normalized(self.name, self.quant_options, self.refused_options, quant, elsewhere)
 
     def keeps_float(self, mode: QuantMode) -> bool:
-        """Whether its converter keeps ``quant.float_layers`` in float in int8 mode ``mode``."""
-        return self.mixed_precision is None and mode.is_int8 and mode not in self.float_layers_refused
+        """Whether its converter keeps ``quant.float_layers`` in float in ``mode`` (an int8 mode,
+        or ``int4_weight``: those linear layers stay float while the others go 4-bit)."""
+        quantized = mode.is_int8 or mode.is_grouped
+        return self.mixed_precision is None and quantized and mode not in self.float_layers_refused
 
     def modes_for(self, backends: tuple[str, ...]) -> Mapping[QuantMode, frozenset[Granularity]]:
         """The modes this runtime can do with ``backends`` first in its order."""

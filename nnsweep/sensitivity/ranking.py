@@ -30,6 +30,8 @@ from nnsweep.core.quant import Granularity
 from nnsweep.core.tracing import TRACING
 from nnsweep.runtimes.common.converter import rnn_export_warning_silenced
 from nnsweep.runtimes.common.shortcuts import repeated_work_skipped
+from nnsweep.sensitivity.int4 import MODE as INT4_MODE
+from nnsweep.sensitivity.int4 import int4_evaluator, int4_layers
 from nnsweep.sensitivity.rank import (
     CALIBRATION_SAMPLES,
     Evaluator,
@@ -112,10 +114,13 @@ def ranking(
     cache_root: Path,
     progress: Callable[[str], None] | None = None,
     metric: RankingMetric | None = None,
+    group_size: int | None = None,
 ) -> tuple[SensitivityReport, bool]:
     """The runtime's sensitivity report for ``bundle``, from the cache or measured now.
 
-    ``metric``: the user metric to rank by (else top-1, :func:`evaluator`).
+    ``metric``: the user metric to rank by (else top-1, :func:`evaluator`). ``group_size``:
+    rank the linear layers for ``int4_weight`` at that group size instead
+    (:mod:`nnsweep.sensitivity.int4`, one ranking for every runtime).
 
     Returns:
         The report and whether it came from the cache.
@@ -125,13 +130,17 @@ def ranking(
         ConversionError: the runtime's quantizer fails on this model (litert-torch 0.10's
             on an ``nn.GRU`` called without a hidden state, for one).
     """
-    if runtime not in ranked_runtimes():
+    if runtime not in ranked_runtimes() and group_size is None:
         known = ", ".join(ranked_runtimes())
         raise SpecError("runtime", f"no per-layer sensitivity for {runtime}; it has one for: {known}")
     granularity = granularity or Granularity.PER_TENSOR
     user = metric.metric if metric is not None else None
-    path = _entry(bundle.digest, runtime, granularity, cache_root, user, _metric_split(bundle, metric))
-    layers = quantizable_layers(bundle.module, bundle.example_input)
+    split_name = _metric_split(bundle, metric)
+    path = _entry(bundle.digest, runtime, granularity, cache_root, user, split_name, group_size)
+    if group_size is None:
+        layers = quantizable_layers(bundle.module, bundle.example_input)
+    else:
+        layers = int4_layers(bundle, group_size)
     found = _read_entry(path)
     if found is not None:
         if sorted(e.layer for e in found.layers) == sorted(layers):
@@ -148,9 +157,15 @@ def ranking(
     quantize_one: tuple[Method, ...] = ("quantize_one",)
     try:
         with TRACING, rnn_export_warning_silenced(), repeated_work_skipped():
-            evaluate = evaluator(bundle, runtime, granularity, metric)  # exports the model
+            if group_size is None:
+                evaluate = evaluator(bundle, runtime, granularity, metric)  # exports the model
+            else:
+                scored_split, scored = scoring(bundle, metric)
+                evaluate = int4_evaluator(bundle, scored_split, group_size, scored)
             report = measure(layers, counted, methods=quantize_one)
-        if mode := getattr(evaluate, "mode", None):  # an evaluator that may rank in another int8 mode
+        if group_size is not None:
+            report = dataclasses.replace(report, mode=INT4_MODE)
+        elif mode := getattr(evaluate, "mode", None):  # an evaluator that may rank in another int8 mode
             report = dataclasses.replace(report, mode=mode)
         if metric is not None:
             split = _metric_split(bundle, metric)
@@ -178,8 +193,9 @@ def _entry(
     cache_root: Path,
     metric: UserMetric | None = None,
     split: str = "calibration",
+    group_size: int | None = None,
 ) -> Path:
-    from nnsweep.artifacts.key import runtime_toolchain, stage_key
+    from nnsweep.artifacts.key import runtime_toolchain, stage_key, toolchain_versions
     from nnsweep.bench.task import function_digest
 
     settings = {
@@ -194,10 +210,17 @@ def _entry(
         # ties in accuracy broken by the outputs' SQNR against fp32 (rank.SensitivityReport.ranked)
         "tie_break": "sqnr",
     }
-    settings.update(runtimes.get(runtime).sensitivity_settings)
+    if group_size is None:
+        settings.update(runtimes.get(runtime).sensitivity_settings)
+    else:  # one int4 ranking for every runtime: torchao's 8da4w in eager PyTorch
+        settings.update(runtime="int4_weight", granularity="per_group", group_size=group_size, method="int4_one")
     if metric is not None:  # a top-1 ranking's key is as it was, so its entries are still found
         settings.update(metric=metric.name, goal=metric.goal, code=function_digest(metric.function), split=split)
-    key = stage_key(digest, "sensitivity", settings, runtime_toolchain(runtime))
+    if group_size is None:
+        toolchain = runtime_toolchain(runtime)
+    else:
+        toolchain = {**toolchain_versions(("torch", "torchao")), "converters": runtime_toolchain(runtime)["converters"]}
+    key = stage_key(digest, "sensitivity", settings, toolchain)
     return cache_root / "sensitivity" / key[:2] / f"{key}.json"
 
 
@@ -208,10 +231,12 @@ def cached_ranking(
     cache_root: Path,
     metric: UserMetric | None = None,
     split: str = "calibration",
+    group_size: int | None = None,
 ) -> SensitivityReport | None:
     """The report :func:`ranking` kept for the model ``digest``, if any (a damaged one: ``None``);
-    ``metric`` and ``split`` as the ranking was scored (:attr:`SensitivityReport.split`)."""
-    return _read_entry(_entry(digest, runtime, granularity or Granularity.PER_TENSOR, cache_root, metric, split))
+    ``metric``, ``split`` and ``group_size`` as the ranking was made (:attr:`SensitivityReport.split`)."""
+    g = granularity or Granularity.PER_TENSOR
+    return _read_entry(_entry(digest, runtime, g, cache_root, metric, split, group_size))
 
 
 def _read_entry(path: Path) -> SensitivityReport | None:

@@ -215,8 +215,8 @@ def _float_layers(s: Any) -> tuple[int, ...]:
         counts = tuple(range(s.float_layers.low, s.float_layers.high + 1))
     if counts == (0,):
         return counts
-    if not any(QuantMode(m).is_int8 for m in s.quant):
-        raise SpecError(path, "keeps layers of int8 models in float, but space.quant has no int8 mode")
+    if not any(QuantMode(m).is_int8 or QuantMode(m).is_grouped for m in s.quant):
+        raise SpecError(path, "keeps layers of int8 and int4_weight models in float, but space.quant has neither")
     able = [name for name in runtimes.names() if runtimes.get(name).mixed_precision is None]
     if not any(name in able for name in s.runtime):
         raise SpecError(path, f"none of space.runtime keeps layers in float; these can: {', '.join(able) or 'none'}")

@@ -100,13 +100,15 @@ class HostSide:
             if self.notice is not None:
                 self.notice(line)
 
-    def float_layers(self, runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+    def float_layers(
+        self, runtime: str, granularity: Granularity | None, k: int, group_size: int | None = None
+    ) -> tuple[str, ...]:
         """The ``k`` layers of the model that ``runtime`` keeps in float (:meth:`LayerRankings.float_layers`).
 
         Raises:
             SpecError: the runtime's quantizer cannot rank this model's layers.
         """
-        return self.rankings.float_layers(self.bundle, runtime, granularity, k, self._ranking_metric())
+        return self.rankings.float_layers(self.bundle, runtime, granularity, k, self._ranking_metric(), group_size)
 
     def _ranking_metric(self) -> RankingMetric | None:
         if self.ranked_by is None or self.task is None:

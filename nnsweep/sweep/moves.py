@@ -162,7 +162,7 @@ def repaired(config: DeploymentConfig, space: DeviceSpace, *, at_least: int = 0)
         return None
     count = next((k for k in counts if k >= at_least), counts[0])
     try:
-        layers = space.layers_for(config.runtime, quant.granularity, count)
+        layers = space.layers_for(config.runtime, quant.granularity, count, quant.group_size)
     except SpecError:  # the runtime cannot rank this model's layers: nothing to repair with
         return None
     if len(layers) <= len(quant.float_layers):  # the model has no more layers to keep float

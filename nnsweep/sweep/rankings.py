@@ -61,9 +61,9 @@ class LayerRankings:
         self.ref = ref
         self.cache_root = cache_root
         self.notice = notice
-        # per runtime and granularity: the ranked layers, or why the runtime cannot rank them
-        self._rankings: dict[tuple[str, Granularity], SensitivityReport | SpecError] = {}
-        self._told_float: set[tuple[str, Granularity, int]] = set()  # by the ranking, said once
+        # per runtime, granularity and int4 group size: the ranked layers, or why it cannot rank them
+        self._rankings: dict[tuple[str, Granularity, int | None], SensitivityReport | SpecError] = {}
+        self._told_float: set[tuple[str, Granularity, int | None, int]] = set()  # by the ranking, said once
         self._told_measured: set[tuple[str, str]] = set()  # (runtime, mode) measured, said once
 
     def float_layers(
@@ -73,9 +73,11 @@ class LayerRankings:
         granularity: Granularity | None,
         k: int,
         metric: RankingMetric | None = None,
+        group_size: int | None = None,
     ) -> tuple[str, ...]:
         """The ``k`` layers of ``bundle`` that ``runtime`` keeps in float: its own ranking's first
-        ``k``, scored by ``metric`` (the sweep's own, :func:`ranking_metric`) or top-1.
+        ``k``, scored by ``metric`` (the sweep's own, :func:`ranking_metric`) or top-1; with
+        ``group_size``, the ``int4_weight`` ranking's first ``k`` linear layers.
 
         Raises:
             SpecError: the runtime's quantizer cannot rank this model's layers (the
@@ -84,11 +86,17 @@ class LayerRankings:
         """
         from nnsweep.sensitivity.ranking import ranking
 
-        key = (runtime, granularity or Granularity.PER_TENSOR)  # as the ranking reads None
+        key = (runtime, granularity or Granularity.PER_TENSOR, group_size)  # as the ranking reads None
         if key not in self._rankings:
             try:
                 report, cached = ranking(
-                    bundle, runtime, granularity, self.cache_root, progress=self._progress(runtime), metric=metric
+                    bundle,
+                    runtime,
+                    granularity,
+                    self.cache_root,
+                    progress=self._progress(runtime),
+                    metric=metric,
+                    group_size=group_size,
                 )
                 self._rankings[key] = report
                 if not cached:
@@ -119,7 +127,7 @@ class LayerRankings:
         key = (config.runtime, quant.mode.value)
         if not quant.mode.is_int8 or key in self._told_measured:
             return
-        ranked = (config.runtime, quant.granularity or Granularity.PER_TENSOR, len(quant.float_layers))
+        ranked = (config.runtime, quant.granularity or Granularity.PER_TENSOR, None, len(quant.float_layers))
         if quant.mode is QuantMode.STATIC_INT8 and ranked in self._told_float:
             return
         note = measured_float_in_effect(config.runtime, quant.mode.value, sqnr_db)

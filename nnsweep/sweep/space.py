@@ -80,11 +80,11 @@ class RuntimeChoices:
     """Input features per 4-bit weight scale, for ``int4_weight`` (the spec's ``space.group_size``)."""
 
 
-LayersFor = Callable[[str, Granularity | None, int], tuple[str, ...]]
-"""(runtime, weight granularity, K) -> the K layers to keep in float, most sensitive first."""
+LayersFor = Callable[[str, Granularity | None, int, int | None], tuple[str, ...]]
+"""(runtime, weight granularity, K, int4_weight's group size) -> the K layers to keep in float, most sensitive first."""
 
 
-def placeholder_layers(runtime: str, granularity: Granularity | None, k: int) -> tuple[str, ...]:
+def placeholder_layers(runtime: str, granularity: Granularity | None, k: int, _: int | None = None) -> tuple[str, ...]:
     """K distinct stand-in names: enough to count and compare configurations (:func:`space_size`)."""
     return tuple(f"layer{i}" for i in range(k))
 
@@ -243,7 +243,7 @@ def suggest(trial: optuna.Trial, space: DeviceSpace) -> DeploymentConfig:
     float_layers: tuple[str, ...] = ()
     if keeps_float(runtime, mode, c):
         k = _pick(trial, f"{runtime}.float_layers", c.float_layers)
-        float_layers = space.layers_for(runtime, granularity, k) if k else ()
+        float_layers = space.layers_for(runtime, granularity, k, group_size) if k else ()
     quant = QuantConfig(
         mode=mode,
         granularity=granularity,

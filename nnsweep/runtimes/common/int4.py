@@ -17,7 +17,7 @@ from torch import nn
 
 from nnsweep.core.errors import ConversionError
 
-__all__ = ["Int4Plan", "plan"]
+__all__ = ["Int4Plan", "plan", "quantize_8da4w"]
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ class Int4Plan:
         return tuple(lines)
 
 
-def plan(module: nn.Module, group_size: int) -> Int4Plan:
-    """The :class:`Int4Plan` of ``module`` at ``group_size``.
+def plan(module: nn.Module, group_size: int, float_layers: tuple[str, ...] = ()) -> Int4Plan:
+    """The :class:`Int4Plan` of ``module`` at ``group_size``, the linear layers of
+    ``float_layers`` (``quant.float_layers``: the most sensitive, by the int4 ranking) left float.
 
     Raises:
         ConversionError: ``module`` has no ``nn.Linear``, or the group size divides the input
@@ -83,4 +84,25 @@ def plan(module: nn.Module, group_size: int) -> Int4Plan:
             f"int4_weight with group size {group_size}: no linear layer's in_features is a multiple of it "
             f"(e.g. {path or 'the model'}: {features}); take a smaller group size"
         )
-    return Int4Plan(group_size=group_size, four_bit=four_bit, kept_float=kept)
+    return Int4Plan(group_size=group_size, four_bit=four_bit, kept_float=kept).without(float_layers, _KEPT)
+
+
+_KEPT = "quant.float_layers keeps it float"
+
+
+def quantize_8da4w(model: nn.Module, layers: Int4Plan) -> nn.Module:
+    """Quantize, in place, the linear layers of ``layers`` to torchao's 8da4w: int4 weights
+    symmetric in groups of ``layers.group_size`` input features, activations int8
+    asymmetric per token at run time (``Int8DynamicActivationIntxWeightConfig``, the
+    configuration ExecuTorch's own LLM export uses). Runs in eager PyTorch too, which is how
+    the int4 ranking scores a layer (:mod:`nnsweep.sensitivity.int4`)."""
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    config = Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(layers.group_size)
+    )
+    with torch.no_grad():
+        quantize_(model, config, filter_fn=lambda module, path: isinstance(module, nn.Linear) and layers.takes(path))
+    return model

@@ -269,27 +269,16 @@ def rebuilt_program(bundle: ModelBundle, quant: QuantConfig) -> torch.export.Exp
 
 def _int4_layers(bundle: ModelBundle, quant: QuantConfig) -> Int4Plan | None:
     """int4_weight: which linear layers go 4-bit (``None`` for other modes)."""
-    layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
+    layers = int4.plan(bundle.module, quant.group_size, quant.float_layers) if quant.group_size else None
     if layers is not None:
         layers = layers.without(_read_by_attention(bundle.module), _READ_BY_ATTENTION)
     return layers
 
 
 def int4_weights(model: nn.Module, layers: Int4Plan) -> nn.Module:
-    """Quantize, in place, the linear layers of ``layers`` to torchao's 8da4w: int4 weights
-    symmetric in groups of ``layers.group_size`` input features, activations int8
-    asymmetric per token at run time; XNNPACK takes each as one blockwise-quantized
-    fully connected node (``Int8DynamicActivationIntxWeightConfig`` is the configuration
-    ExecuTorch's own LLM export uses; torchao 0.18 has no ``...Int4WeightConfig``)."""
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
-
-    config = Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int4, weight_granularity=PerGroup(layers.group_size)
-    )
-    with torch.no_grad():
-        quantize_(model, config, filter_fn=lambda module, path: isinstance(module, nn.Linear) and layers.takes(path))
-    return model
+    """Quantize, in place, the linear layers of ``layers`` to torchao's 8da4w; XNNPACK takes each
+    as one blockwise-quantized fully connected node (torchao 0.18 has no ``...Int4WeightConfig``)."""
+    return int4.quantize_8da4w(model, layers)
 
 
 _READ_BY_ATTENTION = (

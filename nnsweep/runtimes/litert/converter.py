@@ -367,14 +367,14 @@ def _edge_quantized(bundle: ModelBundle, config: DeploymentConfig, path: Path, s
     the partition report's notes (int4_weight: which linear layers went 4-bit)."""
     quant = config.quant
     # int4_weight refuses a model without linear layers before converting anything
-    layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
+    layers = int4.plan(bundle.module, quant.group_size, quant.float_layers) if quant.group_size else None
 
     def build(directory: Path) -> None:
         fp32 = directory / "fp32.tflite"
         export_tflite(bundle, DeploymentConfig(config.runtime, config.backends), fp32, stages=stages)
         target, notes = directory / _FILENAME, ()
         if layers is not None:
-            notes = quantize_int4(fp32, target, layers)
+            notes = quantize_int4(fp32, target, layers, bundle.module)
         elif quant.mode is QuantMode.A16W8:
             quantize_a16w8(fp32, target, (x.numpy() for x in calibration_samples(bundle, quant)))
         else:

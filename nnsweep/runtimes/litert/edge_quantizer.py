@@ -19,23 +19,26 @@ import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.runtimes.common.converter import printed_to_debug_log
 from nnsweep.runtimes.common.int4 import Int4Plan
+from nnsweep.runtimes.litert.explain import module_path
 
 __all__ = ["quantize_a16w8", "quantize_fp16", "quantize_int4"]
 
 _log = logging.getLogger(__name__)
 
 
-def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ...]:
+def quantize_int4(source: Path, target: Path, layers: Int4Plan, root: Any = None) -> tuple[str, ...]:
     """Write ``source`` (a float ``.tflite``) with 4-bit fully connected weights to
     ``target``; return what the partition report adds to ``layers.notes()``: the linear
     layers of the plan that did not become a 4-bit ``FULLY_CONNECTED`` (none, when each
-    converted to one).
+    converted to one). The layers the plan leaves float (``quant.float_layers``) are found
+    by their op scopes' module paths in ``root``, the exported module.
 
     Raises:
         ConversionError: the model has no ``FULLY_CONNECTED`` the group size divides, or
@@ -47,15 +50,17 @@ def quantize_int4(source: Path, target: Path, layers: Int4Plan) -> tuple[str, ..
     fc = qtyping.TFLOperationName.FULLY_CONNECTED
     model = flatbuffer.read_model(str(source))
     codes = model.operatorCodes
-    scopes, divided = [], []
+    scopes: list[str] = []
+    divided: list[str] = []
+    left_float = {path for path, _ in layers.left_float}
     for subgraph in model.subgraphs:
         for op in subgraph.operators:
             if flatbuffer.TFL_OP_CODE_TO_NAME.get(codes[op.opcodeIndex].builtinCode) != fc.value:
                 continue
             features = subgraph.tensors[op.inputs[1]].shape[-1]  # weights are (out, in)
-            (divided if features % layers.group_size == 0 else scopes).append(
-                flatbuffer.get_op_scope(op, subgraph.tensors)
-            )
+            scope = flatbuffer.get_op_scope(op, subgraph.tensors)
+            kept = root is not None and module_path(scope, root) in left_float
+            (divided if features % layers.group_size == 0 and not kept else scopes).append(scope)
     if not divided:
         raise ConversionError(
             f"int4_weight: no FULLY_CONNECTED of the .tflite has input features the group size {layers.group_size} "

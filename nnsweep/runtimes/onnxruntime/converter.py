@@ -422,7 +422,7 @@ class OnnxRuntimeConverter(Converter):
         quant = config.quant
         path = out_dir / _FILENAME
         # int4_weight: which linear layers go 4-bit, known (or refused) before anything converts
-        layers = int4.plan(bundle.module, quant.group_size) if quant.group_size else None
+        layers = int4.plan(bundle.module, quant.group_size, quant.float_layers) if quant.group_size else None
         notes: tuple[str, ...] = layers.notes() if layers else ()
         with _model(self.stages, bundle, quant, layers) as source:
             shutil.copyfile(source, path)

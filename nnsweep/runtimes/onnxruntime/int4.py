@@ -16,6 +16,7 @@ import onnx
 
 from nnsweep.core.errors import ConversionError
 from nnsweep.runtimes.common.converter import package_warnings_to_debug_log
+from nnsweep.runtimes.common.float_region import onnx_nodes_in
 from nnsweep.runtimes.common.int4 import Int4Plan
 
 __all__ = ["quantize_int4"]
@@ -44,6 +45,8 @@ def quantize_int4(source: Path, target: Path, layers: Int4Plan, int8_activations
         weight = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
         if weight is not None and len(weight.dims) == 2 and weight.dims[0] % layers.group_size:
             excluded.append(node.name)  # in_features (K) not a multiple of the group: float, as planned
+    # the layers the plan leaves float (quant.float_layers): their nodes, by the scoped export's names
+    excluded += onnx_nodes_in(model.model, [path for path, _ in layers.left_float])
     quantizer = MatMulNBitsQuantizer(
         model.model,
         bits=4,
