@@ -100,8 +100,9 @@ def _space_lines(values: dict[str, Any]) -> str:
         if floats is not True:
             lines.append(f"        float_layers: no: {floats}")
         else:
-            can = [m for m in v["quant"] if QuantMode(m).is_int8 and m not in refused]
-            lines.append(f"        float_layers: yes ({', '.join(can) if refused else 'int8 modes'})")
+            can = [m for m in v["quant"] if (QuantMode(m).is_int8 or QuantMode(m).is_grouped) and m not in refused]
+            int4 = ", int4_weight" if QuantMode.INT4_WEIGHT.value in can else ""
+            lines.append(f"        float_layers: yes ({', '.join(can) if refused else 'int8 modes' + int4})")
             lines.extend(f"        float_layers: not in {mode}: {why}" for mode, why in refused.items())
         for name, option in v.get("quant_options", {}).items():
             shown_values = [str(x).lower() if isinstance(x, bool) else str(x) for x in option["values"]]
