@@ -184,7 +184,7 @@ def fp32_layer_outputs(module: Any, inputs: np.ndarray) -> tuple[list[str], dict
     ``inputs`` (:func:`hooked_outputs`, containers too) and the innermost ones with a weight."""
     import torch
 
-    outputs = dict(hooked_outputs(module, inputs, containers=True))
+    outputs = {name: values for name, values in hooked_outputs(module, inputs, containers=True) if name is not None}
     order = [n for n in outputs if not any(o.startswith(n + ".") for o in outputs)]
     weighted = {name for name, sub in module.named_modules() if isinstance(getattr(sub, "weight", None), torch.Tensor)}
     return order, outputs, weighted & set(order)

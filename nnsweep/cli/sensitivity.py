@@ -140,7 +140,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     return EXIT_OK
 
 
-def _ranking_metric(bundle: Any, metrics: tuple[UserMetric, ...], goal: str, reference: Any) -> RankingMetric | None:
+def _ranking_metric(bundle: Any, metrics: tuple[UserMetric, ...], goal: Any, reference: Any) -> RankingMetric | None:
     """``--metric`` imported and checked on the fp32 outputs, with ``--goal`` (``None``: rank by top-1)."""
     import dataclasses
 

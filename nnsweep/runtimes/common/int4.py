@@ -101,7 +101,8 @@ def quantize_8da4w(model: nn.Module, layers: Int4Plan) -> nn.Module:
     from torchao.quantization.granularity import PerGroup
 
     config = Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int4, weight_granularity=PerGroup(layers.group_size)
+        weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch >= 2.6 has it; its stubs do not
+        weight_granularity=PerGroup(layers.group_size),
     )
     with torch.no_grad():
         quantize_(model, config, filter_fn=lambda module, path: isinstance(module, nn.Linear) and layers.takes(path))

@@ -372,7 +372,8 @@ def _edge_quantized(bundle: ModelBundle, config: DeploymentConfig, path: Path, s
     def build(directory: Path) -> None:
         fp32 = directory / "fp32.tflite"
         export_tflite(bundle, DeploymentConfig(config.runtime, config.backends), fp32, stages=stages)
-        target, notes = directory / _FILENAME, ()
+        target = directory / _FILENAME
+        notes: tuple[str, ...] = ()
         if layers is not None:
             notes = quantize_int4(fp32, target, layers, bundle.module)
         elif quant.mode is QuantMode.A16W8:

@@ -43,7 +43,7 @@ def explain(bundle: Any, config: Any, artifact: Path, io: Any, inputs: np.ndarra
         if quant.mode is QuantMode.FP16:
             half = HalfPrecision(copy.deepcopy(bundle.module)).eval()
             observed = hooked_outputs(half.model, inputs, lambda x: x.half())
-            return [(name.removeprefix("model."), values) for name, values in observed], _NOTE
+            return [(name and name.removeprefix("model."), values) for name, values in observed], _NOTE
         if quant.mode is QuantMode.DYNAMIC_INT8:
             model = quantize_dynamic_linears(bundle, quant)
         elif quant.mode.is_static:
