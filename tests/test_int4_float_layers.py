@@ -120,3 +120,28 @@ def test_keeping_the_first_ranked_layer_float_brings_int4_closer_to_fp32(
     assert f"int4_weight: {ranked[0]} stays float: quant.float_layers keeps it float" in kept.partitions.notes
     first, last, none = sqnr(_int4(runtime, ranked[0])), sqnr(_int4(runtime, ranked[-1])), sqnr(_int4(runtime))
     assert first > none + 0.5 and first > last, (first, last, none)
+
+
+def test_an_infeasible_int4_trial_is_repaired_with_one_more_linear_layer_float() -> None:
+    from nnsweep.sweep.moves import repaired
+
+    spec = parse_spec(
+        {
+            "name": "s",
+            "model": "digits",
+            "space": {"runtime": ["onnxruntime"], "quant": ["int4_weight"], "float_layers": [0, 1, 2]},
+        }
+    )
+    asked: list[int | None] = []
+
+    def layers_for(
+        runtime: str, granularity: Granularity | None, k: int, group_size: int | None = None
+    ) -> tuple[str, ...]:
+        asked.append(group_size)
+        return ("mid", "out", "inp")[:k]
+
+    space = device_space(spec, "host", {"onnxruntime": ("cpu",)}, 2, layers_for)
+    config = DeploymentConfig("onnxruntime", ("cpu",), QuantConfig(QuantMode.INT4_WEIGHT, group_size=128))
+    fixed = repaired(config, space)
+    assert fixed is not None and fixed.quant.float_layers == ("mid",) and fixed.quant.group_size == 128
+    assert asked == [128]  # the int4 ranking at the trial's group size
