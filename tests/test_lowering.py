@@ -31,7 +31,7 @@ def _keeping_whole(limits: PartitionLimits) -> LimitedPartitioner:
 
 @pytest.fixture(scope="module")
 def program(digits_gn: ModelBundle) -> torch.export.ExportedProgram:
-    return _program(digits_gn, QuantConfig())
+    return _program(digits_gn, QuantConfig(), None)
 
 
 def _in_one_call(program: torch.export.ExportedProgram, partitioner: LimitedPartitioner) -> bytes:
