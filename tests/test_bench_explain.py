@@ -176,7 +176,7 @@ def test_executorch_groups_by_debug_handle_and_names_by_module_stack() -> None:
 def test_litert_tensor_names_resolve_to_module_paths() -> None:
     from torch import nn
 
-    from nnsweep.runtimes.litert.explain import module_path
+    from nnsweep.runtimes.litert.names import module_path
 
     class Block(nn.Module):
         def __init__(self) -> None:

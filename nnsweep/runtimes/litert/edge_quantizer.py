@@ -26,7 +26,7 @@ import numpy as np
 from nnsweep.core.errors import ConversionError, first_line
 from nnsweep.runtimes.common.converter import printed_to_debug_log
 from nnsweep.runtimes.common.int4 import Int4Plan
-from nnsweep.runtimes.litert.explain import module_path
+from nnsweep.runtimes.litert.names import module_path
 
 __all__ = ["quantize_a16w8", "quantize_fp16", "quantize_int4"]
 

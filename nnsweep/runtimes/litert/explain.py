@@ -4,8 +4,7 @@
 of the ops LiteRT's builtin kernels run (a delegate's are internal to it): the artifact is
 run here without the XNNPACK delegate, on the builtin int8 kernels, and each op's output
 is dequantized with its tensor's scale and zero point. litert-torch names an op's output by
-its module stack (``OutlierNet/Sequential_blocks/Block_2/Conv2d_pw1;1``, fused ops' names
-joined by ``;``): the attributes make the module path, checked against the model's modules.
+its module stack (:mod:`~nnsweep.runtimes.litert.names` makes it a module path).
 An op whose name has no module (the root's reshapes, the model's output) is left out.
 4-D tensors are NHWC in LiteRT: they are compared as NCHW, the layout of the PyTorch model.
 """
@@ -19,39 +18,11 @@ import numpy as np
 
 from nnsweep.bench.divergence import Observed
 from nnsweep.core.errors import BenchmarkError
+from nnsweep.runtimes.litert.names import module_path
 
-__all__ = ["explain", "module_path"]
+__all__ = ["explain"]
 
 _NOTE = "every tensor kept by the interpreter, run on LiteRT's builtin kernels (the XNNPACK delegate's are internal)"
-
-
-def _attribute(segment: str, children: dict[str, Any]) -> str | None:
-    """The child attribute ``segment`` (``<class>_<attribute>``) names, the longest that exists."""
-    for i, char in enumerate(segment):
-        if char == "_" and segment[i + 1 :] in children:
-            return segment[i + 1 :]
-    return None
-
-
-def module_path(name: str, root: Any) -> str | None:
-    """The module path of a LiteRT tensor ``name`` (see the module docstring) in ``root``, the
-    last of the fused ops' names that resolves (``None``: none does)."""
-    found = None
-    for part in name.split(";"):
-        segments = part.split("/")[1:]  # the first is the root module's class
-        if not segments:
-            continue
-        module, path = root, []
-        for segment in segments:
-            children = dict(module.named_children())
-            attribute = _attribute(segment, children)
-            if attribute is None:
-                break
-            path.append(attribute)
-            module = children[attribute]
-        else:
-            found = ".".join(path)
-    return found
 
 
 def _float(value: np.ndarray, quantization: tuple[float, int]) -> np.ndarray:
