@@ -177,7 +177,7 @@ def sweep(
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     check_cache_dir(cache, "cache_dir", "give a folder")
     runner = executor_for(spec, executor, address)
-    tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=tracking)
+    tracker = tracker_for(spec.tracking.uri, spec.experiment, spec.name, enabled=tracking)
     try:
         return Sweep(spec, runner, tracker, cache, progress=progress, notice=notice, fresh=fresh).run()
     finally:

@@ -16,7 +16,8 @@ from hypothesis.extra import numpy as hnp
 from PIL import Image
 
 from nnsweep.core.errors import SpecError
-from nnsweep.models.data_sources import DataSource, LoadedData, check_fits, load_data
+from nnsweep.core.task_data import DataSource
+from nnsweep.models.data_sources import LoadedData, check_fits, load_data
 
 FIELD = "data.evaluation"
 _RNG = np.random.default_rng(0)

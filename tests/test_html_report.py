@@ -312,14 +312,14 @@ def test_publish_report_links_runs_and_logs_the_file_without_creating_runs(studi
     from nnsweep.tracking import MlflowTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    sweep = MlflowTracker(uri, studied.tracking.experiment, studied.name)  # what `nnsweep run` logged
+    sweep = MlflowTracker(uri, studied.experiment, studied.name)  # what `nnsweep run` logged
     sweep.open_device("host", {"arch": "x86_64"})
     for record in sample_devices()[0].records:
         sweep.start_trial("host", record.number, record.config)
         sweep.finish_trial(record)
     sweep.close_device("host")
 
-    reader = MlflowTracker(uri, studied.tracking.experiment, studied.name)  # what `nnsweep report` opens
+    reader = MlflowTracker(uri, studied.experiment, studied.name)  # what `nnsweep report` opens
     out = publish_report(studied, tmp_path / "report.html", reader)
     client = MlflowClient(uri)
     runs = client.search_runs([reader.experiment_id])

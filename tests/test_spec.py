@@ -49,7 +49,7 @@ def test_the_issue_example_parses_into_frozen_typed_data() -> None:
 def test_defaults_fill_a_minimal_spec() -> None:
     spec = parse_spec({"name": "m", "model": "digits"})
     assert spec.devices == ("host",)
-    assert spec.tracking.uri == "sqlite:///mlflow.db" and spec.tracking.experiment == "m"
+    assert spec.tracking.uri == "sqlite:///mlflow.db" and spec.experiment == "m"
     m = spec.measure
     assert spec.storage == "journal" and m.iters == 200 and m.warmup == 5 and m.remeasure == 3
     assert (m.until_stable, m.ci_rel, m.max_duration_s) == (False, 0.01, 10.0)

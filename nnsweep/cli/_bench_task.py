@@ -12,8 +12,8 @@ from nnsweep.core.metrics import BUILTIN, UserMetric
 
 if TYPE_CHECKING:
     from nnsweep.bench.task import Task
+    from nnsweep.core.task_data import TaskData
     from nnsweep.models import ModelBundle
-    from nnsweep.models.task_data import TaskData
 
 __all__ = ["add_task_options", "bench_task", "task_data", "user_metrics"]
 
@@ -61,8 +61,7 @@ def task_data(args: argparse.Namespace) -> TaskData | None:
         raise SpecError("--max-samples", "takes a positive count, with --data")
     if args.data is None:
         return None
-    from nnsweep.models.data_sources import DataSource
-    from nnsweep.models.task_data import TaskData
+    from nnsweep.core.task_data import DataSource, TaskData
 
     return TaskData(evaluation=DataSource(args.data, max_samples=args.max_samples), base_dir=Path.cwd())
 

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
     from nnsweep.tracking import MlflowTracker, NullTracker
 
     tracking = spec.tracking
-    tracker = NullTracker() if args.no_tracking else MlflowTracker(tracking.uri, tracking.experiment, spec.name)
+    tracker = NullTracker() if args.no_tracking else MlflowTracker(tracking.uri, spec.experiment, spec.name)
     path = _report_file._publish_report(
         spec, args.out, tracker, devices=devices, ui_url=args.ui_url, cache_dir=cache_dir
     )

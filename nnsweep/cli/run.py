@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         executor = executor_for(spec, args.executor, args.address)
     except SpecError as exc:
         return _usage_error(exc, _SPEC_OPTIONS)
-    tracker = tracker_for(spec.tracking.uri, spec.tracking.experiment, spec.name, enabled=not args.no_tracking)
+    tracker = tracker_for(spec.tracking.uri, spec.experiment, spec.name, enabled=not args.no_tracking)
     from nnsweep.report.progress import ProgressDisplay
 
     display = ProgressDisplay(enabled=not args.json)
@@ -258,7 +258,7 @@ def _results_text(spec: Any, results: Any, *, tracking: bool) -> str:
             blocks.append(_spread_text(r.spread, r.baseline.number if r.baseline else None, r.fell_off))
     if tracking:
         ui = f"nnsweep ui {shlex.quote(str(spec.source))}"  # a path with spaces pastes as one argument
-        blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.tracking.experiment!r}); `{ui}`")
+        blocks.append(f"MLflow: {spec.tracking.uri} (experiment {spec.experiment!r}); `{ui}`")
     return "\n\n".join(blocks)
 
 

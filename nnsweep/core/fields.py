@@ -1,9 +1,8 @@
 """One definition per setting: a frozen dataclass field carries its default, bounds and help.
 
-A spec section (``measure``, ``budget``, ...) is a frozen dataclass whose fields are made
-with :func:`setting`; the spec's pydantic schema, the dataclass's own check and the
-command-line options that mirror a key are all derived from that one field, so a default
-or a bound is written once.
+A spec section (``measure``, ``space``, ...) is a frozen dataclass of :func:`setting` fields;
+the pydantic schema, the dataclass's check and the CLI options mirroring a key derive from
+them. A list setting (``tuple[X, ...]``) is non-empty without repeats; bounds apply to each value.
 
 Example:
     >>> @dataclass(frozen=True)
@@ -20,14 +19,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 import types
 import typing
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from nnsweep.core.errors import SpecError
 
 __all__ = [
+    "REQUIRED",
     "Setting",
     "bounds_text",
     "check_settings",
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 _KEY = "nnsweep.setting"
+REQUIRED: Any = dataclasses.MISSING
+"""The default of a setting the spec must give (``setting(REQUIRED, ...)``)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,9 @@ class Setting:
         ge, gt, le, lt: inclusive and exclusive bounds of a number.
         max_length: the longest a text may be (texts are never empty).
         unit: how a command-line option says a number: ``seconds``, ``fraction`` or ``""``.
+        key: the spec's name for it when not the field's (``space.runtime`` is ``runtimes``).
+        choices: the values allowed (of each value, for a list).
+        ranges: a list of integers the spec may also give as ``{low, high}``.
     """
 
     help: str
@@ -59,6 +66,9 @@ class Setting:
     lt: float | None = None
     max_length: int | None = None
     unit: str = ""
+    key: str | None = None
+    choices: tuple[Any, ...] | None = None
+    ranges: bool = False
 
     def bounds(self) -> dict[str, Any]:
         """The bounds as pydantic's ``Field`` takes them."""
@@ -79,31 +89,54 @@ def setting(
     lt: float | None = None,
     max_length: int | None = None,
     unit: str = "",
+    key: str | None = None,
+    choices: tuple[Any, ...] | None = None,
+    ranges: bool = False,
+    compare: bool = True,
 ) -> Any:
-    """A dataclass field with its default, bounds and help: the one place they are written."""
-    meta = Setting(help, ge=ge, gt=gt, le=le, lt=lt, max_length=max_length, unit=unit)
-    return field(default=default, metadata={_KEY: meta})
+    """A dataclass field with its default, bounds and help: the one place they are written.
+
+    ``compare=False`` for a setting another one already says (an older spelling folded in).
+    """
+    meta = Setting(
+        help, ge=ge, gt=gt, le=le, lt=lt, max_length=max_length, unit=unit, key=key, choices=choices, ranges=ranges
+    )
+    if isinstance(default, list | dict | set):
+        raise TypeError("a setting's default is immutable: a tuple, or a MappingProxyType for a mapping")
+    if isinstance(default, MappingProxyType):  # a dataclass takes no unhashable default
+        return field(default_factory=lambda: default, metadata={_KEY: meta}, compare=compare)
+    return field(default=default, metadata={_KEY: meta}, compare=compare)
 
 
 def setting_of(cls: type, name: str) -> tuple[Setting, Any]:
     """The setting ``name`` of the dataclass ``cls`` and its default."""
     for f in dataclasses.fields(cls):
         if f.name == name and _KEY in f.metadata:
-            return f.metadata[_KEY], f.default
+            return f.metadata[_KEY], _default(f)
     raise KeyError(f"{cls.__name__}.{name} is not a setting")
 
 
 def settings_of(cls: type) -> list[tuple[str, type, Setting, Any]]:
     """Every setting of ``cls`` in field order: name, value type, bounds and help, default."""
     hints = _hints(cls)
-    return [(f.name, hints[f.name], f.metadata[_KEY], f.default) for f in dataclasses.fields(cls) if _KEY in f.metadata]
+    fields = [f for f in dataclasses.fields(cls) if _KEY in f.metadata]
+    return [(f.name, hints[f.name], f.metadata[_KEY], _default(f)) for f in fields]
 
 
-def value_type(annotation: Any) -> tuple[type, bool]:
-    """The plain type of an annotation (``int``, ``float``, ``bool``, ``str``) and whether it may be ``None``."""
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def value_type(annotation: Any) -> tuple[Any, bool]:
+    """An annotation without its ``None`` (``int``, ``str | bool``, ``tuple[int, ...]``) and whether it had one."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        present = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return present[0], True
+        args = typing.get_args(annotation)
+        present = [a for a in args if a is not type(None)]
+        if len(present) == len(args):
+            return annotation, False
+        return functools.reduce(operator.or_, present), True
     return annotation, False
 
 
@@ -135,24 +168,41 @@ def check_settings(obj: Any) -> None:
         kind, optional = value_type(annotation)
         if value is None and optional:
             continue
-        if kind is bool:
-            ok, what = isinstance(value, bool), "true or false"
-        elif kind is int:
-            ok, what = isinstance(value, int) and not isinstance(value, bool), "an integer"
-        elif kind is float:
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            ok, what = number and math.isfinite(value), "a finite number"
-        elif typing.get_origin(kind) is typing.Literal:
-            allowed = typing.get_args(kind)
-            ok, what = value in allowed, "one of " + ", ".join(map(str, allowed))
+        if typing.get_origin(kind) is tuple:
+            ok, what = _check_list(value, typing.get_args(kind)[0], meta)
         else:
-            ok, what = isinstance(value, str) and bool(value), "a non-empty text"
-            ok = ok and (meta.max_length is None or len(value) <= meta.max_length)
-        limits = bounds_text(type(obj), name)
-        if ok and kind in (int, float):
-            ok = _within(value, meta)
+            ok, what = _check_one(value, kind, meta)
         if not ok:
+            limits = bounds_text(type(obj), name)
             raise SpecError(name, f"must be {what}{' ' + limits if limits else ''}, got {value!r}")
+
+
+def _check_list(value: Any, item: Any, meta: Setting) -> tuple[bool, str]:
+    ok = isinstance(value, tuple) and bool(value) and len(set(value)) == len(value)
+    ok = ok and all(_check_one(one, item, meta)[0] for one in value)
+    return ok, f"a non-empty list without repeats, each value {_check_one(None, item, meta)[1]}"
+
+
+def _check_one(value: Any, kind: Any, meta: Setting) -> tuple[bool, str]:
+    """Whether ``value`` is of the setting's plain ``kind`` and within its bounds, and what it must be."""
+    if meta.choices is not None:
+        return value in meta.choices, "one of " + ", ".join(map(str, meta.choices))
+    if kind is bool:
+        return isinstance(value, bool), "true or false"
+    if kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return ok and _within(value, meta), "an integer"
+    if kind is float:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and math.isfinite(value) and _within(value, meta), "a finite number"
+    if typing.get_origin(kind) is typing.Literal:
+        allowed = typing.get_args(kind)
+        return value in allowed, "one of " + ", ".join(map(str, allowed))
+    if kind is str:
+        ok = isinstance(value, str) and bool(value)
+        return ok and (meta.max_length is None or len(value) <= meta.max_length), "a non-empty text"
+    plain = typing.get_origin(kind) or kind  # a mapping, an enum, a range: the schema checked its parts
+    return isinstance(value, plain), f"a {getattr(plain, '__name__', plain)}"
 
 
 def _within(value: float, meta: Setting) -> bool:

@@ -14,7 +14,7 @@ from nnsweep.artifacts.cache import Artifact
 from nnsweep.core.config import DeploymentConfig
 
 if TYPE_CHECKING:
-    from nnsweep.models.task_data import TaskData
+    from nnsweep.core.task_data import TaskData
 
 __all__ = ["ConvertRequest", "Executor", "ModelSource"]
 

@@ -47,7 +47,7 @@ from nnsweep.models._token_ids import ID_DTYPES, check_ids, synthetic_ids, vocab
 from nnsweep.models._user_code import import_function
 
 if TYPE_CHECKING:
-    from nnsweep.models.task_data import TaskData
+    from nnsweep.core.task_data import TaskData
 
 __all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
 

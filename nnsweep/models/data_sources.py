@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from nnsweep.core.errors import SpecError, clip, excerpt, first_line
+from nnsweep.core.task_data import DataSource
 from nnsweep.models._bundle import is_tensor
 from nnsweep.models._data_digest import data_digest
 from nnsweep.models._data_folders import IMAGE_SUFFIXES, dataset_splits, hf_dataset, image_folder, to_array
@@ -34,29 +35,6 @@ ACCEPTED = (
 _NUMERIC_KINDS = "biuf"
 _NPZ_INPUTS = ("inputs", "x")
 _NPZ_TARGETS = ("targets", "y")
-
-
-@dataclass(frozen=True)
-class DataSource:
-    """Where a split's data comes from, as a spec's ``data.evaluation``/``data.calibration`` gives it.
-
-    Args:
-        source: ``module:function``, ``file.py:function`` (relative to the sweep file's
-            folder), a ``.npz``/``.npy`` file, an image folder or a ``datasets`` folder.
-        max_samples: keep at most this many samples (a seeded subset); None keeps all.
-        seed: the subset's seed.
-        transform: ``module:function`` or ``file.py:function`` mapping one PIL image to an
-            array (image folders and image columns); default RGB float32 (C, H, W) in [0, 1].
-        input_column: the ``.npz`` array or ``datasets`` column of the inputs.
-        target_column: the ``.npz`` array or ``datasets`` column of the targets.
-    """
-
-    source: str
-    max_samples: int | None = None
-    seed: int = 0
-    transform: str | None = None
-    input_column: str | None = None
-    target_column: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,28 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from nnsweep.core.task_data import DataSource, TaskData
 from nnsweep.models._bundle import ModelBundle, Split
-from nnsweep.models.data_sources import DataSource, LoadedData, check_fits, load_data
+from nnsweep.models.data_sources import LoadedData, check_fits, load_data
 
-__all__ = ["TaskData", "with_data"]
-
-
-@dataclass(frozen=True)
-class TaskData:
-    """Where a sweep's evaluation and calibration data come from (``None``: the model's own).
-
-    ``base_dir``: what relative paths and ``file.py:function`` references are relative to
-    (the sweep file's folder).
-    """
-
-    evaluation: DataSource | None = None
-    calibration: DataSource | None = None
-    base_dir: Path = Path(".")
+__all__ = ["with_data"]
 
 
 def with_data(bundle: ModelBundle, data: TaskData) -> ModelBundle:

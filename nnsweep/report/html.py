@@ -177,7 +177,7 @@ def render_report(
         f"objectives: {objective_text}{constraint}"
     )
     footer = f"Written by nnsweep {__version__} on {now:%Y-%m-%d %H:%M} UTC from the sweep's Optuna study. " + (
-        f"MLflow: {spec.tracking.uri}, experiment {spec.tracking.experiment!r}; run links point to {ui_url} "
+        f"MLflow: {spec.tracking.uri}, experiment {spec.experiment!r}; run links point to {ui_url} "
         f"(start it with `nnsweep ui {shlex.quote(str(spec.source)) if spec.source else 'SPEC'}`)."
         if any(links.values())
         else "No MLflow runs are linked (the sweep ran without tracking, or its store holds none of these trials)."

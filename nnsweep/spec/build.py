@@ -21,12 +21,11 @@ from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, clip, excerpt
 from nnsweep.core.measure import MeasureSettings
 from nnsweep.core.quant import OptionValue, QuantMode
-from nnsweep.spec.schema import schema, translate
+from nnsweep.spec.schema import schema, section_values, translate
 from nnsweep.spec.settings import (
     _NAME,
     Bridge,
     Budget,
-    IntRange,
     Objective,
     SearchSettings,
     SearchSpace,
@@ -111,17 +110,15 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         model=model,
         devices=tuple(raw.devices),
         objectives=tuple(Objective(m, d) for m, d in raw.objectives.items()),
-        max_accuracy_drop=raw.constraints.max_accuracy_drop,
-        min_sqnr_db=raw.constraints.min_sqnr_db,
         space=space,
-        budget=Budget(**raw.budget.model_dump()),
-        measure=MeasureSettings(**raw.measure.model_dump()),
-        tracking=Tracking(raw.tracking.uri, raw.tracking.experiment or raw.name),
+        budget=Budget(**section_values(Budget, raw.budget, "budget")),
+        measure=MeasureSettings(**section_values(MeasureSettings, raw.measure, "measure")),
+        tracking=Tracking(**section_values(Tracking, raw.tracking, "tracking")),
         storage=storage,
         state_dir=base / ".nnsweep" / raw.name,
         weights=(base / raw.weights) if raw.weights else None,
         input_shape=tuple(raw.input_shape) if raw.input_shape else None,
-        search=SearchSettings(**raw.search.model_dump()),
+        search=SearchSettings(**section_values(SearchSettings, raw.search, "search")),
         bridges=bridges,
         npus=npus,
         source=source,
@@ -149,23 +146,14 @@ def _model(raw: Any, base: Path) -> str:
 
 
 def _space(s: Any) -> SearchSpace:
+    """``space`` as a :class:`SearchSpace`: each key's type, bounds and repeats were checked by
+    the schema; what is checked here is what depends on the runtimes and on other keys."""
+    values = section_values(SearchSpace, s, "space")
     known = runtimes.names()
-    for i, name in enumerate(s.runtime):
+    for i, name in enumerate(values["runtimes"]):
         if name not in known:
             raise SpecError(f"space.runtime[{i}]", f"unknown runtime {excerpt(name)}; allowed: {', '.join(known)}")
-    for key, path in (
-        ("runtime", "space.runtime"),
-        ("quant", "space.quant"),
-        ("granularity", "space.granularity"),
-        ("calibration", "space.calibration"),
-        ("interface", "space.interface"),
-        ("max_delegated_partitions", "space.max_delegated_partitions"),
-        ("threads", "space.threads"),
-        ("group_size", "space.group_size"),
-    ):
-        _check_unique(list(getattr(s, key)), path)
-    backends: dict[str, tuple[str, ...]] = {}
-    for rt, names in s.backends.items():
+    for rt, names in values["backends"].items():
         if rt not in known:
             raise SpecError(f"space.backends.{clip(rt)}", f"unknown runtime; allowed: {', '.join(known)}")
         allowed = runtimes.get(rt).backends
@@ -176,51 +164,22 @@ def _space(s: Any) -> SearchSpace:
                 raise SpecError(
                     f"space.backends.{rt}[{i}]", f"unknown {rt} backend {excerpt(b)}; allowed: {', '.join(allowed)}"
                 )
-        _check_unique(names, f"space.backends.{rt}")
-        backends[rt] = tuple(names)
-    if isinstance(s.min_nodes_per_partition, list):
-        if not s.min_nodes_per_partition or min(s.min_nodes_per_partition) < 1:
-            raise SpecError("space.min_nodes_per_partition", "values must be >= 1")
-        mn = IntRange(min(s.min_nodes_per_partition), max(s.min_nodes_per_partition))
-    else:
-        mn = IntRange(s.min_nodes_per_partition.low, s.min_nodes_per_partition.high)
-    if mn.low > mn.high:
-        raise SpecError("space.min_nodes_per_partition", f"low ({mn.low}) is above high ({mn.high})")
-
-    return SearchSpace(
-        float_layers=_float_layers(s),
-        quant_options=_quant_options(s),
-        runtimes=tuple(s.runtime),
-        quant=tuple(s.quant),
-        granularity=tuple(s.granularity),
-        calibration=tuple(s.calibration),
-        interface=tuple(s.interface),
-        backends=backends,
-        max_delegated_partitions=tuple(s.max_delegated_partitions),
-        min_nodes_per_partition=mn,
-        threads=tuple(s.threads),
-        group_size=tuple(s.group_size),
-    )
+        _check_unique(list(names), f"space.backends.{rt}")
+    _check_float_layers(values)
+    values["quant_options"] = _quant_options(s)
+    return SearchSpace(**values)
 
 
-def _float_layers(s: Any) -> tuple[int, ...]:
-    """The counts of float layers to search; nonzero ones need an int8 mode and a runtime that can."""
+def _check_float_layers(space: dict[str, Any]) -> None:
+    """Nonzero counts of float layers need a quantized mode and a runtime that keeps layers float."""
     path = "space.float_layers"
-    if isinstance(s.float_layers, list):
-        _check_unique(list(s.float_layers), path)
-        counts = tuple(sorted(s.float_layers))
-    else:
-        if s.float_layers.low > s.float_layers.high:
-            raise SpecError(path, f"low ({s.float_layers.low}) is above high ({s.float_layers.high})")
-        counts = tuple(range(s.float_layers.low, s.float_layers.high + 1))
-    if counts == (0,):
-        return counts
-    if not any(QuantMode(m).is_int8 or QuantMode(m).is_grouped for m in s.quant):
+    if space["float_layers"] == (0,):
+        return
+    if not any(m.is_int8 or m.is_grouped for m in space["quant"]):
         raise SpecError(path, "keeps layers of int8 and int4_weight models in float, but space.quant has neither")
     able = [name for name in runtimes.names() if runtimes.get(name).mixed_precision is None]
-    if not any(name in able for name in s.runtime):
+    if not any(name in able for name in space["runtimes"]):
         raise SpecError(path, f"none of space.runtime keeps layers in float; these can: {', '.join(able) or 'none'}")
-    return counts
 
 
 def _quant_options(s: Any) -> dict[str, dict[str, tuple[OptionValue, ...]]]:

@@ -3,125 +3,46 @@ parsed), and its errors translated into :class:`SpecError` naming the YAML path.
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
 import functools
+import operator
+import types
+import typing
 from typing import Any, Literal
 
-from nnsweep.core.config import Calibration, Granularity, Interface, QuantConfig, QuantMode
 from nnsweep.core.errors import SpecError, excerpt
-from nnsweep.core.fields import setting_of, settings_of, value_type
-from nnsweep.spec.settings import (
-    DEFAULT_GROUP_SIZES,
-    MAX_FLOAT_LAYERS,
-    MAX_NODES,
-    MAX_PARTITIONS,
-    MAX_SAMPLES,
-    MAX_THREADS,
-    SECTIONS,
-    Bridge,
-    _default_objectives,
-)
+from nnsweep.core.fields import REQUIRED, Setting, _within, setting_of, settings_of, value_type
+from nnsweep.spec.settings import SECTIONS, Bridge, IntRange, Npu, _default_objectives
 
 __all__ = ["schema", "translate"]
 
 
 @functools.lru_cache(maxsize=1)
 def schema() -> Any:
-    """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed)."""
+    """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed).
+
+    Each section is derived from its dataclass (:data:`~nnsweep.spec.settings.SECTIONS`);
+    written here are the top-level keys and a bridge's, whose file form is not a dataclass.
+    """
     from typing import Annotated
 
-    from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator
+    from pydantic import BaseModel, ConfigDict, Field, Strict
 
-    # Strict numbers: YAML's `true` is not 1, "5" is not 5, 1e26 is not an integer; floats are finite.
     Int = Annotated[int, Strict()]
-    Float = Annotated[float, Strict(), AllowInfNan(False)]
     Text = Annotated[str, Strict()]
-    Bool = Annotated[bool, Strict()]
-    strict: dict[type, Any] = {int: Int, float: Float, str: Text, bool: Bool}
 
     class _Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
-    class RangeIn(_Strict):
-        low: Int = Field(ge=1, le=MAX_NODES)
-        high: Int = Field(ge=1, le=MAX_NODES)
-
-    class CountRangeIn(_Strict):
-        low: Int = Field(ge=0, le=MAX_FLOAT_LAYERS)
-        high: Int = Field(ge=0, le=MAX_FLOAT_LAYERS)
-
-    class SpaceIn(_Strict):
-        runtime: list[Text] = Field(default_factory=lambda: ["executorch"], min_length=1)
-        quant: list[QuantMode] = Field(default_factory=lambda: [QuantMode.FP32], min_length=1)
-        granularity: list[Granularity] = Field(default_factory=lambda: [Granularity.PER_CHANNEL], min_length=1)
-        calibration: list[Calibration] = Field(default_factory=lambda: [Calibration.MINMAX], min_length=1)
-        interface: list[Interface] = Field(default_factory=lambda: [Interface.CORE], min_length=1)
-        backends: dict[Text, list[Text]] = Field(default_factory=dict)
-        max_delegated_partitions: list[Int] = Field(default_factory=lambda: [0], min_length=1)
-        min_nodes_per_partition: RangeIn | list[Int] = Field(default_factory=lambda: [1])
-        threads: list[Int] = Field(default_factory=lambda: [1], min_length=1)
-        float_layers: CountRangeIn | list[Int] = Field(default_factory=lambda: [0])
-        group_size: list[Int] = Field(default_factory=lambda: list(DEFAULT_GROUP_SIZES), min_length=1)
-        # runtime -> its quantizer option -> the values to search (names, or true/false)
-        quant_options: dict[Text, dict[Text, list[Text | Bool]]] = Field(default_factory=dict)
-
-        @field_validator("float_layers")
-        @classmethod
-        def _counts(cls, v: Any) -> Any:
-            if isinstance(v, list) and (not v or any(not 0 <= x <= MAX_FLOAT_LAYERS for x in v)):
-                raise ValueError(f"list at least one count, each between 0 and {MAX_FLOAT_LAYERS} (0 = all int8)")
-            return v
-
-        @field_validator("group_size")
-        @classmethod
-        def _group_sizes(cls, v: list[int]) -> list[int]:
-            if any(x not in QuantConfig.GROUP_SIZES for x in v):
-                raise ValueError(f"every value must be one of {', '.join(map(str, QuantConfig.GROUP_SIZES))}")
-            return v
-
-        @field_validator("max_delegated_partitions")
-        @classmethod
-        def _non_negative(cls, v: list[int]) -> list[int]:
-            if any(not 0 <= x <= MAX_PARTITIONS for x in v):
-                raise ValueError(f"every value must be between 0 and {MAX_PARTITIONS} (0 = no limit)")
-            return v
-
-        @field_validator("threads")
-        @classmethod
-        def _positive(cls, v: list[int]) -> list[int]:
-            if any(not 1 <= x <= MAX_THREADS for x in v):
-                raise ValueError(f"every value must be between 1 and {MAX_THREADS}")
-            return v
-
-    BudgetIn = section_model(SECTIONS["budget"], "BudgetIn", _Strict, strict)
-    MeasureIn = section_model(SECTIONS["measure"], "MeasureIn", _Strict, strict)
-
-    class TrackingIn(_Strict):
-        uri: Text = Field(default="sqlite:///mlflow.db", min_length=1, max_length=2000)
-        experiment: Text | None = Field(default=None, min_length=1, max_length=200)
-
-    class ConstraintsIn(_Strict):
-        max_accuracy_drop: Float | None = Field(default=None, ge=0, le=1)
-        min_sqnr_db: Float | None = Field(default=None, ge=0, le=200)
-        # metric -> bound: its drop below the device's fp32 baseline, and absolute bounds
-        max_drop: dict[Text, Float] = Field(default_factory=dict)
-        min: dict[Text, Float] = Field(default_factory=dict)
-        max: dict[Text, Float] = Field(default_factory=dict)
+    models = {key: section_model(cls, _Strict) for key, cls in SECTIONS.items()}
+    Space, Constraints, Data = models["space"], models["constraints"], models["data"]
+    Budget, Measure, Tracking, Search = models["budget"], models["measure"], models["tracking"], models["search"]
+    NpuIn = section_model(Npu, _Strict)
 
     class MetricIn(_Strict):
         function: Text = Field(min_length=1, max_length=1000)
         goal: Literal["maximize", "minimize"]
-
-    class DataSourceIn(_Strict):
-        source: Text = Field(min_length=1, max_length=2000)
-        max_samples: Int | None = Field(default=None, ge=1, le=MAX_SAMPLES)
-        seed: Int = Field(default=0, ge=0, le=2**32 - 1)
-        transform: Text | None = Field(default=None, min_length=1, max_length=1000)
-        input_column: Text | None = Field(default=None, min_length=1, max_length=200)
-        target_column: Text | None = Field(default=None, min_length=1, max_length=200)
-
-    class DataIn(_Strict):
-        evaluation: DataSourceIn | None = None
-        calibration: DataSourceIn | None = None
 
     class BridgeIn(_Strict):
         transport: Literal["adb", "ssh"]
@@ -133,11 +54,7 @@ def schema() -> Any:
         workdir: Text | None = None
         repeats: Int = setting_field(Bridge, "repeats")
 
-    SearchIn = section_model(SECTIONS["search"], "SearchIn", _Strict, strict)
-
-    class NpuIn(_Strict):
-        target: Text
-
+    # the sections' models are built from dataclasses, so mypy cannot see them as types
     class SpecIn(_Strict):
         name: Text
         model: Text = Field(min_length=1, max_length=1000)
@@ -147,33 +64,144 @@ def schema() -> Any:
         objectives: dict[Text, Literal["maximize", "minimize"]] = Field(
             default_factory=_default_objectives, min_length=1
         )
-        constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
         metrics: dict[Text, MetricIn] = Field(default_factory=dict)
-        data: DataIn = Field(default_factory=DataIn)
-        space: SpaceIn = Field(default_factory=SpaceIn)
-        budget: BudgetIn = Field(default_factory=BudgetIn)  # type: ignore[valid-type]  # built from a dataclass
-        measure: MeasureIn = Field(default_factory=MeasureIn)  # type: ignore[valid-type]  # built from a dataclass
-        tracking: TrackingIn = Field(default_factory=TrackingIn)
         storage: Text = Field(default="journal", min_length=1, max_length=2000)
         bridges: dict[Text, BridgeIn] = Field(default_factory=dict)
-        npus: dict[Text, NpuIn] = Field(default_factory=dict)
-        search: SearchIn = Field(default_factory=SearchIn)  # type: ignore[valid-type]  # built from a dataclass
+        npus: dict[Text, NpuIn] = Field(default_factory=dict)  # type: ignore[valid-type]
+        space: Space = Field(default_factory=Space)  # type: ignore[valid-type]
+        constraints: Constraints = Field(default_factory=Constraints)  # type: ignore[valid-type]
+        data: Data = Field(default_factory=Data)  # type: ignore[valid-type]
+        budget: Budget = Field(default_factory=Budget)  # type: ignore[valid-type]
+        measure: Measure = Field(default_factory=Measure)  # type: ignore[valid-type]
+        tracking: Tracking = Field(default_factory=Tracking)  # type: ignore[valid-type]
+        search: Search = Field(default_factory=Search)  # type: ignore[valid-type]
 
     return SpecIn
 
 
-def section_model(cls: type, name: str, base: type, strict: dict[type, Any]) -> Any:
-    """The pydantic model of a spec section defined by the dataclass ``cls``: each
-    :func:`~nnsweep.core.fields.setting` a key with its type (``strict``'s for its plain
-    type), default and bounds."""
-    from pydantic import create_model
+def _strict(kind: type) -> Any:
+    """Strict scalars: YAML's `true` is not 1, "5" is not 5, 1e26 is not an integer; floats are finite."""
+    from typing import Annotated
+
+    from pydantic import AllowInfNan, Strict
+
+    if kind is float:
+        return Annotated[float, Strict(), AllowInfNan(False)]
+    return Annotated[kind, Strict()]
+
+
+def section_model(cls: type, base: type) -> Any:
+    """The pydantic model of the spec section the dataclass ``cls`` defines: each
+    :func:`~nnsweep.core.fields.setting` a key (its ``key`` or the field's name) with its
+    type, default and bounds, a list's values checked one by one."""
+    from pydantic import create_model, field_validator
 
     keys: dict[str, Any] = {}
-    for key, annotation, _, _ in settings_of(cls):
-        kind, optional = value_type(annotation)
-        typed = strict.get(kind, kind)  # a Literal is its own strict type
-        keys[key] = (typed | None if optional else typed, setting_field(cls, key))
-    return create_model(name, __base__=base, **keys)
+    checks: dict[str, Any] = {}
+    for name, annotation, meta, _ in settings_of(cls):
+        key = meta.key or name
+        keys[key] = (_file_type(annotation, meta, base), setting_field(cls, name))
+        kind = value_type(annotation)[0]
+        if typing.get_origin(kind) is tuple or kind is IntRange:
+            check = functools.partial(_check_values, meta=meta, unique=kind is not IntRange)
+            checks[f"_values_of_{key}"] = field_validator(key)(check)
+    return create_model(f"{cls.__name__}In", __base__=base, __validators__=checks, **keys)
+
+
+def _file_type(annotation: Any, meta: Setting, base: type) -> Any:
+    """The type a spec file gives for a dataclass field's ``annotation``."""
+    kind, optional = value_type(annotation)
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if optional:
+        return _file_type(kind, meta, base) | None
+    if origin is tuple:
+        listed: Any = list[_file_type(args[0], meta, base)]  # type: ignore[misc]
+        return _range_model(meta, base) | listed if meta.ranges else listed
+    if origin is collections.abc.Mapping:
+        return dict[_file_type(args[0], meta, base), _file_type(args[1], meta, base)]  # type: ignore[misc]
+    if isinstance(kind, types.UnionType):
+        return functools.reduce(operator.or_, (_file_type(a, meta, base) for a in args))
+    if kind is IntRange:
+        return _range_model(meta, base) | list[_strict(int)]  # type: ignore[misc]
+    if dataclasses.is_dataclass(kind):
+        return section_model(kind, base)  # type: ignore[arg-type]
+    if kind in (str, int, float, bool):
+        return _strict(kind)
+    return kind  # an enum or a Literal is its own strict type
+
+
+def _range_model(meta: Setting, base: type) -> Any:
+    """``{low, high}``: an inclusive range of integers within the setting's bounds."""
+    from pydantic import Field, create_model
+
+    bound = Field(**{k: v for k, v in meta.bounds().items() if k in ("ge", "gt", "le", "lt")})
+    return create_model("RangeIn", __base__=base, low=(_strict(int), bound), high=(_strict(int), bound))
+
+
+def _check_values(value: Any, meta: Setting, unique: bool) -> Any:
+    """A list's values: none twice (``unique``), each within the setting's bounds or choices."""
+    if not isinstance(value, list):
+        return value  # a range: its bounds are its fields'
+    if not value:
+        raise ValueError("list at least one value")
+    seen: list[Any] = []
+    for item in value:
+        if unique and item in seen:
+            raise ValueError(f"lists {excerpt(item)} twice")
+        seen.append(item)
+    if meta.choices is not None and any(item not in meta.choices for item in value):
+        raise ValueError(f"every value must be one of {', '.join(map(str, meta.choices))}")
+    limits = [(meta.ge, meta.gt), (meta.le, meta.lt)]
+    if any(v is not None for pair in limits for v in pair) and not all(_within(item, meta) for item in value):
+        raise ValueError(f"every value must be {_range_text(meta)}")
+    return value
+
+
+def _range_text(meta: Setting) -> str:
+    low, high = meta.ge if meta.ge is not None else meta.gt, meta.le if meta.le is not None else meta.lt
+    return f"between {low:g} and {high:g}" if low is not None and high is not None else ""
+
+
+def section_values(cls: type, raw: Any, path: str) -> dict[str, Any]:
+    """The keyword arguments of ``cls`` from its validated section ``raw``: lists as tuples,
+    ranges as the setting's form, nested sections as their dataclasses.
+
+    Raises:
+        SpecError: a range whose ``low`` is above its ``high``.
+    """
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for name, _, meta, _ in settings_of(cls):
+        key = meta.key or name
+        out[name] = _value(getattr(raw, key), hints[name], meta, f"{path}.{key}")
+    return out
+
+
+def _value(value: Any, annotation: Any, meta: Setting | None, path: str) -> Any:
+    kind, _ = value_type(annotation)
+    if value is None:
+        return None
+    if kind is IntRange:  # given as a range or as a list of its values
+        low, high = (min(value), max(value)) if isinstance(value, list) else (value.low, value.high)
+        return IntRange(*_ordered(low, high, path))
+    if isinstance(value, list):  # a list setting that also takes a range is searched in order
+        return tuple(sorted(value)) if meta is not None and meta.ranges else tuple(value)
+    if hasattr(value, "low"):
+        low, high = _ordered(value.low, value.high, path)
+        return tuple(range(low, high + 1))
+    if isinstance(value, dict):
+        inner = typing.get_args(kind)[1] if typing.get_origin(kind) is collections.abc.Mapping else Any
+        return {k: _value(v, inner, None, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(kind):
+        section = typing.cast(type, kind)
+        return section(**section_values(section, value, path))
+    return value
+
+
+def _ordered(low: int, high: int, path: str) -> tuple[int, int]:
+    if low > high:
+        raise SpecError(path, f"low ({low}) is above high ({high})")
+    return low, high
 
 
 def setting_field(cls: type, name: str) -> Any:
@@ -181,12 +209,24 @@ def setting_field(cls: type, name: str) -> Any:
     from pydantic import Field
 
     meta, default = setting_of(cls, name)
-    return Field(default=default, description=meta.help, **meta.bounds())
+    kind = value_type(typing.get_type_hints(cls)[name])[0]
+    scalar = kind in (str, int, float, bool)
+    bounds = meta.bounds() if scalar else {}
+    if default is REQUIRED:
+        return Field(description=meta.help, **bounds)
+    if isinstance(default, tuple):
+        at_least: dict[str, Any] = {} if meta.ranges else {"min_length": 1}  # else the validator says it
+        return Field(default_factory=lambda: list(default), description=meta.help, **at_least)
+    if isinstance(default, collections.abc.Mapping):
+        return Field(default_factory=lambda: dict(default), description=meta.help)
+    if isinstance(default, IntRange):
+        return Field(default_factory=lambda: sorted({default.low, default.high}), description=meta.help)
+    return Field(default=default, description=meta.help, **bounds)
 
 
 # The names pydantic gives the branches of a union field (a range or a list, for one).
-_BRANCHES = ("RangeIn", "CountRangeIn", "list[int]", "str", "bool")
-_RANGES = ("RangeIn", "CountRangeIn")
+_BRANCHES = ("RangeIn", "list[int]", "str", "bool")
+_RANGES = ("RangeIn",)
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

@@ -7,16 +7,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from types import MappingProxyType
+from typing import Literal
 
-from nnsweep.core.config import Calibration, Granularity, Interface, QuantMode
-from nnsweep.core.fields import check_settings, setting
+from nnsweep.core.config import Calibration, Granularity, Interface, QuantConfig, QuantMode
+from nnsweep.core.fields import REQUIRED, check_settings, setting
 from nnsweep.core.measure import MAX_ITERS, MAX_MEASURE_SECONDS, MAX_WARMUP, MeasureSettings
 from nnsweep.core.metrics import ACCURACY, BUILTIN, LATENCY_P50, UserMetric
 from nnsweep.core.quant import OptionValue
-
-if TYPE_CHECKING:
-    from nnsweep.models.task_data import TaskData
+from nnsweep.core.task_data import MAX_SAMPLES, TaskData
 
 __all__ = [
     "DEFAULT_GROUP_SIZES",
@@ -38,6 +37,7 @@ __all__ = [
     "Constraints",
     "IntRange",
     "MeasureSettings",
+    "Npu",
     "Objective",
     "SearchSettings",
     "SearchSpace",
@@ -59,7 +59,6 @@ MAX_PARTITIONS = 10_000
 MAX_NODES = 1_000_000
 MAX_FLOAT_LAYERS = 10_000
 MAX_REPEATS = 1_000
-MAX_SAMPLES = 10_000_000  # data.*.max_samples
 # space.group_size: torchao's default group and ONNX Runtime's default block, both powers of two
 DEFAULT_GROUP_SIZES = (32, 128)
 
@@ -74,31 +73,44 @@ class IntRange:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """What a sweep may choose, before each device narrows it to what it has.
+    """What a sweep may choose (``space``), before each device narrows it to what it has.
 
-    One tuple of choices per ``space`` key (docs/reference/spec.md). ``backends`` maps a
-    runtime to the backends whose preference orders are searched (every order of them;
-    unlisted runtimes use their default order); ``calibration`` is filtered per runtime;
-    partition limits apply to delegating runtimes only; ``float_layers`` counts the most
-    sensitive layers an int8 configuration keeps float (0: the whole model int8);
-    ``quant_options`` maps a runtime to the values of its own quantizer options to search
-    (:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options`); unlisted options stay at
-    their defaults; ``group_size`` the input features per 4-bit weight scale that
-    ``int4_weight`` searches.
+    ``calibration`` is filtered per runtime; partition limits apply to delegating runtimes
+    only; ``quant_options`` keys are a runtime's own quantizer options
+    (:attr:`~nnsweep.core.runtimes.RuntimeInfo.quant_options`), unlisted ones at their defaults.
     """
 
-    runtimes: tuple[str, ...]
-    quant: tuple[QuantMode, ...]
-    granularity: tuple[Granularity, ...]
-    calibration: tuple[Calibration, ...]
-    interface: tuple[Interface, ...]
-    backends: Mapping[str, tuple[str, ...]]
-    max_delegated_partitions: tuple[int, ...]
-    min_nodes_per_partition: IntRange
-    threads: tuple[int, ...]
-    float_layers: tuple[int, ...] = (0,)
-    quant_options: Mapping[str, Mapping[str, tuple[OptionValue, ...]]] = field(default_factory=dict)
-    group_size: tuple[int, ...] = DEFAULT_GROUP_SIZES
+    runtimes: tuple[str, ...] = setting(("executorch",), "runtimes to search", key="runtime")
+    quant: tuple[QuantMode, ...] = setting((QuantMode.FP32,), "quantization modes")
+    granularity: tuple[Granularity, ...] = setting((Granularity.PER_CHANNEL,), "int8 weight scales per")
+    calibration: tuple[Calibration, ...] = setting((Calibration.MINMAX,), "how static int8 ranges are observed")
+    interface: tuple[Interface, ...] = setting((Interface.CORE,), "ExecuTorch's program interface")
+    backends: Mapping[str, tuple[str, ...]] = setting(
+        MappingProxyType({}), "runtime -> backends whose every preference order is searched"
+    )
+    max_delegated_partitions: tuple[int, ...] = setting(
+        (0,), "most partitions given to a delegate (0: no limit)", ge=0, le=MAX_PARTITIONS
+    )
+    min_nodes_per_partition: IntRange = setting(
+        IntRange(1, 1), "fewest nodes in a delegated partition: a list or {low, high}", ge=1, le=MAX_NODES
+    )
+    threads: tuple[int, ...] = setting((1,), "CPU threads", ge=1, le=MAX_THREADS)
+    float_layers: tuple[int, ...] = setting(
+        (0,),
+        "most sensitive layers a quantized model keeps float (0: none): a list or {low, high}",
+        ge=0,
+        le=MAX_FLOAT_LAYERS,
+        ranges=True,
+    )
+    quant_options: Mapping[str, Mapping[str, tuple[OptionValue, ...]]] = setting(
+        MappingProxyType({}), "runtime -> its quantizer option -> the values to search"
+    )
+    group_size: tuple[int, ...] = setting(
+        DEFAULT_GROUP_SIZES, "input features per 4-bit weight scale (int4_weight)", choices=QuantConfig.GROUP_SIZES
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 @dataclass(frozen=True)
@@ -145,17 +157,22 @@ class SearchSettings:
 
 @dataclass(frozen=True)
 class Constraints:
-    """Bounds a feasible trial meets, each keyed by metric name.
+    """Bounds a feasible trial meets (``constraints``), each keyed by metric name.
 
-    Args:
-        max_drop: how far a metric may fall below (for a metric to maximise) or rise above
-            (to minimise) the same device's fp32 baseline.
-        min, max: absolute bounds, on any metric (a size or memory budget too).
+    ``max_accuracy_drop`` and ``min_sqnr_db`` are older spellings of ``max_drop.accuracy`` and
+    ``min.sqnr_db``: the spec folds them in, so only the three mappings decide.
     """
 
-    max_drop: Mapping[str, float] = field(default_factory=dict)
-    min: Mapping[str, float] = field(default_factory=dict)
-    max: Mapping[str, float] = field(default_factory=dict)
+    max_drop: Mapping[str, float] = setting(
+        MappingProxyType({}), "metric -> how far it may move the wrong way from the device's fp32 baseline"
+    )
+    min: Mapping[str, float] = setting(MappingProxyType({}), "metric -> its lowest allowed value")
+    max: Mapping[str, float] = setting(MappingProxyType({}), "metric -> its highest allowed value")
+    max_accuracy_drop: float | None = setting(None, "max_drop.accuracy's older spelling", ge=0, le=1, compare=False)
+    min_sqnr_db: float | None = setting(None, "min.sqnr_db's older spelling", ge=0, le=200, compare=False)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
     def __bool__(self) -> bool:
         return bool(self.max_drop or self.min or self.max)
@@ -167,8 +184,23 @@ class Constraints:
 
 @dataclass(frozen=True)
 class Tracking:
-    uri: str
-    experiment: str
+    """Where MLflow records the sweep (``tracking``); ``experiment`` defaults to the sweep's name."""
+
+    uri: str = setting("sqlite:///mlflow.db", "MLflow tracking URI", max_length=2000)
+    experiment: str | None = setting(None, "MLflow experiment (default: the sweep's name)", max_length=200)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class Npu:
+    """An Ethos-U device estimated by Vela (``npus.<device>``)."""
+
+    target: str = setting(REQUIRED, "Vela's accelerator configuration, e.g. ethos-u55-128", max_length=100)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 @dataclass(frozen=True)
@@ -216,7 +248,6 @@ class SweepSpec:
     model: str
     devices: tuple[str, ...]
     objectives: tuple[Objective, ...]
-    max_accuracy_drop: float | None
     space: SearchSpace
     tracking: Tracking
     storage: str
@@ -226,7 +257,6 @@ class SweepSpec:
     budget: Budget = field(default_factory=Budget)
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
-    min_sqnr_db: float | None = None
     bridges: Mapping[str, Bridge] = field(default_factory=dict)
     npus: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
@@ -234,10 +264,33 @@ class SweepSpec:
     constraints: Constraints = field(default_factory=Constraints)
     data: TaskData | None = None
 
+    @property
+    def experiment(self) -> str:
+        """The MLflow experiment: ``tracking.experiment``, else the sweep's name."""
+        return self.tracking.experiment or self.name
+
+    @property
+    def max_accuracy_drop(self) -> float | None:
+        """``constraints.max_accuracy_drop`` as the spec gave it (it is in ``constraints.max_drop``)."""
+        return self.constraints.max_accuracy_drop
+
+    @property
+    def min_sqnr_db(self) -> float | None:
+        """``constraints.min_sqnr_db`` as the spec gave it (it is in ``constraints.min``)."""
+        return self.constraints.min_sqnr_db
+
 
 # The spec's sections whose keys a frozen dataclass defines, each key once with its default,
 # bounds and help (nnsweep.core.fields.setting): the schema and the CLI options derive from them.
-SECTIONS: dict[str, type] = {"budget": Budget, "measure": MeasureSettings, "search": SearchSettings}
+SECTIONS: dict[str, type] = {
+    "space": SearchSpace,
+    "constraints": Constraints,
+    "data": TaskData,
+    "budget": Budget,
+    "measure": MeasureSettings,
+    "tracking": Tracking,
+    "search": SearchSettings,
+}
 
 
 def _default_objectives() -> dict[str, Literal["maximize", "minimize"]]:

@@ -11,7 +11,7 @@ from nnsweep.core.metrics import ACCURACY, BUILTIN, SQNR, UserMetric, drop, high
 from nnsweep.spec.settings import _NAME, METRICS, Constraints
 
 if TYPE_CHECKING:
-    from nnsweep.models.task_data import TaskData
+    from nnsweep.core.task_data import TaskData
 
 __all__ = ["build_constraints", "build_data", "build_metrics", "check_objectives"]
 
@@ -80,26 +80,13 @@ def build_constraints(raw: Any, metrics: tuple[UserMetric, ...]) -> Constraints:
     for name in set(minimum) & set(c.max):
         if minimum[name] > c.max[name]:
             raise SpecError(f"constraints.min.{name}", f"{minimum[name]} is above constraints.max.{name} {c.max[name]}")
-    return Constraints(max_drop=max_drop, min=minimum, max=dict(c.max))
+    return Constraints(max_drop, minimum, dict(c.max), c.max_accuracy_drop, c.min_sqnr_db)
 
 
 def build_data(raw: Any, base: Path) -> TaskData | None:
     """The ``data`` section (``None`` when it names nothing: the model's own data)."""
-    if raw.data.evaluation is None and raw.data.calibration is None:
-        return None
-    from nnsweep.models.data_sources import DataSource
-    from nnsweep.models.task_data import TaskData
+    from nnsweep.core.task_data import TaskData
+    from nnsweep.spec.schema import section_values
 
-    def source(d: Any) -> DataSource | None:
-        if d is None:
-            return None
-        return DataSource(
-            source=d.source,
-            max_samples=d.max_samples,
-            seed=d.seed,
-            transform=d.transform,
-            input_column=d.input_column,
-            target_column=d.target_column,
-        )
-
-    return TaskData(source(raw.data.evaluation), source(raw.data.calibration), base)
+    data = TaskData(**section_values(TaskData, raw.data, "data"), base_dir=base)
+    return None if data.evaluation is None and data.calibration is None else data
