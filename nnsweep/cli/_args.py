@@ -37,6 +37,30 @@ def _int_in(low: int, high: int) -> Any:
     return parse
 
 
+def one_of_setting(cls: type, name: str) -> Any:
+    """An argparse type for one value of the integer list setting ``cls.name`` (a ``space`` key
+    an option sets to one value): within its bounds, or one of its choices."""
+    from nnsweep.core.fields import setting_of
+
+    meta, _ = setting_of(cls, name)
+    if meta.choices is not None:
+        choices = meta.choices
+
+        def parse(text: str) -> int:
+            value = _int_in(min(choices), max(choices))(text)
+            if value not in choices:
+                raise argparse.ArgumentTypeError(f"{value} is not one of {', '.join(map(str, choices))}")
+            return int(value)
+
+        parse.__name__ = "integer"
+        return parse
+    low = meta.ge if meta.ge is not None else meta.gt
+    high = meta.le if meta.le is not None else meta.lt
+    if low is None or high is None:
+        raise TypeError(f"{cls.__name__}.{name}: an option's number needs a lower and an upper bound")
+    return _int_in(int(low), int(high))
+
+
 def _seconds(low: float, high: float, *, open_low: bool = False) -> Any:
     """An argparse type: a finite number of seconds in [low, high] (or (low, high])."""
     import math

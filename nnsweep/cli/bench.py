@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.cli._args import _int_in, _positive_shape, setting_option
+from nnsweep.cli._args import _int_in, _positive_shape, one_of_setting, setting_option
 from nnsweep.cli._bench_after import AfterRuns, add_after_options, after_runs
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
@@ -19,7 +19,7 @@ from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, TrialError
 from nnsweep.core.measure import MeasureSettings
-from nnsweep.spec.settings import MAX_FLOAT_LAYERS, MAX_NODES, MAX_PARTITIONS, MAX_THREADS
+from nnsweep.spec.settings import SearchSpace
 
 if TYPE_CHECKING:
     from nnsweep.bench import Evaluation
@@ -104,15 +104,21 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interface", help="core (float in/out) or full (quantized in/out)")
     parser.add_argument("--qat-epochs", type=_int_in(0, 1000), help="fine-tuning epochs for qat_int8 (default 3)")
     parser.add_argument(
-        "--group-size", type=_int_in(1, 256), help="input features per 4-bit weight scale, int4_weight (default 32)"
+        "--group-size",
+        type=one_of_setting(SearchSpace, "group_size"),
+        help="input features per 4-bit weight scale, int4_weight (default 32)",
     )
     parser.add_argument(
         "--max-partitions",
-        type=_int_in(0, MAX_PARTITIONS),
+        type=one_of_setting(SearchSpace, "max_delegated_partitions"),
         help="keep the N largest delegated partitions (0 = no limit)",
     )
-    parser.add_argument("--min-nodes", type=_int_in(1, MAX_NODES), help="smaller delegated partitions fall back")
-    parser.add_argument("--threads", type=_int_in(1, MAX_THREADS), help="CPU threads (default 1)")
+    parser.add_argument(
+        "--min-nodes",
+        type=one_of_setting(SearchSpace, "min_nodes_per_partition"),
+        help="smaller delegated partitions fall back",
+    )
+    parser.add_argument("--threads", type=one_of_setting(SearchSpace, "threads"), help="CPU threads (default 1)")
     parser.add_argument(
         "--quant-format", help="ONNX Runtime static int8: qdq (default) or qoperator (QLinearConv, QGemm)"
     )
@@ -130,7 +136,7 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--float-layers",
-        type=_int_in(0, MAX_FLOAT_LAYERS),
+        type=one_of_setting(SearchSpace, "float_layers"),
         help="int8 modes: keep the K layers the runtime's quantizer finds most sensitive in float "
         "(its ranking: nnsweep sensitivity; default 0, the whole model int8)",
     )

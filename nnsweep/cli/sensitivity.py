@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnsweep.cli._args import _positive_shape
+from nnsweep.cli._args import _positive_shape, one_of_setting
 from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
 from nnsweep.cli._output import EXIT_OK, Status, _usage_error, results
 from nnsweep.cli.bench import _BENCH_OPTIONS
 from nnsweep.core.errors import ConversionError, SpecError
 from nnsweep.core.metrics import ACCURACY, SQNR
 from nnsweep.core.quant import Granularity
+from nnsweep.spec.settings import SearchSpace
 
 if TYPE_CHECKING:
     from nnsweep.core.metrics import UserMetric
@@ -59,7 +60,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "or int4_weight: the linear layers, each alone at 4 bits (torchao's 8da4w in PyTorch, for every runtime)",
     )
     parser.add_argument(
-        "--group-size", type=int, help="int4_weight: input features per 4-bit weight scale (default 32)"
+        "--group-size",
+        type=one_of_setting(SearchSpace, "group_size"),
+        help="int4_weight: input features per 4-bit weight scale (default 32)",
     )
     parser.add_argument("--granularity", help="per_tensor or per_channel weights (default: the runtime's own)")
     add_task_options(parser)
