@@ -19,7 +19,7 @@ from nnsweep.core.fields import REQUIRED, settings_of, value_type
 from nnsweep.core.task_data import DataSource, TaskData
 from nnsweep.spec import parse_spec
 from nnsweep.spec.schema import schema, section_values
-from nnsweep.spec.settings import SECTIONS, Bridge, SearchSpace
+from nnsweep.spec.settings import SECTIONS, Bridge, Npu, SearchSpace
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nnsweep"
 
@@ -111,15 +111,29 @@ def _past(meta: Any, kind: Any) -> list[Any]:
     return out or ["not a value"]
 
 
-# Dataclasses some of whose fields are settings (the rest built from the spec by nnsweep.spec.build).
-PARTLY = (Bridge,)
+# The entries of a mapping section (bridges.<device>, npus.<device>), each a dataclass of settings.
+PARTLY = (Bridge, Npu)
 
 
-def test_a_partly_derived_key_has_its_default_in_the_schema() -> None:
-    bridge = schema().model_fields["bridges"].annotation.__args__[1]
-    assert bridge.model_fields["repeats"].default == Bridge.repeats
-    with pytest.raises(SpecError, match="less than or equal to"):
+@pytest.mark.parametrize(("section", "cls"), [("bridges", Bridge), ("npus", Npu)])
+def test_an_entry_of_a_mapping_section_takes_exactly_its_settings(section: str, cls: type) -> None:
+    entry = schema().model_fields[section].annotation.__args__[1]
+    assert list(entry.model_fields) == [name for name, *_ in settings_of(cls)]
+    assert {k: v.default for k, v in entry.model_fields.items() if k == "repeats"} == (
+        {"repeats": Bridge.repeats} if cls is Bridge else {}
+    )
+
+
+def test_a_bridge_is_built_from_its_settings_and_bounded_by_them(tmp_path: Path) -> None:
+    given = {"transport": "ssh", "host": "pi@rpi4", "tools": {"torch": "/opt/b"}, "repeats": 3}
+    spec = parse_spec({"name": "m", "model": "digits", "bridges": {"host": given}})
+    assert spec.bridges["host"] == Bridge(**given) and spec.bridges["host"].target == "pi@rpi4"
+    with pytest.raises(SpecError, match="less than or equal to") as info:
         parse_spec({"name": "m", "model": "digits", "bridges": {"host": {"transport": "adb", "repeats": 10**9}}})
+    assert info.value.field == "bridges.host.repeats"
+    with pytest.raises(SpecError) as direct:
+        Bridge("adb", repeats=0)
+    assert direct.value.field == "repeats"
 
 
 def _defaults() -> dict[str, float]:

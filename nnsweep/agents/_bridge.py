@@ -292,7 +292,8 @@ def _not_an_option(value: str | None, what: str) -> None:
 
 def bridge_transport(bridge: Bridge) -> BridgeTransport:
     """The transport a spec's ``bridges:`` entry describes."""
-    common: dict[str, Any] = {"repeats": bridge.repeats, "push_tools": dict(bridge.push_tools)}
+    push_tools = {runtime: Path(local) for runtime, local in bridge.push_tools.items()}
+    common: dict[str, Any] = {"repeats": bridge.repeats, "push_tools": push_tools}
     if bridge.workdir:
         common["workdir"] = bridge.workdir
     if bridge.transport == "adb":

@@ -271,15 +271,9 @@ def _bridges(raw: Any, base: Path) -> dict[str, Bridge]:
         for runtime, local in b.push_tools.items():
             if not (base / local).is_file():
                 raise SpecError(f"{path}.push_tools.{runtime}", f"file {excerpt(local)} does not exist")
-        bridges[name] = Bridge(
-            transport=b.transport,
-            target=b.serial if b.transport == "adb" else b.host,
-            tools=dict(b.tools),
-            push_tools={rt: base / p for rt, p in b.push_tools.items()},
-            executable=b.executable,
-            workdir=b.workdir,
-            repeats=b.repeats,
-        )
+        values = section_values(Bridge, b, path)
+        values["push_tools"] = {rt: str(base / p) for rt, p in b.push_tools.items()}
+        bridges[name] = Bridge(**values)
     return bridges
 
 

@@ -22,8 +22,9 @@ __all__ = ["schema", "translate"]
 def schema() -> Any:
     """Build the pydantic schema lazily (pydantic is imported only when a spec is parsed).
 
-    Each section is derived from its dataclass (:data:`~nnsweep.spec.settings.SECTIONS`);
-    written here are the top-level keys and a bridge's, whose file form is not a dataclass.
+    Each section is derived from its dataclass (:data:`~nnsweep.spec.settings.SECTIONS`,
+    :class:`~nnsweep.spec.settings.Bridge`, :class:`~nnsweep.spec.settings.Npu`); written
+    here are the top-level keys, which :func:`~nnsweep.spec.build.parse_spec` resolves.
     """
     from typing import Annotated
 
@@ -44,15 +45,7 @@ def schema() -> Any:
         function: Text = Field(min_length=1, max_length=1000)
         goal: Literal["maximize", "minimize"]
 
-    class BridgeIn(_Strict):
-        transport: Literal["adb", "ssh"]
-        serial: Text | None = None
-        host: Text | None = None
-        executable: Text | None = None
-        tools: dict[Text, Text] = Field(default_factory=dict)
-        push_tools: dict[Text, Text] = Field(default_factory=dict)
-        workdir: Text | None = None
-        repeats: Int = setting_field(Bridge, "repeats")
+    BridgeIn = section_model(Bridge, _Strict)
 
     # the sections' models are built from dataclasses, so mypy cannot see them as types
     class SpecIn(_Strict):
@@ -66,7 +59,7 @@ def schema() -> Any:
         )
         metrics: dict[Text, MetricIn] = Field(default_factory=dict)
         storage: Text = Field(default="journal", min_length=1, max_length=2000)
-        bridges: dict[Text, BridgeIn] = Field(default_factory=dict)
+        bridges: dict[Text, BridgeIn] = Field(default_factory=dict)  # type: ignore[valid-type]
         npus: dict[Text, NpuIn] = Field(default_factory=dict)  # type: ignore[valid-type]
         space: Space = Field(default_factory=Space)  # type: ignore[valid-type]
         constraints: Constraints = Field(default_factory=Constraints)  # type: ignore[valid-type]

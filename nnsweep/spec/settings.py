@@ -205,28 +205,27 @@ class Npu:
 
 @dataclass(frozen=True)
 class Bridge:
-    """A device driven from a host over adb or ssh (it cannot run Ray itself).
+    """A device driven from a host over adb or ssh (``bridges.<device>``; it cannot run Ray itself).
 
-    Args:
-        transport: ``adb`` or ``ssh``.
-        target: the adb serial (``None``: the only device attached) or ssh's ``user@host``.
-        tools: runtime -> path of its benchmark tool on the device.
-        push_tools: runtime -> a tool binary on the host to push there first.
-        executable: the adb/ssh command (default: found on PATH).
-        workdir: a writable directory on the device.
-        repeats: tool runs per measurement (their means are the latency samples).
+    ``push_tools`` paths are made absolute by the spec (relative to the sweep file's folder).
     """
 
-    transport: Literal["adb", "ssh"]
-    target: str | None
-    tools: Mapping[str, str]
-    push_tools: Mapping[str, Path]
-    executable: str | None
-    workdir: str | None
+    transport: Literal["adb", "ssh"] = setting(REQUIRED, "adb or ssh")
+    serial: str | None = setting(None, "adb: the device's serial (default: the only device attached)", max_length=200)
+    host: str | None = setting(None, "ssh: [user@]host", max_length=300)
+    executable: str | None = setting(None, "the adb or ssh command (default: found on PATH)", max_length=1000)
+    tools: Mapping[str, str] = setting(MappingProxyType({}), "runtime -> its benchmark tool's path on the device")
+    push_tools: Mapping[str, str] = setting(MappingProxyType({}), "runtime -> a tool on the host to push there first")
+    workdir: str | None = setting(None, "a writable directory on the device", max_length=1000)
     repeats: int = setting(5, "tool runs per measurement", ge=1, le=MAX_REPEATS)
 
     def __post_init__(self) -> None:
         check_settings(self)
+
+    @property
+    def target(self) -> str | None:
+        """The adb serial (``None``: the only device attached) or ssh's ``user@host``."""
+        return self.serial if self.transport == "adb" else self.host
 
 
 @dataclass(frozen=True)
