@@ -141,10 +141,14 @@ def test_bench_estimates_an_ethos_u_deployment_and_says_it_is_an_estimate(tmp_pa
     (cache / "models").symlink_to(models_dir)
     bench = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(cache), "bench", "--model", "digits"]
     bench += ["--quant", "static_int8", "--backends", "ethos-u55-128"]
-    proc = subprocess.run([*bench, "--json"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([*bench, "--json", "--profile"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["estimated"] is True and result["latency_source"].startswith("Vela estimate for ethos-u55-128")
+    # --profile: Vela's per-layer estimate, labelled so, whose cycles add up to its whole-inference estimate
+    assert result["profile_estimated"] is True and result["profile_source"].startswith("Vela's per-layer estimate")
+    assert {e["backend"] for e in result["profile"]} == {"ethos-u55-128"} and len(result["profile"]) > 1
+    assert sum(e["ms"] for e in result["profile"]) == pytest.approx(result["latency_ms"]["p50"], rel=0.1)
     assert result["latency_ms"]["p50"] == result["estimates"]["inference_time_ms"] > 0
     assert result["estimates"]["npu_operators"] > 0 and result["estimates"]["cpu_operators"] == 0
     assert result["accuracy"] > 0.9  # the integer TOSA graph's outputs, run on this machine
@@ -152,5 +156,6 @@ def test_bench_estimates_an_ethos_u_deployment_and_says_it_is_an_estimate(tmp_pa
     assert again.returncode == 0, again.stderr[-3000:]
     assert "cache hit" in again.stdout
     assert "Estimated inference time" in again.stdout and "not a measurement" in again.stdout
+    assert "Profile per operator" not in again.stdout  # only when asked
     assert "TOSA reference model" in again.stdout
     assert "Inference timings" not in again.stdout and "Peak memory footprint" not in again.stdout

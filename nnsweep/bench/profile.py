@@ -104,13 +104,15 @@ class Profile:
     """A profiled run's operators, or why the runtime has none (``reason``).
 
     ``runs``: profiled inferences (after warm-up ones); ``wall_s``: what profiling cost,
-    its process's start and the artifact's load included.
+    its process's start and the artifact's load included; ``source``: set when the table is
+    an estimate (an NPU's compiler), not a profiler's measurement.
     """
 
     entries: tuple[OpTime, ...] = ()
     runs: int = 0
     wall_s: float = 0.0
     reason: str | None = None
+    source: str | None = None
 
     @property
     def total_ms(self) -> float:
@@ -134,6 +136,7 @@ class Profile:
             "profile_overhead_share": self.overhead_ms / total if total > 0 else 0.0,
             "profile_runs": self.runs,
             "profile_s": self.wall_s,
+            **({"profile_estimated": True, "profile_source": self.source} if self.source else {}),
         }
 
     @classmethod

@@ -286,6 +286,8 @@ ETHOS_U_TARGETS = (
     "ethos-u85-1024",
     "ethos-u85-2048",
 )
+ETHOS_U_PROFILER = "nnsweep.runtimes.ethosu.profile:vela_profile"
+"""``(artifact, target) -> Profile``: an Ethos-U artifact's per-operator table, from Vela's estimate."""
 
 
 def npu_target(config: Deployment) -> str | None:

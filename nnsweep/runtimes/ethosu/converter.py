@@ -32,12 +32,13 @@ from nnsweep.runtimes.common.converter import ConversionResult, Stages, native_o
 from nnsweep.runtimes.common.partition import LimitedPartitioner, report_from_program
 from nnsweep.runtimes.common.pt2e import export, exported_program, quantize, quantize_io
 
-__all__ = ["TOSA_IO", "TOSA_SIDECAR", "convert_ethos_u", "read_vela_summary"]
+__all__ = ["TOSA_IO", "TOSA_SIDECAR", "VELA_LAYERS", "convert_ethos_u", "read_vela_layers", "read_vela_summary"]
 
 _log = logging.getLogger(__name__)
 
 TOSA_SIDECAR = "tosa"
 TOSA_IO = "tosa_io"
+VELA_LAYERS = "vela_layers"
 
 
 def read_vela_summary(directory: Path, stdout: str) -> dict[str, float]:
@@ -69,6 +70,17 @@ def read_vela_summary(directory: Path, stdout: str) -> dict[str, float]:
         if counts:
             estimates[f"{kind.lower()}_operators"] = float(sum(int(c) for c in counts))
     return estimates
+
+
+def read_vela_layers(directory: Path) -> list[dict[str, object]]:
+    """Vela's per-layer estimate (``--verbose-performance``'s ``*_per-layer.csv``, one per
+    compiled partition): each NPU operator's name, its kind and its estimated cycles."""
+    layers: list[dict[str, object]] = []
+    for path in sorted(directory.rglob("*_per-layer.csv")):
+        for row in csv.DictReader(path.read_text().splitlines()):
+            kind = row.get("NNG Operator") or next((v for k, v in row.items() if k.endswith("_operator")), "") or "?"
+            layers.append({"name": row.get("Name") or kind, "kind": kind, "cycles": float(row.get("Op Cycles") or 0.0)})
+    return layers
 
 
 def _quantizer(target: str, config: DeploymentConfig, spec: Any) -> Any:
@@ -131,7 +143,10 @@ def convert_ethos_u(
         )
     with tempfile.TemporaryDirectory(prefix="nnsweep-vela-") as tmp:
         intermediates = Path(tmp)
-        spec = EthosUCompileSpec(target).dump_intermediate_artifacts_to(str(intermediates))
+        # --verbose-performance: Vela also writes its per-layer estimate (bench --profile's table)
+        spec = EthosUCompileSpec(target, extra_flags=["--verbose-performance"]).dump_intermediate_artifacts_to(
+            str(intermediates)
+        )
 
         def make() -> Any:
             model = quantize(bundle, config.quant, _quantizer(target, config, spec))
@@ -171,7 +186,8 @@ def convert_ethos_u(
             )
         (out_dir / "model.tosa").write_bytes(tosa_files[0].read_bytes())
         (out_dir / "tosa_io.json").write_text(json.dumps(around))
-        sidecars = {TOSA_SIDECAR: "model.tosa", TOSA_IO: "tosa_io.json"}
+        (out_dir / "vela_layers.json").write_text(json.dumps(read_vela_layers(intermediates)))
+        sidecars = {TOSA_SIDECAR: "model.tosa", TOSA_IO: "tosa_io.json", VELA_LAYERS: "vela_layers.json"}
         import executorch.kernels.quantized  # noqa: F401  (out-variants of the CPU's quantize/dequantize)
 
         path = out_dir / "model.pte"
