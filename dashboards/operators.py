@@ -44,8 +44,7 @@ def operator_section(
     parts = [
         f'<div class="card operators" id="operators-{esc(slug(device))}">',
         f"<h3>Where the time goes, per operator: {esc(device)}</h3>",
-        "<p>From the runtime's own profiler, in a run of its own after the timed ones (profiled times "
-        "carry the profiler's own cost; their total is compared with the measured p50 below).",
+        _source(read),
         " Times on an emulated board are the emulator's." if any(r.emulated for r in records) else "",
         "</p>",
     ]
@@ -58,6 +57,16 @@ def operator_section(
         parts.append(f'<p class="note">#{number}: no profile ({esc(reason)})</p>')
     parts.append("</div>")
     return "".join(parts)
+
+
+def _source(read: Mapping[int, Profile | None]) -> str:
+    estimated = next((p.source for p in read.values() if p is not None and p.source), None)
+    if estimated is not None:
+        return f"<p>Estimated, not measured: {esc(estimated)} (no such NPU runs here)."
+    return (
+        "<p>From the runtime's own profiler, in a run of its own after the timed ones (profiled times "
+        "carry the profiler's own cost; their total is compared with the measured p50 below)."
+    )
 
 
 def _kind_table(best: TrialRecord, profile: Profile, baseline: TrialRecord | None, base_profile: Profile | None) -> str:

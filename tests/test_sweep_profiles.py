@@ -28,6 +28,9 @@ def test_the_front_the_best_and_the_baseline_are_profiled_each_once() -> None:
     assert [r.number for r in profiled(records, front, best, 0, every=False)] == [0, 1]
     assert [r.number for r in profiled(records, front, best, 0, every=True)] == [0, 1, 2]
     assert profiled(records, [], None, None, every=False) == []
+    reused, estimated = _record(4, 1.0, reused_from=1), _record(5, 0.5, estimated=True)
+    chosen = profiled([reused, estimated], [reused, estimated], estimated, None, every=False)
+    assert [r.number for r in chosen] == [5]  # an NPU's table is Vela's estimate: nothing to run
 
 
 def test_the_report_names_the_kinds_that_make_a_configuration_slower_than_fp32() -> None:
@@ -50,6 +53,10 @@ def test_the_report_names_the_kinds_that_make_a_configuration_slower_than_fp32()
     missing = operator_section("host", records, records[0], records[0], {1: Profile(reason="no profiler").to_dict()})
     assert "#1: no profile (no profiler)" in missing
     assert operator_section("host", records, records[0], records[0], {}) == ""
+    vela = Profile((OpTime("t0", "Conv2D", "ethos-u55-128", 0.04, 1.0),), source="Vela's per-layer estimate")
+    npu = operator_section("u55", records[:1], records[0], None, {0: vela.to_dict()})
+    assert "Estimated, not measured: Vela&#x27;s per-layer estimate" in npu and "own profiler" not in npu
+    assert Profile.from_dict(vela.to_dict()) == vela  # the estimate's label survives the study
 
 
 @pytest.mark.integration

@@ -146,7 +146,13 @@ class Profile:
         assert isinstance(raw, list)
         entries = tuple(OpTime(**e) for e in raw)
         runs = d.get("profile_runs", 0)
-        return cls(entries, int(runs) if isinstance(runs, int | float) else 0, float(str(d.get("profile_s", 0.0))))
+        source = d.get("profile_source")
+        return cls(
+            entries,
+            int(runs) if isinstance(runs, int | float) else 0,
+            float(str(d.get("profile_s", 0.0))),
+            source=str(source) if source else None,
+        )
 
 
 def by_kind(profile: Profile) -> dict[str, float]:

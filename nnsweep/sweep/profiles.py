@@ -7,7 +7,8 @@ timed run, so profiling never perturbs a figure. Each profile is kept on the stu
 report's operator section) and attached to the trial's run as ``profile.json``.
 
 Only a device that is the coordinator's own machine is profiled here: the artifact then runs
-where it was measured. A board's profile would have to be taken by its agent.
+where it was measured (an Ethos-U device's table is Vela's estimate, read from the artifact).
+A board's profile would have to be taken by its agent.
 """
 
 from __future__ import annotations
@@ -41,14 +42,13 @@ def profiled(
     every: bool,
 ) -> list[TrialRecord]:  # fmt: skip
     """The trials to profile: every measured one (``every``), else the front, the best and the
-    fp32 baseline; by trial number, each once, never a reused or estimated one."""
+    fp32 baseline; by trial number, each once, never a reused one. An estimated (Ethos-U)
+    trial's profile is its compiler's per-layer estimate, so nothing is run for it."""
     chosen = (
         {r.number for r in front} | ({best.number} if best else set()) | ({baseline} if baseline is not None else set())
     )
     return [
-        r
-        for r in records
-        if r.status is TrialStatus.OK and r.reused_from is None and not r.estimated and (every or r.number in chosen)
+        r for r in records if r.status is TrialStatus.OK and r.reused_from is None and (every or r.number in chosen)
     ]
 
 
