@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fakes.bench import bench_json
 
 from nnsweep.bench.divergence import DEFAULT_THRESHOLD_DB, Divergence, LayerSqnr, compare, sqnr_of
 from nnsweep.core import runtimes
@@ -195,13 +193,6 @@ def test_litert_tensor_names_resolve_to_module_paths() -> None:
     assert module_path("pkg.Net/Wrapper;2", root) is None
 
 
-def _bench(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
-    argv = [sys.executable, "-m", "nnsweep", "--cache-dir", str(cache), "bench", "--model", "digits_outlier", *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["torch", "onnxruntime", "executorch", "litert"])
 def test_explain_finds_the_outlier_layer_and_keeping_it_float_recovers(
@@ -213,7 +204,7 @@ def test_explain_finds_the_outlier_layer_and_keeping_it_float_recovers(
     common = ("--runtime", runtime, "--quant", "static_int8", "--granularity", "per_tensor", "--iters", "10")
     # 10 dB: on an x86 CPU without VNNI ONNX Runtime's u8s8 products saturate from the first
     # convolution on (16 dB), a real loss this model is not about
-    int8 = _bench(cache, *common, "--explain", "--explain-threshold", "10", "--json")
+    int8 = bench_json(cache, "digits_outlier", *common, "--explain", "--explain-threshold", "10", "--json")
     d = int8["divergence"]
     names = [layer["name"] for layer in d["layers"]]
     assert names.index("stem.0") < names.index("blocks.2.dw") < names.index("blocks.2.pw1")
@@ -222,7 +213,18 @@ def test_explain_finds_the_outlier_layer_and_keeping_it_float_recovers(
     config = tmp_path / "float.json"
     quant = {"mode": "static_int8", "granularity": "per_tensor", "float_layers": d["suggested_float"]}
     config.write_text(json.dumps({"runtime": runtime, "quant": quant}))
-    mixed = _bench(cache, "--config", str(config), "--iters", "10", "--explain", "--explain-threshold", "10", "--json")
+    mixed = bench_json(
+        cache,
+        "digits_outlier",
+        "--config",
+        str(config),
+        "--iters",
+        "10",
+        "--explain",
+        "--explain-threshold",
+        "10",
+        "--json",
+    )
     assert mixed["accuracy"] > int8["accuracy"] + 0.3
     assert mixed["divergence"]["first"] is None
     # the last layer it shows (LiteRT names the model's output tensor by no module: the pool)

@@ -4,15 +4,12 @@ the q/dq overhead apart, and a runtime without a profiler saying why in one line
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fakes.bench import bench_json
 
 from nnsweep.bench.profile import OpTime, Profile, aggregate, is_overhead
 from nnsweep.core import runtimes
@@ -166,20 +163,15 @@ def test_a_plugin_runtime_profiles_through_its_hook(monkeypatch: pytest.MonkeyPa
     assert result["profile_runs"] == 7
 
 
-def _bench(cache: Path, *args: str) -> dict:  # type: ignore[type-arg]
-    argv = [sys.executable, "-m", "nnsweep", "--cache-dir", str(cache), "bench", "--model", "digits", *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["onnxruntime", "torch"])
 def test_bench_profile_json_on_digits(runtime: str, tmp_path: Path, models_dir: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "models").symlink_to(models_dir)
-    result = _bench(cache, "--runtime", runtime, "--quant", "static_int8", "--iters", "20", "--profile", "--json")
+    result = bench_json(
+        cache, "digits", "--runtime", runtime, "--quant", "static_int8", "--iters", "20", "--profile", "--json"
+    )
     entries = result["profile"]
     assert entries and {"name", "kind", "backend", "ms", "share"} <= set(entries[0])
     assert sum(e["ms"] for e in entries) == pytest.approx(result["profile_total_ms"], rel=1e-6)
