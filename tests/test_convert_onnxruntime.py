@@ -87,6 +87,7 @@ def _weight_dtypes(artifact: Artifact) -> set[str]:
         ("fp16", {"Conv", "Cast"}, {"float16"}),
         ("dynamic_int8", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}, {"int8"}),
         ("static_int8", {"QuantizeLinear", "DequantizeLinear"}, {"int8"}),
+        ("a16w8", {"QuantizeLinear", "DequantizeLinear"}, {"int8"}),
     ],
 )
 def test_each_mode_converts_runs_and_keeps_accuracy(  # type: ignore[no-untyped-def]
@@ -114,6 +115,16 @@ def test_each_mode_converts_runs_and_keeps_accuracy(  # type: ignore[no-untyped-
     report = artifact.partitions
     assert set(report.nodes_by_backend) == {"cpu"} and report.nodes_by_backend["cpu"] > 0
     assert report.partitions == () and report.fallback_ops == {} and report.notes == ()
+
+
+def test_a16w8_quantizes_activations_to_int16_and_keeps_more_of_fp32_than_int8(measured) -> None:  # type: ignore[no-untyped-def]
+    a16w8, int8 = measured(_config("a16w8")), measured(_config("static_int8"))
+    graph = _graph(a16w8.artifact)
+    inits = {i.name: i for i in graph.initializer}
+    zero_points = [inits[n.input[2]] for n in graph.node if n.op_type == "QuantizeLinear" and n.input[2] in inits]
+    assert zero_points and {z.data_type for z in zero_points} == {onnx.TensorProto.INT16}
+    # int8 weights bound what int16 activations gain: 38.4 against 33.1 dB on digits here
+    assert a16w8.evaluation.fidelity.sqnr_db > int8.evaluation.fidelity.sqnr_db + 3
 
 
 def test_static_per_channel_within_one_point_of_fp32(measured) -> None:  # type: ignore[no-untyped-def]

@@ -273,13 +273,13 @@ def test_each_runtime_space_size_counts_its_quantizer_options() -> None:
     from nnsweep.sweep.accepted import accepted_values, runtime_space_size
 
     # 16 before the options: fp32, fp16, dynamic x 2 granularities, static x 2 x 3 calibrations x 2 interfaces
-    # and int4_weight at the default space's two group sizes, with float or int8 activations
-    assert runtime_space_size("onnxruntime", ("cpu",)) == 1 + 1 + 2 * 4 + 2 * 3 * 2 * 12 + 2 * 2
+    # int4_weight at the default space's two group sizes, with float or int8 activations, and a16w8
+    assert runtime_space_size("onnxruntime", ("cpu",)) == 1 + 1 + 2 * 4 + 2 * 3 * 2 * 12 + 2 * 2 + 1
     assert runtime_space_size("torch", ("x86", "qnnpack")) == 16  # no options of its own
     values = accepted_values({"onnxruntime": ("cpu",)}, 2)["runtime"]["onnxruntime"]
     assert values["quant_options"]["quant_format"]["values"] == ["qdq", "qoperator"]
     assert values["quant_options"]["weight_type"]["modes"] == ["dynamic_int8", "static_int8"]
-    assert values["size"] == 158 and "int8 activations with uint8 weights" in values["refused_options"][0]
+    assert values["size"] == 159 and "int8 activations with uint8 weights" in values["refused_options"][0]
 
 
 X86_FLAGS = "fpu sse2 avx fma avx2 bmi2"

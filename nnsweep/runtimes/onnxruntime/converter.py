@@ -120,12 +120,26 @@ _TYPES = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
 _FORMATS = {"qdq": QuantFormat.QDQ, "qoperator": QuantFormat.QOperator}
 
 
-def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfig) -> None:
-    per_channel = quant.granularity is Granularity.PER_CHANNEL
-    # quant.options at their defaults unless the configuration says otherwise (RuntimeInfo.quant_options).
+def _static_types(quant: QuantConfig) -> tuple[QuantFormat, QuantType, QuantType, bool]:
+    """Format, activation and weight types and reduce_range: ``quant.options`` at their defaults
+    unless the configuration says otherwise (RuntimeInfo.quant_options); ``a16w8`` is QDQ with
+    int16 activations and int8 weights, full range (ORT's quantizer then writes com.microsoft
+    Q/DQ below opset 21)."""
+    if quant.mode is QuantMode.A16W8:
+        return QuantFormat.QDQ, QuantType.QInt16, QuantType.QInt8, False
     knobs = runtimes.get("onnxruntime").option_values(quant)
-    weight_type = _TYPES[str(knobs["weight_type"])]
-    reduce_range = bool(knobs["reduce_range"])
+    activation = _TYPES[str(knobs.get("activation_type", "uint8"))]
+    return (
+        _FORMATS[str(knobs.get("quant_format", "qdq"))],
+        activation,
+        _TYPES[str(knobs["weight_type"])],
+        bool(knobs["reduce_range"]),
+    )
+
+
+def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfig) -> None:
+    per_channel = quant.granularity is Granularity.PER_CHANNEL or quant.mode is QuantMode.A16W8
+    quant_format, activation_type, weight_type, reduce_range = _static_types(quant)
     with tempfile.TemporaryDirectory() as tmp:
         # Shape inference and ORT's basic graph optimisations first, as ORT recommends:
         # the quantizer only quantizes tensors whose shapes it knows.
@@ -178,10 +192,10 @@ def _quantize(source: Path, target: Path, bundle: ModelBundle, quant: QuantConfi
             str(prepared),
             str(target),
             None,  # the ranges come from the calibration above
-            quant_format=_FORMATS[str(knobs["quant_format"])],
+            quant_format=quant_format,
             per_channel=per_channel,
             reduce_range=reduce_range,
-            activation_type=_TYPES[str(knobs["activation_type"])],
+            activation_type=activation_type,
             weight_type=weight_type,
             calibrate_method=method,
             calibration_cache_path=ranges,
@@ -403,7 +417,8 @@ class OnnxRuntimeConverter(Converter):
     converts weights and activations with float32 Casts at the edges; ``dynamic_int8`` uses
     ``quantize_dynamic``; ``static_int8`` QDQ, calibrated on the calibration split (minmax,
     entropy or percentile), and interface ``full`` drops the edge Quantize/DequantizeLinear
-    (:class:`IOSpec` carries their scales); ``int4_weight`` blocks of 4-bit linear weights
+    (:class:`IOSpec` carries their scales); ``a16w8`` QDQ with int16 activations and int8 weights;
+    ``int4_weight`` blocks of 4-bit linear weights
     (``MatMulNBits``, :mod:`~nnsweep.runtimes.onnxruntime.int4`). ``quant.options``
     (:data:`~nnsweep.runtimes.onnxruntime.options.ONNXRUNTIME_OPTIONS`) changes the defaults:
     ``quant_format``, ``activation_type``, ``weight_type``, ``reduce_range``, ``int4_activations``.

@@ -20,6 +20,7 @@ INFO = RuntimeInfo(
         QuantMode.DYNAMIC_INT8: INT8_GRANULARITIES,
         QuantMode.STATIC_INT8: INT8_GRANULARITIES,
         QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size
+        QuantMode.A16W8: NO_GRANULARITY,  # int16 activations, int8 weights per channel (QDQ)
     },
     unsupported={
         QuantMode.QAT_INT8: "ONNX Runtime quantizes an exported graph and has no training loop; "
