@@ -38,6 +38,7 @@ INFO = RuntimeInfo(
     calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
     delegates=True,
     converter="nnsweep.runtimes.executorch.converter:ExecuTorchConverter",
+    decoder="nnsweep.runtimes.executorch.decoder:convert_decoder",
     runner="nnsweep.runtimes.executorch.runner:ExecuTorchRunner",
     packages=("executorch", "torch", "torchao", "ethos-u-vela", "tosa-tools"),
     artifact_suffix=".pte",

@@ -29,6 +29,7 @@ INFO = RuntimeInfo(
     calibrations=frozenset({Calibration.MINMAX, Calibration.ENTROPY, Calibration.PERCENTILE}),
     delegates=False,
     converter="nnsweep.runtimes.onnxruntime.converter:OnnxRuntimeConverter",
+    decoder="nnsweep.runtimes.onnxruntime.decoder:convert_decoder",
     runner="nnsweep.runtimes.onnxruntime.runner:OnnxRuntimeRunner",
     packages=("onnxruntime", "onnx", "onnxscript", "torch"),
     artifact_suffix=".onnx",

@@ -100,12 +100,19 @@ class OnnxRuntimeRunner(Runner):
             self._session = ort.InferenceSession(str(self.path), session_options(self.threads), providers=providers)
         except _ORT_ERRORS as exc:
             raise BenchmarkError(f"ONNX Runtime cannot load {self.path.name}: {type(exc).__name__}: {exc}") from exc
-        self._input = self._session.get_inputs()[0].name
+        self._inputs = [i.name for i in self._session.get_inputs()]
+        self._input = self._inputs[0]
 
     def run(self, prepared: Any) -> Any:
         try:  # every output (several for tuple/dict models); to_float joins them
             return self._session.run(None, {self._input: prepared})  # type: ignore[no-any-return]
         except _ORT_ERRORS as exc:
+            raise BenchmarkError(f"ONNX Runtime failed to run {self.path.name}: {type(exc).__name__}: {exc}") from exc
+
+    def run_inputs(self, prepared: list[Any]) -> list[Any]:
+        try:
+            return self._session.run(None, dict(zip(self._inputs, prepared, strict=True)))  # type: ignore[no-any-return]
+        except (*_ORT_ERRORS, ValueError) as exc:
             raise BenchmarkError(f"ONNX Runtime failed to run {self.path.name}: {type(exc).__name__}: {exc}") from exc
 
     def to_float(self, raw: Any) -> np.ndarray:
