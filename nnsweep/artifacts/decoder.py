@@ -98,7 +98,7 @@ def _whole(entry: Path, suffix: str) -> bool:
         return False
 
 
-def measure(decoder: Decoder, artifact: DecoderArtifact, settings: DecodeSettings = DecodeSettings()) -> DecodeTiming:
+def measure(decoder: Decoder, artifact: DecoderArtifact, settings: DecodeSettings | None = None) -> DecodeTiming:
     """Load both graphs with the runtime's runner (its thread count set first) and measure them.
 
     Raises:
@@ -110,4 +110,6 @@ def measure(decoder: Decoder, artifact: DecoderArtifact, settings: DecodeSetting
     prefill, decode = (runner_class(artifact.path(g), IOSpec(), config.threads, config.backends) for g in _GRAPHS)
     prefill.load()
     decode.load()
-    return measure_decoder(prefill, decode, decoder.held_out, decoder.prompt_len, decoder.cache, settings)
+    return measure_decoder(
+        prefill, decode, decoder.held_out, decoder.prompt_len, decoder.cache, settings or DecodeSettings()
+    )

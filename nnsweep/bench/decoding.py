@@ -132,13 +132,14 @@ def measure_decoder(
     text: np.ndarray,
     prompt_len: int,
     cache: Sequence[int],
-    settings: DecodeSettings = DecodeSettings(),
+    settings: DecodeSettings | None = None,
 ) -> DecodeTiming:
     """Time both graphs and compute the perplexity on ``text`` (loaded runners; module docstring).
 
     Raises:
         BenchmarkError: a runner failed, or the artifact's logits are not finite.
     """
+    settings = settings or DecodeSettings()
     shape = tuple(cache)
     steps = _Steps(prefill, decode, shape)
     prompt = np.asarray(text[:prompt_len])

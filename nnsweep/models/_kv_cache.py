@@ -10,18 +10,20 @@ prefill (T = the prompt length) and the decode graph (T = 1).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 __all__ = ["StaticCacheStep", "cache_shape"]
 
 
-def cache_shape(config: object, max_len: int) -> tuple[int, int, int, int, int]:
+def cache_shape(config: Any, max_len: int) -> tuple[int, int, int, int, int]:
     """``[layers, 1, kv_heads, max_len, head_dim]`` of a transformers Llama-style ``config``."""
-    heads = int(getattr(config, "num_attention_heads"))
+    heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    head_dim = int(getattr(config, "head_dim", None) or int(getattr(config, "hidden_size")) // heads)
-    return (int(getattr(config, "num_hidden_layers")), 1, kv_heads, max_len, head_dim)
+    head_dim = int(getattr(config, "head_dim", None) or int(config.hidden_size) // heads)
+    return (int(config.num_hidden_layers), 1, kv_heads, max_len, head_dim)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -40,7 +42,7 @@ class StaticCacheStep(nn.Module):
         max_len: the cache length: the longest prompt plus generation.
     """
 
-    def __init__(self, lm: nn.Module, max_len: int) -> None:
+    def __init__(self, lm: Any, max_len: int) -> None:
         super().__init__()
         self.lm = lm
         config = lm.config
@@ -49,11 +51,13 @@ class StaticCacheStep(nn.Module):
         self.scaling = float(getattr(lm.model.rotary_emb, "attention_scaling", 1.0))
         self.register_buffer("inv_freq", lm.model.rotary_emb.inv_freq.detach().clone(), persistent=False)
         self.register_buffer("slots", torch.arange(max_len), persistent=False)
+        self.inv_freq: torch.Tensor
+        self.slots: torch.Tensor
 
     def forward(
         self, input_ids: torch.Tensor, cache_position: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        model = self.lm.model
+        model: Any = self.lm.model
         h = model.embed_tokens(input_ids)
         freqs = cache_position.to(torch.float32)[:, None] * self.inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)
@@ -66,12 +70,13 @@ class StaticCacheStep(nn.Module):
             h, k, v = self._layer(layer, h, cos, sin, written, filled, visible, k_cache[i], v_cache[i])
             keys.append(k)
             values.append(v)
-        logits = self.lm.lm_head(model.norm(h))
+        lm: Any = self.lm
+        logits = lm.lm_head(model.norm(h))
         return logits, torch.stack(keys), torch.stack(values)
 
     def _layer(
         self,
-        layer: nn.Module,
+        layer: Any,
         h: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from nnsweep.core.quant import Granularity, QuantConfig, QuantMode
 from nnsweep.core.errors import ConversionError
+from nnsweep.core.quant import Granularity, QuantConfig, QuantMode
 from nnsweep.models.decoder import Decoder
 from nnsweep.runtimes.common import int4
 
