@@ -51,14 +51,20 @@ class DecoderArtifact:
 
 
 def check_runtime(config: DeploymentConfig) -> None:
-    """Refuse, before loading anything, a runtime that takes no decoder.
+    """Refuse, before loading anything, a runtime that takes no decoder, or not at this mode.
 
     Raises:
-        SpecError: naming the runtime and why (its :attr:`~nnsweep.core.runtimes.RuntimeInfo.no_decoder`).
+        SpecError: naming the runtime and why (its :attr:`~nnsweep.core.runtimes.RuntimeInfo.no_decoder`),
+            or the modes it builds a decoder at.
     """
     info = runtimes.get(config.runtime)
     if not info.decoder:
         raise SpecError("runtime", f"{info.name} takes no decoder language model: {info.no_decoder}")
+    if config.quant.mode not in info.decoder_modes:
+        modes = ", ".join(sorted(m.value for m in info.decoder_modes))
+        raise SpecError(
+            "quant.mode", f"{info.name} builds a decoder language model at {modes}, not {config.quant.mode.value}"
+        )
 
 
 def convert(decoder: Decoder, config: DeploymentConfig, root: Path) -> DecoderArtifact:

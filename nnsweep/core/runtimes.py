@@ -163,6 +163,8 @@ class RuntimeInfo:
     :class:`~nnsweep.core.quant.QuantConfig` and a folder, it writes ``prefill`` and ``decode``
     artifacts (:attr:`artifact_suffix`) there and returns the partition report's notes.
     Empty: :attr:`no_decoder` says why the runtime takes no decoder."""
+    decoder_modes: frozenset[QuantMode] = frozenset()
+    """The quantization modes its :attr:`decoder` builds."""
     no_decoder: str = "nnsweep has no decoder export for it"
     """Why the runtime takes no decoder language model, as ``nnsweep bench`` prints it."""
 

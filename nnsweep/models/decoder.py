@@ -25,13 +25,13 @@ from torch import nn
 from nnsweep.core.atomic import atomic_path
 from nnsweep.core.errors import SpecError
 from nnsweep.models._kv_cache import StaticCacheStep, cache_shape
+from nnsweep.models._load import DECODERS
 from nnsweep.models._user_code import import_function
 
-__all__ = ["DECODERS", "FORM", "Decoder", "load_decoder", "synthetic_text", "tiny_llama"]
+__all__ = ["DECODERS", "FORM", "Decoder", "eager_perplexity", "load_decoder", "synthetic_text", "tiny_llama"]
 
 log = logging.getLogger(__name__)
 
-DECODERS = ("tiny_llama",)
 FORM = (
     "forward(input_ids[1,T] int64, cache_position[T] int64, k_cache, v_cache[layers,1,kv_heads,max_len,head_dim]) "
     "-> (logits[1,T,vocab], k_cache, v_cache)"
@@ -213,3 +213,20 @@ def _digest(ref: str, step: nn.Module, held_out: np.ndarray) -> str:
         h.update(tensor.detach().contiguous().numpy().tobytes())
     h.update(held_out.tobytes())
     return h.hexdigest()
+
+
+def eager_perplexity(decoder: Decoder) -> float:
+    """The perplexity of the held-out text by the fp32 step module in eager PyTorch, through
+    the same prefill and decode steps the artifacts run: what an fp32 artifact should give."""
+    text = torch.from_numpy(decoder.held_out[None].copy())
+    k = v = decoder.empty_cache()
+    rows = []
+    with torch.no_grad():
+        logits, k, v = decoder.step(text[:, : decoder.prompt_len], torch.arange(decoder.prompt_len), k, v)
+        rows.append(logits[0])
+        for position in range(decoder.prompt_len, decoder.max_len):
+            logits, k, v = decoder.step(text[:, position : position + 1], torch.tensor([position]), k, v)
+            rows.append(logits[0])
+    log_probs = torch.log_softmax(torch.cat(rows)[:-1].double(), dim=-1)
+    nll = -log_probs.gather(1, text[0, 1:, None]).mean()
+    return float(nll.exp())

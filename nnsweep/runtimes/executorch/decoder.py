@@ -17,13 +17,11 @@ import torch
 from torch import nn
 
 from nnsweep.core.errors import ConversionError
-from nnsweep.core.quant import Granularity, QuantConfig, QuantMode
+from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.models.decoder import Decoder
 from nnsweep.runtimes.common import int4
 
-__all__ = ["MODES", "convert_decoder"]
-
-MODES = (QuantMode.FP32, QuantMode.DYNAMIC_INT8, QuantMode.INT4_WEIGHT)
+__all__ = ["convert_decoder"]
 
 
 def _inputs(decoder: Decoder, steps: int) -> tuple[torch.Tensor, ...]:
@@ -63,15 +61,12 @@ def convert_decoder(decoder: Decoder, quant: QuantConfig, out_dir: Path) -> tupl
     """Write ``prefill.pte`` and ``decode.pte`` for ``quant`` to ``out_dir``; return the notes
     the partition report shows (which linear layers went 4-bit).
 
+    The modes it builds are the registry entry's ``decoder_modes``, checked before; its
+    dynamic int8 weights are per channel whatever the granularity.
+
     Raises:
-        ConversionError: a mode ExecuTorch's decoder path does not build, or the toolchain failed.
+        ConversionError: the toolchain failed.
     """
-    if quant.mode not in MODES:
-        raise ConversionError(
-            f"executorch builds a decoder at {', '.join(m.value for m in MODES)}; {quant.mode.value} is not one"
-        )
-    if quant.mode is QuantMode.DYNAMIC_INT8 and quant.granularity is Granularity.PER_TENSOR:
-        raise ConversionError("executorch's dynamic int8 decoder has per-channel weights only")
     step = copy.deepcopy(decoder.step).eval()
     notes: tuple[str, ...] = ()
     if quant.mode is QuantMode.INT4_WEIGHT:

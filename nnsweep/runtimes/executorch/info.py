@@ -39,6 +39,7 @@ INFO = RuntimeInfo(
     delegates=True,
     converter="nnsweep.runtimes.executorch.converter:ExecuTorchConverter",
     decoder="nnsweep.runtimes.executorch.decoder:convert_decoder",
+    decoder_modes=frozenset({QuantMode.FP32, QuantMode.DYNAMIC_INT8, QuantMode.INT4_WEIGHT}),
     runner="nnsweep.runtimes.executorch.runner:ExecuTorchRunner",
     packages=("executorch", "torch", "torchao", "ethos-u-vela", "tosa-tools"),
     artifact_suffix=".pte",

@@ -19,11 +19,11 @@ from nnsweep.core.quant import Granularity, QuantConfig, QuantMode
 from nnsweep.models.decoder import Decoder
 from nnsweep.runtimes.common import int4
 from nnsweep.runtimes.common.converter import package_warnings_to_debug_log
+from nnsweep.runtimes.common.float_fallback import ort_pre_process
 from nnsweep.runtimes.onnxruntime.int4 import quantize_int4
 
-__all__ = ["MODES", "convert_decoder"]
+__all__ = ["convert_decoder"]
 
-MODES = (QuantMode.FP32, QuantMode.DYNAMIC_INT8, QuantMode.INT4_WEIGHT)
 _OPSET = 18
 _NAMES = ["input_ids", "cache_position", "k_cache", "v_cache"]
 _log = logging.getLogger(__name__)
@@ -54,8 +54,10 @@ def _quantized(source: Path, target: Path, decoder: Decoder, quant: QuantConfig)
         return (*layers.notes(), *quantize_int4(source, target, layers))
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    prepared = source.with_name("prepared.onnx")
+    ort_pre_process(source, prepared)  # shape inference first, as ONNX Runtime's quantizer asks
     quantize_dynamic(
-        str(source), str(target), per_channel=quant.granularity is not Granularity.PER_TENSOR,
+        str(prepared), str(target), per_channel=quant.granularity is not Granularity.PER_TENSOR,
         weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"],
     )  # fmt: skip
     return ()
@@ -65,13 +67,11 @@ def convert_decoder(decoder: Decoder, quant: QuantConfig, out_dir: Path) -> tupl
     """Write ``prefill.onnx`` and ``decode.onnx`` for ``quant`` to ``out_dir``; return the
     notes the partition report shows.
 
+    The modes it builds are the registry entry's ``decoder_modes``, checked before.
+
     Raises:
-        ConversionError: a mode this path does not build, or the toolchain failed.
+        ConversionError: the toolchain failed.
     """
-    if quant.mode not in MODES:
-        raise ConversionError(
-            f"onnxruntime builds a decoder at {', '.join(m.value for m in MODES)}; {quant.mode.value} is not one"
-        )
     notes: tuple[str, ...] = ()
     try:
         for name, steps in (("prefill", decoder.prompt_len), ("decode", 1)):

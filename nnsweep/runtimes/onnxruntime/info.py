@@ -30,6 +30,7 @@ INFO = RuntimeInfo(
     delegates=False,
     converter="nnsweep.runtimes.onnxruntime.converter:OnnxRuntimeConverter",
     decoder="nnsweep.runtimes.onnxruntime.decoder:convert_decoder",
+    decoder_modes=frozenset({QuantMode.FP32, QuantMode.DYNAMIC_INT8, QuantMode.INT4_WEIGHT}),
     runner="nnsweep.runtimes.onnxruntime.runner:OnnxRuntimeRunner",
     packages=("onnxruntime", "onnx", "onnxscript", "torch"),
     artifact_suffix=".onnx",
