@@ -131,3 +131,11 @@ def test_bench_refuses_what_a_decoder_does_not_take(
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and option in err and named in err
+
+
+def test_a_sweep_of_a_decoder_stops_at_the_spec_naming_bench() -> None:
+    from nnsweep.spec import parse_spec
+
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "lm", "model": "tiny_llama"})
+    assert caught.value.field == "model" and "nnsweep bench --model tiny_llama" in caught.value.message
