@@ -28,7 +28,7 @@ from nnsweep.bench._runner import Runner
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.core.metrics import DECODE_PER_TOKEN, PERPLEXITY, PREFILL, TOKENS_PER_S
 
-__all__ = ["DecodeSettings", "DecodeTiming", "measure_decoder", "perplexity", "perplexity_of_logits"]
+__all__ = ["DecodeSettings", "DecodeTiming", "artifact_perplexity", "measure_decoder", "perplexity_of_logits"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,9 @@ def _logits(raw: Any) -> np.ndarray:
     return np.asarray(raw, dtype=np.float32).reshape(-1, np.asarray(raw).shape[-1])
 
 
-def perplexity(prefill: Runner, decode: Runner, text: np.ndarray, prompt_len: int, cache: tuple[int, ...]) -> float:
+def artifact_perplexity(
+    prefill: Runner, decode: Runner, text: np.ndarray, prompt_len: int, cache: tuple[int, ...]
+) -> float:
     """The perplexity of ``text`` (``cache[3]`` ids) from the two runners' logits (module docstring)."""
     steps = _Steps(prefill, decode, cache)
     out, _ = steps.first(text[:prompt_len])
@@ -150,7 +152,7 @@ def measure_decoder(
     decodes = [ms for _ in range(settings.generations) for ms in _generate(steps, prompt, shape[3])]
     if not decodes:
         raise BenchmarkError(f"the cache ({shape[3]}) leaves no decode step after a prompt of {prompt_len}")
-    value = perplexity(prefill, decode, np.asarray(text), prompt_len, shape)
+    value = artifact_perplexity(prefill, decode, np.asarray(text), prompt_len, shape)
     if not math.isfinite(value):
         raise BenchmarkError("the deployed decoder's logits are not finite: no perplexity")
     return DecodeTiming(

@@ -12,7 +12,7 @@ from typing import Any
 from nnsweep.cli._output import EXIT_FAILED, EXIT_OK, Status, _one_line, _usage_error, results
 from nnsweep.core.errors import SpecError, TrialError
 from nnsweep.core.measure import MeasureSettings
-from nnsweep.core.metrics import DECODE_PER_TOKEN, PERPLEXITY, PREFILL, TOKENS_PER_S, row
+from nnsweep.core.metrics import DECODE_PER_TOKEN, PERPLEXITY, PREFILL, SIZE, TOKENS_PER_S, row
 
 __all__ = ["is_decoder", "run_decoder"]
 
@@ -68,7 +68,7 @@ def run_decoder(args: argparse.Namespace, config: Any, settings: MeasureSettings
         "artifact": {
             "directory": str(artifact.directory),
             "files": [artifact.path(g).name for g in ("prefill", "decode")],
-            "size_bytes": artifact.size_bytes,
+            SIZE: artifact.size_bytes,
             "cache_hit": artifact.cache_hit,
             "notes": list(artifact.notes),
         },
@@ -86,7 +86,7 @@ def _summary(fields: dict[str, Any]) -> str:
     artifact = fields["artifact"]
     lines = [
         f"Model: {fields['model']} (decoder, digest {fields['model_digest'][:12]})",
-        f"Artifacts: {artifact['directory']} ({', '.join(artifact['files'])}; {artifact['size_bytes']:,} bytes; "
+        f"Artifacts: {artifact['directory']} ({', '.join(artifact['files'])}; {artifact[SIZE]:,} bytes; "
         f"{'cached' if artifact['cache_hit'] else 'converted'})",
         f"Prompt {fields['prompt_len']} tokens, cache {fields['max_len']}, {fields['decode_steps']} decode steps timed",
     ]
