@@ -139,3 +139,15 @@ def test_a_sweep_of_a_decoder_stops_at_the_spec_naming_bench() -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec({"name": "lm", "model": "tiny_llama"})
     assert caught.value.field == "model" and "nnsweep bench --model tiny_llama" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "section",
+    [{"objectives": {"perplexity": "minimize"}}, {"constraints": {"max": {"decode_ms_per_token": 5.0}}}],
+)
+def test_a_sweep_naming_a_decoders_metric_is_refused_until_sweeps_take_decoders(section: dict[str, object]) -> None:
+    from nnsweep.spec import parse_spec
+
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "m", "model": "digits", **section})
+    assert "decoder language model's metric" in caught.value.message

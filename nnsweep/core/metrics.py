@@ -64,6 +64,7 @@ class Metric:
     scale: float = 1.0
     objective: bool = True
     quality: bool = False  # decided by the deployment's outputs, not by its timing
+    decoder: bool = False  # measured on decoder language models only (nnsweep.bench.decoding)
 
     def title(self, *, unit: bool = True) -> str:
         """An axis or column title: ``latency p50 (ms)``."""
@@ -149,15 +150,20 @@ _ROWS = (
         objective=False,
     ),
     # a decoder language model's (nnsweep.bench.decoding): per token, not per call
-    Metric(PREFILL, "prefill", "ms", "minimize", "p50 time of the prefill graph on the fixed-length prompt"),
+    Metric(
+        PREFILL, "prefill", "ms", "minimize", "p50 time of the prefill graph on the fixed-length prompt", decoder=True
+    ),
     Metric(
         DECODE_PER_TOKEN,
         "decode per token",
         "ms",
         "minimize",
         "p50 time of one decode step (T=1) against the static KV cache, over greedy generations",
+        decoder=True,
     ),
-    Metric(TOKENS_PER_S, "decode throughput", "tokens/s", "maximize", "decode steps over their summed time"),
+    Metric(
+        TOKENS_PER_S, "decode throughput", "tokens/s", "maximize", "decode steps over their summed time", decoder=True
+    ),
     Metric(
         PERPLEXITY,
         "perplexity",
@@ -165,6 +171,7 @@ _ROWS = (
         "minimize",
         "exp of the mean next-token loss on the seeded held-out text, from the deployed artifacts' logits",
         quality=True,
+        decoder=True,
     ),
 )
 
