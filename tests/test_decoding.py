@@ -105,6 +105,26 @@ def test_bench_json_has_the_four_metrics_and_fp32_keeps_the_eager_perplexity(
     assert result[PERPLEXITY] == pytest.approx(result["reference_perplexity"], rel=1e-4)
     again = _bench(tmp_path, capsys, "--runtime", runtime, "--quant", "fp32")
     assert again["artifact"]["cache_hit"] and again[PERPLEXITY] == pytest.approx(result[PERPLEXITY], rel=1e-6)
+    _same_logits_as_the_eager_step(tmp_path, result)
+
+
+def _same_logits_as_the_eager_step(cache: Path, result: dict[str, Any]) -> None:
+    """The exported prefill graph's logits and caches are the eager step's on the held-out prompt."""
+    from nnsweep.core import runtimes
+
+    decoder = load_decoder("tiny_llama", cache / "models")
+    config = result["config"]
+    runner_class = runtimes.load_object(runtimes.get(config["runtime"]).runner)
+    folder = Path(result["artifact"]["directory"])
+    runner = runner_class(folder / result["artifact"]["files"][0], IOSpec(), 1, tuple(config["backends"]))
+    runner.load()
+    p = decoder.prompt_len
+    inputs = [decoder.held_out[None, :p], np.arange(p), *(decoder.empty_cache().numpy(),) * 2]
+    deployed = [np.asarray(x) for x in runner.run_inputs(runner.prepare_inputs(inputs))]
+    with torch.no_grad():
+        eager = decoder.step(*(torch.from_numpy(np.ascontiguousarray(x)) for x in inputs))
+    for got, want in zip(deployed, eager, strict=True):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.integration

@@ -167,8 +167,9 @@ def load_decoder(ref: str, cache_dir: Path | None = None) -> Decoder:
         except Exception as exc:  # the user's code: any failure is theirs to fix
             raise SpecError("model", f"{ref}() failed: {type(exc).__name__}: {exc}") from exc
     step, cache = _static_form(ref, module)
-    held_out = synthetic_text(cache[3], seed=SEED + 2, vocab=_vocab(ref, step, cache))
-    return Decoder(ref, step, cache, _vocab(ref, step, cache), PROMPT_LEN, held_out, _digest(ref, step, held_out))
+    vocab = _vocab(ref, step, cache)
+    held_out = synthetic_text(cache[3], seed=SEED + 2, vocab=vocab)
+    return Decoder(ref, step, cache, vocab, PROMPT_LEN, held_out, _digest(ref, step, held_out))
 
 
 def _static_form(ref: str, module: Any) -> tuple[nn.Module, tuple[int, int, int, int, int]]:
