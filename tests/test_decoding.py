@@ -95,7 +95,7 @@ def _bench(cache: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["onnxruntime", "executorch"])
+@pytest.mark.parametrize("runtime", ["onnxruntime", "executorch", "litert"])
 def test_bench_json_has_the_four_metrics_and_fp32_keeps_the_eager_perplexity(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], runtime: str
 ) -> None:

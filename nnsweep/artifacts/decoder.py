@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nnsweep.artifacts.key import artifact_key
+from nnsweep.bench import MachineLock
 from nnsweep.bench.decoding import DecodeSettings, DecodeTiming, measure_decoder
 from nnsweep.core import runtimes
 from nnsweep.core.artifact import IOSpec
@@ -105,7 +106,9 @@ def _whole(entry: Path, suffix: str) -> bool:
 
 
 def measure(decoder: Decoder, artifact: DecoderArtifact, settings: DecodeSettings | None = None) -> DecodeTiming:
-    """Load both graphs with the runtime's runner (its thread count set first) and measure them.
+    """Load both graphs with the runtime's runner (its thread count set first) and measure them,
+    holding the machine's measurement lock (:class:`~nnsweep.bench.MachineLock`) as every
+    measurement does: no other measurement times on these cores meanwhile.
 
     Raises:
         BenchmarkError: a graph did not load or run here.
@@ -114,8 +117,9 @@ def measure(decoder: Decoder, artifact: DecoderArtifact, settings: DecodeSetting
     runner_class = runtimes.load_object(runtimes.get(config.runtime).runner)
     runner_class.set_threads(config.threads)
     prefill, decode = (runner_class(artifact.path(g), IOSpec(), config.threads, config.backends) for g in _GRAPHS)
-    prefill.load()
-    decode.load()
-    return measure_decoder(
-        prefill, decode, decoder.held_out, decoder.prompt_len, decoder.cache, settings or DecodeSettings()
-    )
+    with MachineLock().hold(f"nnsweep bench {decoder.name} {config.label()}"):
+        prefill.load()
+        decode.load()
+        return measure_decoder(
+            prefill, decode, decoder.held_out, decoder.prompt_len, decoder.cache, settings or DecodeSettings()
+        )
