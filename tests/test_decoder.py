@@ -120,6 +120,7 @@ def test_a_users_llama_is_wrapped(tmp_path: Path) -> None:
     ("args", "option", "named"),
     [
         (["--runtime", "torch"], "--runtime", "no decoder"),
+        (["--model", "digits", "--kind", "decoder"], "--model", "not a decoder"),
         (["--runtime", "onnxruntime", "--quant", "fp16"], "--quant", "int4_weight"),
         (["--runtime", "litert", "--quant", "dynamic_int8"], "--quant", "fp32, int4_weight"),
         (["--runtime", "onnxruntime", "--float-layers", "1", "--quant", "dynamic_int8"], "--float-layers", "decoder"),

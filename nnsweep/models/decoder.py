@@ -160,6 +160,10 @@ def load_decoder(ref: str, cache_dir: Path | None = None) -> Decoder:
     """
     if ref in DECODERS:
         module: Any = tiny_llama(cache_dir)
+    elif ":" not in ref:
+        raise SpecError(
+            "model", f"{ref} is not a decoder language model: give {', '.join(DECODERS)} or file.py:function"
+        )
     else:
         func = import_function(ref, field="model")
         try:
