@@ -153,3 +153,18 @@ def test_a_sweep_naming_a_decoders_metric_is_refused_until_sweeps_take_decoders(
     with pytest.raises(SpecError) as caught:
         parse_spec({"name": "m", "model": "digits", **section})
     assert "decoder language model's metric" in caught.value.message
+
+
+def test_a_module_already_of_the_form_is_taken_with_its_cache_shape(tmp_path: Path) -> None:
+    ref = _user_file(
+        tmp_path,
+        "from transformers import LlamaConfig, LlamaForCausalLM\n"
+        "from nnsweep.models._kv_cache import StaticCacheStep\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    lm = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,\n"
+        "        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))\n"
+        "    return StaticCacheStep(lm, 48)\n",
+    )
+    decoder = load_decoder(ref)
+    assert decoder.cache == (1, 1, 1, 48, 16) and decoder.max_len == 48 and len(decoder.held_out) == 48

@@ -46,7 +46,7 @@ class StaticCacheStep(nn.Module):
         super().__init__()
         self.lm = lm
         config = lm.config
-        self.shape = cache_shape(config, max_len)
+        self.cache_shape = cache_shape(config, max_len)  # what a user's module of this form declares too
         self.heads = int(config.num_attention_heads)
         self.scaling = float(getattr(lm.model.rotary_emb, "attention_scaling", 1.0))
         self.register_buffer("inv_freq", lm.model.rotary_emb.inv_freq.detach().clone(), persistent=False)

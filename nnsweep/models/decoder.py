@@ -194,6 +194,10 @@ def _static_form(ref: str, module: Any) -> tuple[nn.Module, tuple[int, int, int,
     if len(params) != 4 or not isinstance(shape, tuple) or len(shape) != 5:
         taken = ", ".join(p.name for p in params)
         raise SpecError("model", f"{what}; its forward takes ({taken})")
+    if int(shape[3]) <= PROMPT_LEN:
+        raise SpecError(
+            "model", f"{ref}(): its cache_shape holds {shape[3]} positions; the prompt alone is {PROMPT_LEN}"
+        )
     return module, tuple(int(s) for s in shape)  # type: ignore[return-value]
 
 
