@@ -159,7 +159,7 @@ def test_a_module_already_of_the_form_is_taken_with_its_cache_shape(tmp_path: Pa
     ref = _user_file(
         tmp_path,
         "from transformers import LlamaConfig, LlamaForCausalLM\n"
-        "from nnsweep.models._kv_cache import StaticCacheStep\n"
+        "from nnsweep.models.decoder import StaticCacheStep\n"
         "def build():\n"
         "    torch.manual_seed(0)\n"
         "    lm = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,\n"

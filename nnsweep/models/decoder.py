@@ -28,7 +28,16 @@ from nnsweep.models._kv_cache import StaticCacheStep, cache_shape
 from nnsweep.models._load import DECODERS
 from nnsweep.models._user_code import import_function
 
-__all__ = ["DECODERS", "FORM", "Decoder", "eager_perplexity", "load_decoder", "synthetic_text", "tiny_llama"]
+__all__ = [
+    "DECODERS",
+    "FORM",
+    "Decoder",
+    "StaticCacheStep",
+    "eager_perplexity",
+    "load_decoder",
+    "synthetic_text",
+    "tiny_llama",
+]
 
 log = logging.getLogger(__name__)
 
