@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nnsweep.core.artifact import IOSpec
+from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["Runner"]
 
@@ -52,6 +54,17 @@ class Runner(ABC):
     @abstractmethod
     def run(self, prepared: Any) -> Any:
         """One inference."""
+
+    def prepare_inputs(self, xs: Sequence[np.ndarray]) -> list[Any]:
+        """Each input of a program of several (a decoder step's ids, position and caches) as
+        :meth:`run_inputs` takes it; outside any timed region."""
+        return [self.prepare(x) for x in xs]
+
+    def run_inputs(self, prepared: list[Any]) -> list[Any]:
+        """One inference of a program of several inputs; its outputs in the runtime's own
+        form, which :meth:`run_inputs` takes back as inputs (a decoder's caches fed back).
+        The default: this runtime's runner runs programs of one input only."""
+        raise BenchmarkError(f"{type(self).__name__} runs programs of one input only")
 
     def placement(self) -> dict[str, Any] | None:
         """Where the loaded artifact's ops run on this machine (a

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnsweep.cli._args import _int_in, _positive_shape, one_of_setting, setting_option
 from nnsweep.cli._bench_after import AfterRuns, add_after_options, after_runs
+from nnsweep.cli._bench_decoder import is_decoder, run_decoder
 from nnsweep.cli._bench_notes import CPUINFO, measured_float, name_float_layers, saturation_hint
 from nnsweep.cli._bench_npu import estimate, estimate_fields, estimate_lines
 from nnsweep.cli._bench_task import add_task_options, bench_task, task_data, user_metrics
@@ -86,7 +87,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _config_options(parser: argparse.ArgumentParser) -> None:
     """The model and the deployment configuration (over a --config file)."""
     parser.add_argument(
-        "--model", default="digits", help="digits, digits_gn, torchvision:NAME, pkg.mod:fn or file.py:fn"
+        "--model", default="digits", help="digits, digits_gn, tiny_llama, torchvision:NAME, pkg.mod:fn or file.py:fn"
+    )
+    parser.add_argument(
+        "--kind",
+        choices=("model", "decoder"),
+        help="decoder: the model is a decoder language model, timed per token (tiny_llama is one); "
+        "default model (one input, one call)",
     )
     parser.add_argument("--weights", type=Path, help="state dict for a torchvision model (default: random weights)")
     parser.add_argument("--input-shape", type=_positive_shape, help="input shape for user models, e.g. 1,3,224,224")
@@ -156,6 +163,8 @@ def run(args: argparse.Namespace, cache_dir: Path) -> int:
         config = _bench_config(args)
         settings = MeasureSettings(**{name: getattr(args, name) for name in _MEASURE_OPTIONS})
         check_reference(args.model)
+        if is_decoder(args):
+            return run_decoder(args, config, settings, cache_dir)
         metrics, data = user_metrics(args), task_data(args)
         if args.weights is not None and not args.weights.is_file():
             raise SpecError("weights", f"file {str(args.weights)[:200]!r} does not exist")

@@ -16,6 +16,7 @@ __all__ = [
     "ACCURACY",
     "ACCURACY_DROP",
     "BUILTIN",
+    "DECODE_PER_TOKEN",
     "FIRST_INFERENCE",
     "LATENCY_MEAN",
     "LATENCY_P50",
@@ -25,9 +26,12 @@ __all__ = [
     "MAX_ABS_ERR",
     "MEAN_ABS_ERR",
     "PEAK_RSS",
+    "PERPLEXITY",
+    "PREFILL",
     "SIZE",
     "SPEEDUP",
     "SQNR",
+    "TOKENS_PER_S",
     "TOP1_AGREEMENT",
     "Goal",
     "Metric",
@@ -60,6 +64,7 @@ class Metric:
     scale: float = 1.0
     objective: bool = True
     quality: bool = False  # decided by the deployment's outputs, not by its timing
+    decoder: bool = False  # measured on decoder language models only (nnsweep.bench.decoding)
 
     def title(self, *, unit: bool = True) -> str:
         """An axis or column title: ``latency p50 (ms)``."""
@@ -81,6 +86,10 @@ LOAD = "load_ms"
 FIRST_INFERENCE = "first_inference_ms"
 SPEEDUP = "speedup_vs_fp32"
 ACCURACY_DROP = "accuracy_drop"
+PREFILL = "prefill_ms"
+DECODE_PER_TOKEN = "decode_ms_per_token"
+TOKENS_PER_S = "tokens_per_s"
+PERPLEXITY = "perplexity"
 
 _ROWS = (
     Metric(
@@ -139,6 +148,30 @@ _ROWS = (
         "the fp32 baseline's accuracy minus this one",
         100.0,
         objective=False,
+    ),
+    # a decoder language model's (nnsweep.bench.decoding): per token, not per call
+    Metric(
+        PREFILL, "prefill", "ms", "minimize", "p50 time of the prefill graph on the fixed-length prompt", decoder=True
+    ),
+    Metric(
+        DECODE_PER_TOKEN,
+        "decode per token",
+        "ms",
+        "minimize",
+        "p50 time of one decode step (T=1) against the static KV cache, over greedy generations",
+        decoder=True,
+    ),
+    Metric(
+        TOKENS_PER_S, "decode throughput", "tokens/s", "maximize", "decode steps over their summed time", decoder=True
+    ),
+    Metric(
+        PERPLEXITY,
+        "perplexity",
+        "",
+        "minimize",
+        "exp of the mean next-token loss on the seeded held-out text, from the deployed artifacts' logits",
+        quality=True,
+        decoder=True,
     ),
 )
 

@@ -157,6 +157,16 @@ class RuntimeInfo:
     Empty: :attr:`no_explainer` says why there is no divergence by layer."""
     no_explainer: str = "no way to read its intermediate outputs from its Python runtime"
     """Why the runtime has no :attr:`explainer`, as ``--explain`` prints it."""
+    decoder: str = ""
+    """``"module:function"`` that converts a decoder language model
+    (:class:`~nnsweep.models.decoder.Decoder`): called with the decoder, the
+    :class:`~nnsweep.core.quant.QuantConfig` and a folder, it writes ``prefill`` and ``decode``
+    artifacts (:attr:`artifact_suffix`) there and returns the partition report's notes.
+    Empty: :attr:`no_decoder` says why the runtime takes no decoder."""
+    decoder_modes: frozenset[QuantMode] = frozenset()
+    """The quantization modes its :attr:`decoder` builds."""
+    no_decoder: str = "nnsweep has no decoder export for it"
+    """Why the runtime takes no decoder language model, as ``nnsweep bench`` prints it."""
 
     def options_for(self, mode: QuantMode) -> tuple[QuantOption, ...]:
         """The quantizer options that apply to ``mode``."""

@@ -13,13 +13,14 @@ from nnsweep.models._bundle import (
     takes_batches,
     unlabelled_layout,
 )
-from nnsweep.models._load import BUILTIN, check_reference, load_model, register_live
+from nnsweep.models._load import BUILTIN, DECODERS, check_reference, load_model, register_live
 from nnsweep.models._shape import MAX_INPUT_ELEMENTS, check_input_shape
 from nnsweep.models._snapshot import ModelSnapshot, SnapshotStore, reference_outputs
 from nnsweep.models._user_code import check_function_reference, import_function, register_live_function
 
 __all__ = [
     "BUILTIN",
+    "DECODERS",
     "MAX_INPUT_ELEMENTS",
     "Dataset",
     "ModelBundle",

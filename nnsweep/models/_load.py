@@ -49,10 +49,12 @@ from nnsweep.models._user_code import import_function
 if TYPE_CHECKING:
     from nnsweep.core.task_data import TaskData
 
-__all__ = ["BUILTIN", "check_forward", "check_reference", "load_model", "register_live"]
+__all__ = ["BUILTIN", "DECODERS", "check_forward", "check_reference", "load_model", "register_live"]
 
 # nnsweep.models.digits.VARIANTS and digits_outlier.NAME; kept here so checking stays light
 BUILTIN = ("digits", "digits_gn", "digits_outlier")
+# the built-in decoder language models (nnsweep.models.decoder): measured per token, not per call
+DECODERS = ("tiny_llama",)
 
 # files users save models in (weights, whole pickled modules, exported or converted programs)
 _SAVED_SUFFIXES = (".pt", ".pth", ".pt2", ".bin", ".safetensors", ".ckpt", ".onnx", ".tflite", ".pte")
@@ -66,7 +68,7 @@ _BN_RECALIBRATION_BATCHES = 8
 def check_reference(ref: str) -> str:
     """Validate the form of a model reference without importing anything heavy.
 
-    Returns the kind: ``builtin``, ``torchvision``, ``live``, ``file`` or ``module``.
+    Returns the kind: ``builtin``, ``decoder``, ``torchvision``, ``live``, ``file`` or ``module``.
 
     Raises:
         SpecError: the reference has no recognisable form, or a file it names is missing.
@@ -75,6 +77,8 @@ def check_reference(ref: str) -> str:
         raise SpecError("model", "is empty; give digits, torchvision:NAME, package.module:function or file.py:function")
     if ref in BUILTIN:
         return "builtin"
+    if ref in DECODERS:
+        return "decoder"
     head, sep, func = ref.rpartition(":")
     if not sep and ref.lower().endswith(_SAVED_SUFFIXES):
         raise SpecError(
@@ -157,6 +161,12 @@ def _load(
     progress: Callable[[str], None] | None,
 ) -> ModelBundle:
     kind = check_reference(ref)
+    if kind == "decoder":
+        raise SpecError(
+            "model",
+            f"{ref} is a decoder language model: nnsweep bench measures it per token "
+            "(docs/how-to/language-models.md); a sweep takes models of one input",
+        )
     if ref == "digits_outlier":
         from nnsweep.models.digits_outlier import load_digits_outlier
 

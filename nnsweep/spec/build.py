@@ -135,9 +135,15 @@ def _model(raw: Any, base: Path) -> str:
     if not _NAME.fullmatch(raw.name):
         raise SpecError("name", f"{excerpt(raw.name)}: use letters, digits, '_', '-', '.' (at most 64 characters)")
     try:
-        check_reference(raw.model if not raw.model.split(":")[0].endswith(".py") else str(base / raw.model))
+        kind = check_reference(raw.model if not raw.model.split(":")[0].endswith(".py") else str(base / raw.model))
     except SpecError as exc:
         raise SpecError("model", exc.message) from None
+    if kind == "decoder":
+        raise SpecError(
+            "model",
+            f"{raw.model} is a decoder language model: a sweep does not take one yet; "
+            f"measure it with nnsweep bench --model {raw.model} (docs/how-to/language-models.md)",
+        )
     model = raw.model
     if model.split(":")[0].endswith(".py") and not Path(model.split(":")[0]).is_absolute():
         model = str(base / model)

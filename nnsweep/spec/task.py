@@ -48,6 +48,17 @@ def check_objectives(raw: Any, metrics: tuple[UserMetric, ...]) -> None:
     for metric in raw.objectives:
         if metric not in known:
             raise SpecError(f"objectives.{clip(metric)}", f"unknown metric; allowed: {', '.join(known)}")
+        _not_a_decoders(f"objectives.{metric}", metric, metrics)
+
+
+def _not_a_decoders(field: str, name: str, metrics: tuple[UserMetric, ...]) -> None:
+    """Refuse a decoder language model's metric: a sweep takes no decoder yet, so no trial would have it."""
+    if not any(m.name == name for m in metrics) and name in BUILTIN and BUILTIN[name].decoder:
+        raise SpecError(
+            field,
+            "is a decoder language model's metric and a sweep takes no decoder yet: "
+            "measure it with nnsweep bench --model tiny_llama (docs/how-to/language-models.md)",
+        )
 
 
 def build_constraints(raw: Any, metrics: tuple[UserMetric, ...]) -> Constraints:
@@ -62,6 +73,7 @@ def build_constraints(raw: Any, metrics: tuple[UserMetric, ...]) -> Constraints:
         for name in getattr(c, kind):
             if name not in known:
                 raise SpecError(f"constraints.{kind}.{clip(name)}", f"unknown metric; allowed: {', '.join(known)}")
+            _not_a_decoders(f"constraints.{kind}.{name}", name, metrics)
     for name, bound in c.max_drop.items():
         if bound < 0:
             raise SpecError(f"constraints.max_drop.{name}", f"must be at least 0 (got {bound})")

@@ -111,6 +111,14 @@ class ExecuTorchRunner(Runner):
             return self._lite([prepared])
         return self._method([prepared])  # every output (several for tuple/dict models)
 
+    def run_inputs(self, prepared: list[Any]) -> list[Any]:
+        if self._lite is not None:
+            return list(self._lite(prepared))
+        try:
+            return list(self._method(prepared))
+        except RuntimeError as exc:
+            raise BenchmarkError(f"ExecuTorch failed to run {self.path.name}: {exc}") from exc
+
     def to_float(self, raw: Any) -> np.ndarray:
         if self._lite is not None:
             return concat_float(self.io, raw)

@@ -44,6 +44,8 @@ INFO = RuntimeInfo(
     "max_delegated_partitions/min_nodes_per_partition options (TFLite's GPU, NNAPI and Hexagon delegates do)",
     converter="nnsweep.runtimes.litert.converter:LiteRTConverter",
     runner="nnsweep.runtimes.litert.runner:LiteRTRunner",
+    decoder="nnsweep.runtimes.litert.decoder:convert_decoder",
+    decoder_modes=frozenset({QuantMode.FP32, QuantMode.INT4_WEIGHT}),
     packages=(*TFLITE_PACKAGES, "ai-edge-quantizer"),  # int4_weight's quantizer
     artifact_suffix=".tflite",
     default_backends=("xnnpack", "cpu"),

@@ -10,7 +10,9 @@ This module runs on boards: it imports LiteRT and numpy, never torch.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,18 @@ def placement(interp: Interpreter, backends: tuple[str, ...]) -> PartitionReport
     )
 
 
+_ARGUMENT = re.compile(r"args_(\d+)")
+
+
+def _argument_order(names: list[str]) -> list[int]:
+    """Positions of a converted module's input tensors in its forward's order: litert-torch
+    names them ``serving_default_args_N``; names without a number keep the model's order."""
+    numbers = [_ARGUMENT.search(name) for name in names]
+    if not all(numbers):
+        return list(range(len(names)))
+    return sorted(range(len(names)), key=lambda i: int(numbers[i].group(1)))  # type: ignore[union-attr]
+
+
 class LiteRTRunner(Runner):
     """One LiteRT interpreter; ``threads`` go to the interpreter and the XNNPACK delegate."""
 
@@ -88,7 +102,9 @@ class LiteRTRunner(Runner):
             self._interp = interpreter(self.path, self.backends or ("xnnpack", "cpu"), self.threads)
         except (ValueError, RuntimeError) as exc:
             raise BenchmarkError(f"LiteRT cannot load {self.path.name}: {exc}") from exc
-        self._input = self._interp.get_input_details()[0]
+        inputs = self._interp.get_input_details()
+        self._input = inputs[0]
+        self._inputs = [inputs[i] for i in _argument_order([d["name"] for d in inputs])]
         outputs = self._interp.get_output_details()
         self._outputs = [outputs[i]["index"] for i in flatten_order([d["name"] for d in outputs])]
 
@@ -103,6 +119,21 @@ class LiteRTRunner(Runner):
             self._interp.set_tensor(self._input["index"], prepared)
             self._interp.invoke()
             # get_tensor copies: the next invoke does not overwrite what is returned.
+            return [self._interp.get_tensor(index) for index in self._outputs]
+        except (ValueError, RuntimeError) as exc:
+            raise BenchmarkError(f"LiteRT failed to run {self.path.name}: {exc}") from exc
+
+    def prepare_inputs(self, xs: Sequence[np.ndarray]) -> list[Any]:
+        # the first inputs, in the forward's order; LiteRT's integer inputs are int32 (ids arrive int64)
+        return [np.ascontiguousarray(x, dtype=d["dtype"]) for d, x in zip(self._inputs, xs, strict=False)]
+
+    def run_inputs(self, prepared: list[Any]) -> list[Any]:
+        if len(prepared) != len(self._inputs):
+            raise BenchmarkError(f"{self.path.name} takes {len(self._inputs)} inputs, got {len(prepared)}")
+        try:
+            for detail, value in zip(self._inputs, prepared, strict=True):
+                self._interp.set_tensor(detail["index"], value)
+            self._interp.invoke()
             return [self._interp.get_tensor(index) for index in self._outputs]
         except (ValueError, RuntimeError) as exc:
             raise BenchmarkError(f"LiteRT failed to run {self.path.name}: {exc}") from exc

@@ -35,6 +35,9 @@ _ORT_ERRORS: tuple[type[Exception], ...] = (
     *(v for v in vars(_ort_state).values() if isinstance(v, type) and issubclass(v, Exception)),
 )
 
+# a wrong count or dtype of inputs is a ValueError of the binding's Python side
+_RUN_INPUTS_ERRORS: tuple[type[Exception], ...] = (*_ORT_ERRORS, ValueError)
+
 
 def providers_for(order: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """The providers of ``order`` available on this machine, and the backends skipped.
@@ -100,12 +103,19 @@ class OnnxRuntimeRunner(Runner):
             self._session = ort.InferenceSession(str(self.path), session_options(self.threads), providers=providers)
         except _ORT_ERRORS as exc:
             raise BenchmarkError(f"ONNX Runtime cannot load {self.path.name}: {type(exc).__name__}: {exc}") from exc
-        self._input = self._session.get_inputs()[0].name
+        self._inputs = [i.name for i in self._session.get_inputs()]
+        self._input = self._inputs[0]
 
     def run(self, prepared: Any) -> Any:
         try:  # every output (several for tuple/dict models); to_float joins them
             return self._session.run(None, {self._input: prepared})  # type: ignore[no-any-return]
         except _ORT_ERRORS as exc:
+            raise BenchmarkError(f"ONNX Runtime failed to run {self.path.name}: {type(exc).__name__}: {exc}") from exc
+
+    def run_inputs(self, prepared: list[Any]) -> list[Any]:
+        try:
+            return self._session.run(None, dict(zip(self._inputs, prepared, strict=True)))  # type: ignore[no-any-return]
+        except _RUN_INPUTS_ERRORS as exc:
             raise BenchmarkError(f"ONNX Runtime failed to run {self.path.name}: {type(exc).__name__}: {exc}") from exc
 
     def to_float(self, raw: Any) -> np.ndarray:
