@@ -41,6 +41,7 @@ MODELS = {
     "buffer_mlp": f"{USER_MODELS}:buffer_mlp",
     "two_heads": f"{USER_MODELS}:two_heads",
     "text_classifier": f"{USER_MODELS}:text_classifier",
+    "bert": f"{USER_MODELS}:bert",
     "convnext": f"{USER_MODELS}:convnext",
     "gru": f"{USER_MODELS}:gru",
     "unet": f"{USER_MODELS}:unet",
@@ -48,8 +49,8 @@ MODELS = {
 }
 # resnet18, convnext, gru, unet and mlp_block are opt-in: resnet18's row adds about 6 minutes on 2 cores
 # (benchmarks/results/coverage.md).
-DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads", "text_classifier")
-MODES = ("fp32", "fp16", "dynamic_int8", "static_int8", "int4_weight")  # int4_weight at its default group size
+DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads", "text_classifier", "bert")
+MODES = ("fp32", "fp16", "dynamic_int8", "static_int8", "int4_weight", "a16w8")  # int4_weight at its default group size
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,8 @@ def main() -> None:
         cache = args.cache_dir or Path(tmp) / "cache"
         # Its own cache and home: cold conversions, and nothing of the caller's is touched.
         env = dict(os.environ, NNSWEEP_CACHE=str(cache), HOME=str(Path(tmp) / "home"))
+        # Each cell runs this checkout's nnsweep, whichever one the environment has installed.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
         (Path(tmp) / "home").mkdir()
         cells = []
         for model in models:

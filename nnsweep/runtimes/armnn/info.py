@@ -15,8 +15,11 @@ ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
 SYSTEM_PYTHON = "/usr/bin/python3"
 _ARMNN_UNSUPPORTED = {
     **TFLITE_UNSUPPORTED,
-    QuantMode.FP16: "nnsweep's fp16 .tflite (float16 weights, a DEQUANTIZE before each reader) is made for "
-    "LiteRT and not tried with Arm NN 20.08's parser; use litert for fp16",
+    # Measured on nnsweep's fp16 .tflite (x86 and the emulated aarch64 board, 20.08-12):
+    # benchmarks/results/coverage.md, "Arm NN 20.08 and fp16".
+    QuantMode.FP16: "Arm NN 20.08's TFLite parser has no FLOAT16 tensors ('Unsupported data type = FLOAT16') "
+    "and reads a CONV_2D's or FULLY_CONNECTED's weights only from a constant buffer, not from the DEQUANTIZE "
+    "of float16 weights that fp16 .tflite files have; use litert for fp16",
     # Measured: litert-torch's dynamic-range .tflite parses, then Optimize refuses it.
     QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
     "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
