@@ -313,6 +313,29 @@ def test_fp16_is_refused_naming_the_float16_tensors_and_computed_weights_the_par
         _config("fp16")
 
 
+def test_a16w8_is_refused_naming_the_int64_biases_the_parser_lacks(tmp_path: Path) -> None:
+    # LiteRT's a16w8 .tflite (int16 activations, int8 weights, int64 biases), its operator
+    # codes readable by 20.08 (above) and its biases explicit, as the converter would leave it.
+    from nnsweep.runtimes.litert.edge_quantizer import quantize_a16w8
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    fp32, path = tmp_path / "fp32.tflite", tmp_path / "a16w8.tflite"
+    samples = (np.random.default_rng(i).standard_normal((1, 16)).astype(np.float32) for i in range(4))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        litert_torch.convert(module, (torch.randn(1, 16),)).export(str(fp32))
+        quantize_a16w8(fp32, path, samples)
+    model = tflite.load(path)
+    for code in model.operatorCodes:
+        code.deprecatedBuiltinCode = min(max(code.builtinCode, code.deprecatedBuiltinCode), 127)
+    armnn_tflite.add_fully_connected_bias(model)
+    tflite.save(model, path)
+    with pytest.raises(ConversionError, match=r"FULLY_CONNECTED .*Unsupported data type .? = INT64"):
+        armnn_placement(path, ("CpuRef",))
+    with pytest.raises(SpecError, match="no INT64 tensors"):
+        _config("a16w8")
+
+
 def test_a_machine_without_pyarmnn_is_told_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A stand-in for a system Python without Debian's packages (this one has them): before,
     # the line was "Arm NN (release unknown) could not place the model (exit 1): ... No module

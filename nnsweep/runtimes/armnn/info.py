@@ -24,6 +24,10 @@ _ARMNN_UNSUPPORTED = {
     QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
     "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
     "(LiteRT's dynamic range) is made of; use litert, onnxruntime, executorch or torch for dynamic int8",
+    # Measured the same way on LiteRT's a16w8 .tflite (int16 activations, int8 weights).
+    QuantMode.A16W8: "Arm NN 20.08's TFLite parser has no INT64 tensors ('Unsupported data type = INT64'), "
+    "and a16w8's convolutions and FULLY_CONNECTED layers (int16 activations, int8 weights) take int64 biases; "
+    "use litert for a16w8",
     QuantMode.INT4_WEIGHT: "Arm NN 20.08 has neither 4-bit weights nor hybrid layers; "
     "use executorch, onnxruntime or litert for int4_weight",
 }
