@@ -103,7 +103,8 @@ def quantize_fp16(source: Path, target: Path) -> None:
 
 def quantize_a16w8(source: Path, target: Path, samples: Iterable[np.ndarray]) -> None:
     """Write ``source`` (a float ``.tflite``) with int8 weights and int16 activations,
-    calibrated on ``samples`` (model inputs, batch 1), to ``target``; float32 in and out.
+    calibrated on ``samples`` (model inputs, batch 1), to ``target``; the input and output
+    keep their types (float32; token ids stay integers).
 
     Raises:
         ConversionError: ai-edge-quantizer fails.
@@ -119,12 +120,16 @@ def quantize_a16w8(source: Path, target: Path, samples: Iterable[np.ndarray]) ->
         recipe.add_quantization_config(
             regex=".*", operation_name=end, algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE
         )
-    signatures = Interpreter(model_path=str(source)).get_signature_list()
+    interpreter = Interpreter(model_path=str(source))
+    signatures = interpreter.get_signature_list()
     if len(signatures) != 1 or len(next(iter(signatures.values()))["inputs"]) != 1:
         raise ConversionError("a16w8 calibrates a .tflite of one signature with one input")
     key, signature = next(iter(signatures.items()))
     name = signature["inputs"][0]
-    _quantize(source, target, recipe.get_quantization_recipe(), "a16w8", {key: [{name: x} for x in samples]})
+    # The calibration feeds the .tflite's own input type: litert-torch takes int64 token ids as int32.
+    dtype = interpreter.get_signature_runner(key).get_input_details()[name]["dtype"]
+    calibration = {key: [{name: x.astype(dtype, copy=False)} for x in samples]}
+    _quantize(source, target, recipe.get_quantization_recipe(), "a16w8", calibration)
 
 
 def _quantize(source: Path, target: Path, recipe: object, mode: str, calibration: object = None) -> None:
