@@ -41,6 +41,7 @@ MODELS = {
     "buffer_mlp": f"{USER_MODELS}:buffer_mlp",
     "two_heads": f"{USER_MODELS}:two_heads",
     "text_classifier": f"{USER_MODELS}:text_classifier",
+    "bert": f"{USER_MODELS}:bert",
     "convnext": f"{USER_MODELS}:convnext",
     "gru": f"{USER_MODELS}:gru",
     "unet": f"{USER_MODELS}:unet",
@@ -48,8 +49,10 @@ MODELS = {
 }
 # resnet18, convnext, gru, unet and mlp_block are opt-in: resnet18's row adds about 6 minutes on 2 cores
 # (benchmarks/results/coverage.md).
-DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads", "text_classifier")
-MODES = ("fp32", "fp16", "dynamic_int8", "static_int8", "int4_weight")  # int4_weight at its default group size
+DEFAULT_MODELS = ("mobilenet_v3_small", "encoder", "buffer_mlp", "two_heads", "text_classifier", "bert")
+MODES = ("fp32", "fp16", "dynamic_int8", "static_int8", "int4_weight", "a16w8")  # int4_weight at its default group size
+# Opt-in (--modes): int4_weight at a larger group size, as MODE_gN (bench --group-size N).
+EXTRA_MODES = ("int4_weight_g64", "int4_weight_g128")
 
 
 @dataclass(frozen=True)
@@ -82,11 +85,20 @@ def _available() -> dict[str, str]:
     return found
 
 
+def _quant(mode: str) -> tuple[str, list[str]]:
+    """bench's mode for a matrix mode, and its arguments: ``int4_weight_g64`` is
+    ``--quant int4_weight --group-size 64``."""
+    base, _, group = mode.rpartition("_g")
+    if base and group.isdigit():
+        return base, ["--quant", base, "--group-size", group]
+    return mode, ["--quant", mode]
+
+
 def _offered(runtime: str, mode: str) -> bool:
     from nnsweep.core import runtimes
     from nnsweep.core.quant import QuantMode
 
-    return QuantMode(mode) in runtimes.get(runtime).modes
+    return QuantMode(_quant(mode)[0]) in runtimes.get(runtime).modes
 
 
 def _first_line(stderr: str) -> str:
@@ -99,7 +111,8 @@ def _first_line(stderr: str) -> str:
 
 
 def run_cell(model: str, runtime: str, mode: str, args: argparse.Namespace, env: dict[str, str]) -> Cell:
-    cmd = [sys.executable, "-m", "nnsweep", "bench", "--model", MODELS[model], "--runtime", runtime, "--quant", mode]
+    base, quant = _quant(mode)
+    cmd = [sys.executable, "-m", "nnsweep", "bench", "--model", MODELS[model], "--runtime", runtime, *quant]
     cmd += ["--iters", str(args.iters), "--warmup", "2", "--timeout", str(args.timeout), "--json"]
     offered = _offered(runtime, mode)
     started = time.monotonic()
@@ -116,7 +129,7 @@ def run_cell(model: str, runtime: str, mode: str, args: argparse.Namespace, env:
         return Cell(model, runtime, mode, "ok", "", wall, offered, sqnr, data["latency_ms"]["p50"])
     line = _first_line(proc.stderr)
     if not offered:  # row and column already say which runtime cannot do which mode
-        line = line.removeprefix(f"--quant: {runtime} cannot do {mode}: ")
+        line = line.removeprefix(f"--quant: {runtime} cannot do {base}: ")
     if "Traceback (most recent call last)" in proc.stderr or proc.returncode < 0:
         return Cell(model, runtime, mode, "FAILED", f"exit {proc.returncode}: {line}", wall, offered)
     return Cell(model, runtime, mode, "refused" if offered else "n/a", line, wall, offered)
@@ -171,7 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", help=f"comma list of {', '.join(MODELS)} (default: {', '.join(DEFAULT_MODELS)})")
     parser.add_argument("--runtimes", help="comma list (default: every runtime that loads here)")
-    parser.add_argument("--modes", help=f"comma list of {', '.join(MODES)} (default: all)")
+    parser.add_argument("--modes", help=f"comma list of {', '.join(MODES + EXTRA_MODES)} (default: {', '.join(MODES)})")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     parser.add_argument("--iters", type=int, default=20, help="timed runs per cell (default 20: coverage, not speed)")
     parser.add_argument("--width", type=int, default=110, help="characters of a reason shown in the matrix")
@@ -182,11 +195,13 @@ def main() -> None:
     versions = _available()
     models = _pick(args.models, tuple(MODELS), "models") if args.models else DEFAULT_MODELS
     runtimes = _pick(args.runtimes, tuple(versions), "runtimes")
-    modes = _pick(args.modes, MODES, "modes")
+    modes = _pick(args.modes, MODES + EXTRA_MODES, "modes") if args.modes else MODES
     with tempfile.TemporaryDirectory(prefix="nnsweep-zoo-") as tmp:
         cache = args.cache_dir or Path(tmp) / "cache"
         # Its own cache and home: cold conversions, and nothing of the caller's is touched.
         env = dict(os.environ, NNSWEEP_CACHE=str(cache), HOME=str(Path(tmp) / "home"))
+        # Each cell runs this checkout's nnsweep, whichever one the environment has installed.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
         (Path(tmp) / "home").mkdir()
         cells = []
         for model in models:

@@ -4,7 +4,9 @@ Each function returns ``(module, example_input)`` the way a user's model file wo
 data, so ``nnsweep bench`` evaluates fidelity against the fp32 model on seeded inputs.
 They are the shapes that broke conversions before: attention layers (torch dynamic int8),
 a constant multiplier registered as an expanded buffer (a stride-0 tensor ExecuTorch
-refused), a model with two outputs, and a text classifier that takes token ids. Opt-in
+refused), a model with two outputs, a text classifier that takes token ids, and ``bert``: Hugging
+Face's ``BertForSequenceClassification`` from a small ``BertConfig`` (seeded random weights,
+nothing downloaded), wrapped to return its logits as a tensor. Opt-in
 (``--models convnext,gru``): a two-stage ConvNeXt (torchvision's ``LayerNorm2d``, which
 torch's static int8 failed on), a GRU classifier called as ``gru(x)`` (which
 litert-torch's static int8 quantizer cannot annotate, and says so), and a small U-Net
@@ -90,6 +92,29 @@ class _TwoHeads(nn.Module):
         return self.classes(features), self.box(features)
 
 
+class _BertLogits(nn.Module):
+    """Token ids ``(1, SEQ)`` -> a Hugging Face BERT classifier's logits (3 classes), as a
+    tensor rather than its ``SequenceClassifierOutput``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import BertConfig, BertForSequenceClassification
+
+        config = BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=64,
+            num_labels=3,
+        )
+        self.bert = BertForSequenceClassification(config)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.bert(input_ids=ids).logits
+
+
 class _Gru(nn.Module):
     """A GRU over a ``(1, SEQ, D_MODEL)`` sequence, called without its initial state, then a head."""
 
@@ -167,6 +192,11 @@ def two_heads() -> tuple[nn.Module, torch.Tensor]:
 def text_classifier() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     return _TextClassifier().eval(), torch.randint(0, VOCAB, (1, SEQ))
+
+
+def bert() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return _BertLogits().eval(), torch.randint(0, VOCAB, (1, SEQ))
 
 
 def convnext() -> tuple[nn.Module, torch.Tensor]:

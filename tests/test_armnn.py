@@ -15,6 +15,7 @@ import litert_torch
 import numpy as np
 import pytest
 import torch
+from ai_edge_litert import schema_py_generated as schema
 from torch import nn
 
 from nnsweep.artifacts import deploy
@@ -272,6 +273,67 @@ def test_a_fully_connected_of_computed_weights_is_refused_saying_so(tmp_path: Pa
         ConversionError, match=r"^Arm NN 20\.08 takes a FULLY_CONNECTED only with constant weights; operator #\d+ "
     ):
         armnn_placement(path, ("CpuRef",))
+
+
+def test_fp16_is_refused_naming_the_float16_tensors_and_computed_weights_the_parser_lacks(tmp_path: Path) -> None:
+    # nnsweep's fp16 .tflite (LiteRT's: float16 weights, each read through a DEQUANTIZE) as
+    # the Arm NN converter would leave it; each step past one refusal meets the next.
+    from nnsweep.runtimes.litert.edge_quantizer import quantize_fp16
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    fp32, path = tmp_path / "fp32.tflite", tmp_path / "fp16.tflite"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        litert_torch.convert(module, (torch.randn(1, 16),)).export(str(fp32))
+        quantize_fp16(fp32, path)
+    model = tflite.load(path)
+    armnn_tflite.add_fully_connected_bias(model)
+    tflite.save(model, path)
+    # ai-edge-quantizer writes the DEQUANTIZE's code (6) in builtin_code only; 20.08 reads the
+    # deprecated byte, 0, which is ADD.
+    with pytest.raises(ConversionError, match=r"cannot take DEQUANTIZE .*ParseAdd"):
+        armnn_placement(path, ("CpuRef",))
+    for code in model.operatorCodes:
+        code.deprecatedBuiltinCode = min(max(code.builtinCode, code.deprecatedBuiltinCode), 127)
+    tflite.save(model, path)
+    with pytest.raises(ConversionError, match="takes a FULLY_CONNECTED only with constant weights"):
+        armnn_placement(path, ("CpuRef",))
+    # Without the DEQUANTIZEs, the float16 weights read directly: no FLOAT16 tensors either.
+    dequantize = schema.BuiltinOperator.DEQUANTIZE
+    graph = model.subgraphs[0]
+    read_as = {op.outputs[0]: op.inputs[0] for op in graph.operators if tflite.builtin_code(model, op) == dequantize}
+    graph.operators = [op for op in graph.operators if tflite.builtin_code(model, op) != dequantize]
+    for op in graph.operators:
+        op.inputs = [read_as.get(i, i) for i in op.inputs]
+    tflite.save(model, path)
+    # (The parser prints the type's enum value as a character, 1, before its name.)
+    with pytest.raises(ConversionError, match=r"FULLY_CONNECTED .*Unsupported data type .? = FLOAT16"):
+        armnn_placement(path, ("CpuRef",))
+    with pytest.raises(SpecError, match="no FLOAT16 tensors"):
+        _config("fp16")
+
+
+def test_a16w8_is_refused_naming_the_int64_biases_the_parser_lacks(tmp_path: Path) -> None:
+    # LiteRT's a16w8 .tflite (int16 activations, int8 weights, int64 biases), its operator
+    # codes readable by 20.08 (above) and its biases explicit, as the converter would leave it.
+    from nnsweep.runtimes.litert.edge_quantizer import quantize_a16w8
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    fp32, path = tmp_path / "fp32.tflite", tmp_path / "a16w8.tflite"
+    samples = (np.random.default_rng(i).standard_normal((1, 16)).astype(np.float32) for i in range(4))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        litert_torch.convert(module, (torch.randn(1, 16),)).export(str(fp32))
+        quantize_a16w8(fp32, path, samples)
+    model = tflite.load(path)
+    for code in model.operatorCodes:
+        code.deprecatedBuiltinCode = min(max(code.builtinCode, code.deprecatedBuiltinCode), 127)
+    armnn_tflite.add_fully_connected_bias(model)
+    tflite.save(model, path)
+    with pytest.raises(ConversionError, match=r"FULLY_CONNECTED .*Unsupported data type .? = INT64"):
+        armnn_placement(path, ("CpuRef",))
+    with pytest.raises(SpecError, match="no INT64 tensors"):
+        _config("a16w8")
 
 
 def test_a_machine_without_pyarmnn_is_told_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,12 +15,19 @@ ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
 SYSTEM_PYTHON = "/usr/bin/python3"
 _ARMNN_UNSUPPORTED = {
     **TFLITE_UNSUPPORTED,
-    QuantMode.FP16: "nnsweep's fp16 .tflite (float16 weights, a DEQUANTIZE before each reader) is made for "
-    "LiteRT and not tried with Arm NN 20.08's parser; use litert for fp16",
+    # Measured on nnsweep's fp16 .tflite (x86 and the emulated aarch64 board, 20.08-12):
+    # benchmarks/results/coverage.md, "Arm NN 20.08 and fp16".
+    QuantMode.FP16: "Arm NN 20.08's TFLite parser has no FLOAT16 tensors ('Unsupported data type = FLOAT16') "
+    "and reads a CONV_2D's or FULLY_CONNECTED's weights only from a constant buffer, not from the DEQUANTIZE "
+    "of float16 weights that fp16 .tflite files have; use litert for fp16",
     # Measured: litert-torch's dynamic-range .tflite parses, then Optimize refuses it.
     QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
     "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
     "(LiteRT's dynamic range) is made of; use litert, onnxruntime, executorch or torch for dynamic int8",
+    # Measured the same way on LiteRT's a16w8 .tflite (int16 activations, int8 weights).
+    QuantMode.A16W8: "Arm NN 20.08's TFLite parser has no INT64 tensors ('Unsupported data type = INT64'), "
+    "and a16w8's convolutions and FULLY_CONNECTED layers (int16 activations, int8 weights) take int64 biases; "
+    "use litert for a16w8",
     QuantMode.INT4_WEIGHT: "Arm NN 20.08 has neither 4-bit weights nor hybrid layers; "
     "use executorch, onnxruntime or litert for int4_weight",
 }
