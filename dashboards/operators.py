@@ -45,7 +45,6 @@ def operator_section(
         f'<div class="card operators" id="operators-{esc(slug(device))}">',
         f"<h3>Where the time goes, per operator: {esc(device)}</h3>",
         _source(read),
-        " Times on an emulated board are the emulator's." if any(r.emulated for r in records) else "",
         "</p>",
     ]
     best_profile = read.get(best.number) if best else None

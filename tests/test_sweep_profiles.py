@@ -33,6 +33,29 @@ def test_the_front_the_best_and_the_baseline_are_profiled_each_once() -> None:
     assert [r.number for r in chosen] == [5]  # an NPU's table is Vela's estimate: nothing to run
 
 
+def test_an_emulated_boards_trials_get_a_reason_not_a_profile_of_this_hosts_kernels() -> None:
+    """An emulated board shares this machine's name: profiling its artifacts here would time
+    the x86 host and show it as the board's."""
+    import optuna
+
+    from nnsweep.sweep import studies
+    from nnsweep.sweep.profiles import profile_trials
+
+    class Host:  # no artifact is looked up, none profiled
+        snapshot = None
+
+        def cached(self, config: object) -> None:
+            raise AssertionError("an emulated board's artifact must not be profiled on this host")
+
+    study = optuna.create_study()
+    tracker = RecordingTracker()
+    reason = "an emulated board: not here"
+    got = profile_trials("rpi", [_record(0, 1.0)], Host(), study, tracker, 60.0, unavailable=reason)  # type: ignore[arg-type]
+    assert got == {0: Profile(reason=reason)}
+    assert studies.stored_profiles(study) == {0: {"profile": None, "profile_unavailable": reason}}
+    assert PROFILE_ARTIFACT in tracker.artifacts["rpi#0"]
+
+
 def test_the_report_names_the_kinds_that_make_a_configuration_slower_than_fp32() -> None:
     from dashboards.operators import operator_section, slower_kinds
 

@@ -59,11 +59,14 @@ def profile_trials(
     study: optuna.Study,
     tracker: Tracker,
     timeout_s: float,
+    *,
+    unavailable: str | None = None,
 ) -> dict[int, Profile]:
     """Profile ``trials`` on this machine; keep each on ``study`` and log it on the trial's run.
 
     A trial whose artifact this machine's cache no longer holds, or whose runtime has no
-    profiler, gets a profile that says why (:attr:`Profile.reason`).
+    profiler, gets a profile that says why (:attr:`Profile.reason`); every trial does when
+    the device cannot be profiled here (``unavailable``: why).
     """
     from nnsweep.bench import take_profile
     from nnsweep.bench.profile import Profile
@@ -72,11 +75,13 @@ def profile_trials(
     profiles: dict[int, Profile] = {}
     started = time.perf_counter()
     for record in trials:
-        artifact = host.cached(record.config)
-        if artifact is None:
+        artifact = host.cached(record.config) if unavailable is None else None
+        if unavailable is not None:
+            profiles[record.number] = Profile(reason=unavailable)
+        elif artifact is None:
             profiles[record.number] = Profile(reason="its artifact is no longer in this machine's cache")
-            continue
-        profiles[record.number] = take_profile(artifact, host.snapshot, timeout_s)
+        else:
+            profiles[record.number] = take_profile(artifact, host.snapshot, timeout_s)
     if not profiles:
         return profiles
     studies.store_profiles(study, {n: p.to_dict() for n, p in profiles.items()})
