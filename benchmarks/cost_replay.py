@@ -77,8 +77,9 @@ def report(table: Table, results: dict[str, list[Run]]) -> str:
         f"{sum(table.convert_s.values()):.0f} s converting as built, {table.measure_s:.2f} s per measurement",
         "",
         "| strategy | seeds | s to best | s to 99 % HV | trials to best | trials to 99 % HV "
-        "| s ratio vs random (best / HV) | trials ratio vs random (best / HV) | skips (on front, never measured) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| s ratio vs random (best / HV) | trials ratio vs random (best / HV) | skips (on front, never measured) "
+        "| sampler's proposals / gain-per-second picks per run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in results.items():
         bs, hs, bt, ht = (_med(runs, a) for a in ("best_s", "hv_s", "best_at", "hv_at"))
@@ -87,7 +88,7 @@ def report(table: Table, results: dict[str, list[Run]]) -> str:
         total, on, missed = skipped_on_front(table, runs)
         lines.append(
             f"| {name} | {len(runs)} | {_fmt(bs)} | {_fmt(hs)} | {_fmt(bt)} | {_fmt(ht)} | {sr} | {tr} "
-            f"| {total} ({on}, {missed}) |"
+            f"| {total} ({on}, {missed}) | {_med(runs, 'sampled'):g} / {_med(runs, 'picked'):g} |"
         )
     return "\n".join(lines)
 
@@ -97,10 +98,11 @@ def main() -> None:
     parser.add_argument("tables", type=Path, nargs="+")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--margin", type=float, default=CostConfig.margin)
+    parser.add_argument("--prior-weight", type=float, default=CostConfig.prior_weight)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write every run as JSON here")
     args = parser.parse_args()
-    config = CostConfig(margin=args.margin)
+    config = CostConfig(margin=args.margin, prior_weight=args.prior_weight)
     dump: dict[str, dict[str, list[dict[str, object]]]] = {}
     for path in args.tables:
         table = Table.load(path)

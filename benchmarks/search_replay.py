@@ -250,6 +250,8 @@ class Run:
     best_s: float = math.inf  # seconds until the best was measured
     hv_s: float = math.inf  # seconds until 99 % of the front's hypervolume
     skipped: list[str] = field(default_factory=list)  # digests the cost model did not convert
+    sampled: int = 0  # proposals the sampler made (not a start, a move or an untried draw)
+    picked: int = 0  # proposals the cost model's gain per second picked
     repeats: int = 0
     cap_hits: int = 0
     proposals: int = 0
@@ -437,12 +439,14 @@ def replay_study(
             elif model is not None and pool:
                 picked = model.best(_pool(table, progress, rng, model.config.pool), reference, floor)
                 if picked is not None:
+                    progress.run.picked += 1
                     study.enqueue_trial(params_for(picked, table.space), skip_if_exists=False)
         sampled = not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))  # else ask takes the queued
         trial = study.ask()
         config = suggest(trial, table.space)
         digest = config.digest()
         progress.run.proposals += 1
+        progress.run.sampled += sampled
         skippable = model is not None and sampled and skips < model.config.skip_cap
         if skippable and model is not None and not progress.is_repeat(digest) and model.dominated(config):
             skips += 1  # not converted: told pruned, and the study is asked again
