@@ -199,7 +199,7 @@ def _split_seconds(
     """Each configuration's lowering seconds and each stage's seconds, from conversion
     seconds as the table was built (stages cached): the first conversion of a stage
     (:func:`nnsweep.sweep.cost.stage_of`), its group's slowest, paid the stage; the stage's
-    seconds are that conversion's excess over the group's median, its lowering the median."""
+    seconds are that conversion's excess over the median of the others, its lowering that median."""
     from nnsweep.sweep.cost import stage_of
 
     groups: dict[str, list[str]] = {}
@@ -210,8 +210,8 @@ def _split_seconds(
     for key, digests in groups.items():
         if len(digests) < 2 or not all(d in convert_s for d in digests):
             continue
-        median = statistics.median(convert_s[d] for d in digests)
         first = max(digests, key=lambda d: convert_s[d])
+        median = statistics.median(convert_s[d] for d in digests if d != first)
         stage[key] = convert_s[first] - median
         lowering[first] = median
     return lowering, stage
