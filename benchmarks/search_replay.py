@@ -23,7 +23,10 @@ Per strategy and seed it records the trials (measurements) until
   the slowest feasible latency instead, a table holding a 30 ms portable-kernel
   configuration made every sub-millisecond point 99 % of the front),
 
-and prints the median and p90 over seeds and the ratio to random search.
+and prints the median and p90 over seeds and the ratio to random search. Each run also
+counts **seconds** (``Run.best_s``, ``Run.hv_s``): the table's conversion seconds, a stage
+already converted in the run free, plus its measuring seconds (``benchmarks/cost_replay.py``
+reports them).
 
 Usage:
     .venv/bin/python benchmarks/search_replay.py benchmarks/data/search_table_threads1.json --seeds 20
@@ -50,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
-from nnsweep.sweep.cost import CostConfig, CostModel
+from nnsweep.sweep.cost import CostConfig, CostModel, stage_of
 from nnsweep.sweep.space import DeviceSpace, baseline_configs, mode_starts, params_for, suggest, untried
 
 if TYPE_CHECKING:
@@ -117,8 +120,6 @@ class Table:
 
     def conversion_seconds(self, digest: str, built: set[str]) -> float:
         """Seconds to convert ``digest`` when the stages in ``built`` are cached (each added to it)."""
-        from nnsweep.sweep.cost import stage_of
-
         stage = stage_of(self.configs[digest])
         seconds = self._lowering.get(digest, 0.0) + (0.0 if stage in built else self._stage.get(stage, 0.0))
         built.add(stage)
@@ -200,8 +201,6 @@ def _split_seconds(
     seconds as the table was built (stages cached): the first conversion of a stage
     (:func:`nnsweep.sweep.cost.stage_of`), its group's slowest, paid the stage; the stage's
     seconds are that conversion's excess over the median of the others, its lowering that median."""
-    from nnsweep.sweep.cost import stage_of
-
     groups: dict[str, list[str]] = {}
     for digest, config in configs.items():
         groups.setdefault(stage_of(config), []).append(digest)
