@@ -23,7 +23,10 @@ Per strategy and seed it records the trials (measurements) until
   the slowest feasible latency instead, a table holding a 30 ms portable-kernel
   configuration made every sub-millisecond point 99 % of the front),
 
-and prints the median and p90 over seeds and the ratio to random search.
+and prints the median and p90 over seeds and the ratio to random search. Each run also
+counts **seconds** (``Run.best_s``, ``Run.hv_s``): the table's conversion seconds, a stage
+already converted in the run free, plus its measuring seconds (``benchmarks/cost_replay.py``
+reports them).
 
 Usage:
     .venv/bin/python benchmarks/search_replay.py benchmarks/data/search_table_threads1.json --seeds 20
@@ -50,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
+from nnsweep.sweep.cost import CostConfig, CostModel, stage_of
 from nnsweep.sweep.space import DeviceSpace, baseline_configs, mode_starts, params_for, suggest, untried
 
 if TYPE_CHECKING:
@@ -90,6 +94,8 @@ class Table:
     max_accuracy_drop: float | None
     name: str = "table"
     baseline_latency: float | None = None
+    convert_s: dict[str, float] = field(default_factory=dict)  # digest -> conversion seconds as built
+    measure_s: float = 0.0  # seconds per measurement (the table's measuring seconds / measurements)
     best: Point = field(init=False)
     front: list[Point] = field(init=False)
     reference: Point = field(init=False)
@@ -110,6 +116,14 @@ class Table:
         base = self.baseline_latency if self.baseline_latency is not None else slowest
         self.reference = (min(accs) - (0.1 * span if span > 0 else 1e-3), base if base > min(lats) else slowest)
         self.front_hv = hypervolume(self.front, self.reference)
+        self._lowering, self._stage = _split_seconds(self.configs, self.convert_s)
+
+    def conversion_seconds(self, digest: str, built: set[str]) -> float:
+        """Seconds to convert ``digest`` when the stages in ``built`` are cached (each added to it)."""
+        stage = stage_of(self.configs[digest])
+        seconds = self._lowering.get(digest, 0.0) + (0.0 if stage in built else self._stage.get(stage, 0.0))
+        built.add(stage)
+        return seconds
 
     def feasible(self, values: Point) -> bool:
         if self.max_accuracy_drop is None:
@@ -151,9 +165,11 @@ class Table:
             raise ValueError(f"{path}: objectives must be (maximize, minimize), got {objectives}")
         configs: dict[str, DeploymentConfig] = {}
         outcomes: dict[str, Outcome] = {}
+        convert_s: dict[str, float] = {}
         for row in data["configs"]:
             config = DeploymentConfig.from_dict(row["config"])
             configs[row["digest"]] = config
+            convert_s[row["digest"]] = float(row.get("convert_s") or 0.0)
             m = data["measurements"].get(row.get("execution_key", ""), {})
             metrics = m.get("metrics")
             if metrics is None:
@@ -173,7 +189,31 @@ class Table:
             meta["max_accuracy_drop"],
             name=Path(path).stem,
             baseline_latency=base_values[1],
+            convert_s=convert_s,
+            measure_s=sum(s.get("measure_s", 0.0) for s in meta.get("shards", [])) / max(1, len(data["measurements"])),
         )
+
+
+def _split_seconds(
+    configs: dict[str, DeploymentConfig], convert_s: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each configuration's lowering seconds and each stage's seconds, from conversion
+    seconds as the table was built (stages cached): the first conversion of a stage
+    (:func:`nnsweep.sweep.cost.stage_of`), its group's slowest, paid the stage; the stage's
+    seconds are that conversion's excess over the median of the others, its lowering that median."""
+    groups: dict[str, list[str]] = {}
+    for digest, config in configs.items():
+        groups.setdefault(stage_of(config), []).append(digest)
+    lowering = dict(convert_s)
+    stage: dict[str, float] = {}
+    for key, digests in groups.items():
+        if len(digests) < 2 or not all(d in convert_s for d in digests):
+            continue
+        first = max(digests, key=lambda d: convert_s[d])
+        median = statistics.median(convert_s[d] for d in digests if d != first)
+        stage[key] = convert_s[first] - median
+        lowering[first] = median
+    return lowering, stage
 
 
 # ---------------------------------------------------------------------------- fronts
@@ -205,6 +245,12 @@ class Run:
     hv_at: float = math.inf
     near_at: float = math.inf  # a feasible configuration within NEAR of the best's latency
     counted: int = 0
+    seconds: float = 0.0  # conversions (cached stages free) and measurements so far
+    best_s: float = math.inf  # seconds until the best was measured
+    hv_s: float = math.inf  # seconds until 99 % of the front's hypervolume
+    skipped: list[str] = field(default_factory=list)  # digests the cost model did not convert
+    sampled: int = 0  # proposals the sampler made (not a start, a move or an untried draw)
+    picked: int = 0  # proposals the cost model's gain per second picked
     repeats: int = 0
     cap_hits: int = 0
     proposals: int = 0
@@ -225,6 +271,8 @@ class _Progress:
         self.keys: set[str] = set()
         self.digests: set[str] = set()
         self.points: list[Point] = []
+        self.built: set[str] = set()  # stages converted so far
+        self.last: tuple[float, float | None] = (0.0, None)  # the last proposal's conversion, measurement
         self.run = Run()
 
     @property
@@ -234,8 +282,22 @@ class _Progress:
     def is_repeat(self, digest: str) -> bool:
         return digest in self.digests or self.table.outcomes[digest].key in self.keys
 
+    def charge(self, digest: str) -> tuple[float, float | None]:
+        """What proposing ``digest`` costs: its conversion (none for a configuration seen
+        before) and its measurement (none for a failure or a measurement known)."""
+        self.last = (0.0, None)
+        if digest in self.digests:
+            return self.last
+        outcome = self.table.outcomes[digest]
+        converting = self.table.conversion_seconds(digest, self.built)
+        measuring = None if outcome.values is None or outcome.key in self.keys else self.table.measure_s
+        self.run.seconds += converting + (measuring or 0.0)
+        self.last = (converting, measuring)
+        return self.last
+
     def observe(self, digest: str, *, counted: bool) -> None:
         outcome = self.table.outcomes[digest]
+        self.charge(digest)
         self.digests.add(digest)
         if not counted:
             self.run.repeats += 1
@@ -253,9 +315,9 @@ class _Progress:
         if self.run.near_at == math.inf and v[1] <= self.table.best[1] * (1 + NEAR):
             self.run.near_at = n
         if self.run.best_at == math.inf and v == self.table.best:
-            self.run.best_at = n
+            self.run.best_at, self.run.best_s = n, self.run.seconds
         if self.run.hv_at == math.inf and hypervolume(self.points, self.table.reference) >= self.target_hv - 1e-15:
-            self.run.hv_at = n
+            self.run.hv_at, self.run.hv_s = n, self.run.seconds
 
 
 def replay_random(
@@ -309,6 +371,9 @@ def replay_study(
     divert_after: int | None = None,
     seed: int = 0,
     moves: bool = False,
+    cost: CostConfig | None = None,
+    pool: bool = True,
+    gate_moves: bool = False,
 ) -> Run:
     """One Optuna study against ``table``, as the coordinator runs it (see the module docstring).
 
@@ -327,6 +392,12 @@ def replay_study(
         moves: when no trial is queued, the coordinator's move
             (:func:`nnsweep.sweep.moves.next_move`: a repair, or a neighbour of the
             best) is enqueued before the sampler is asked, as the coordinator does.
+        cost: cost-aware proposals (:mod:`nnsweep.sweep.cost`): a sampler's proposal
+            predicted dominated is not converted (told pruned, up to ``skip_cap`` in a
+            row), and (``pool``) when there is no move, the untried candidate with the
+            highest expected gain per second is enqueued before the sampler is asked.
+        gate_moves: with ``cost``, a refinement (not a repair) predicted dominated is
+            skipped too, and the coordinator's next move is taken instead.
     """
     import optuna
     from optuna.trial import TrialState
@@ -342,19 +413,46 @@ def replay_study(
     in_a_row = 0
     rng = random.Random(seed)
     records: list[TrialRecord] = []
+    model = CostModel(cost) if cost is not None else None
+    floor = table.baseline_accuracy - (table.max_accuracy_drop or 0.0)
+    reference = (floor - 1e-9, table.baseline_latency or math.inf)
+    skips = 0
+    gated: set[str] = set()  # moves the cost model skipped
     while not progress.done and progress.run.counted < limit:
         if divert_after is not None and in_a_row >= divert_after:
             config = untried(table.space, lambda c: c.digest() in progress.digests, rng)
             if config is not None:
                 study.enqueue_trial(params_for(config, table.space), skip_if_exists=False)
         elif moves and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            move = next_move(records, OBJECTIVES, table.space, lambda c: c.digest() in progress.digests)
+            move = next_move(
+                records, OBJECTIVES, table.space, lambda c: c.digest() in progress.digests or c.digest() in gated
+            )
+            while model is not None and gate_moves and move is not None and _skip_move(move, model, progress):
+                progress.run.skipped.append(move[0].digest())
+                gated.add(move[0].digest())
+                move = next_move(
+                    records, OBJECTIVES, table.space, lambda c: c.digest() in progress.digests or c.digest() in gated
+                )
             if move is not None:
                 study.enqueue_trial(params_for(move[0], table.space), skip_if_exists=False)
+            elif model is not None and pool:
+                picked = model.best(_pool(table, progress, rng, model.config.pool), reference, floor)
+                if picked is not None:
+                    progress.run.picked += 1
+                    study.enqueue_trial(params_for(picked, table.space), skip_if_exists=False)
+        sampled = not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))  # else ask takes the queued
         trial = study.ask()
         config = suggest(trial, table.space)
         digest = config.digest()
         progress.run.proposals += 1
+        progress.run.sampled += sampled
+        skippable = model is not None and sampled and skips < model.config.skip_cap
+        if skippable and model is not None and not progress.is_repeat(digest) and model.dominated(config):
+            skips += 1  # not converted: told pruned, and the study is asked again
+            progress.run.skipped.append(digest)
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
+        skips = 0
         repeat = progress.is_repeat(digest)
         if repeat and in_a_row < repeat_cap:
             in_a_row += 1
@@ -366,6 +464,11 @@ def replay_study(
             progress.observe(digest, counted=True)
         values = table.outcomes[digest].values
         records.append(table.record(digest, trial.number))
+        converting, measuring = progress.last
+        if model is not None and converting:
+            model.converted(config, converting, measuring=measuring)
+        if model is not None and values is not None and measuring is not None:
+            model.measured(config, values, feasible=table.feasible(values))
         if values is None:
             study.tell(trial, state=TrialState.FAIL)
             continue
@@ -373,6 +476,24 @@ def replay_study(
             trial.set_constraint("accuracy_drop", table.constraint(values))
         study.tell(trial, list(values))
     return progress.run
+
+
+def _skip_move(move: tuple[DeploymentConfig, Any], model: CostModel, progress: _Progress) -> bool:
+    """Whether the cost model skips this move: a refinement (a repair is never skipped)
+    not measured before, predicted dominated."""
+    config, role = move
+    return str(role) != "repair" and not progress.is_repeat(config.digest()) and model.dominated(config)
+
+
+def _pool(table: Table, progress: _Progress, rng: random.Random, size: int) -> list[DeploymentConfig]:
+    """Up to ``size`` distinct untried configurations, drawn at random."""
+    picked: dict[str, DeploymentConfig] = {}
+    for _ in range(size):
+        config = untried(table.space, lambda c: c.digest() in progress.digests or c.digest() in picked, rng)
+        if config is None:
+            break
+        picked[config.digest()] = config
+    return list(picked.values())
 
 
 # ---------------------------------------------------------------------------- strategies
@@ -424,7 +545,15 @@ def nnsweep_today(seed: int) -> optuna.samplers.BaseSampler:
 DIVERT_AFTER = 3  # the coordinator's rule: nnsweep.sweep.scheduler.Scheduler.divert_after
 
 
-def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = (), moves: bool = True) -> Strategy:
+def nnsweep_strategy(
+    *,
+    starts: bool = True,
+    warm: Sequence[DeploymentConfig] = (),
+    moves: bool = True,
+    cost: CostConfig | None = None,
+    pool: bool = True,
+    gate_moves: bool = False,
+) -> Strategy:
     """What a sweep does: the baselines, then ``warm`` (another device's front), then
     (``starts``) the mode starts (:func:`nnsweep.sweep.space.mode_starts`); ``make_sampler``;
     an untried configuration after ``DIVERT_AFTER`` repeats in a row."""
@@ -432,7 +561,17 @@ def nnsweep_strategy(*, starts: bool = True, warm: Sequence[DeploymentConfig] = 
 
     def run(table: Table, seed: int) -> Run:
         first = [*baseline_configs(table.space), *warm, *(mode_starts(table.space) if starts else [])]
-        return replay_study(table, make_sampler(seed), enqueue=first, divert_after=DIVERT_AFTER, seed=seed, moves=moves)
+        return replay_study(
+            table,
+            make_sampler(seed),
+            enqueue=first,
+            divert_after=DIVERT_AFTER,
+            seed=seed,
+            moves=moves,
+            cost=cost,
+            pool=pool,
+            gate_moves=gate_moves,
+        )
 
     return run
 

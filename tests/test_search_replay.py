@@ -245,3 +245,31 @@ def test_a_configuration_within_3_percent_of_the_best_counts_as_near_it() -> Non
     table.outcomes[close] = replay.Outcome((table.best[0], table.best[1] * 1.05), "close")  # 5 %: not near
     run = replay.replay_random(table, 0, first=[table.configs[close], table.configs[best]])
     assert (run.near_at, run.best_at) == (2, 2)
+
+
+def test_a_stage_converted_before_costs_only_its_lowering() -> None:
+    from nnsweep.sweep.cost import stage_of
+
+    base = _table()
+    torch_int8 = [c for c in base.configs.values() if c.runtime == "torch" and c.quant.mode.value == "static_int8"]
+    group = [c for c in torch_int8 if stage_of(c) == stage_of(torch_int8[0])]
+    assert len(group) == 2  # the two backend orders share the quantized model
+    first, sibling = group[0].digest(), group[1].digest()
+    seconds = dict.fromkeys(base.configs, 1.0) | {first: 5.0}  # as built: the first paid the stage
+    table = replay.Table(base.space, base.configs, base.outcomes, 0.95, 0.01, name="tiny", convert_s=seconds)
+    built: set[str] = set()
+    assert table.conversion_seconds(sibling, built) == pytest.approx(5.0)  # the stage, then its lowering
+    assert table.conversion_seconds(first, built) == pytest.approx(1.0)  # the stage is built: lowering only
+
+
+def test_only_the_cost_aware_replay_skips_or_picks() -> None:
+    from nnsweep.sweep.cost import CostConfig
+
+    table = _table()
+    for seed in range(3):
+        today = replay.nnsweep_strategy()(table, seed)
+        assert today.skipped == [] and today.picked == 0
+        assert replay.random_with_starts(table, seed).skipped == []
+        # a margin nothing exceeds, no ranking: the cost-aware replay is today's, trial for trial
+        inert = replay.nnsweep_strategy(cost=CostConfig(margin=1e9), pool=False)(table, seed)
+        assert inert.measured == today.measured and inert.skipped == []
