@@ -1,4 +1,4 @@
-"""Replay cost-aware proposals (:mod:`nnsweep.sweep.cost`) against the measured tables, in seconds.
+"""Replay cost-aware proposals (benchmarks/cost_model.py) against the measured tables, in seconds.
 
 Per table and seed: nnsweep's search as it is, nnsweep's search with cost-aware
 proposals (the sampler's proposals predicted dominated not converted; with ``pool``, the
@@ -25,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cost_model import CostConfig
 from search_replay import SAME_STARTS, Run, Strategy, Table, evaluate, nnsweep_strategy, random_with_starts
-
-from nnsweep.sweep.cost import CostConfig
 
 TODAY = "nnsweep (today)"
 GATE = "nnsweep + cost gate"

@@ -53,8 +53,10 @@ from typing import TYPE_CHECKING, Any
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
-from nnsweep.sweep.cost import CostConfig, CostModel, stage_of
 from nnsweep.sweep.space import DeviceSpace, baseline_configs, mode_starts, params_for, suggest, untried
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cost_model import CostConfig, CostModel, stage_of
 
 if TYPE_CHECKING:
     import optuna
@@ -199,7 +201,7 @@ def _split_seconds(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Each configuration's lowering seconds and each stage's seconds, from conversion
     seconds as the table was built (stages cached): the first conversion of a stage
-    (:func:`nnsweep.sweep.cost.stage_of`), its group's slowest, paid the stage; the stage's
+    (:func:`cost_model.stage_of`), its group's slowest, paid the stage; the stage's
     seconds are that conversion's excess over the median of the others, its lowering that median."""
     groups: dict[str, list[str]] = {}
     for digest, config in configs.items():
@@ -392,7 +394,7 @@ def replay_study(
         moves: when no trial is queued, the coordinator's move
             (:func:`nnsweep.sweep.moves.next_move`: a repair, or a neighbour of the
             best) is enqueued before the sampler is asked, as the coordinator does.
-        cost: cost-aware proposals (:mod:`nnsweep.sweep.cost`): a sampler's proposal
+        cost: cost-aware proposals (benchmarks/cost_model.py): a sampler's proposal
             predicted dominated is not converted (told pruned, up to ``skip_cap`` in a
             row), and (``pool``) when there is no move, the untried candidate with the
             highest expected gain per second is enqueued before the sampler is asked.

@@ -1,15 +1,31 @@
-"""The cost model of cost-aware proposals (nnsweep/sweep/cost.py): predictions from a few
+"""The cost model of cost-aware proposals (benchmarks/cost_model.py): predictions from a few
 measured trials, a candidate predicted dominated, and a cached stage costing nothing."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.quant import Granularity, PartitionLimits, QuantConfig, QuantMode
-from nnsweep.sweep.cost import CostConfig, CostModel, stage_of
+
+
+def _cost_model():  # type: ignore[no-untyped-def]
+    """benchmarks/cost_model.py, a benchmark's module (loaded as search_replay's tests load theirs)."""
+    if "cost_model" not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "benchmarks" / "cost_model.py"
+        spec = importlib.util.spec_from_file_location("cost_model", path)
+        assert spec is not None and spec.loader is not None
+        sys.modules["cost_model"] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules["cost_model"]
+
+
+CostConfig, CostModel, stage_of = _cost_model().CostConfig, _cost_model().CostModel, _cost_model().stage_of
 
 FP32 = QuantConfig()
 INT8 = QuantConfig(mode=QuantMode.DYNAMIC_INT8, granularity=Granularity.PER_TENSOR)

@@ -248,7 +248,7 @@ def test_a_configuration_within_3_percent_of_the_best_counts_as_near_it() -> Non
 
 
 def test_a_stage_converted_before_costs_only_its_lowering() -> None:
-    from nnsweep.sweep.cost import stage_of
+    stage_of = _module("cost_model").stage_of
 
     base = _table()
     torch_int8 = [c for c in base.configs.values() if c.runtime == "torch" and c.quant.mode.value == "static_int8"]
@@ -263,7 +263,7 @@ def test_a_stage_converted_before_costs_only_its_lowering() -> None:
 
 
 def test_only_the_cost_aware_replay_skips_or_picks() -> None:
-    from nnsweep.sweep.cost import CostConfig
+    CostConfig = _module("cost_model").CostConfig
 
     table = _table()
     for seed in range(3):
