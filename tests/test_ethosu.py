@@ -41,7 +41,7 @@ def test_vela_compiles_the_whole_digits_model_and_its_estimates_are_recorded(u55
     # Vela's own relation between cycles, clock and time (500 MHz for the U55 high-end system config)
     assert est["inference_time_ms"] == pytest.approx(est["cycles_total"] / (est["npu_clock_mhz"] * 1e3), rel=1e-3)
     assert est["sram_kib"] > 0 and est["flash_kib"] > 0
-    assert set(u55.sidecars) == {"tosa", "tosa_io"}
+    assert set(u55.sidecars) == {"tosa", "tosa_io", "vela_layers"}  # vela_layers: bench --profile's table
 
 
 def test_estimate_device_reports_estimated_latency_and_real_int8_accuracy(u55, digits) -> None:  # type: ignore[no-untyped-def]

@@ -70,8 +70,18 @@ def test_layernorm_outliers_break_static_int8(tta, tmp_path: Path) -> None:  # t
 
 
 @pytest.mark.slow
-def test_onnxruntime_dynamic_int8_is_slower_than_fp32(tta, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_onnxruntime_dynamic_int8_runs_every_convolution_as_convinteger(tta, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What makes this model's ONNX Runtime dynamic int8 slower than its fp32: each convolution
+    becomes a ConvInteger (no NCHWc kernel) behind a run-time DynamicQuantizeLinear. How much
+    slower is a timing, measured in benchmarks/results/profile.md (13.2 against 6.7 ms), not here."""
+    import onnx
+
     bundle = tta.tta_slow_int8()
-    fp32 = _measure(bundle, tmp_path, runtime="onnxruntime", quant={"mode": "fp32"}, iters=100)
-    int8 = _measure(bundle, tmp_path, runtime="onnxruntime", quant={"mode": "dynamic_int8"}, iters=100)
-    assert int8["latency_ms"]["p50"] > 1.2 * fp32["latency_ms"]["p50"]
+    fp32 = _measure(bundle, tmp_path, runtime="onnxruntime", quant={"mode": "fp32"})
+    int8 = _measure(bundle, tmp_path, runtime="onnxruntime", quant={"mode": "dynamic_int8"})
+    convs = [n for n in onnx.load(fp32["artifact"]).graph.node if n.op_type == "Conv"]
+    nodes = onnx.load(int8["artifact"]).graph.node
+    ops = [n.op_type for n in nodes]
+    assert len(convs) >= 10 and ops.count("ConvInteger") == len(convs) and "Conv" not in ops
+    quantized_at_run_time = {o for n in nodes if n.op_type == "DynamicQuantizeLinear" for o in n.output}
+    assert all(n.input[0] in quantized_at_run_time for n in nodes if n.op_type == "ConvInteger")
