@@ -51,14 +51,16 @@ def model_ref(name: str) -> str:
     return f"{HERE / 'tta_models.py'}:{name}" if name in MODELS else IN_SAMPLE[name]
 
 
-def spec_for(name: str, strategy: str, seed: int, trials: int, runtimes: Sequence[str], folder: Path) -> dict[str, Any]:
+def spec_for(
+    name: str, strategy: str, seed: int, trials: int, runtimes: Sequence[str], folder: Path, max_drop: float = 0.01
+) -> dict[str, Any]:
     """One run's sweep: the model, one host device, int8 modes with layers kept float."""
     return {
         "name": f"tta-{name}-{strategy}-{seed}",
         "model": model_ref(name),
         "devices": ["host"],
         "objectives": {"accuracy": "maximize", "latency_p50_ms": "minimize"},
-        "constraints": {"max_accuracy_drop": 0.01},
+        "constraints": {"max_accuracy_drop": max_drop},
         "space": {
             "runtime": list(runtimes),
             "quant": ["fp32", "dynamic_int8", "static_int8"],
@@ -86,7 +88,7 @@ def hypervolume(points: Sequence[tuple[float, float]], ref: tuple[float, float])
 
 
 def run_one(
-    name: str, strategy: str, seed: int, trials: int, runtimes: Sequence[str], tracking: bool
+    name: str, strategy: str, seed: int, trials: int, runtimes: Sequence[str], tracking: bool, max_drop: float = 0.01
 ) -> dict[str, Any]:
     """One sweep in a fresh folder and cache; its trials' timings from the Optuna storage."""
     import optuna
@@ -96,7 +98,7 @@ def run_one(
 
     folder = Path(tempfile.mkdtemp(prefix="tta-"))
     cwd = Path.cwd()
-    spec = spec_for(name, strategy, seed, trials, runtimes, folder)
+    spec = spec_for(name, strategy, seed, trials, runtimes, folder, max_drop)
     load_before = os.getloadavg()[0]
     os.chdir(folder)  # the report and the sweep's state land here
     try:
@@ -124,6 +126,7 @@ def run_one(
         "strategy": strategy,
         "seed": seed,
         "budget": trials,
+        "max_accuracy_drop": max_drop,
         "measured": len(measured),
         "wall_s": round(wall, 1),
         "loadavg_before": round(load_before, 2),
@@ -203,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="seeds run are first-seed .. first-seed + seeds - 1")
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--runtimes", default="onnxruntime")
+    parser.add_argument(
+        "--max-accuracy-drop", type=float, default=0.01, help="the sweep's bound on the drop in agreement with fp32"
+    )
     parser.add_argument("--tracking", action="store_true", help="log to MLflow too (as a user's sweep does)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--merge", type=Path, nargs="+", help="only print the summary of these results files")
@@ -220,7 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for model in models:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for strategy in strategies:
-                row = run_one(model, strategy, seed, args.trials, args.runtimes.split(","), args.tracking)
+                row = run_one(
+                    model, strategy, seed, args.trials, args.runtimes.split(","), args.tracking, args.max_accuracy_drop
+                )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 out.write_text(
