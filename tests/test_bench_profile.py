@@ -4,8 +4,10 @@ the q/dq overhead apart, and a runtime without a profiler saying why in one line
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -127,20 +129,26 @@ def test_a_runtime_without_a_profiler_says_why_in_one_line(monkeypatch: pytest.M
 
 
 def fake_profiler(runner, inputs, runs, warmup):  # type: ignore[no-untyped-def]
-    """A plug-in's profiler: what it returns is the profile as it is."""
+    """A plug-in's profiler: what it returns is the profile as it is; an artifact named bad* fails."""
+    if runner.path.name.startswith("bad"):
+        raise RuntimeError(f"cannot profile {runner.path.name}")
     return (OpTime(f"{runner.path.name}:{len(inputs)}x{runs}+{warmup}", "Fake", "cpu", 1.0, 1.0),)
 
 
 class FakeRunner:
+    threads: ClassVar[list[int]] = []
+
     def __init__(self, path, io, threads, backends):  # type: ignore[no-untyped-def]
         self.path = path
 
     @classmethod
     def set_threads(cls, threads: int) -> None:
-        pass
+        cls.threads.append(threads)
 
 
-def test_a_plugin_runtime_profiles_through_its_hook(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_one_profiling_process_takes_several_artifacts_and_a_failing_one_costs_only_itself(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from nnsweep.bench import _profiling
     from nnsweep.core.artifact import IOSpec
 
@@ -148,19 +156,61 @@ def test_a_plugin_runtime_profiles_through_its_hook(monkeypatch: pytest.MonkeyPa
         runtimes.get("onnxruntime"), name="fake", runner=f"{__name__}:FakeRunner", profiler=f"{__name__}:fake_profiler"
     )
     monkeypatch.setattr(runtimes, "_registry", {**runtimes._load(), "fake": fake})
+    monkeypatch.setattr(FakeRunner, "threads", [])
     np.save(tmp_path / "in.npy", np.zeros((3, 4), dtype=np.float32))
+    io = IOSpec(input_dtype="float32").to_dict()
     request = {
         "runtime": "fake",
-        "artifact": str(tmp_path / "m.bin"),
-        "io": IOSpec(input_dtype="float32").to_dict(),
-        "threads": 1,
-        "backends": [],
+        "threads": 2,
+        "jobs": [{"artifact": str(tmp_path / n), "io": io, "backends": []} for n in ("a.bin", "bad.bin", "c.bin")],
         "inputs": str(tmp_path / "in.npy"),
         "runs": 7,
+        "result": str(tmp_path / "result.json"),
     }
-    result = _profiling._profile(request)
-    assert result["profile"][0]["name"] == f"m.bin:3x7+{_profiling.WARMUP_RUNS}"
-    assert result["profile_runs"] == 7
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    assert _profiling.main(["x", str(tmp_path / "request.json")]) == 0
+    results = json.loads((tmp_path / "result.json").read_text())
+    assert [r.get("profile", [{}])[0].get("name") for r in results] == [
+        f"a.bin:3x7+{_profiling.WARMUP_RUNS}",
+        None,
+        f"c.bin:3x7+{_profiling.WARMUP_RUNS}",
+    ]
+    assert results[1]["error"] == "RuntimeError" and "bad.bin" in results[1]["message"]
+    assert all(r["profile_s"] >= 0 for r in results)
+    assert FakeRunner.threads == [2]  # the process's threads are set once, before any runner
+
+
+def test_a_job_that_ends_its_process_fails_alone_and_the_rest_run_in_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nnsweep.bench import _profiling
+    from nnsweep.bench.profile import Profile
+
+    calls: list[list[str]] = []
+
+    def one_process(info, threads, jobs, inputs, timeout_s, runs, lock):  # type: ignore[no-untyped-def]
+        names = [j.artifact.name for j in jobs]
+        calls.append(names)
+        done = []
+        for name in names:
+            if name.startswith("crash"):
+                return done, "profiling process exited with -11: Segmentation fault"
+            done.append(Profile((OpTime(name, "Conv", "cpu", 1.0, 1.0),), runs=1))
+        return done, ""
+
+    monkeypatch.setattr(_profiling, "_one_process", one_process)
+    jobs = [
+        _profiling.ProfileJob("onnxruntime", Path(n), None, t, ())
+        for n, t in (("a", 1), ("crash", 1), ("c", 1), ("d", 2))
+    ]
+    profiles = _profiling.profile_jobs(jobs, np.zeros((1, 2)))
+    assert [p.entries[0].name if p.entries else p.reason for p in profiles] == [
+        "a",
+        "onnxruntime: profiling process exited with -11: Segmentation fault",
+        "c",
+        "d",
+    ]
+    assert calls == [["a", "crash", "c"], ["c"], ["d"]]  # one process per thread count; after the crash, a new one
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing, time_runner
 from nnsweep.bench._isolated import measure_in_subprocess
 from nnsweep.bench._machine_lock import LockWait, MachineLock
-from nnsweep.bench._profiling import profile_in_subprocess, take_profile
+from nnsweep.bench._profiling import profile_in_subprocess, take_profile, take_profiles
 from nnsweep.bench._runner import Runner
 from nnsweep.bench._stats import LatencyStats, median_ci
 from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
@@ -33,5 +33,6 @@ __all__ = [
     "profile_in_subprocess",
     "python_command",
     "take_profile",
+    "take_profiles",
     "time_runner",
 ]

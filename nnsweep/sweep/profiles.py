@@ -2,8 +2,8 @@
 
 Once a device's front is decided, its front trials, its best and its fp32 baseline (or every
 measured trial, ``search.profile: all``) are profiled with their runtime's own profiler
-(:func:`~nnsweep.bench.take_profile`), each in a process of its own after every
-timed run, so profiling never perturbs a figure. Each profile is kept on the study (the
+(:func:`~nnsweep.bench.take_profiles`), after every timed run in processes of their own (one
+per runtime and thread count), so profiling never perturbs a figure. Each profile is kept on the study (the
 report's operator section) and attached to the trial's run as ``profile.json``.
 
 Only a device that is the coordinator's own machine is profiled here: the artifact then runs
@@ -68,12 +68,13 @@ def profile_trials(
     profiler, gets a profile that says why (:attr:`Profile.reason`); every trial does when
     the device cannot be profiled here (``unavailable``: why).
     """
-    from nnsweep.bench import take_profile
+    from nnsweep.bench import take_profiles
     from nnsweep.bench.profile import Profile
     from nnsweep.sweep import studies
 
     profiles: dict[int, Profile] = {}
     started = time.perf_counter()
+    artifacts = {}
     for record in trials:
         artifact = host.cached(record.config) if unavailable is None else None
         if unavailable is not None:
@@ -81,7 +82,11 @@ def profile_trials(
         elif artifact is None:
             profiles[record.number] = Profile(reason="its artifact is no longer in this machine's cache")
         else:
-            profiles[record.number] = take_profile(artifact, host.snapshot, timeout_s)
+            artifacts[record.number] = artifact
+    if artifacts:
+        taken = take_profiles(list(artifacts.values()), host.snapshot, timeout_s)
+        profiles.update(zip(artifacts, taken, strict=True))
+    profiles = {r.number: profiles[r.number] for r in trials}  # in the trials' order
     if not profiles:
         return profiles
     studies.store_profiles(study, {n: p.to_dict() for n, p in profiles.items()})
