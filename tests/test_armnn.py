@@ -493,3 +493,57 @@ def test_a_half_pixel_bilinear_resize_is_noted_beside_the_fidelity_it_costs(
             "ignores: their outputs are shifted (see the fidelity)"
         ]
         assert sqnr < 20
+
+
+def _wall(*times: float) -> dict[str, object]:
+    return {"type": "Measurement", "unit": "us", "raw": list(times)}
+
+
+def test_arm_nns_profiler_json_gives_each_workload_its_kind_backend_and_time_per_run() -> None:
+    from nnsweep.runtimes.armnn.profile import workload_events
+
+    tree = {
+        "ArmNN": {
+            "inference_measurements_#1": {
+                "type": "Event",
+                "Wall clock time_#1": _wall(900.0, 1000.0),
+                "PrepareInputs_#2": {"type": "Event", "Wall clock time_#2": _wall(2.0, 4.0)},
+                "Execute_#4": {
+                    "type": "Event",
+                    "Wall clock time_#4": _wall(880.0, 990.0),
+                    "CopyMemGeneric_Execute_#6": {"type": "Event", "Wall clock time_#6": _wall(1.0, 1.0)},
+                    "RefConvolution2dWorkload_Execute_#13": {
+                        "type": "Event",
+                        "Wall clock time_#13": _wall(600.0, 700.0),
+                    },
+                    "NeonQuantizeWorkload_Execute_#14": {"type": "Event", "Wall clock time_#14": _wall(10.0, 20.0)},
+                },
+            }
+        }
+    }
+    events = list(workload_events(tree))
+    assert (0, "RefConvolution2dWorkload_Execute_#13", "Convolution2d", "CpuRef", 0.6) in events
+    assert (1, "NeonQuantizeWorkload_Execute_#14", "Quantize", "CpuAcc", 0.02) in events
+    assert (0, "CopyMemGeneric_Execute_#6", "CopyMemGeneric", "armnn", 0.001) in events
+    assert (1, "PrepareInputs_#2", "PrepareInputs", "armnn", 0.004) in events
+    assert len(events) == 8  # four events, two runs each; the inference and Execute totals are not operators
+
+
+@pytest.mark.slow
+def test_an_int8_digits_profile_comes_from_arm_nns_own_profiler(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from nnsweep.bench import profile_in_subprocess
+
+    artifact, _ = deploy.convert(digits, _config("static_int8", granularity="per_tensor"), ArtifactCache(tmp_path))
+    profile = profile_in_subprocess(
+        runtime="armnn",
+        artifact=artifact.path,
+        io=artifact.io,
+        threads=1,
+        backends=artifact.config.backends,
+        inputs=ModelSnapshot.of(digits).evaluation.inputs,
+        runs=5,
+    )
+    kinds = {e.kind for e in profile.entries}
+    assert {"Convolution2d", "DepthwiseConvolution2d", "Dequantize", "CopyMemGeneric"} <= kinds, kinds
+    assert {e.backend for e in profile.entries if e.kind == "Convolution2d"} == {"CpuRef"}  # x86: CpuRef only
+    assert 0 < profile.overhead_ms < profile.total_ms and profile.runs == 5

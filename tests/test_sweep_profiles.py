@@ -100,7 +100,7 @@ def test_a_sweep_profiles_its_front_and_the_report_shows_it(tmp_path: Path, monk
             "budget": {"trials": 2},
             "measure": {"warmup": 1, "iters": 20, "remeasure": 0},
             "space": {"runtime": ["onnxruntime"], "quant": ["fp32", "dynamic_int8"], "threads": [1]},
-            "search": {"profile": "front"},
+            # the default profiles the front, the best and the baseline
         }
     )
     tracker = RecordingTracker()
@@ -114,3 +114,8 @@ def test_a_sweep_profiles_its_front_and_the_report_shows_it(tmp_path: Path, monk
         assert PROFILE_ARTIFACT in tracker.artifacts[f"host#{number}"]
     html = render_report(spec, [load_device(spec, "host")])
     assert "Where the time goes, per operator: host" in html
+    # the report `nnsweep run` writes from the sweep it just ran (no second read of the study) has it too
+    from nnsweep.cli.run import _device_trials
+
+    assert set(host.profiles) == wanted
+    assert "Where the time goes, per operator: host" in render_report(spec, [_device_trials(host)])

@@ -42,6 +42,10 @@ OVERHEAD_KINDS = frozenset(
         "quantized_decomposed::dequantize_per_tensor",
         "quantized_decomposed::quantize_per_channel",
         "quantized_decomposed::dequantize_per_channel",
+        # Arm NN: its Quantize/Dequantize layers, and the copies between backends
+        "quantize",
+        "dequantize",
+        "copymemgeneric",
     }
 )
 """Operator kinds (lower case) counted as quantize/dequantize/layout-conversion overhead."""

@@ -217,7 +217,9 @@ def _device_trials(result: Any) -> Any:
     from nnsweep.report.html import DeviceTrials
 
     baseline = result.baseline.number if result.baseline is not None else None
-    return DeviceTrials(result.device, result.records, baseline, result.capabilities.summary())
+    return DeviceTrials(
+        result.device, result.records, baseline, result.capabilities.summary(), profiles=result.profiles
+    )
 
 
 def _results_text(spec: Any, results: Any, *, tracking: bool) -> str:

@@ -144,7 +144,7 @@ class SearchSettings:
     warm_start: bool = setting(True, "a new device's study starts from the configurations other devices found best")
     quality_first: bool = setting(True, "check quality bounds on this machine before a trial is timed on the device")
     profile: Literal["none", "front", "all"] = setting(
-        "none", "profile per operator at the end: the front, best and fp32 baseline (front), or every trial (all)"
+        "front", "profile per operator at the end: the front, best and fp32 baseline (front), or every trial (all)"
     )
     strategy: Strategy = setting(
         "nnsweep", "what proposes after the starts: nnsweep's moves and sampler, random search, or Optuna's default"

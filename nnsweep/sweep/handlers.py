@@ -85,6 +85,7 @@ class DeviceResult:
     fell_off: tuple[int, ...] = ()  # trials on the sweep's front that the re-measured figures took off it
     choice: BestChoice = field(default_factory=lambda: BestChoice(None))  # how the best was chosen (ties)
     lost: bool = False  # its agent was lost and did not come back: the sweep ended without its remaining trials
+    profiles: Mapping[int, Mapping[str, object]] = field(default_factory=dict)  # trial -> per-operator profile
 
 
 class Results:
@@ -311,13 +312,17 @@ def finish(
         choice = best_choice(records, spec.objectives)
         best = choice.record
         state = scheduler.devices[name]
+        profiles: dict[int, Mapping[str, object]] = {}
         if spec.search.profile != "none" and state.machine == scheduler.placement.converter_machine and not stopped():
             baseline_number = studies.baseline_number(dev.study)
             trials = profiled(records, decided_front, best, baseline_number, every=spec.search.profile == "all")
             # an emulated board shares this machine's name, but a profile here would be the x86 host's kernels
             emulated = "an emulated board: a profile here would time this host's kernels, not the board's"
             unavailable = emulated if any(r.emulated for r in records) else None
-            profile_trials(name, trials, host, dev.study, tracker, host.settings.timeout_s, unavailable=unavailable)
+            taken = profile_trials(
+                name, trials, host, dev.study, tracker, host.settings.timeout_s, unavailable=unavailable
+            )
+            profiles = {n: p.to_dict() for n, p in taken.items()}
         fell_off = tuple(r.number for r in front if r.number not in {d.number for d in decided_front})
         tracker.mark_front(
             name,
@@ -335,7 +340,7 @@ def finish(
         results.append(
             DeviceResult(
                 name, dev.caps, tuple(records), tuple(decided_front), best, baseline_record or state.baseline,
-                breakdown, state.space_size, state.exhausted, tuple(spread), fell_off, choice, lost,
+                breakdown, state.space_size, state.exhausted, tuple(spread), fell_off, choice, lost, profiles,
             )
         )  # fmt: skip
     return results

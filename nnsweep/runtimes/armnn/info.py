@@ -34,7 +34,7 @@ _ARMNN_UNSUPPORTED = {
 
 INFO = RuntimeInfo(
     name="armnn",
-    no_profiler="no per-operator profiler read through PyArmNN here yet",
+    profiler="nnsweep.runtimes.armnn.profile:profile",
     no_explainer="PyArmNN hands back only the network's outputs (its debug layers print intermediates to stdout)",
     mixed_precision=None,  # its converter keeps quant.float_layers in float
     probe="nnsweep.runtimes.armnn.probe:backends",

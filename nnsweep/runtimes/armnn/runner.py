@@ -208,6 +208,10 @@ class ArmNNRunner(Runner):
     def placement(self) -> dict[str, Any]:
         return self._placement.to_dict()
 
+    def profiler(self) -> Any:
+        """Arm NN's ``IProfiler`` of the loaded network (:mod:`nnsweep.runtimes.armnn.profile`)."""
+        return self._runtime.GetProfiler(self._net)
+
     def prepare(self, x: np.ndarray) -> Any:
         data = np.ascontiguousarray(self.io.prepare_input(x))
         # The tensors point into ``data``: keep it alive with them.
