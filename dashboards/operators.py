@@ -62,6 +62,11 @@ def _source(read: Mapping[int, Profile | None]) -> str:
     estimated = next((p.source for p in read.values() if p is not None and p.source), None)
     if estimated is not None:
         return f"<p>Estimated, not measured: {esc(estimated)} (no such NPU runs here)."
+    if any(p is not None and p.emulated for p in read.values()):
+        return (
+            "<p>Emulated: the board's own kernels under qemu-user, profiled by its agent after the timed runs. "
+            "The shares say where the time goes; the milliseconds are no real board's."
+        )
     return (
         "<p>From the runtime's own profiler, in a run of its own after the timed ones (profiled times "
         "carry the profiler's own cost; their total is compared with the measured p50 below)."

@@ -477,6 +477,11 @@ def test_sweep_over_host_and_the_emulated_board(
     assert placed["arm64-sim"].get("CpuAcc", 0) > 0 and not placed["arm64-sim"].get("CpuRef"), placed
     host_armnn = [r for r in by_device["host"].records if r.status is TrialStatus.OK and r.config.runtime == "armnn"]
     assert all(set(r.partitions["nodes_by_backend"]) == {"CpuRef"} for r in host_armnn)
+    # the board's front is profiled by its agent on the board, labelled emulated; the host's here
+    board_profiles = by_device["arm64-sim"].profiles
+    taken = [p for p in board_profiles.values() if p.get("profile")]
+    assert taken and all(p.get("profile_emulated") is True for p in taken), board_profiles
+    assert not any(p.get("profile_emulated") for p in by_device["host"].profiles.values())
     runs = tracker.client.search_runs([tracker.experiment_id])
     assert sorted(r.info.run_name for r in runs if r.data.tags.get("nnsweep.kind") == "device") == [
         "arm64-sim",

@@ -263,3 +263,22 @@ def test_etdump_runs_split_delegate_operators_from_the_delegate_call() -> None:
     assert (dq.kind, dq.backend) == ("quantized_decomposed::dequantize_per_tensor", "portable")
     profile = Profile(entries, runs=2)
     assert profile.overhead_ms == pytest.approx(0.003 + 0.001)  # XNNPACK's Convert and the portable dequantize
+
+
+@pytest.mark.slow
+def test_a_devices_agent_profiles_the_artifact_it_is_sent(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What a board's agent does with a profile request: the artifact's bytes written there and
+    profiled with its runtime's profiler, as the sweep asks for its front on that board."""
+    from nnsweep.agents import DeviceAgent, LocalTransport, MeasureRequest
+    from nnsweep.artifacts import deploy
+    from nnsweep.artifacts.cache import ArtifactCache
+    from nnsweep.bench import MeasureSettings
+    from nnsweep.core.config import DeploymentConfig, QuantConfig
+
+    config = DeploymentConfig("onnxruntime", quant=QuantConfig("static_int8"))  # type: ignore[arg-type]
+    artifact, _ = deploy.convert(digits, config, ArtifactCache(tmp_path))
+    request = MeasureRequest.of(artifact, digits.dataset.evaluation.inputs, MeasureSettings(warmup=1, iters=5))
+    profile = DeviceAgent("board", LocalTransport(warm=False)).profile(request)
+    assert profile.reason is None and not profile.emulated
+    assert {"QLinearConv", "QuantizeLinear"} <= {e.kind for e in profile.entries}
+    assert profile.runs > 0 and profile.wall_s > 0

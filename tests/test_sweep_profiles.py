@@ -33,27 +33,78 @@ def test_the_front_the_best_and_the_baseline_are_profiled_each_once() -> None:
     assert [r.number for r in chosen] == [5]  # an NPU's table is Vela's estimate: nothing to run
 
 
-def test_an_emulated_boards_trials_get_a_reason_not_a_profile_of_this_hosts_kernels() -> None:
-    """An emulated board shares this machine's name: profiling its artifacts here would time
-    the x86 host and show it as the board's."""
+class _Host:
+    """The coordinator's side as profile_trials sees it: every artifact cached."""
+
+    snapshot = None
+
+    def cached(self, config: object) -> object:
+        return object()
+
+    def measure_request(self, config: object) -> str:
+        return f"request for {config}"
+
+
+def test_a_boards_trials_are_profiled_by_its_agent_and_a_lost_agent_costs_only_the_profile() -> None:
+    """A board's artifacts go to its agent (an emulated board shares this machine's name:
+    profiling them here would time the x86 host and show it as the board's)."""
+    from concurrent.futures import Future
+
     import optuna
 
+    from nnsweep.core.errors import AgentLost
     from nnsweep.sweep import studies
     from nnsweep.sweep.profiles import profile_trials
 
-    class Host:  # no artifact is looked up, none profiled
-        snapshot = None
+    sent: list[object] = []
+    board = Profile((OpTime("conv", "Conv", "cpu", 1.0, 1.0),), runs=20, emulated=True)
 
-        def cached(self, config: object) -> None:
-            raise AssertionError("an emulated board's artifact must not be profiled on this host")
+    def on_device(request: object) -> Future[Profile]:
+        sent.append(request)
+        future: Future[Profile] = Future()
+        if len(sent) == 1:
+            future.set_result(board)
+        else:
+            future.set_exception(AgentLost("agent lost: ActorDiedError"))
+        return future
 
     study = optuna.create_study()
     tracker = RecordingTracker()
-    reason = "an emulated board: not here"
-    got = profile_trials("rpi", [_record(0, 1.0)], Host(), study, tracker, 60.0, unavailable=reason)  # type: ignore[arg-type]
-    assert got == {0: Profile(reason=reason)}
-    assert studies.stored_profiles(study) == {0: {"profile": None, "profile_unavailable": reason}}
-    assert PROFILE_ARTIFACT in tracker.artifacts["rpi#0"]
+    records = [_record(0, 1.0), _record(1, 2.0)]
+    got = profile_trials("rpi", records, _Host(), study, tracker, 60.0, on_device=on_device)  # type: ignore[arg-type]
+    assert len(sent) == 2 and all(str(r).startswith("request for") for r in sent)
+    assert got[0] == board and got[0].to_dict()["profile_emulated"] is True
+    assert got[1].reason == "the device's agent could not profile: agent lost: ActorDiedError"
+    assert studies.stored_profiles(study)[0]["profile_emulated"] is True
+    assert PROFILE_ARTIFACT in tracker.artifacts["rpi#0"] and PROFILE_ARTIFACT in tracker.artifacts["rpi#1"]
+
+
+def test_an_emulated_devices_agent_labels_its_profiles_and_a_transport_without_one_says_why() -> None:
+    from nnsweep.agents import Capabilities, DeviceAgent
+    from nnsweep.agents._transport import Transport
+
+    class Board(Transport):
+        name = "fake-board"
+
+        def __init__(self, emulated: bool) -> None:
+            self.emulated = emulated
+
+        def probe(self, device: str) -> Capabilities:
+            return Capabilities(device, "rpi", "aarch64", "Cortex-A72", 4, 4096, {}, emulated=self.emulated)
+
+        def measure(self, request: object) -> object:
+            raise AssertionError("not measured")
+
+    profile = Profile((OpTime("conv", "Conv", "cpu", 1.0, 1.0),), runs=3)
+
+    class Profiling(Board):
+        def profile(self, request: object) -> Profile:
+            return profile
+
+    assert DeviceAgent("rpi", Profiling(emulated=True)).profile(None).emulated is True  # type: ignore[arg-type]
+    assert DeviceAgent("rpi", Profiling(emulated=False)).profile(None) == profile  # type: ignore[arg-type]
+    reason = DeviceAgent("phone", Board(emulated=False)).profile(None).reason  # type: ignore[arg-type]
+    assert reason == "the fake-board transport takes no per-operator profile on its device"
 
 
 def test_the_report_names_the_kinds_that_make_a_configuration_slower_than_fp32() -> None:
@@ -80,6 +131,10 @@ def test_the_report_names_the_kinds_that_make_a_configuration_slower_than_fp32()
     npu = operator_section("u55", records[:1], records[0], None, {0: vela.to_dict()})
     assert "Estimated, not measured: Vela&#x27;s per-layer estimate" in npu and "own profiler" not in npu
     assert Profile.from_dict(vela.to_dict()) == vela  # the estimate's label survives the study
+    board = Profile((OpTime("conv1", "Conv", "cpu", 4.0, 1.0),), runs=20, emulated=True)
+    emulated = operator_section("arm64-sim", records[:1], records[0], None, {0: board.to_dict()})
+    assert "Emulated: the board's own kernels under qemu-user" in emulated and "own profiler" not in emulated
+    assert Profile.from_dict(board.to_dict()) == board  # the emulated label survives the study
 
 
 @pytest.mark.integration

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from nnsweep.agents._capabilities import Capabilities
 from nnsweep.agents._transport import LocalTransport, MeasureReply, MeasureRequest, Transport
+from nnsweep.bench.profile import Profile
 
 __all__ = ["DeviceAgent"]
 
@@ -53,6 +54,17 @@ class DeviceAgent:
             # The transport times what it runs; only the probe knows the device is emulated.
             reply = dataclasses.replace(reply, emulated=True)
         return reply
+
+    def profile(self, request: MeasureRequest) -> Profile:
+        """Profile one artifact per operator on the device; an emulated device's profile says so."""
+        started = time.perf_counter()
+        try:
+            profile = self.transport.profile(request)
+        finally:
+            self.busy_s += time.perf_counter() - started
+        if self.capabilities().emulated and profile.reason is None:
+            profile = dataclasses.replace(profile, emulated=True)
+        return profile
 
     def prepare(self, runtimes: Sequence[str]) -> None:
         """Get the transport ready for these runtimes (warm workers), before the first measurement."""

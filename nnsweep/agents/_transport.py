@@ -22,9 +22,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nnsweep.agents._capabilities import Capabilities
-from nnsweep.bench import MachineLock, MeasureSettings, Timing, WarmWorker, WorkerUnavailable, measure_in_subprocess
+from nnsweep.bench import (
+    MachineLock,
+    MeasureSettings,
+    Timing,
+    WarmWorker,
+    WorkerUnavailable,
+    measure_in_subprocess,
+    profile_in_subprocess,
+)
+from nnsweep.bench.profile import Profile
 from nnsweep.core.artifact import IOSpec
-from nnsweep.core.errors import InfrastructureError
+from nnsweep.core.errors import BenchmarkError, InfrastructureError
 
 if TYPE_CHECKING:
     from nnsweep.artifacts.cache import Artifact
@@ -109,6 +118,11 @@ class Transport(ABC):
     @abstractmethod
     def measure(self, request: MeasureRequest) -> MeasureReply:
         """Measure one artifact; raise :class:`~nnsweep.core.errors.BenchmarkError` if it fails."""
+
+    def profile(self, request: MeasureRequest) -> Profile:
+        """Profile one artifact per operator on the device, after its timed runs
+        (:mod:`nnsweep.bench.profile`); a transport that cannot says why."""
+        return Profile(reason=f"the {self.name} transport takes no per-operator profile on its device")
 
 
 class LocalTransport(Transport):
@@ -199,3 +213,23 @@ class LocalTransport(Transport):
                 lock=self.lock,
             )
         return MeasureReply(timing=timing, outputs=outputs)
+
+    def profile(self, request: MeasureRequest) -> Profile:
+        """The artifact's per-operator profile from its runtime's profiler, in a process of its own
+        here (:func:`~nnsweep.bench.profile_in_subprocess`); a profiler that fails gives its reason."""
+        with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
+            path = Path(tmp) / request.artifact_name
+            path.write_bytes(request.artifact_bytes)
+            try:
+                return profile_in_subprocess(
+                    runtime=request.runtime,
+                    artifact=path,
+                    io=request.io,
+                    threads=request.threads,
+                    backends=request.backends,
+                    inputs=request.inputs,
+                    timeout_s=request.settings.timeout_s,
+                    lock=self.lock,
+                )
+            except BenchmarkError as exc:
+                return Profile(reason=str(exc))

@@ -109,7 +109,8 @@ class Profile:
 
     ``runs``: profiled inferences (after warm-up ones); ``wall_s``: what profiling cost,
     its process's start and the artifact's load included; ``source``: set when the table is
-    an estimate (an NPU's compiler), not a profiler's measurement.
+    an estimate (an NPU's compiler), not a profiler's measurement; ``emulated``: the board's
+    kernels ran under emulation (qemu-user), so the shares are real but no board's times.
     """
 
     entries: tuple[OpTime, ...] = ()
@@ -117,6 +118,7 @@ class Profile:
     wall_s: float = 0.0
     reason: str | None = None
     source: str | None = None
+    emulated: bool = False
 
     @property
     def total_ms(self) -> float:
@@ -141,6 +143,7 @@ class Profile:
             "profile_runs": self.runs,
             "profile_s": self.wall_s,
             **({"profile_estimated": True, "profile_source": self.source} if self.source else {}),
+            **({"profile_emulated": True} if self.emulated else {}),
         }
 
     @classmethod
@@ -156,6 +159,7 @@ class Profile:
             int(runs) if isinstance(runs, int | float) else 0,
             float(str(d.get("profile_s", 0.0))),
             source=str(source) if source else None,
+            emulated=bool(d.get("profile_emulated", False)),
         )
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from nnsweep.agents import Capabilities, MeasureReply, MeasureRequest
 from nnsweep.artifacts.cache import Artifact
+from nnsweep.bench.profile import Profile
 from nnsweep.core.config import DeploymentConfig
 
 if TYPE_CHECKING:
@@ -76,6 +77,13 @@ class Executor(ABC):
     @abstractmethod
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
         """Measure on the device's agent."""
+
+    def profile(self, device: str, request: MeasureRequest) -> Future[Profile]:
+        """Profile one artifact per operator on the device's agent, after its timed runs.
+        Executors without agents keep the default: a profile that says why there is none."""
+        done: Future[Profile] = Future()
+        done.set_result(Profile(reason=f"{type(self).__name__} has no agent to profile on {device}"))
+        return done
 
     @property
     @abstractmethod

@@ -8,6 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from nnsweep.agents import Capabilities, DeviceAgent, LocalTransport, MeasureReply, MeasureRequest, Transport
 from nnsweep.artifacts.cache import Artifact
+from nnsweep.bench.profile import Profile
 from nnsweep.execution._base import ConvertRequest, Executor
 from nnsweep.execution._converter import ConverterWorker
 
@@ -61,6 +62,9 @@ class LocalExecutor(Executor):
 
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
         return self._pools[device].submit(self._agents[device].measure, request)
+
+    def profile(self, device: str, request: MeasureRequest) -> Future[Profile]:
+        return self._pools[device].submit(self._agents[device].profile, request)
 
     @property
     def converter_machine(self) -> str:

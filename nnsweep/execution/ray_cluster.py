@@ -33,6 +33,7 @@ from nnsweep.agents import (
     refuse_version_skew,
 )
 from nnsweep.artifacts.cache import Artifact, ArtifactCache
+from nnsweep.bench.profile import Profile
 from nnsweep.core.errors import AgentLost, ConversionStorageError, InfrastructureError, SpecError
 from nnsweep.execution._base import ConvertRequest, Executor, ModelSource
 from nnsweep.execution._converter import ConverterWorker, node_machine
@@ -437,6 +438,9 @@ class RayExecutor(Executor):
 
     def measure(self, device: str, request: MeasureRequest) -> Future[MeasureReply]:
         return _relay(self._agents[device].measure.remote(request).future())
+
+    def profile(self, device: str, request: MeasureRequest) -> Future[Profile]:
+        return _relay(self._agents[device].profile.remote(request).future())
 
     @property
     def converter_machine(self) -> str:

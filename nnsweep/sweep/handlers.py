@@ -313,15 +313,13 @@ def finish(
         best = choice.record
         state = scheduler.devices[name]
         profiles: dict[int, Mapping[str, object]] = {}
-        if spec.search.profile != "none" and state.machine == scheduler.placement.converter_machine and not stopped():
+        if spec.search.profile != "none" and not stopped():
             baseline_number = studies.baseline_number(dev.study)
             trials = profiled(records, decided_front, best, baseline_number, every=spec.search.profile == "all")
             # an emulated board shares this machine's name, but a profile here would be the x86 host's kernels
-            emulated = "an emulated board: a profile here would time this host's kernels, not the board's"
-            unavailable = emulated if any(r.emulated for r in records) else None
-            taken = profile_trials(
-                name, trials, host, dev.study, tracker, host.settings.timeout_s, unavailable=unavailable
-            )
+            here = state.machine == scheduler.placement.converter_machine and not any(r.emulated for r in records)
+            on_device = None if here else partial(executor.profile, name)
+            taken = profile_trials(name, trials, host, dev.study, tracker, host.settings.timeout_s, on_device=on_device)
             profiles = {n: p.to_dict() for n, p in taken.items()}
         fell_off = tuple(r.number for r in front if r.number not in {d.number for d in decided_front})
         tracker.mark_front(

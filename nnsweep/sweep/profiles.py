@@ -6,9 +6,10 @@ measured trial, ``search.profile: all``) are profiled with their runtime's own p
 per runtime and thread count), so profiling never perturbs a figure. Each profile is kept on the study (the
 report's operator section) and attached to the trial's run as ``profile.json``.
 
-Only a device that is the coordinator's own machine is profiled here: the artifact then runs
-where it was measured (an Ethos-U device's table is Vela's estimate, read from the artifact).
-A board's profile would have to be taken by its agent.
+A device that is the coordinator's own machine is profiled here, where it was measured; a
+board's artifacts go to its agent, which profiles them on the board (an emulated board's
+profile is labelled so: its shares are real runs of the board's kernels, its times no board's).
+An Ethos-U device's table is Vela's estimate, read from the artifact.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nnsweep.core.errors import NnsweepError
 from nnsweep.core.results import TrialRecord, TrialStatus
 
 if TYPE_CHECKING:
     import optuna
 
+    from nnsweep.agents import MeasureRequest
     from nnsweep.bench.profile import Profile
     from nnsweep.sweep.host import HostSide
     from nnsweep.tracking import Tracker
@@ -60,32 +65,35 @@ def profile_trials(
     tracker: Tracker,
     timeout_s: float,
     *,
-    unavailable: str | None = None,
+    on_device: Callable[[MeasureRequest], Future[Profile]] | None = None,
 ) -> dict[int, Profile]:
-    """Profile ``trials`` on this machine; keep each on ``study`` and log it on the trial's run.
+    """Profile ``trials``; keep each on ``study`` and log it on the trial's run.
 
-    A trial whose artifact this machine's cache no longer holds, or whose runtime has no
-    profiler, gets a profile that says why (:attr:`Profile.reason`); every trial does when
-    the device cannot be profiled here (``unavailable``: why).
+    Without ``on_device`` the device is this machine and the artifacts are profiled here,
+    one process per runtime and thread count. With it, each artifact is sent to the
+    device's agent, which profiles it there (an emulated board's profile says so); an NPU
+    target's table is its compiler's estimate, read here. A trial whose artifact this
+    machine's cache no longer holds, whose runtime has no profiler, or whose agent failed
+    gets a profile that says why (:attr:`Profile.reason`).
     """
     from nnsweep.bench import take_profiles
     from nnsweep.bench.profile import Profile
+    from nnsweep.core import runtimes
     from nnsweep.sweep import studies
 
     profiles: dict[int, Profile] = {}
     started = time.perf_counter()
-    artifacts = {}
+    here = {}
     for record in trials:
-        artifact = host.cached(record.config) if unavailable is None else None
-        if unavailable is not None:
-            profiles[record.number] = Profile(reason=unavailable)
-        elif artifact is None:
+        artifact = host.cached(record.config)
+        if artifact is None:
             profiles[record.number] = Profile(reason="its artifact is no longer in this machine's cache")
+        elif on_device is None or runtimes.npu_target(record.config) is not None:
+            here[record.number] = artifact
         else:
-            artifacts[record.number] = artifact
-    if artifacts:
-        taken = take_profiles(list(artifacts.values()), host.snapshot, timeout_s)
-        profiles.update(zip(artifacts, taken, strict=True))
+            profiles[record.number] = _on_device(on_device, host.measure_request(record.config), timeout_s)
+    if here:
+        profiles.update(zip(here, take_profiles(list(here.values()), host.snapshot, timeout_s), strict=True))
     profiles = {r.number: profiles[r.number] for r in trials}  # in the trials' order
     if not profiles:
         return profiles
@@ -97,3 +105,18 @@ def profile_trials(
             tracker.log_trial_artifact(device, number, PROFILE_ARTIFACT, path)
     log.info("%s: profiled %d trials per operator in %.1f s", device, len(profiles), time.perf_counter() - started)
     return profiles
+
+
+def _on_device(
+    on_device: Callable[[MeasureRequest], Future[Profile]], request: MeasureRequest, timeout_s: float
+) -> Profile:
+    """The agent's profile of ``request``, or one that says why there is none (the agent was
+    lost, or did not answer within ``timeout_s``)."""
+    from nnsweep.bench.profile import Profile
+
+    try:
+        return on_device(request).result(timeout=timeout_s)
+    except FutureTimeout:
+        return Profile(reason=f"the device's agent gave no profile within {timeout_s:.0f} s")
+    except NnsweepError as exc:
+        return Profile(reason=f"the device's agent could not profile: {exc}")
