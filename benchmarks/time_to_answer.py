@@ -72,7 +72,7 @@ def spec_for(
         "measure": {"warmup": 3, "iters": 50},
         "tracking": {"uri": f"sqlite:///{folder / 'mlflow.db'}"},
         "storage": f"sqlite:///{folder / 'optuna.db'}",
-        "search": {"strategy": strategy, "seed": seed, "mode_starts": strategy != "optuna"},
+        "search": {"strategy": strategy, "seed": seed, "mode_starts": strategy != "optuna", "profile": "none"},
     }
 
 
