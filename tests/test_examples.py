@@ -50,6 +50,8 @@ VALIDATE_ONLY = {
     "mixed_precision.yaml": "what it shows is the float_layers search, which needs its budget (20 trials over "
     "three runtimes, about 6 minutes); tests/test_cli.py runs its ranking and --float-layers on the same model, "
     "tests/test_space.py its space",
+    "bert_int4.yaml": "what it shows is whether 4-bit weights reach a front, which needs its 12 trials over three "
+    "runtimes (2-4 minutes); benchmarks/results/bert_int4_sweep.md has its runs, tests/test_quant_int4.py the modes",
 }
 
 
