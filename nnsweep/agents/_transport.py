@@ -8,16 +8,17 @@ worker that has the runtime imported; the bridge transports
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -198,38 +199,35 @@ class LocalTransport(Transport):
         return Capabilities.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
     def measure(self, request: MeasureRequest) -> MeasureReply:
-        with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
-            path = Path(tmp) / request.artifact_name
-            path.write_bytes(request.artifact_bytes)
+        with _on_disk(request) as artifact:
+            worker = None if request.fresh else self.worker(request.runtime)
             timing, outputs = measure_in_subprocess(
-                runtime=request.runtime,
-                artifact=path,
-                io=request.io,
-                threads=request.threads,
-                backends=request.backends,
-                inputs=request.inputs,
-                settings=request.settings,
-                worker=None if request.fresh else self.worker(request.runtime),
-                lock=self.lock,
+                **artifact, settings=request.settings, worker=worker, lock=self.lock
             )
         return MeasureReply(timing=timing, outputs=outputs)
 
     def profile(self, request: MeasureRequest) -> Profile:
         """The artifact's per-operator profile from its runtime's profiler, in a process of its own
         here (:func:`~nnsweep.bench.profile_in_subprocess`); a profiler that fails gives its reason."""
-        with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
-            path = Path(tmp) / request.artifact_name
-            path.write_bytes(request.artifact_bytes)
+        with _on_disk(request) as artifact:
             try:
-                return profile_in_subprocess(
-                    runtime=request.runtime,
-                    artifact=path,
-                    io=request.io,
-                    threads=request.threads,
-                    backends=request.backends,
-                    inputs=request.inputs,
-                    timeout_s=request.settings.timeout_s,
-                    lock=self.lock,
-                )
+                return profile_in_subprocess(**artifact, timeout_s=request.settings.timeout_s, lock=self.lock)
             except BenchmarkError as exc:
                 return Profile(reason=str(exc))
+
+
+@contextlib.contextmanager
+def _on_disk(request: MeasureRequest) -> Iterator[dict[str, Any]]:
+    """The request's artifact written to a folder of its own, as the keyword arguments that
+    load it in a measuring or profiling process; the folder goes when the block ends."""
+    with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
+        path = Path(tmp) / request.artifact_name
+        path.write_bytes(request.artifact_bytes)
+        yield {
+            "runtime": request.runtime,
+            "artifact": path,
+            "io": request.io,
+            "threads": request.threads,
+            "backends": request.backends,
+            "inputs": request.inputs,
+        }
