@@ -95,7 +95,7 @@ def test_a_runtime_without_an_explainer_says_why(monkeypatch: pytest.MonkeyPatch
     )
     assert d.reason == "plain: none here" and d.layers == ()
     assert runtimes.get("armnn").explainer == "" and runtimes.get("armnn").no_explainer
-    from nnsweep.cli._bench_explain import take_divergence
+    from nnsweep.bench import take_divergence
 
     def no_model() -> None:
         raise AssertionError("the fp32 model is loaded only for a runtime with an explainer")

@@ -164,10 +164,14 @@ def test_report_renders_offline_with_plots_names_best_configs_and_no_errors(tmp_
 
 
 def test_report_of_a_real_sweep_renders_offline(tmp_path: Path) -> None:
-    # Measured trials, not hand-made ones: a short sweep of the built-in digits model on this machine.
+    # Measured trials, not hand-made ones: a short sweep on this machine of the built-in model
+    # whole-model int8 breaks, so the report has both explaining sections: where the time goes
+    # in its front (profiles, on by default) and where the numbers diverge in the int8 trials
+    # the accuracy bound turned away (explained by default).
     spec = tmp_path / "tiny.yaml"
     spec.write_text(
-        "name: tiny\nmodel: digits\nbudget: {trials: 4}\nmeasure: {warmup: 1, iters: 20, remeasure: 0}\n"
+        "name: tiny\nmodel: digits_outlier\nbudget: {trials: 4}\nmeasure: {warmup: 1, iters: 20, remeasure: 0}\n"
+        "constraints: {max_accuracy_drop: 0.01}\nsearch: {quality_first: false}\n"
         "space: {runtime: [executorch, onnxruntime], quant: [fp32, static_int8], threads: [1]}\n"
     )
     cmd = [sys.executable, "-m", "nnsweep.cli", "--cache-dir", str(tmp_path / "cache"), "run", str(spec),
@@ -183,6 +187,10 @@ def test_report_of_a_real_sweep_renders_offline(tmp_path: Path) -> None:
         assert _wait_for_plots(page) == 4
         best = page.locator(".best-label").first.inner_text()
         assert best.startswith("#") and best in proc.stdout  # the card names the best trial the CLI printed
+        operators, divergence = page.locator(".card.operators").first, page.locator(".card.divergence").first
+        assert operators.is_visible() and "Where the time goes, per operator: host" in operators.inner_text()
+        assert divergence.is_visible() and "First below" in divergence.inner_text()
+        assert divergence.locator("table tr").count() > 1  # its layers, drawn as a table
         shot = tmp_path / "real-report.png"
         page.screenshot(path=str(shot), full_page=True)
     print(f"\nreport {report} ({report.stat().st_size:,} bytes)\nscreenshot: {shot}")

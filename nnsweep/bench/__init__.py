@@ -3,7 +3,7 @@ process of its own per measurement, fresh or forked from a warm worker), the
 machine-wide measurement lock, latency statistics, and accuracy/fidelity."""
 
 from nnsweep.bench._evaluate import Evaluation, Fidelity, evaluate, predicted_classes
-from nnsweep.bench._explaining import explain_divergence
+from nnsweep.bench._explaining import explain_divergence, take_divergence
 from nnsweep.bench._foreign import python_command
 from nnsweep.bench._harness import MeasureSettings, Timing, time_runner
 from nnsweep.bench._isolated import measure_in_subprocess
@@ -32,6 +32,7 @@ __all__ = [
     "predicted_classes",
     "profile_in_subprocess",
     "python_command",
+    "take_divergence",
     "take_profile",
     "take_profiles",
     "time_runner",

@@ -9,6 +9,7 @@ work disturbs no measurement of another process.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from nnsweep.bench.divergence import (
 from nnsweep.core import runtimes
 from nnsweep.core.errors import BenchmarkError
 
-__all__ = ["explain_divergence"]
+__all__ = ["explain_divergence", "take_divergence"]
 
 
 def explain_divergence(
@@ -65,3 +66,23 @@ def explain_divergence(
         why = f"none of its {len(observed)} intermediates matched an fp32 module's output"
         return Divergence(reason=f"{config.runtime}: {why}", threshold_db=threshold_db)
     return Divergence(layers, threshold_db, len(sample), wall_s, note=note)
+
+
+def take_divergence(bundle: Callable[[], Any], artifact: Any, snapshot: Any, threshold_db: float) -> Divergence:
+    """Compare ``artifact``'s layers with the fp32 model ``bundle`` gives (loaded only when the
+    runtime has an explainer) on a few evaluation inputs (the timed runs are over). A failure
+    costs the divergence only: its reason comes back."""
+    config = artifact.config
+    if (npu := runtimes.npu_target(config)) is not None:
+        return Divergence(reason=f"{npu}: estimated by Vela, not run here: no intermediate outputs")
+    info = runtimes.get(config.runtime)
+    if not info.explainer:
+        return Divergence(reason=f"{config.runtime}: {info.no_explainer}", threshold_db=threshold_db)
+    return explain_divergence(
+        bundle=bundle(),
+        config=config,
+        artifact=artifact.path,
+        io=artifact.io,
+        inputs=snapshot.evaluation.inputs,
+        threshold_db=threshold_db,
+    )

@@ -79,7 +79,7 @@ def after_runs(
         status("profiling per operator ...")
         profile = take_profile(artifact, snapshot, timeout_s)
     if args.explain:  # the intermediates come from an instrumented copy, not the timed artifact
-        from nnsweep.cli._bench_explain import take_divergence
+        from nnsweep.bench import take_divergence
 
         status("comparing each layer with fp32 ...")
         divergence = take_divergence(bundle, artifact, snapshot, args.explain_threshold)

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-from nnsweep.core import runtimes
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nnsweep.bench.divergence import Divergence
 
-__all__ = ["THRESHOLD_DB", "decibels", "divergence_lines", "take_divergence"]
+__all__ = ["THRESHOLD_DB", "decibels", "divergence_lines"]
 
 THRESHOLD_DB = 20.0
 """``--explain-threshold``'s default: :data:`nnsweep.bench.divergence.DEFAULT_THRESHOLD_DB`, kept
@@ -28,29 +25,6 @@ def decibels(text: str) -> float:
     if not -100 <= value <= 200:  # NaN fails too
         raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: give -100 to 200 dB, e.g. 30")
     return value
-
-
-def take_divergence(bundle: Callable[[], Any], artifact: Any, snapshot: Any, threshold_db: float) -> Divergence:
-    """Compare ``artifact``'s layers with the fp32 model ``bundle`` gives (loaded only when the
-    runtime has an explainer) on a few evaluation inputs (the timed runs are over). A failure
-    costs the divergence only: its reason comes back."""
-    from nnsweep.bench import explain_divergence
-    from nnsweep.bench.divergence import Divergence
-
-    config = artifact.config
-    if (npu := runtimes.npu_target(config)) is not None:
-        return Divergence(reason=f"{npu}: estimated by Vela, not run here: no intermediate outputs")
-    info = runtimes.get(config.runtime)
-    if not info.explainer:
-        return Divergence(reason=f"{config.runtime}: {info.no_explainer}", threshold_db=threshold_db)
-    return explain_divergence(
-        bundle=bundle(),
-        config=config,
-        artifact=artifact.path,
-        io=artifact.io,
-        inputs=snapshot.evaluation.inputs,
-        threshold_db=threshold_db,
-    )
 
 
 def _db(value: float) -> str:

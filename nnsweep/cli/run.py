@@ -218,7 +218,12 @@ def _device_trials(result: Any) -> Any:
 
     baseline = result.baseline.number if result.baseline is not None else None
     return DeviceTrials(
-        result.device, result.records, baseline, result.capabilities.summary(), profiles=result.profiles
+        result.device,
+        result.records,
+        baseline,
+        result.capabilities.summary(),
+        profiles=result.profiles,
+        divergences=result.divergences,
     )
 
 

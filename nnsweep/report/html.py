@@ -109,6 +109,7 @@ class DeviceTrials:
     description: str = ""
     sweep_id: str = ""  # the generation of the sweep its tracker runs belong to ("": already bound)
     profiles: Mapping[int, Mapping[str, object]] = field(default_factory=dict)  # trial -> per-operator profile
+    divergences: Mapping[int, Mapping[str, object]] = field(default_factory=dict)  # trial -> layers against fp32
 
     def baseline_record(self) -> TrialRecord | None:
         """The baseline's record, if it was measured."""
@@ -132,7 +133,12 @@ def load_device(spec: SweepSpec, device: str) -> DeviceTrials:
     baseline = studies.baseline_number(study)
     records = tuple(studies.study_records(study))
     return DeviceTrials(
-        device, records, baseline, sweep_id=studies.sweep_id_of(study) or "", profiles=studies.stored_profiles(study)
+        device,
+        records,
+        baseline,
+        sweep_id=studies.sweep_id_of(study) or "",
+        profiles=studies.stored_profiles(study),
+        divergences=studies.stored_divergences(study),
     )
 
 
@@ -149,6 +155,7 @@ def render_report(
     (runtime, granularity, report) of each layer ranking the sweep's float_layers used."""
     from nnsweep import __version__
     from nnsweep.dashboards import sections
+    from nnsweep.dashboards.divergence import divergence_section
     from nnsweep.dashboards.operators import operator_section
 
     links = links or {}
@@ -168,6 +175,7 @@ def render_report(
         if d.profiles:
             best = best_choice(records, objectives).record
             blocks.append(operator_section(d.device, records, best, d.baseline_record(), d.profiles))
+        blocks.append(divergence_section(d.device, records, d.divergences))
     emulated = [d.device for d in devices if any(r.emulated for r in d.records)]
     speedup = _speedup_block(speedups, emulated)
     objective_text = ", ".join(f"{o.direction} {o.metric}" for o in objectives)

@@ -146,6 +146,10 @@ class SearchSettings:
     profile: Literal["none", "front", "all"] = setting(
         "front", "profile per operator at the end: the front, best and fp32 baseline (front), or every trial (all)"
     )
+    explain: Literal["none", "infeasible"] = setting(
+        "infeasible",
+        "compare each layer with fp32 at the end, for the fastest trials a quality bound turned away (3 per device)",
+    )
     strategy: Strategy = setting(
         "nnsweep", "what proposes after the starts: nnsweep's moves and sampler, random search, or Optuna's default"
     )

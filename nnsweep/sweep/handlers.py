@@ -25,6 +25,7 @@ from nnsweep.core.errors import InfrastructureError, TrialError
 from nnsweep.core.metrics import drop
 from nnsweep.core.results import FailureKind, TrialRecord, failure_kind
 from nnsweep.sweep import outcomes, studies
+from nnsweep.sweep.explains import explain_trials, explained
 from nnsweep.sweep.front import BestChoice, best_choice, pareto_front
 from nnsweep.sweep.gate import breaks_a_bound, with_host_quality
 from nnsweep.sweep.lifecycle import Phase, Ticket
@@ -86,6 +87,7 @@ class DeviceResult:
     choice: BestChoice = field(default_factory=lambda: BestChoice(None))  # how the best was chosen (ties)
     lost: bool = False  # its agent was lost and did not come back: the sweep ended without its remaining trials
     profiles: Mapping[int, Mapping[str, object]] = field(default_factory=dict)  # trial -> per-operator profile
+    divergences: Mapping[int, Mapping[str, object]] = field(default_factory=dict)  # trial -> layers against fp32
 
 
 class Results:
@@ -321,6 +323,9 @@ def finish(
             on_device = None if here else partial(executor.profile, name)
             taken = profile_trials(name, trials, host, dev.study, tracker, host.settings.timeout_s, on_device=on_device)
             profiles = {n: p.to_dict() for n, p in taken.items()}
+        divergences: dict[int, Mapping[str, object]] = {}
+        if spec.search.explain != "none" and not stopped():
+            divergences = dict(explain_trials(name, explained(records), host, dev.study, tracker))
         fell_off = tuple(r.number for r in front if r.number not in {d.number for d in decided_front})
         tracker.mark_front(
             name,
@@ -339,6 +344,7 @@ def finish(
             DeviceResult(
                 name, dev.caps, tuple(records), tuple(decided_front), best, baseline_record or state.baseline,
                 breakdown, state.space_size, state.exhausted, tuple(spread), fell_off, choice, lost, profiles,
+                divergences,
             )
         )  # fmt: skip
     return results

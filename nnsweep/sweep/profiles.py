@@ -18,7 +18,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from nnsweep.sweep.host import HostSide
     from nnsweep.tracking import Tracker
 
-__all__ = ["PROFILE_ARTIFACT", "profile_trials", "profiled"]
+__all__ = ["PROFILE_ARTIFACT", "attach_json", "profile_trials", "profiled"]
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +98,7 @@ def profile_trials(
     if not profiles:
         return profiles
     studies.store_profiles(study, {n: p.to_dict() for n, p in profiles.items()})
-    with tempfile.TemporaryDirectory(prefix="nnsweep-profile-") as tmp:
-        for number, profile in profiles.items():
-            path = Path(tmp) / f"{number}-{PROFILE_ARTIFACT}"
-            path.write_text(json.dumps(profile.to_dict(), indent=1))
-            tracker.log_trial_artifact(device, number, PROFILE_ARTIFACT, path)
+    attach_json(tracker, device, PROFILE_ARTIFACT, {n: p.to_dict() for n, p in profiles.items()})
     log.info("%s: profiled %d trials per operator in %.1f s", device, len(profiles), time.perf_counter() - started)
     return profiles
 
@@ -120,3 +116,12 @@ def _on_device(
         return Profile(reason=f"the device's agent gave no profile within {timeout_s:.0f} s")
     except NnsweepError as exc:
         return Profile(reason=f"the device's agent could not profile: {exc}")
+
+
+def attach_json(tracker: Tracker, device: str, name: str, per_trial: Mapping[int, Mapping[str, object]]) -> None:
+    """Attach each trial's ``per_trial`` entry to its run as the JSON file ``name``."""
+    with tempfile.TemporaryDirectory(prefix="nnsweep-trial-files-") as tmp:
+        for number, value in per_trial.items():
+            path = Path(tmp) / f"{number}-{name}"
+            path.write_text(json.dumps(value, indent=1))
+            tracker.log_trial_artifact(device, number, name, path)

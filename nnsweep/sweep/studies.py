@@ -47,8 +47,10 @@ __all__ = [
     "record_of",
     "remeasured",
     "role_of",
+    "store_divergences",
     "store_profiles",
     "store_remeasured",
+    "stored_divergences",
     "stored_profiles",
     "study_name",
     "study_records",
@@ -68,6 +70,7 @@ _REQUEUE_OF = "requeue_of"
 _FINGERPRINT = "nnsweep.fingerprint"
 _REMEASURED = "nnsweep.remeasured"
 _PROFILES = "nnsweep.profiles"
+_DIVERGENCES = "nnsweep.divergences"
 _SWEEP_ID = "nnsweep.sweep_id"
 _INVALID = "invalid"  # status of a sampled combination no configuration can express
 
@@ -327,14 +330,33 @@ def remeasured(study: optuna.Study) -> dict[int, dict[str, float]]:
 def store_profiles(study: optuna.Study, profiles: Mapping[int, Mapping[str, object]]) -> None:
     """Keep each trial's per-operator profile (:meth:`~nnsweep.bench.profile.Profile.to_dict`)
     on the study, for the report; a later profile of a trial replaces an earlier one."""
-    stored = dict(study.user_attrs.get(_PROFILES) or {})
-    stored.update({str(number): dict(profile) for number, profile in profiles.items()})
-    study.set_user_attr(_PROFILES, stored)
+    _store_per_trial(study, _PROFILES, profiles)
 
 
 def stored_profiles(study: optuna.Study) -> dict[int, dict[str, object]]:
     """Trial number -> the profile :func:`store_profiles` kept."""
-    return {int(n): dict(p) for n, p in (study.user_attrs.get(_PROFILES) or {}).items()}
+    return _stored_per_trial(study, _PROFILES)
+
+
+def store_divergences(study: optuna.Study, divergences: Mapping[int, Mapping[str, object]]) -> None:
+    """Keep each explained trial's layers against fp32 (:meth:`~nnsweep.bench.divergence.Divergence.to_dict`)
+    on the study, for the report; a later one of a trial replaces an earlier one."""
+    _store_per_trial(study, _DIVERGENCES, divergences)
+
+
+def stored_divergences(study: optuna.Study) -> dict[int, dict[str, object]]:
+    """Trial number -> the divergence :func:`store_divergences` kept."""
+    return _stored_per_trial(study, _DIVERGENCES)
+
+
+def _store_per_trial(study: optuna.Study, key: str, values: Mapping[int, Mapping[str, object]]) -> None:
+    stored = dict(study.user_attrs.get(key) or {})
+    stored.update({str(number): dict(value) for number, value in values.items()})
+    study.set_user_attr(key, stored)
+
+
+def _stored_per_trial(study: optuna.Study, key: str) -> dict[int, dict[str, object]]:
+    return {int(n): dict(v) for n, v in (study.user_attrs.get(key) or {}).items()}
 
 
 def study_records(study: optuna.Study) -> list[TrialRecord]:
