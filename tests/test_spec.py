@@ -316,3 +316,12 @@ def test_quant_options_parse_and_leave_the_space_fingerprint_alone_when_absent()
     assert parse_spec(spec).space.quant_options == {"onnxruntime": {"reduce_range": (False, True)}}
     assert "quant_options" in _space(parse_spec(spec))
     assert "quant_options" not in _space(parse_spec(ISSUE_EXAMPLE))  # a sweep begun before still resumes
+
+
+def test_a_spec_file_can_be_named_by_a_string_as_well_as_a_path(tmp_path: Path) -> None:
+    """``nnsweep.spec.load_spec("sweep.yaml")`` from Python reads the file, as a Path does."""
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text("name: s\nmodel: digits\n")
+    assert load_spec(str(spec_file)) == load_spec(spec_file)
+    with pytest.raises(SpecError, match="spec"):
+        load_spec(str(tmp_path / "missing.yaml"))

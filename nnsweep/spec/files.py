@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,8 @@ def load_yaml(path: Path, field: str) -> Any:
         raise SpecError(field, f"{excerpt(str(path))} nests too deeply") from None
 
 
-def load_spec(path: Path) -> SweepSpec:
-    """Read and validate a sweep YAML file.
+def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
+    """Read and validate a sweep YAML file (a path, or a string naming one).
 
     The sweep's state (its Optuna journal) lives in ``.nnsweep/<name>`` beside the
     file, so running the same spec from another directory resumes the same sweep.
@@ -112,5 +113,6 @@ def load_spec(path: Path) -> SweepSpec:
     Raises:
         SpecError: the file is missing, is not YAML, or does not validate.
     """
+    path = Path(path)
     data = load_yaml(path, "spec")
     return parse_spec(data, source=path.resolve())
