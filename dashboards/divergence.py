@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from nnsweep.core.metrics import SQNR
+
 from .sections import esc, label, slug
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ def _trial(title: str, d: Mapping[str, object]) -> str:
     start = next((i for i, layer in enumerate(layers) if layer.get("name") == first), 0)
     shown = layers[start : start + SHOWN_LAYERS]
     rows = "".join(
-        f'<tr><td><code>{esc(layer.get("name"))}</code></td><td class="num">{_db(layer.get("sqnr_db"))}</td></tr>'
+        f'<tr><td><code>{esc(layer.get("name"))}</code></td><td class="num">{_db(layer.get(SQNR))}</td></tr>'
         for layer in shown
     )
     before, after = start, len(layers) - start - len(shown)

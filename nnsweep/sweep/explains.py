@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from nnsweep.core.metrics import LATENCY_P50
 from nnsweep.core.quant import QuantMode
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.sweep.profiles import attach_json
@@ -48,7 +49,7 @@ def explained(records: Sequence[TrialRecord], limit: int = EXPLAINED) -> list[Tr
         and not r.estimated
         and r.config.quant.mode is not QuantMode.FP32
     ]
-    return sorted(turned_away, key=lambda r: (r.metrics.get("latency_p50_ms", math.inf), r.number))[:limit]
+    return sorted(turned_away, key=lambda r: (r.metrics.get(LATENCY_P50, math.inf), r.number))[:limit]
 
 
 def explain_trials(
