@@ -11,6 +11,7 @@ neither disturbs another measurement nor is disturbed by one.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -102,7 +103,7 @@ def profile_jobs(
     """Each job's profile, in order: a job that fails (or whose runtime has no profiler) gets
     one with a ``reason``. Jobs of one runtime and thread count share a process; each job may
     take ``timeout_s``. The first job of a process carries its start in ``wall_s``."""
-    profiles: list[Profile | None] = [None] * len(jobs)
+    profiles: dict[int, Profile] = {}
     groups: dict[tuple[str, int], list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault((job.runtime, job.threads), []).append(i)
@@ -120,7 +121,7 @@ def profile_jobs(
             pending = pending[len(done) :]
             if pending:  # the process ended inside this job: it alone fails
                 profiles[pending.pop(0)] = Profile(reason=f"{runtime}: {failure}")
-    return [p if p is not None else Profile(reason="not profiled") for p in profiles]
+    return [profiles[i] for i in range(len(jobs))]
 
 
 def _one_process(
@@ -167,7 +168,7 @@ def _one_process(
     spent = sum(float(r.get("profile_s", 0.0)) for r in results)
     if profiles:  # the process's start and imports, on the first job it ran
         first = profiles[0]
-        profiles[0] = Profile(first.entries, first.runs, first.wall_s + max(0.0, wall_s - spent), first.reason)
+        profiles[0] = dataclasses.replace(first, wall_s=first.wall_s + max(0.0, wall_s - spent))
     return profiles, failure or "profiling process ended early"
 
 

@@ -323,9 +323,9 @@ def finish(
             on_device = None if here else partial(executor.profile, name)
             taken = profile_trials(name, trials, host, dev.study, tracker, host.settings.timeout_s, on_device=on_device)
             profiles = {n: p.to_dict() for n, p in taken.items()}
-        divergences: dict[int, Mapping[str, object]] = {}
+        divergences: Mapping[int, Mapping[str, object]] = {}
         if spec.search.explain != "none" and not stopped():
-            divergences = dict(explain_trials(name, explained(records), host, dev.study, tracker))
+            divergences = explain_trials(name, explained(records), host, dev.study, tracker)
         fell_off = tuple(r.number for r in front if r.number not in {d.number for d in decided_front})
         tracker.mark_front(
             name,
