@@ -250,6 +250,25 @@ def test_duplicate_reuse_byte_identical_artifact_is_not_measured_again() -> None
     assert s.devices["host"].tried(b.key) and b not in s.devices["host"].tickets
 
 
+def test_a_repeat_of_a_trial_held_for_the_baseline_reuses_it_and_is_not_left_waiting() -> None:
+    """A measured trial waits (HELD) until its device's fp32 baseline is known; the same
+    configuration proposed meanwhile waited as its twin, and the original, already settled,
+    never released it: the sweep stalled one trial short of its budget (a decoder sweep whose
+    fp32 baseline converted for two minutes met it)."""
+    s, ex = scheduler(("host", HOST))
+    base = ex.propose("host", config(2), 0.0, role=Role.BASELINE)
+    a = ex.propose("host", config(1, QuantMode.DYNAMIC_INT8), 0.0)
+    s.settle(a, record(a), 1.0)
+    assert a.phase is Phase.HELD  # measured, told once the baseline is known
+    repeat = Ticket("host", 7, config(1, QuantMode.DYNAMIC_INT8), a.key)
+    admission, earlier = s.admit(repeat, 2.0)
+    assert admission is Admission.REUSE and earlier is not None and earlier.number == a.number
+    assert repeat.twin_of is None
+    s.settle(repeat, outcomes.reused(repeat, earlier), 2.0)
+    out = s.settle(base, record(base), 3.0)
+    assert {t.number for t in out.tell} == {base.number, a.number, repeat.number}
+
+
 def test_a_failed_twin_original_lets_the_twin_run_alone() -> None:
     s, ex = scheduler(("host", HOST))
     a = ex.propose("host", config(), 0.0)

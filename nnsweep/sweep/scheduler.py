@@ -143,6 +143,10 @@ class Scheduler:
         # a key told as a reuse is a repeat too: else a sampler proposing it again would convert
         # it to the same bytes and tell it free, over and over, never reaching the repeat cap
         earlier = d.measured.get(ticket.key) or d.failures.get(ticket.key) or d.reuses.get(ticket.key)
+        # settled but not yet told (held until the baseline is known): its outcome is as good, and
+        # its twins were released when it settled, so one that waited on it now would wait forever
+        settled = (t.outcome for t in d.tickets if t.key == ticket.key and t.outcome is not None)
+        earlier = earlier or next(settled, None)
         d.tickets.append(ticket)
         if earlier is not None:
             d.repeats_in_row += 1
