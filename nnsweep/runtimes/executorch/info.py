@@ -33,7 +33,11 @@ INFO = RuntimeInfo(
         QuantMode.INT4_WEIGHT: NO_GRANULARITY,  # grouped: quant.group_size
         QuantMode.QAT_INT8: INT8_GRANULARITIES,
     },
-    unsupported={},
+    unsupported={
+        QuantMode.A16W8: "ExecuTorch's XNNPACK quantizer has no 16-bit activation scheme (its configurations "
+        "quantize activations to int8, the only activations XNNPACK's quantized operators take); use litert "
+        "or onnxruntime for a16w8",
+    },
     full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
     calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
     delegates=True,

@@ -23,6 +23,9 @@ INFO = RuntimeInfo(
     unsupported={
         QuantMode.INT4_WEIGHT: "its TorchScript artifacts run the quantized engines' int8 kernels, which have no "
         "4-bit weights; use executorch, onnxruntime or litert for int4_weight",
+        QuantMode.A16W8: "PyTorch's quantized engines (x86, fbgemm, qnnpack, onednn) have no 16-bit activation "
+        "kernels: quantized::conv2d and quantized::linear take quint8 activations; use litert or onnxruntime "
+        "for a16w8",
     },
     full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
     calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
