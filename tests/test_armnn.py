@@ -28,7 +28,7 @@ from nnsweep.models import ModelSnapshot
 from nnsweep.runtimes.armnn import probe as armnn_probe
 from nnsweep.runtimes.armnn import tflite as armnn_tflite
 from nnsweep.runtimes.armnn.converter import armnn_placement, armnn_refusal
-from nnsweep.runtimes.armnn.runner import report_from_dot, upstream_version
+from nnsweep.runtimes.armnn.runner import FP16_SUFFIX, report_from_dot, upstream_version
 from nnsweep.runtimes.common import tflite
 from nnsweep.runtimes.litert import probe as litert_probe
 from nnsweep.spec import parse_spec
@@ -275,9 +275,10 @@ def test_a_fully_connected_of_computed_weights_is_refused_saying_so(tmp_path: Pa
         armnn_placement(path, ("CpuRef",))
 
 
-def test_fp16_is_refused_naming_the_float16_tensors_and_computed_weights_the_parser_lacks(tmp_path: Path) -> None:
-    # nnsweep's fp16 .tflite (LiteRT's: float16 weights, each read through a DEQUANTIZE) as
-    # the Arm NN converter would leave it; each step past one refusal meets the next.
+def test_an_fp16_tflite_meets_the_float16_tensors_and_computed_weights_the_parser_lacks(tmp_path: Path) -> None:
+    # LiteRT's fp16 .tflite (float16 weights, each read through a DEQUANTIZE) as the Arm NN
+    # converter would leave it; each step past one refusal meets the next. Why Arm NN's fp16
+    # is its optimizer's ReduceFp32ToFp16 on the fp32 file instead.
     from nnsweep.runtimes.litert.edge_quantizer import quantize_fp16
 
     torch.manual_seed(0)
@@ -309,8 +310,22 @@ def test_fp16_is_refused_naming_the_float16_tensors_and_computed_weights_the_par
     # (The parser prints the type's enum value as a character, 1, before its name.)
     with pytest.raises(ConversionError, match=r"FULLY_CONNECTED .*Unsupported data type .? = FLOAT16"):
         armnn_placement(path, ("CpuRef",))
-    with pytest.raises(SpecError, match="no FLOAT16 tensors"):
-        _config("fp16")
+
+
+@pytest.mark.slow
+def test_fp16_is_the_fp32_file_reduced_by_arm_nns_optimizer(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cache = ArtifactCache(tmp_path / "cache")
+    snapshot = ModelSnapshot.of(digits)
+    fp32, _ = deploy.convert(digits, _config(), cache)
+    fp16, _ = deploy.convert(digits, _config("fp16"), cache)
+    assert fp16.path.name.endswith(FP16_SUFFIX) and fp16.sha256 != fp32.sha256  # never told as fp32's reuse
+    assert any("ReduceFp32ToFp16" in note for note in fp16.partitions.notes)
+    # the optimizer put fp16 conversions around the float layers: the report is Arm NN's own
+    assert {"ConvertFp32ToFp16", "ConvertFp16ToFp32"} <= set(fp16.partitions.fallback_ops)
+    result = deploy.measure(snapshot, fp16, SETTINGS, cache_hit=False)
+    sqnr = result.evaluation.fidelity.sqnr_db
+    assert 35 < sqnr < 120, sqnr  # fp16 rounding: close to fp32, not bit-identical
+    assert result.evaluation.accuracy >= 0.95  # type: ignore[operator]
 
 
 def test_a16w8_is_refused_naming_the_int64_biases_the_parser_lacks(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ that the parser and the optimizer accept the model before any trial measures it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -24,8 +25,10 @@ from nnsweep.core import runtimes
 from nnsweep.core.artifact import PartitionReport
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.errors import ConversionError
+from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.models import ModelBundle
 from nnsweep.runtimes.armnn import tflite as armnn_tflite
+from nnsweep.runtimes.armnn.runner import FP16_SUFFIX
 from nnsweep.runtimes.common import tflite
 from nnsweep.runtimes.common.converter import ConversionResult, Converter
 from nnsweep.runtimes.litert.converter import export_tflite
@@ -113,7 +116,10 @@ class ArmNNConverter(Converter):
         Raises:
             ConversionError: the model cannot be deployed this way; the message says why.
         """
-        path = out_dir / _FILENAME
+        fp16 = config.quant.mode is QuantMode.FP16
+        path = out_dir / (f"model{FP16_SUFFIX}" if fp16 else _FILENAME)
+        if fp16:  # the fp32 .tflite, reduced to fp16 by Arm NN's optimizer when it loads (FP16_SUFFIX)
+            config = dataclasses.replace(config, quant=QuantConfig(QuantMode.FP32))
         # Arm NN 20.08 pads a quantized PAD with the integer 0, not the zero point, which shifts
         # every padded border (int8 digits: 10.6 % top-1); its parser has no PADV2 to state
         # the value. With symmetric activations the zero point is 0 and padding is exact.
@@ -123,7 +129,9 @@ class ArmNNConverter(Converter):
         flattened = armnn_tflite.flatten_fully_connected(model)
         split = armnn_tflite.split_transpose_conv_bias(model)
         grouped = armnn_tflite.split_grouped_convolutions(model)
-        if added or flattened or split or grouped:
+        if fp16:  # its own bytes: a measurement of the fp32 file is not this deployment's
+            model.description = b"nnsweep: Arm NN fp16 (its optimizer's ReduceFp32ToFp16 at load)"
+        if added or flattened or split or grouped or fp16:
             _log.debug(
                 "for Arm NN's parser: %d FULLY_CONNECTED given a zero bias, %d made 2-D and reshaped; "
                 "%d TRANSPOSE_CONV biases moved into an ADD; %d grouped CONV_2D split by group",
@@ -135,6 +143,11 @@ class ArmNNConverter(Converter):
             tflite.save(model, path)
         report = armnn_placement(path, config.backends)
         notes: tuple[str, ...] = mended
+        if fp16:
+            notes += (
+                f"fp16 by {_release()}'s optimizer (ReduceFp32ToFp16): its TFLite parser has no FLOAT16 "
+                "tensors, so the file holds fp32 weights and each float layer runs in fp16",
+            )
         if resizes := armnn_tflite.half_pixel_resizes(model):
             # Measured: an Upsample(scale_factor=2, mode="bilinear") after a convolution, fp32,
             # 4.3 dB against PyTorch on Arm NN, 139 dB on LiteRT; align_corners=True: 137 dB.

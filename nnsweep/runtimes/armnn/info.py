@@ -15,11 +15,6 @@ ARMNN_BACKENDS = ("GpuAcc", "CpuAcc", "CpuRef")
 SYSTEM_PYTHON = "/usr/bin/python3"
 _ARMNN_UNSUPPORTED = {
     **TFLITE_UNSUPPORTED,
-    # Measured on nnsweep's fp16 .tflite (x86 and the emulated aarch64 board, 20.08-12):
-    # benchmarks/results/coverage.md, "Arm NN 20.08 and fp16".
-    QuantMode.FP16: "Arm NN 20.08's TFLite parser has no FLOAT16 tensors ('Unsupported data type = FLOAT16') "
-    "and reads a CONV_2D's or FULLY_CONNECTED's weights only from a constant buffer, not from the DEQUANTIZE "
-    "of float16 weights that fp16 .tflite files have; use litert for fp16",
     # Measured: litert-torch's dynamic-range .tflite parses, then Optimize refuses it.
     QuantMode.DYNAMIC_INT8: "Arm NN 20.08 has no hybrid layers: its backends refuse a FULLY_CONNECTED "
     "with float32 input and int8 weights ('input and weights types mismatched'), which dynamic int8 "
@@ -42,7 +37,13 @@ INFO = RuntimeInfo(
     fallback="CpuRef",
     # Arm NN 20.08's reference backend aborts the process (an assertion in
     # GetBiasTypeFromWeightsType) on per-channel int8 weights: per-tensor only.
-    modes={QuantMode.FP32: NO_GRANULARITY, QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR})},
+    # fp16: its TFLite parser has no FLOAT16 tensors (benchmarks/results/coverage.md, "Arm NN 20.08
+    # and fp16"), so the fp32 .tflite goes to its optimizer's ReduceFp32ToFp16 (the converter's note).
+    modes={
+        QuantMode.FP32: NO_GRANULARITY,
+        QuantMode.FP16: NO_GRANULARITY,
+        QuantMode.STATIC_INT8: frozenset({Granularity.PER_TENSOR}),
+    },
     unsupported=_ARMNN_UNSUPPORTED,
     full_interface=frozenset({QuantMode.STATIC_INT8}),
     calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),

@@ -35,9 +35,11 @@ from nnsweep.core.artifact import PartitionReport, Placement
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.runtimes.common.outputs import concat_float, flatten_order
 
-__all__ = ["ArmNNRunner", "available_backends", "optimize", "report_from_dot"]
+__all__ = ["FP16_SUFFIX", "ArmNNRunner", "available_backends", "optimize", "report_from_dot"]
 
 _FALLBACK = "CpuRef"
+# An fp16 deployment's file: fp32 weights that Arm NN's optimizer reduces to fp16 (ReduceFp32ToFp16).
+FP16_SUFFIX = ".fp16.tflite"
 # A layer in Arm NN's Graphviz dump of an optimized network: "...LayerType : Convolution2d\lBackendID : CpuRef\l"
 _LAYER = re.compile(r"LayerType : (\w+)\\lBackendID : (\w+)")
 _NOT_OPS = {"Input", "Output"}
@@ -98,7 +100,8 @@ def upstream_version(debian_version: str) -> str | None:
 
 
 def optimize(path: Path, backends: Sequence[str]) -> tuple[Any, Any, Any, list[str]]:
-    """Parse ``path`` with Arm NN's TFLite parser and optimize it for ``backends`` in order.
+    """Parse ``path`` with Arm NN's TFLite parser and optimize it for ``backends`` in order
+    (a file named ``*``:data:`FP16_SUFFIX` with its float layers reduced to fp16).
 
     Returns:
         ``(runtime, parser, optimized network, skipped)``: ``skipped`` are the backends of
@@ -118,7 +121,9 @@ def optimize(path: Path, backends: Sequence[str]) -> tuple[Any, Any, Any, list[s
     skipped = [b for b in backends if b not in have]
     preferred = [ann.BackendId(b) for b in backends]
     try:
-        optimized, messages = ann.Optimize(network, preferred, runtime.GetDeviceSpec(), ann.OptimizerOptions())
+        options = ann.OptimizerOptions()
+        options.m_ReduceFp32ToFp16 = path.name.endswith(FP16_SUFFIX)
+        optimized, messages = ann.Optimize(network, preferred, runtime.GetDeviceSpec(), options)
     except RuntimeError as exc:
         raise BenchmarkError(f"Arm NN cannot optimize {path.name} for {', '.join(backends)}: {exc}") from exc
     if optimized is None:
