@@ -178,7 +178,7 @@ def hover_lines(record: TrialRecord, objectives: Sequence[Objective], baseline: 
         f"partition limits: {partition_limits(c)}",
     ]
     metrics = [o.metric for o in objectives]
-    metrics += [m for m in (LATENCY_P50, LATENCY_P90, ACCURACY) if m not in metrics]
+    metrics += [m for m in (LATENCY_P50, LATENCY_P90, ACCURACY) if m not in metrics and m in record.metrics]
     for m in metrics:
         note = latency_note(record) if is_latency(m) else ""
         lines.append(f"{metric_name(m, unit=False)}: {fmt(record.metrics.get(m), m)}{note}")

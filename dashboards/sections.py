@@ -13,7 +13,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from nnsweep.core.metrics import ACCURACY, ACCURACY_DROP, LATENCY_P50, LATENCY_P90, SIZE, SPEEDUP
+from nnsweep.core.metrics import (
+    ACCURACY,
+    ACCURACY_DROP,
+    LATENCY_P50,
+    LATENCY_P90,
+    PREFILL,
+    SIZE,
+    SPEEDUP,
+    TOKENS_PER_S,
+)
 from nnsweep.core.results import TrialRecord, TrialStatus
 from nnsweep.spec import Objective
 
@@ -49,7 +58,9 @@ def _latency_badge(record: TrialRecord) -> str:
     return _ESTIMATE if record.estimated else _EMULATED if record.emulated else ""
 
 
-_EXTRA_COLUMNS = (LATENCY_P50, LATENCY_P90, ACCURACY, SPEEDUP, ACCURACY_DROP, SIZE)
+_EXTRA_COLUMNS = (LATENCY_P50, LATENCY_P90, ACCURACY, SPEEDUP, ACCURACY_DROP, SIZE, PREFILL, TOKENS_PER_S)
+# shown only where a trial has them: a decoder's trials have no accuracy, other models' no prefill
+_WHERE_MEASURED = frozenset({ACCURACY, ACCURACY_DROP, PREFILL, TOKENS_PER_S})
 
 
 def esc(text: object) -> str:
@@ -153,8 +164,9 @@ def best_card(
             "latency p50 / p90",
             esc(" / ".join(f.fmt(m.get(k), k) for k in (LATENCY_P50, LATENCY_P90))) + est,
         ),
-        (f.metric_name(ACCURACY, unit=False), esc(f.fmt(m.get(ACCURACY), ACCURACY))),
     ]
+    if ACCURACY in m:  # a decoder's quality is its perplexity (an objective, below)
+        rows.append((f.metric_name(ACCURACY, unit=False), esc(f.fmt(m.get(ACCURACY), ACCURACY))))
     if (ranged := f.remeasured(best)) is not None:
         rows.append(("p50 re-measured", esc(ranged)))
     if choice is not None and choice.tied:
@@ -243,6 +255,7 @@ def trials_table(
     """
     metrics = [o.metric for o in objectives]
     metrics += [m for m in _EXTRA_COLUMNS if m not in metrics]
+    metrics = [m for m in metrics if m not in _WHERE_MEASURED or any(m in r.metrics for r in records)]
     front = {r.number for r in pareto}
     head = ["#", "configuration", "status", "feasible", *(f.metric_name(m) for m in metrics)]
     head += ["partitions", "fell back (ops)", "role", "MLflow"]

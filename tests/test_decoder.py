@@ -135,26 +135,6 @@ def test_bench_refuses_what_a_decoder_does_not_take(
     assert len(err.splitlines()) == 1 and option in err and named in err
 
 
-def test_a_sweep_of_a_decoder_stops_at_the_spec_naming_bench() -> None:
-    from nnsweep.spec import parse_spec
-
-    with pytest.raises(SpecError) as caught:
-        parse_spec({"name": "lm", "model": "tiny_llama"})
-    assert caught.value.field == "model" and "nnsweep bench --model tiny_llama" in caught.value.message
-
-
-@pytest.mark.parametrize(
-    "section",
-    [{"objectives": {"perplexity": "minimize"}}, {"constraints": {"max": {"decode_ms_per_token": 5.0}}}],
-)
-def test_a_sweep_naming_a_decoders_metric_is_refused_until_sweeps_take_decoders(section: dict[str, object]) -> None:
-    from nnsweep.spec import parse_spec
-
-    with pytest.raises(SpecError) as caught:
-        parse_spec({"name": "m", "model": "digits", **section})
-    assert "decoder language model's metric" in caught.value.message
-
-
 def test_a_module_already_of_the_form_is_taken_with_its_cache_shape(tmp_path: Path) -> None:
     ref = _user_file(
         tmp_path,

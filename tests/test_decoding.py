@@ -67,7 +67,7 @@ def test_measure_decoder_times_both_graphs_and_scores_their_logits(tiny_llama: D
     timing = measure_decoder(prefill, decode, tiny_llama.held_out, tiny_llama.prompt_len, tiny_llama.cache, settings)
     steps = tiny_llama.max_len - tiny_llama.prompt_len
     assert timing.prefill_samples == 3 and timing.decode_steps == steps
-    assert prefill.calls == 3 + 1 + 1  # timed, the generation's, the perplexity's
+    assert prefill.calls == 1 + 3 + 1 + 1  # the first (untimed), timed, the generation's, the perplexity's
     assert decode.calls == 2 * steps  # the generation's and the perplexity's (teacher-forced)
     assert timing.perplexity == pytest.approx(eager_perplexity(tiny_llama), rel=1e-6)
     assert timing.tokens_per_s > 0 and timing.prefill_ms > 0

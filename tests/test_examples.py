@@ -52,6 +52,9 @@ VALIDATE_ONLY = {
     "tests/test_space.py its space",
     "bert_int4.yaml": "what it shows is whether 4-bit weights reach a front, which needs its 12 trials over three "
     "runtimes (2-4 minutes); benchmarks/results/bert_int4_sweep.md has its runs, tests/test_quant_int4.py the modes",
+    "tiny_llama.yaml": "its front needs 16 trials over two runtimes (about 10 minutes, ExecuTorch's decoder "
+    "exports most of it); tests/test_sweep_decoder.py runs a decoder sweep end to end on ONNX Runtime, "
+    "benchmarks/results/decoder_sweep.md has this example's runs",
 }
 
 

@@ -33,7 +33,7 @@ from nnsweep.bench import (
     profile_in_subprocess,
 )
 from nnsweep.bench.profile import Profile
-from nnsweep.core.artifact import IOSpec
+from nnsweep.core.artifact import DecoderShape, IOSpec
 from nnsweep.core.errors import BenchmarkError, InfrastructureError
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class MeasureRequest:
     sidecars: Mapping[str, bytes] = field(default_factory=dict)
     estimates: Mapping[str, float] = field(default_factory=dict)
     fresh: bool = False  # in a fresh process, never one forked from a warm worker (re-measures)
+    decoder: DecoderShape | None = None  # a decoder language model's graphs: inputs are its held-out text
 
     @classmethod
     def of(cls, artifact: Artifact, inputs: np.ndarray, settings: MeasureSettings) -> MeasureRequest:
@@ -202,7 +203,7 @@ class LocalTransport(Transport):
         with _on_disk(request) as artifact:
             worker = None if request.fresh else self.worker(request.runtime)
             timing, outputs = measure_in_subprocess(
-                **artifact, settings=request.settings, worker=worker, lock=self.lock
+                **artifact, settings=request.settings, worker=worker, lock=self.lock, decoder=request.decoder
             )
         return MeasureReply(timing=timing, outputs=outputs)
 
@@ -223,6 +224,8 @@ def _on_disk(request: MeasureRequest) -> Iterator[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="nnsweep-artifact-") as tmp:
         path = Path(tmp) / request.artifact_name
         path.write_bytes(request.artifact_bytes)
+        if request.decoder is not None:  # its decode graph beside the prefill graph
+            (Path(tmp) / request.decoder.decode_file).write_bytes(request.sidecars[request.decoder.decode_file])
         yield {
             "runtime": request.runtime,
             "artifact": path,

@@ -1,7 +1,12 @@
 """A decoder language model deployed end to end: convert (through a content-addressed
 folder of the cache) and measure its per-token figures on this machine.
 
-Layout: ``ROOT/decoders/<key>/`` holds ``prefill`` and ``decode`` artifacts (the runtime's
+``nnsweep bench`` keeps a decoder in ``ROOT/decoders/<key>/``; a sweep keeps it in the
+artifact cache (:func:`convert_cached`), as every other artifact: the prefill graph is the
+artifact's file, the decode graph its sidecar, so a cache hit, a remote conversion shipped
+back and a measurement request carry both.
+
+``ROOT/decoders/<key>/`` holds ``prefill`` and ``decode`` artifacts (the runtime's
 suffix) and ``meta.json`` (the configuration, the notes, each file's sha256); the key is
 :func:`~nnsweep.artifacts.key.artifact_key` of the decoder's digest and the configuration.
 A folder is built beside its place and renamed into it, so a reader sees all of it or none.
@@ -16,17 +21,20 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnsweep.artifacts.cache import Artifact, ArtifactCache
+from nnsweep.artifacts.deploy import for_config, toolchain_failure
 from nnsweep.artifacts.key import artifact_key
 from nnsweep.bench import MachineLock
 from nnsweep.bench.decoding import DecodeSettings, DecodeTiming, measure_decoder
 from nnsweep.core import runtimes
-from nnsweep.core.artifact import IOSpec
+from nnsweep.core.artifact import IOSpec, PartitionReport
 from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.digests import file_sha256
-from nnsweep.core.errors import SpecError
+from nnsweep.core.errors import ConversionError, SpecError, TrialError
 from nnsweep.models.decoder import Decoder
+from nnsweep.runtimes.common.converter import ConversionResult
 
-__all__ = ["DecoderArtifact", "check_runtime", "convert", "measure"]
+__all__ = ["DecoderArtifact", "check_runtime", "convert", "convert_cached", "decode_sidecar", "measure"]
 
 _META = "meta.json"
 _GRAPHS = ("prefill", "decode")
@@ -94,6 +102,41 @@ def convert(decoder: Decoder, config: DeploymentConfig, root: Path) -> DecoderAr
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return DecoderArtifact(entry, config, info.artifact_suffix, notes, cache_hit=False)
+
+
+def decode_sidecar(runtime: str) -> str:
+    """The name the decode graph travels under beside a sweep's prefill artifact (its file name)."""
+    return f"decode{runtimes.get(runtime).artifact_suffix}"
+
+
+def convert_cached(decoder: Decoder, config: DeploymentConfig, cache: ArtifactCache) -> tuple[Artifact, bool]:
+    """``config``'s two graphs of ``decoder`` as one entry of the artifact cache (the prefill
+    graph the artifact, the decode graph its :func:`decode_sidecar`), converted unless there.
+
+    Returns:
+        The artifact and whether it came from the cache.
+
+    Raises:
+        SpecError: the runtime takes no decoder, or not at this mode.
+        ConversionError: the runtime's decoder conversion failed.
+    """
+    check_runtime(config)
+    info = runtimes.get(config.runtime)
+    key, toolchain = artifact_key(decoder.digest, config)
+
+    def build(out_dir: Path) -> ConversionResult:
+        try:
+            notes = tuple(runtimes.load_object(info.decoder)(decoder, config.quant, out_dir))
+        except TrialError:
+            raise
+        except Exception as exc:  # toolchain code: whatever it raises fails this conversion only
+            raise ConversionError(toolchain_failure(config, toolchain, exc)) from exc
+        report = PartitionReport(backends=config.backends, nodes_by_backend={}, notes=notes)
+        sidecar = decode_sidecar(config.runtime)
+        return ConversionResult(f"prefill{info.artifact_suffix}", report, sidecars={sidecar: sidecar})
+
+    artifact, hit = cache.get_or_build(key, config, toolchain, build)
+    return for_config(artifact, config), hit
 
 
 def _whole(entry: Path, suffix: str) -> bool:

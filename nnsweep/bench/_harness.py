@@ -32,7 +32,9 @@ class Timing:
     ``outputs``, ``total``), ``held_monotonic`` (when the lock was held, on
     ``CLOCK_MONOTONIC``, one clock for every process of a machine) and ``placement`` (where
     the runtime put the ops when it loaded the artifact, for runtimes whose placement depends
-    on the machine such as Arm NN; ``None``: the converting machine's report stands).
+    on the machine such as Arm NN; ``None``: the converting machine's report stands) and
+    ``figures`` (what a model kind measures beyond one call's latency, by metric name: a
+    decoder's ``prefill_ms`` and ``tokens_per_s``, its latency being one decode step's).
     """
 
     load_ms: float
@@ -50,6 +52,7 @@ class Timing:
     phases_ms: Mapping[str, float] = field(default_factory=dict)
     held_monotonic: tuple[float, float] | None = None
     placement: Mapping[str, Any] | None = None
+    figures: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def others_cores(self) -> float | None:
@@ -92,6 +95,7 @@ class Timing:
             "phases_ms": dict(self.phases_ms),
             "held_monotonic": None if self.held_monotonic is None else list(self.held_monotonic),
             "placement": None if self.placement is None else dict(self.placement),
+            "figures": dict(self.figures),
         }
 
     @classmethod
@@ -113,6 +117,7 @@ class Timing:
             phases_ms={str(k): float(v) for k, v in dict(d.get("phases_ms") or {}).items()},  # type: ignore[call-overload]
             held_monotonic=_pair(d.get("held_monotonic")),
             placement=None if d.get("placement") is None else dict(d["placement"]),  # type: ignore[call-overload]
+            figures={str(k): float(v) for k, v in dict(d.get("figures") or {}).items()},  # type: ignore[call-overload]
         )
 
 

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from nnsweep.bench._harness import MeasureSettings, Timing
 from nnsweep.bench._machine_lock import MachineLock
 from nnsweep.bench._warm import ForkHere, WarmWorker, WorkerUnavailable
 from nnsweep.core import runtimes
-from nnsweep.core.artifact import IOSpec
+from nnsweep.core.artifact import DecoderShape, IOSpec
 from nnsweep.core.errors import BenchmarkError
 
 __all__ = ["measure_in_subprocess"]
@@ -54,8 +55,10 @@ def measure_in_subprocess(
     settings: MeasureSettings,
     worker: WarmWorker | ForkHere | None = None,
     lock: MachineLock | None = None,
+    decoder: DecoderShape | None = None,
 ) -> tuple[Timing, np.ndarray]:
-    """Time ``artifact`` on ``inputs[0]`` and return its outputs on all ``inputs``.
+    """Time ``artifact`` on ``inputs[0]`` and return its outputs on all ``inputs`` (a ``decoder``:
+    its steps on the text ``inputs``, and the logits at each of its positions).
 
     Args:
         worker: a warm worker for ``runtime`` to fork the measuring process from, or
@@ -74,17 +77,12 @@ def measure_in_subprocess(
     with tempfile.TemporaryDirectory(prefix="nnsweep-bench-") as tmp:
         work = Path(tmp)
         np.save(work / "inputs.npy", _as_saved(inputs))
-        request = {
-            "runtime": runtime,
-            "artifact": str(artifact),
-            "io": io.to_dict(),
-            "threads": threads,
-            "backends": list(backends),
-            "settings": settings.to_dict(),
-            "inputs": str(work / "inputs.npy"),
-            "outputs": str(work / "outputs.npy"),
-            "result": str(work / "result.json"),
-        }
+        request: dict[str, Any] = {
+            "runtime": runtime, "artifact": str(artifact), "io": io.to_dict(), "threads": threads,
+            "backends": list(backends), "settings": settings.to_dict(), "inputs": str(work / "inputs.npy"),
+            "outputs": str(work / "outputs.npy"), "result": str(work / "result.json"),
+            "decoder": None if decoder is None else decoder.to_dict(),
+        }  # fmt: skip
         with lock.hold(f"{runtime} {artifact.name}") as wait:
             held_from = time.monotonic()
             started = time.perf_counter()

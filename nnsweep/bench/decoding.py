@@ -28,7 +28,16 @@ from nnsweep.bench._runner import Runner
 from nnsweep.core.errors import BenchmarkError
 from nnsweep.core.metrics import DECODE_PER_TOKEN, PERPLEXITY, PREFILL, TOKENS_PER_S
 
-__all__ = ["DecodeSettings", "DecodeTiming", "artifact_perplexity", "measure_decoder", "perplexity_of_logits"]
+__all__ = [
+    "DecodeSamples",
+    "DecodeSettings",
+    "DecodeTiming",
+    "artifact_perplexity",
+    "measure_decoder",
+    "perplexity_of_logits",
+    "teacher_forced_logits",
+    "time_decoder",
+]
 
 
 @dataclass(frozen=True)
@@ -105,17 +114,25 @@ def _logits(raw: Any) -> np.ndarray:
     return np.asarray(raw, dtype=np.float32).reshape(-1, np.asarray(raw).shape[-1])
 
 
-def artifact_perplexity(
+def teacher_forced_logits(
     prefill: Runner, decode: Runner, text: np.ndarray, prompt_len: int, cache: tuple[int, ...]
-) -> float:
-    """The perplexity of ``text`` (``cache[3]`` ids) from the two runners' logits (module docstring)."""
+) -> np.ndarray:
+    """The two runners' logits for every position of ``text`` ([len(text), vocab]): the prefill's
+    for the prompt, then one decode step per token, each fed the text's own next token."""
     steps = _Steps(prefill, decode, cache)
     out, _ = steps.first(text[:prompt_len])
     rows = [_logits(out[0])]
     for position in range(prompt_len, len(text)):
         out, _ = steps.next(int(text[position]), position, out[1:])
         rows.append(_logits(out[0]))
-    return perplexity_of_logits(np.concatenate(rows), text)
+    return np.concatenate(rows)
+
+
+def artifact_perplexity(
+    prefill: Runner, decode: Runner, text: np.ndarray, prompt_len: int, cache: tuple[int, ...]
+) -> float:
+    """The perplexity of ``text`` (``cache[3]`` ids) from the two runners' logits (module docstring)."""
+    return perplexity_of_logits(teacher_forced_logits(prefill, decode, text, prompt_len, cache), text)
 
 
 def _generate(steps: _Steps, prompt: np.ndarray, max_len: int) -> list[float]:
@@ -126,6 +143,36 @@ def _generate(steps: _Steps, prompt: np.ndarray, max_len: int) -> list[float]:
         out, ms = steps.next(token, position, out[1:])
         times.append(ms)
     return times
+
+
+@dataclass(frozen=True)
+class DecodeSamples:
+    """The times of one decoder measurement in ms: its first prefill call (before any warm-up),
+    each timed prefill call and each timed decode step."""
+
+    first_ms: float
+    prefill_ms: tuple[float, ...]
+    decode_ms: tuple[float, ...]
+
+
+def time_decoder(
+    prefill: Runner, decode: Runner, prompt: np.ndarray, cache: tuple[int, ...], settings: DecodeSettings
+) -> DecodeSamples:
+    """Time the prefill calls and the decode steps (loaded runners; module docstring).
+
+    Raises:
+        BenchmarkError: the cache leaves no decode step after the prompt.
+    """
+    steps = _Steps(prefill, decode, cache)
+    first = steps.first(prompt)[1]
+    for _ in range(settings.warmup):
+        steps.first(prompt)
+        _generate(steps, prompt, min(cache[3], len(prompt) + 4))
+    prefills = tuple(steps.first(prompt)[1] for _ in range(settings.prefills))
+    decodes = tuple(ms for _ in range(settings.generations) for ms in _generate(steps, prompt, cache[3]))
+    if not decodes:
+        raise BenchmarkError(f"the cache ({cache[3]}) leaves no decode step after a prompt of {len(prompt)}")
+    return DecodeSamples(first, prefills, decodes)
 
 
 def measure_decoder(
@@ -143,15 +190,8 @@ def measure_decoder(
     """
     settings = settings or DecodeSettings()
     shape = tuple(cache)
-    steps = _Steps(prefill, decode, shape)
-    prompt = np.asarray(text[:prompt_len])
-    for _ in range(settings.warmup):
-        steps.first(prompt)
-        _generate(steps, prompt, min(shape[3], prompt_len + 4))
-    prefills = [steps.first(prompt)[1] for _ in range(settings.prefills)]
-    decodes = [ms for _ in range(settings.generations) for ms in _generate(steps, prompt, shape[3])]
-    if not decodes:
-        raise BenchmarkError(f"the cache ({shape[3]}) leaves no decode step after a prompt of {prompt_len}")
+    samples = time_decoder(prefill, decode, np.asarray(text[:prompt_len]), shape, settings)
+    prefills, decodes = samples.prefill_ms, samples.decode_ms
     value = artifact_perplexity(prefill, decode, np.asarray(text), prompt_len, shape)
     if not math.isfinite(value):
         raise BenchmarkError("the deployed decoder's logits are not finite: no perplexity")

@@ -11,7 +11,25 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["IOSpec", "PartitionReport", "Placement"]
+__all__ = ["DecoderShape", "IOSpec", "PartitionReport", "Placement"]
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """How a decoder language model's artifact is driven (:mod:`nnsweep.bench.decoding`): the
+    artifact file is its prefill graph, ``decode_file`` the decode graph beside it, the prefill
+    takes ``prompt_len`` tokens and each KV cache has the shape ``cache``."""
+
+    prompt_len: int
+    cache: tuple[int, ...]
+    decode_file: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt_len": self.prompt_len, "cache": list(self.cache), "decode_file": self.decode_file}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DecoderShape:
+        return cls(int(d["prompt_len"]), tuple(int(n) for n in d["cache"]), str(d["decode_file"]))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ __all__ = [
     "ACCURACY",
     "ACCURACY_DROP",
     "BUILTIN",
+    "DECODER_ALSO",
     "DECODE_PER_TOKEN",
     "FIRST_INFERENCE",
     "LATENCY_MEAN",
@@ -176,6 +177,10 @@ _ROWS = (
 )
 
 BUILTIN: dict[str, Metric] = {m.name: m for m in _ROWS}
+
+# What a decoder language model's trial measures besides its own metrics (its latency is one
+# decode step's, its size both graphs', its first inference the first prefill call).
+DECODER_ALSO = (LATENCY_MEAN, LATENCY_P50, LATENCY_P90, LATENCY_P99, SIZE, PEAK_RSS, LOAD, FIRST_INFERENCE)
 
 
 @dataclass(frozen=True)

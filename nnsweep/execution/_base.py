@@ -29,6 +29,7 @@ class ModelSource:
     weights: Path | None = None
     input_shape: tuple[int, ...] | None = None
     data: TaskData | None = None  # the user's evaluation and calibration data
+    decoder: bool = False  # a decoder language model (nnsweep.models.decoder), not a ModelBundle
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from nnsweep.execution._base import ConvertRequest, ModelSource
 
 if TYPE_CHECKING:
     from nnsweep.models import ModelBundle
+    from nnsweep.models.decoder import Decoder
 
 __all__ = ["ConverterWorker", "node_machine"]
 
@@ -18,10 +19,14 @@ class ConverterWorker:
     """Converts configurations of one model; the model is loaded once per process."""
 
     def __init__(self) -> None:
-        self._bundles: dict[ModelSource, ModelBundle] = {}
+        self._bundles: dict[ModelSource, ModelBundle | Decoder] = {}
 
-    def bundle(self, source: ModelSource, cache: ArtifactCache) -> ModelBundle:
+    def bundle(self, source: ModelSource, cache: ArtifactCache) -> ModelBundle | Decoder:
         """The model, loaded once (built-in models keep their weights in ``cache``)."""
+        if source not in self._bundles and source.decoder:
+            from nnsweep.models.decoder import load_decoder
+
+            self._bundles[source] = load_decoder(source.ref, cache.models_dir)
         if source not in self._bundles:
             from nnsweep.models import load_model
 
@@ -62,20 +67,24 @@ class ConverterWorker:
         converts into this machine's own cache (:func:`default_cache_dir`) and returns the
         entry as bytes, for the coordinator to put into its cache.
         """
-        from nnsweep.artifacts import deploy
-
         if not request.ship:
             return self.convert_here(request)
         cache = _cache(request.model, ship=True)
-        artifact, hit = deploy.convert(self.bundle(request.model, cache), request.config, cache)
+        artifact, hit = self._convert(request, cache)
         return cache.pack(artifact), hit
 
     def convert_here(self, request: ConvertRequest) -> tuple[Artifact, bool]:
         """Convert into the coordinator's cache (this worker shares its machine)."""
-        from nnsweep.artifacts import deploy
+        return self._convert(request, _cache(request.model, ship=False))
 
-        cache = _cache(request.model, ship=False)
-        return deploy.convert(self.bundle(request.model, cache), request.config, cache)
+    def _convert(self, request: ConvertRequest, cache: ArtifactCache) -> tuple[Artifact, bool]:
+        from nnsweep.artifacts import decoder, deploy
+        from nnsweep.models.decoder import Decoder
+
+        model = self.bundle(request.model, cache)
+        if isinstance(model, Decoder):
+            return decoder.convert_cached(model, request.config, cache)
+        return deploy.convert(model, request.config, cache)
 
     def machine(self) -> str:
         """The machine this worker runs on (:func:`node_machine`)."""

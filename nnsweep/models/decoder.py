@@ -86,6 +86,17 @@ class Decoder:
     def empty_cache(self) -> torch.Tensor:
         return torch.zeros(self.cache)
 
+    @property
+    def module(self) -> nn.Module:
+        """The step module, by the name a :class:`~nnsweep.models.ModelBundle` gives its module
+        (a sweep's fingerprint reads the code behind either)."""
+        return self.step
+
+    @property
+    def class_axes(self) -> tuple[int, ...]:
+        """No output is read as classes: a decoder's quality is its perplexity."""
+        return ()
+
 
 def synthetic_text(tokens: int, seed: int, vocab: int = VOCAB) -> np.ndarray:
     """``tokens`` ids of the seeded Markov chain (its transitions fixed by :data:`SEED`, the walk by ``seed``)."""

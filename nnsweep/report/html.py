@@ -61,7 +61,8 @@ def bound_texts(spec: SweepSpec) -> list[str]:
     for name, bound in c.max_drop.items():
         m = metric_row(name, user)
         amount = f"{bound * m.scale:g} {'points' if m.unit == '%' else m.unit}".rstrip()
-        texts.append(f"{m.label} may drop at most {amount} below each device's fp32 baseline")
+        way = "drop at most {} below" if m.goal == "maximize" else "rise at most {} above"
+        texts.append(f"{m.label} may {way.format(amount)} each device's fp32 baseline")
     for word, bounds in (("at least", c.min), ("at most", c.max)):
         for name, bound in bounds.items():
             m = metric_row(name, user)

@@ -20,6 +20,7 @@ from typing import Any
 from nnsweep.core import runtimes
 from nnsweep.core.errors import SpecError, clip, excerpt
 from nnsweep.core.measure import MeasureSettings
+from nnsweep.core.metrics import DECODE_PER_TOKEN, PERPLEXITY
 from nnsweep.core.quant import OptionValue, QuantMode
 from nnsweep.spec.schema import schema, section_values, translate
 from nnsweep.spec.settings import (
@@ -32,7 +33,13 @@ from nnsweep.spec.settings import (
     SweepSpec,
     Tracking,
 )
-from nnsweep.spec.task import build_constraints, build_data, build_metrics, check_objectives
+from nnsweep.spec.task import (
+    build_constraints,
+    build_data,
+    build_metrics,
+    check_decoder_sections,
+    check_objectives,
+)
 
 __all__ = ["parse_spec"]
 
@@ -93,14 +100,22 @@ def _check_ssh_host(host: str | None, path: str) -> None:
 
 def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
     base = source.parent if source is not None else Path.cwd()
-    model = _model(raw, base)
+    model, decoder = _model(raw, base)
     space = _space(raw.space)
     metrics = build_metrics(raw, base)
-    check_objectives(raw, metrics)
+    if decoder:
+        check_decoder_sections(raw, space.float_layers)
+    objectives = dict(raw.objectives)
+    if decoder and "objectives" not in raw.model_fields_set:
+        objectives = {PERPLEXITY: "minimize", DECODE_PER_TOKEN: "minimize"}
+    check_objectives(objectives, metrics, decoder)
     _check_devices(raw)
-    constraints = build_constraints(raw, metrics)
+    constraints = build_constraints(raw, metrics, decoder)
     bridges = _bridges(raw, base)
     npus = _npus(raw, bridges)
+    if decoder and (bridges or npus):  # their tools time one call of one graph
+        section = "bridges" if bridges else "npus"
+        raise SpecError(section, "a decoder language model is measured on hosts and boards that join Ray, not here")
     storage = raw.storage
     if storage != "journal" and "://" not in storage:
         raise SpecError("storage", "use 'journal' or a database URL such as sqlite:///optuna.db or postgresql://...")
@@ -109,7 +124,7 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         name=raw.name,
         model=model,
         devices=tuple(raw.devices),
-        objectives=tuple(Objective(m, d) for m, d in raw.objectives.items()),
+        objectives=tuple(Objective(m, d) for m, d in objectives.items()),
         space=space,
         budget=Budget(**section_values(Budget, raw.budget, "budget")),
         measure=MeasureSettings(**section_values(MeasureSettings, raw.measure, "measure")),
@@ -125,11 +140,13 @@ def _to_dataclasses(raw: Any, source: Path | None) -> SweepSpec:
         metrics=metrics,
         constraints=constraints,
         data=build_data(raw, base),
+        decoder=decoder,
     )
 
 
-def _model(raw: Any, base: Path) -> str:
-    """The name and the model reference checked; a relative file reference made absolute."""
+def _model(raw: Any, base: Path) -> tuple[str, bool]:
+    """The name and the model reference checked, a relative file reference made absolute; and
+    whether it is a decoder language model."""
     from nnsweep.models import check_reference
 
     if not _NAME.fullmatch(raw.name):
@@ -138,17 +155,12 @@ def _model(raw: Any, base: Path) -> str:
         kind = check_reference(raw.model if not raw.model.split(":")[0].endswith(".py") else str(base / raw.model))
     except SpecError as exc:
         raise SpecError("model", exc.message) from None
-    if kind == "decoder":
-        raise SpecError(
-            "model",
-            f"{raw.model} is a decoder language model: a sweep does not take one yet; "
-            f"measure it with nnsweep bench --model {raw.model} (docs/how-to/language-models.md)",
-        )
+    if raw.kind == "decoder" and kind not in ("decoder", "file", "module"):
+        raise SpecError("kind", f"decoder takes a decoder's function (file.py:function), not {raw.model}")
     model = raw.model
     if model.split(":")[0].endswith(".py") and not Path(model.split(":")[0]).is_absolute():
         model = str(base / model)
-
-    return model
+    return model, kind == "decoder" or raw.kind == "decoder"
 
 
 def _space(s: Any) -> SearchSpace:

@@ -51,6 +51,7 @@ def schema() -> Any:
     class SpecIn(_Strict):
         name: Text
         model: Text = Field(min_length=1, max_length=1000)
+        kind: Literal["model", "decoder"] = "model"
         weights: Text | None = None
         input_shape: list[Int] | None = None
         devices: list[Text] = Field(default_factory=lambda: ["host"], min_length=1)

@@ -244,7 +244,8 @@ class SweepSpec:
     ``state_dir`` is where the sweep keeps its Optuna journal and bookkeeping.
     ``metrics`` are the user's own (usable wherever a built-in is); ``constraints`` holds every
     bound, the two older keys folded in; ``data`` says where the evaluation and calibration
-    data come from (``None``: the model's own).
+    data come from (``None``: the model's own); ``decoder``: the model is a decoder language
+    model, measured per token (its objectives default to perplexity and decode time per token).
     """
 
     name: str
@@ -266,6 +267,7 @@ class SweepSpec:
     metrics: tuple[UserMetric, ...] = ()
     constraints: Constraints = field(default_factory=Constraints)
     data: TaskData | None = None
+    decoder: bool = False  # the model is a decoder language model (nnsweep.models.decoder)
 
     @property
     def experiment(self) -> str:

@@ -3,17 +3,18 @@ naming them or built-in metrics, and the ``data`` they are computed on."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnsweep.core.errors import SpecError, clip, excerpt
-from nnsweep.core.metrics import ACCURACY, BUILTIN, SQNR, UserMetric, drop, high, low, remeasured
+from nnsweep.core.metrics import ACCURACY, BUILTIN, DECODER_ALSO, SQNR, UserMetric, drop, high, low, remeasured
 from nnsweep.spec.settings import _NAME, METRICS, Constraints
 
 if TYPE_CHECKING:
     from nnsweep.core.task_data import TaskData
 
-__all__ = ["build_constraints", "build_data", "build_metrics", "check_objectives"]
+__all__ = ["build_constraints", "build_data", "build_metrics", "check_decoder_sections", "check_objectives"]
 
 
 def build_metrics(raw: Any, base: Path) -> tuple[UserMetric, ...]:
@@ -38,30 +39,51 @@ def build_metrics(raw: Any, base: Path) -> tuple[UserMetric, ...]:
     return tuple(metrics)
 
 
-def check_objectives(raw: Any, metrics: tuple[UserMetric, ...]) -> None:
-    """Every objective names a built-in metric or one of the user's.
+def check_objectives(objectives: Mapping[str, str], metrics: tuple[UserMetric, ...], decoder: bool = False) -> None:
+    """Every objective names a built-in metric or one of the user's, of the model's kind.
 
     Raises:
         SpecError: on ``objectives.NAME``.
     """
     known = [*METRICS, *(m.name for m in metrics)]
-    for metric in raw.objectives:
+    for metric in objectives:
         if metric not in known:
             raise SpecError(f"objectives.{clip(metric)}", f"unknown metric; allowed: {', '.join(known)}")
-        _not_a_decoders(f"objectives.{metric}", metric, metrics)
+        _of_the_kind(f"objectives.{metric}", metric, metrics, decoder)
 
 
-def _not_a_decoders(field: str, name: str, metrics: tuple[UserMetric, ...]) -> None:
-    """Refuse a decoder language model's metric: a sweep takes no decoder yet, so no trial would have it."""
-    if not any(m.name == name for m in metrics) and name in BUILTIN and BUILTIN[name].decoder:
+def _of_the_kind(field: str, name: str, metrics: tuple[UserMetric, ...], decoder: bool) -> None:
+    """Refuse a metric no trial of this model's kind has: a decoder language model's metric
+    on another model, or a metric of one-input models (accuracy, SQNR, ...) on a decoder."""
+    if any(m.name == name for m in metrics) or name not in BUILTIN:
+        return
+    if not decoder and BUILTIN[name].decoder:
         raise SpecError(
             field,
-            "is a decoder language model's metric and a sweep takes no decoder yet: "
-            "measure it with nnsweep bench --model tiny_llama (docs/how-to/language-models.md)",
+            "is a decoder language model's metric: this sweep's model is not one "
+            "(a decoder is a built-in one such as tiny_llama; docs/how-to/language-models.md)",
         )
+    if decoder and not BUILTIN[name].decoder and name not in DECODER_ALSO:
+        allowed = [n for n in METRICS if BUILTIN[n].decoder or n in DECODER_ALSO]
+        raise SpecError(field, f"is not measured on a decoder language model; allowed: {', '.join(allowed)}")
 
 
-def build_constraints(raw: Any, metrics: tuple[UserMetric, ...]) -> Constraints:
+def check_decoder_sections(raw: Any, float_layers: tuple[int, ...]) -> None:
+    """A decoder language model's sweep: its quality is its perplexity on its own held-out
+    text, and its layers are all at the mode's format.
+
+    Raises:
+        SpecError: on ``metrics``, ``data`` or ``space.float_layers`` when given.
+    """
+    if raw.metrics:
+        raise SpecError("metrics", "a decoder language model's quality is its perplexity; user metrics are for others")
+    if any(getattr(raw.data, key, None) for key in ("evaluation", "calibration")):
+        raise SpecError("data", "a decoder language model is measured on its own seeded held-out text")
+    if float_layers != (0,):
+        raise SpecError("space.float_layers", "a decoder language model's layers are not ranked; leave it at 0")
+
+
+def build_constraints(raw: Any, metrics: tuple[UserMetric, ...], decoder: bool = False) -> Constraints:
     """Every bound, ``max_accuracy_drop`` and ``min_sqnr_db`` folded into ``max_drop`` and ``min``.
 
     Raises:
@@ -73,10 +95,13 @@ def build_constraints(raw: Any, metrics: tuple[UserMetric, ...]) -> Constraints:
         for name in getattr(c, kind):
             if name not in known:
                 raise SpecError(f"constraints.{kind}.{clip(name)}", f"unknown metric; allowed: {', '.join(known)}")
-            _not_a_decoders(f"constraints.{kind}.{name}", name, metrics)
+            _of_the_kind(f"constraints.{kind}.{name}", name, metrics, decoder)
     for name, bound in c.max_drop.items():
         if bound < 0:
             raise SpecError(f"constraints.max_drop.{name}", f"must be at least 0 (got {bound})")
+    for older in ("max_accuracy_drop", "min_sqnr_db"):
+        if decoder and getattr(c, older) is not None:
+            raise SpecError(f"constraints.{older}", "is not measured on a decoder language model: bound perplexity")
     max_drop = dict(c.max_drop)
     minimum = dict(c.min)
     if c.max_accuracy_drop is not None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nnsweep.core.config import DeploymentConfig
-from nnsweep.core.metrics import LATENCY_P50, SPEEDUP, high, low, remeasured
+from nnsweep.core.metrics import DECODE_PER_TOKEN, LATENCY_P50, SPEEDUP, high, low, remeasured
 from nnsweep.core.results import TrialRecord
 from nnsweep.spec import Objective
 
@@ -167,6 +167,8 @@ def decide(
         figures = pooled.get(r.number) or (pooled.get(r.reused_from) if r.reused_from is not None else None)
         if figures and remeasured(LATENCY_P50) in figures:
             metrics = {**r.metrics, **figures, LATENCY_P50: figures[remeasured(LATENCY_P50)]}
+            if DECODE_PER_TOKEN in r.metrics:  # a decoder's latency is its decode step's
+                metrics[DECODE_PER_TOKEN] = metrics[LATENCY_P50]
             r = dataclasses.replace(r, metrics=metrics)
         decided.append(r)
     base = next((r for r in decided if r.number == baseline), None)

@@ -42,9 +42,9 @@ def quality_bounds(spec: SweepSpec) -> set[str]:
 
 def gate_for(spec: SweepSpec) -> Gate | None:
     """Which READY trials run on the host first (``None``: none; the spec's
-    ``search.quality_first`` is off, or no bound is on a quality metric)."""
-    if not spec.search.quality_first or not quality_bounds(spec):
-        return None
+    ``search.quality_first`` is off, no bound is on a quality metric, or the model is a decoder)."""
+    if not spec.search.quality_first or not quality_bounds(spec) or spec.decoder:
+        return None  # a decoder's logits come with its measurement: there is no host run to gate on
     here = {name for name in spec.space.runtimes if _runs_here(name)}
     estimated = set(spec.npus)
     needs_baseline = bool(spec.constraints.max_drop)

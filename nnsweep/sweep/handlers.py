@@ -315,7 +315,7 @@ def finish(
         best = choice.record
         state = scheduler.devices[name]
         profiles: dict[int, Mapping[str, object]] = {}
-        if spec.search.profile != "none" and not stopped():
+        if spec.search.profile != "none" and not spec.decoder and not stopped():  # two graphs: bench profiles each
             baseline_number = studies.baseline_number(dev.study)
             trials = profiled(records, decided_front, best, baseline_number, every=spec.search.profile == "all")
             # an emulated board shares this machine's name, but a profile here would be the x86 host's kernels
@@ -324,7 +324,7 @@ def finish(
             taken = profile_trials(name, trials, host, dev.study, tracker, host.settings.timeout_s, on_device=on_device)
             profiles = {n: p.to_dict() for n, p in taken.items()}
         divergences: Mapping[int, Mapping[str, object]] = {}
-        if spec.search.explain != "none" and not stopped():
+        if spec.search.explain != "none" and not spec.decoder and not stopped():
             divergences = explain_trials(name, explained(records), host, dev.study, tracker)
         fell_off = tuple(r.number for r in front if r.number not in {d.number for d in decided_front})
         tracker.mark_front(

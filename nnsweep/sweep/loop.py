@@ -30,6 +30,7 @@ from nnsweep.execution import ConvertRequest, Executor, ModelSource
 from nnsweep.spec import Objective, SweepSpec
 from nnsweep.sweep import outcomes, resume
 from nnsweep.sweep.ask import Asker
+from nnsweep.sweep.decoder_host import DecoderHost
 from nnsweep.sweep.front import best_trial
 from nnsweep.sweep.gate import gate_for
 from nnsweep.sweep.handlers import DeviceResult, Results, SweepStats, finish
@@ -99,10 +100,11 @@ class Sweep:
         self.retry = frozenset({FailureKind.TRANSIENT}) | retry_failed
         self.progress, self.depth, self.fresh, self.clock = progress, depth, fresh, clock
         self.lost_timeout_s, self.hang_grace_s = lost_timeout_s, hang_grace_s
-        self.source = ModelSource(spec.model, cache_root, spec.weights, spec.input_shape, spec.data)
+        self.source = ModelSource(spec.model, cache_root, spec.weights, spec.input_shape, spec.data, spec.decoder)
         self.settings = spec.measure
         self.stats = SweepStats()
-        self.host = HostSide(self.source, self.settings, notice, spec.metrics, ranking_metric(spec))
+        host = DecoderHost if spec.decoder else HostSide
+        self.host = host(self.source, self.settings, notice, spec.metrics, ranking_metric(spec))
         self._futures: dict[Future[Any], Callable[[Future[Any]], None]] = {}
         self._scheduler: Scheduler | None = None
         self._recorder: Recorder | None = None

@@ -152,7 +152,8 @@ def device_space(
             continue
         calibrations = tuple(c for c in s.calibration if c in info.calibrations)
         npu_only = all(o.split(ORDER_SEP)[0] in runtimes.ETHOS_U_TARGETS for o in orders)
-        modes = [m for m in s.quant if m in info.modes and (m is not QuantMode.STATIC_INT8 or calibrations)]
+        built = info.decoder_modes if spec.decoder else info.modes  # a decoder's converter builds fewer
+        modes = [m for m in s.quant if m in built and (m is not QuantMode.STATIC_INT8 or calibrations)]
         if QuantMode.FP32 not in modes:
             modes.insert(0, QuantMode.FP32)
         has_full = bool(info.full_interface)
