@@ -30,8 +30,8 @@ from nnsweep.core.metrics import (
     PERPLEXITY,
     SIZE,
 )
-from nnsweep.core.results import TrialRecord, TrialStatus
-from nnsweep.sweep.host import HostSide
+from nnsweep.core.results import TrialRecord
+from nnsweep.sweep.host import HostSide, timed_record
 from nnsweep.sweep.lifecycle import Ticket
 
 if TYPE_CHECKING:
@@ -118,16 +118,4 @@ class DecoderHost(HostSide):
             "accuracy_source": "perplexity of the device's logits on the held-out text",
             "latency_source": f"{reply.source}: one decode step against the static KV cache",
         }
-        return TrialRecord(
-            sweep=sweep,
-            device=ticket.device,
-            number=ticket.number,
-            config=ticket.config,
-            status=TrialStatus.OK,
-            metrics=metrics,
-            partitions=a.partitions.to_dict(),
-            samples_ms=t.samples_ms,
-            estimated=reply.estimated,
-            emulated=reply.emulated,
-            tags=tags,
-        )
+        return timed_record(sweep, ticket, reply, metrics, a.partitions.to_dict(), t.samples_ms, tags)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from nnsweep.models import ModelBundle, ModelSnapshot
     from nnsweep.sensitivity.scoring import RankingMetric
 
-__all__ = ["HostSide", "host_twin"]
+__all__ = ["HostSide", "host_twin", "timed_record"]
 
 log = logging.getLogger(__name__)
 
@@ -285,16 +285,29 @@ class HostSide:
             source += f" (outputs from a host run of {what})"
         tags = {"artifact_sha256": a.sha256, "accuracy_source": source, "latency_source": reply.source}
         tags["measure_stop"] = str(data.get("stop_reason", "iters"))  # iters, min_duration, stable or cap
-        return TrialRecord(
-            sweep=sweep,
-            device=ticket.device,
-            number=ticket.number,
-            config=ticket.config,
-            status=TrialStatus.OK,
-            metrics=metrics,
-            partitions=data["partitions"],
-            samples_ms=tuple(data["samples_ms"]),
-            estimated=reply.estimated,
-            emulated=reply.emulated,
-            tags=tags,
-        )
+        return timed_record(sweep, ticket, reply, metrics, data["partitions"], tuple(data["samples_ms"]), tags)
+
+
+def timed_record(
+    sweep: str,
+    ticket: Ticket,
+    reply: MeasureReply,
+    metrics: dict[str, float],
+    partitions: dict[str, Any],
+    samples_ms: tuple[float, ...],
+    tags: dict[str, str],
+) -> TrialRecord:
+    """A trial's record from what its device timed (the device's labels carried over)."""
+    return TrialRecord(
+        sweep=sweep,
+        device=ticket.device,
+        number=ticket.number,
+        config=ticket.config,
+        status=TrialStatus.OK,
+        metrics=metrics,
+        partitions=partitions,
+        samples_ms=samples_ms,
+        estimated=reply.estimated,
+        emulated=reply.emulated,
+        tags=tags,
+    )
