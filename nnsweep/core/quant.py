@@ -42,6 +42,12 @@ class QuantMode(enum.StrEnum):
         return self in (QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
 
     @property
+    def observes_activations(self) -> bool:
+        """True for modes whose activation ranges are observed on calibration samples: the
+        static ones and a16w8 (whose 16-bit activations are calibrated as int8's are)."""
+        return self.is_static or self is QuantMode.A16W8
+
+    @property
     def is_int8(self) -> bool:
         return self in (QuantMode.DYNAMIC_INT8, QuantMode.STATIC_INT8, QuantMode.QAT_INT8)
 

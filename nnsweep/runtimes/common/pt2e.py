@@ -327,7 +327,7 @@ def calibrated(
 ) -> nn.Module:
     """``model`` exported, prepared by ``prepare`` (a backend's PT2E ``prepare_pt2e``) and calibrated.
 
-    Static modes calibrate :data:`~nnsweep.core.quant.QuantConfig.CALIBRATION_BATCH_SIZE`
+    Static modes (and a16w8) calibrate :data:`~nnsweep.core.quant.QuantConfig.CALIBRATION_BATCH_SIZE`
     samples a call, through an export with a dynamic batch dimension: the observers see
     the same samples, in the same order, in a sixteenth of the calls. Each call of a
     prepared graph runs every observer in Python, so one sample a call dominates a static
@@ -338,7 +338,7 @@ def calibrated(
     whose batched export or call fails, is calibrated one sample a call. Dynamic modes
     observe the weights only: one forward pass.
     """
-    if quant.mode.is_static and takes_batches(bundle):
+    if quant.mode.observes_activations and takes_batches(bundle):
         try:
             with _attempt_to_debug_log():
                 graph = export(model, bundle.example_input, dynamic_batch=True).module(check_guards=False)
@@ -348,7 +348,7 @@ def calibrated(
         except Exception as exc:  # toolchain code: any failure of the batched path means "one at a time"
             log.debug("calibrating one sample a call: the batched export or call failed (%s)", exc)
     prepared = prepare(export(model, bundle.example_input, dynamic_batch=False).module(check_guards=False))
-    samples = calibration_samples(bundle, quant) if quant.mode.is_static else iter([bundle.example_input])
+    samples = calibration_samples(bundle, quant) if quant.mode.observes_activations else iter([bundle.example_input])
     _calibrate(prepared, samples, 1)
     return prepared
 

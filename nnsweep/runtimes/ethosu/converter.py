@@ -84,9 +84,15 @@ def read_vela_layers(directory: Path) -> list[dict[str, object]]:
 
 
 def _quantizer(target: str, config: DeploymentConfig, spec: Any) -> Any:
-    from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
+    from executorch.backends.arm.quantizer import (
+        EthosUQuantizer,
+        get_symmetric_a16w8_quantization_config,
+        get_symmetric_quantization_config,
+    )
 
     q = config.quant
+    if q.mode is QuantMode.A16W8:  # int16 activations: the TOSA INT profile's int16 extension, which Vela takes
+        return EthosUQuantizer(spec).set_global(get_symmetric_a16w8_quantization_config(is_per_channel=True))
     return EthosUQuantizer(spec).set_global(
         get_symmetric_quantization_config(
             is_per_channel=q.granularity is Granularity.PER_CHANNEL, is_qat=q.mode is QuantMode.QAT_INT8
@@ -111,6 +117,8 @@ def _delegate_io(program: Any) -> dict[str, float] | None:
     return {
         "input_scale": float(quantize.args[1]),
         "input_zero_point": int(quantize.args[2]),
+        "input_qmin": int(quantize.args[3]),  # int8's -128..127, a16w8's int16 range
+        "input_qmax": int(quantize.args[4]),
         "output_scale": float(dequantize[0].args[1]),
         "output_zero_point": int(dequantize[0].args[2]),
     }
@@ -197,7 +205,8 @@ def convert_ethos_u(
 
 def run_tosa(graph: bytes, io_params: dict[str, float], inputs: Any) -> Any:
     """Outputs of the integer TOSA graph on float ``inputs`` (N, ...), with the TOSA
-    reference model: quantize each input as the deployed model does, run, dequantize."""
+    reference model: quantize each input as the deployed model does (int8, or int16 for
+    a16w8), run, dequantize."""
     import numpy as np
     import tosa_reference_model as reference
 
@@ -207,7 +216,8 @@ def run_tosa(graph: bytes, io_params: dict[str, float], inputs: Any) -> Any:
     with native_output_to_debug_log(_log, "the TOSA reference model"):
         for x in inputs:
             q = np.round(x[None] / io_params["input_scale"]) + io_params["input_zero_point"]
-            q = np.clip(q, -128, 127).astype(np.int8)
+            low, high = io_params.get("input_qmin", -128), io_params.get("input_qmax", 127)
+            q = np.clip(q, low, high).astype(np.int8 if high <= 127 else np.int16)
             with contextlib.redirect_stdout(io.StringIO()):
                 result, status = reference.run(graph, [q], verbosity="NONE", initialize_variable_tensor_from_numpy=True)
             if status != reference.GraphStatus.TOSA_VALID:

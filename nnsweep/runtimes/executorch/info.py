@@ -35,8 +35,8 @@ INFO = RuntimeInfo(
     },
     unsupported={
         QuantMode.A16W8: "ExecuTorch's XNNPACK quantizer has no 16-bit activation scheme (its configurations "
-        "quantize activations to int8, the only activations XNNPACK's quantized operators take); use litert "
-        "or onnxruntime for a16w8",
+        "quantize activations to int8, the only activations XNNPACK's quantized operators take); use an Ethos-U "
+        "target, litert or onnxruntime for a16w8",
     },
     full_interface=frozenset({QuantMode.STATIC_INT8, QuantMode.QAT_INT8}),
     calibrations=frozenset({Calibration.MINMAX, Calibration.HISTOGRAM}),
