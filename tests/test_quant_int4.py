@@ -278,7 +278,7 @@ def test_litert_fp16_halves_the_weights_through_ai_edge_quantizer_and_stays_clos
     assert sqnr is not None and sqnr > 50  # float16 weights: close to fp32, not equal
 
 
-def test_a16w8_calibrates_min_max_batches_only_and_only_litert_and_onnxruntime_offer_it() -> None:
+def test_a16w8_calibrates_min_max_batches_only_and_xnnpack_torch_and_armnn_refuse_it() -> None:
     quant = QuantConfig(QuantMode.A16W8, calibration_batches=4)
     assert (quant.calibration_batches, quant.calibration, quant.granularity, quant.interface) == (4, None, None, None)
     assert DeploymentConfig("litert", quant=quant).quant == quant
@@ -286,6 +286,7 @@ def test_a16w8_calibrates_min_max_batches_only_and_only_litert_and_onnxruntime_o
     for runtime in ("executorch", "torch", "armnn"):
         with pytest.raises(SpecError, match=f"{runtime} cannot do a16w8"):
             DeploymentConfig(runtime, quant=quant)
+    assert DeploymentConfig("executorch", ("ethos-u55-128",), quant=quant).quant == quant  # the Arm quantizer's int16
 
 
 @pytest.mark.slow
