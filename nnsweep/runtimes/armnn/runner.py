@@ -99,7 +99,7 @@ def upstream_version(debian_version: str) -> str | None:
     return version.rsplit("-", 1)[0] or None
 
 
-def optimize(path: Path, backends: Sequence[str]) -> tuple[Any, Any, Any, list[str]]:
+def optimize(path: Path | str, backends: Sequence[str]) -> tuple[Any, Any, Any, list[str]]:
     """Parse ``path`` with Arm NN's TFLite parser and optimize it for ``backends`` in order
     (a file named ``*``:data:`FP16_SUFFIX` with its float layers reduced to fp16).
 
@@ -110,6 +110,7 @@ def optimize(path: Path, backends: Sequence[str]) -> tuple[Any, Any, Any, list[s
     Raises:
         BenchmarkError: the parser or the optimizer rejects the model.
     """
+    path = Path(path)
     ann = _armnn()
     parser = ann.ITfLiteParser()
     try:
