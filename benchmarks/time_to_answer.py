@@ -178,6 +178,53 @@ def _stat(values: Sequence[float | None]) -> str:
     return f"{statistics.median(got):g} [{min(got):g}-{max(got):g}{missing}]"
 
 
+def common_targets(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per model, the configuration every run is timed to: the final best with the lowest p50
+    among all runs' (each run's own best differs where its figures do)."""
+    targets: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        best = r.get("best")
+        if best is None or best.get("latency_p50_ms") is None:
+            continue
+        held = targets.get(r["model"])
+        if held is None or best["latency_p50_ms"] < held["latency_p50_ms"]:
+            targets[r["model"]] = best
+    return targets
+
+
+def to_common(row: dict[str, Any], target: dict[str, Any] | None) -> float | None:
+    """Wall seconds until ``row``'s run first measured the common target, feasible (None: never)."""
+    if target is None:
+        return None
+    hits = [
+        t["wall_s"]
+        for t in row["trials"]
+        if t["config"] == target["config"] and t["feasible"] and t["reused_from"] is None and t["wall_s"] is not None
+    ]
+    return min(hits) if hits else None
+
+
+def common_summary(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table: per model and strategy, wall seconds to the best configuration any run found."""
+    targets = common_targets(rows)
+    lines = ["| model | the best any run found | strategy | runs | s to it: median [range] |", "|---" * 5 + "|"]
+    keys = sorted({(r["model"], r["strategy"]) for r in rows}, key=lambda k: (k[0], STRATEGIES.index(k[1])))
+    for model, strategy in keys:
+        runs = [r for r in rows if r["model"] == model and r["strategy"] == strategy]
+        target = targets.get(model)
+        what = "-" if target is None else _label(target["config"])
+        lines.append(f"| {model} | {what} | {strategy} | {len(runs)} | {_stat([to_common(r, target) for r in runs])} |")
+    return "\n".join(lines)
+
+
+def _label(config: dict[str, Any]) -> str:
+    q = config["quant"]
+    extra = [q.get("granularity"), q.get("calibration")] + (
+        [f"{len(q['float_layers'])} float"] if q.get("float_layers") else []
+    )
+    return f"{config['runtime']} {q['mode']}" + "".join(f" {e}" for e in extra if e)
+
+
 def summary(rows: Sequence[dict[str, Any]]) -> str:
     """A Markdown table: per model and strategy, median [min-max] over seeds, held-out and in-sample apart."""
     lines = [
@@ -214,7 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--merge", type=Path, nargs="+", help="only print the summary of these results files")
     args = parser.parse_args(argv)
     if args.merge:
-        print(summary([row for path in args.merge for row in json.loads(path.read_text())["runs"]]))
+        rows = [row for path in args.merge for row in json.loads(path.read_text())["runs"]]
+        print(summary(rows) + "\n\n" + common_summary(rows))
         return 0
     models, strategies = args.models.split(","), args.strategies.split(",")
     for m in models:
