@@ -15,6 +15,7 @@ A folder is built beside its place and renamed into it, so a reader sees all of 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -32,9 +33,11 @@ from nnsweep.core.config import DeploymentConfig
 from nnsweep.core.digests import file_sha256
 from nnsweep.core.errors import ConversionError, SpecError, TrialError
 from nnsweep.models.decoder import Decoder
-from nnsweep.runtimes.common.converter import ConversionResult
+from nnsweep.runtimes.common.converter import ConversionResult, native_stderr_to_debug_log
 
 __all__ = ["DecoderArtifact", "check_runtime", "convert", "convert_cached", "decode_sidecar", "measure"]
+
+_log = logging.getLogger(__name__)
 
 _META = "meta.json"
 _GRAPHS = ("prefill", "decode")
@@ -161,8 +164,10 @@ def measure(decoder: Decoder, artifact: DecoderArtifact, settings: DecodeSetting
     runner_class.set_threads(config.threads)
     prefill, decode = (runner_class(artifact.path(g), IOSpec(), config.threads, config.backends) for g in _GRAPHS)
     with MachineLock().hold(f"nnsweep bench {decoder.name} {config.label()}"):
-        prefill.load()
-        decode.load()
+        # in this process, not a measuring child's: what a runtime writes as it loads goes to the log
+        with native_stderr_to_debug_log(_log, f"loading {config.runtime}"):
+            prefill.load()
+            decode.load()
         return measure_decoder(
             prefill, decode, decoder.held_out, decoder.prompt_len, decoder.cache, settings or DecodeSettings()
         )

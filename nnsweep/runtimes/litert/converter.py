@@ -53,6 +53,7 @@ from nnsweep.runtimes.litert.litert_import import LiteRTQuantConfig, litert_torc
 from nnsweep.runtimes.litert.runner import interpreter, placement
 
 __all__ = [
+    "X64_NOTE",
     "LiteRTConverter",
     "dequantize_per_reader",
     "export_tflite",
@@ -64,7 +65,7 @@ __all__ = [
 
 _FILENAME = "model.tflite"
 _NOTES = "notes.json"  # beside an ai-edge-quantizer model's stage: what its partition report adds
-_X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
+X64_NOTE = "downcasts 64-bit model I/O to 32-bit"
 _log = logging.getLogger(__name__)
 _OBSERVERS = {Calibration.MINMAX: MinMaxObserver, Calibration.HISTOGRAM: HistogramObserver}
 
@@ -325,7 +326,7 @@ def export_tflite(
             # the runner feeds the width the model takes.
             with (
                 printed_to_debug_log(_log, "litert-torch"),
-                toolchain_records_to_debug_log(_log, _X64_NOTE),
+                toolchain_records_to_debug_log(_log, X64_NOTE),
                 jax_lowerings_made_once(),  # another mode or model of this process lowered many of its ops
             ):
                 # Not .export(path): litert-torch writes the file through LLVM's stream, which on a

@@ -19,7 +19,11 @@ from nnsweep.core.errors import ConversionError
 from nnsweep.core.quant import QuantConfig, QuantMode
 from nnsweep.models.decoder import Decoder
 from nnsweep.runtimes.common import int4
-from nnsweep.runtimes.common.converter import printed_to_debug_log
+from nnsweep.runtimes.common.converter import (
+    native_stderr_to_debug_log,
+    printed_to_debug_log,
+    toolchain_records_to_debug_log,
+)
 
 __all__ = ["convert_decoder"]
 
@@ -27,11 +31,16 @@ _log = logging.getLogger(__name__)
 
 
 def _convert(decoder: Decoder, steps: int, path: Path) -> None:
-    import litert_torch
+    from nnsweep.runtimes.litert.converter import X64_NOTE
+    from nnsweep.runtimes.litert.litert_import import litert_torch  # its native library's lines to the log
 
     ids = torch.from_numpy(decoder.held_out[None, :steps].copy())
     example = (ids, torch.arange(steps), decoder.empty_cache(), decoder.empty_cache())
-    with printed_to_debug_log(_log, "litert-torch"), torch.no_grad():  # its progress lines
+    with (
+        printed_to_debug_log(_log, "litert-torch"),  # its progress lines
+        toolchain_records_to_debug_log(_log, X64_NOTE),  # the int32 ids the runner casts to
+        torch.no_grad(),
+    ):
         litert_torch.convert(decoder.step.eval(), example).export(str(path))
 
 
@@ -55,7 +64,8 @@ def convert_decoder(decoder: Decoder, quant: QuantConfig, out_dir: Path) -> tupl
                 source = Path(tmp) / "float.tflite"
                 _convert(decoder, steps, source)
                 layers = int4.plan(decoder.step, quant.group_size or 32, quant.float_layers)
-                notes = (*layers.notes(), *quantize_int4(source, target, layers))
+                with native_stderr_to_debug_log(_log, "ai-edge-quantizer"):  # its progress bars
+                    notes = (*layers.notes(), *quantize_int4(source, target, layers))
     except ConversionError:
         raise
     except Exception as exc:  # the toolchain's failure on this graph: this deployment fails
