@@ -315,7 +315,7 @@ def finish(
         best = choice.record
         state = scheduler.devices[name]
         profiles: dict[int, Mapping[str, object]] = {}
-        if spec.search.profile != "none" and not spec.decoder and not stopped():  # two graphs: bench profiles each
+        if spec.search.profile != "none" and not spec.decoder and not stopped():  # tools of one graph
             baseline_number = studies.baseline_number(dev.study)
             trials = profiled(records, decided_front, best, baseline_number, every=spec.search.profile == "all")
             # an emulated board shares this machine's name, but a profile here would be the x86 host's kernels
