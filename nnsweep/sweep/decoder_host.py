@@ -31,7 +31,7 @@ from nnsweep.core.metrics import (
     SIZE,
 )
 from nnsweep.core.results import TrialRecord
-from nnsweep.sweep.host import HostSide, timed_record
+from nnsweep.sweep.host import HostSide, ok_record
 from nnsweep.sweep.lifecycle import Ticket
 
 if TYPE_CHECKING:
@@ -118,4 +118,4 @@ class DecoderHost(HostSide):
             "accuracy_source": "perplexity of the device's logits on the held-out text",
             "latency_source": f"{reply.source}: one decode step against the static KV cache",
         }
-        return timed_record(sweep, ticket, reply, metrics, a.partitions.to_dict(), t.samples_ms, tags)
+        return ok_record(sweep, ticket, metrics, a.partitions.to_dict(), tags, reply, t.samples_ms)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from nnsweep.models import ModelBundle, ModelSnapshot
     from nnsweep.sensitivity.scoring import RankingMetric
 
-__all__ = ["HostSide", "host_twin", "timed_record"]
+__all__ = ["HostSide", "host_twin", "ok_record"]
 
 log = logging.getLogger(__name__)
 
@@ -243,16 +243,7 @@ class HostSide:
         """The record of a trial that broke a quality bound on this host: never timed on its device."""
         a = self._artifacts[ticket.config.digest()]
         tags = {"artifact_sha256": a.sha256, QUALITY_FROM: "host", "accuracy_source": "outputs from a host run"}
-        return TrialRecord(
-            sweep=sweep,
-            device=ticket.device,
-            number=ticket.number,
-            config=ticket.config,
-            status=TrialStatus.OK,
-            metrics={**quality, SIZE: float(a.size_bytes)},
-            partitions=a.partitions.to_dict(),
-            tags=tags,
-        )
+        return ok_record(sweep, ticket, {**quality, SIZE: float(a.size_bytes)}, a.partitions.to_dict(), tags)
 
     def record(self, sweep: str, ticket: Ticket, reply: MeasureReply, *, on_host: bool) -> TrialRecord:
         """The trial's record from the device's reply (outputs evaluated against fp32).
@@ -285,19 +276,20 @@ class HostSide:
             source += f" (outputs from a host run of {what})"
         tags = {"artifact_sha256": a.sha256, "accuracy_source": source, "latency_source": reply.source}
         tags["measure_stop"] = str(data.get("stop_reason", "iters"))  # iters, min_duration, stable or cap
-        return timed_record(sweep, ticket, reply, metrics, data["partitions"], tuple(data["samples_ms"]), tags)
+        return ok_record(sweep, ticket, metrics, data["partitions"], tags, reply, tuple(data["samples_ms"]))
 
 
-def timed_record(
+def ok_record(
     sweep: str,
     ticket: Ticket,
-    reply: MeasureReply,
     metrics: dict[str, float],
     partitions: dict[str, Any],
-    samples_ms: tuple[float, ...],
     tags: dict[str, str],
+    reply: MeasureReply | None = None,
+    samples_ms: tuple[float, ...] = (),
 ) -> TrialRecord:
-    """A trial's record from what its device timed (the device's labels carried over)."""
+    """A trial's OK record; with the device's ``reply`` when it was timed (its labels carried
+    over), without when a quality bound turned it away on this host."""
     return TrialRecord(
         sweep=sweep,
         device=ticket.device,
@@ -307,7 +299,7 @@ def timed_record(
         metrics=metrics,
         partitions=partitions,
         samples_ms=samples_ms,
-        estimated=reply.estimated,
-        emulated=reply.emulated,
+        estimated=reply is not None and reply.estimated,
+        emulated=reply is not None and reply.emulated,
         tags=tags,
     )
